@@ -1,0 +1,28 @@
+"""Pure tensor statistics of Relative Contextualization (imports torch only).
+
+See DESIGN.md §2. Public functions take batched sample sets ``[..., n]`` with optional masks.
+"""
+
+from rcstat.stats.blocks import block_statistics, cross_self_samples, iot_expected_rc
+from rcstat.stats.rc import (
+    RCStatistics,
+    expected_rc,
+    markov_bound,
+    normalized_rc,
+    rc_lower_bound,
+    rc_statistics,
+    rc_upper_bound,
+)
+
+__all__ = [
+    "RCStatistics",
+    "block_statistics",
+    "cross_self_samples",
+    "expected_rc",
+    "iot_expected_rc",
+    "markov_bound",
+    "normalized_rc",
+    "rc_lower_bound",
+    "rc_statistics",
+    "rc_upper_bound",
+]

@@ -1,0 +1,60 @@
+"""Input checks shared by every public statistic: one place, specific ``ValueError``s."""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_samples(
+    name: str, values: torch.Tensor, valid: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate one batched sample set and return ``(values, valid)``.
+
+    Parameters
+    ----------
+    name
+        The argument's name, used in error messages (``"x"`` or ``"y"``).
+    values
+        Samples along the last axis, any leading batch shape: ``[..., n]``.
+    valid
+        Boolean mask of the same shape marking real samples (ragged sets), or ``None``.
+
+    Raises
+    ------
+    TypeError
+        If ``values`` is not a tensor or ``valid`` is not boolean.
+    ValueError
+        If there is no sample axis, a batch entry has no valid sample, the mask's shape
+        differs, or a valid sample is NaN or infinite.
+    """
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(values).__name__}")
+    if values.dim() == 0:
+        raise ValueError(f"{name} must have a sample axis (last dimension); got a scalar")
+    if not values.is_floating_point():
+        values = values.to(torch.float64)
+    if valid is None:
+        valid = torch.ones(values.shape, dtype=torch.bool, device=values.device)
+    else:
+        if not isinstance(valid, torch.Tensor) or valid.dtype != torch.bool:
+            raise TypeError(f"{name}_valid must be a boolean torch.Tensor")
+        if valid.shape != values.shape:
+            raise ValueError(
+                f"{name}_valid has shape {tuple(valid.shape)} but {name} has shape "
+                f"{tuple(values.shape)}; they must match"
+            )
+        valid = valid.to(values.device)
+    if values.shape[-1] == 0:
+        raise ValueError(f"{name} is empty: the sample axis has length 0")
+    counts = valid.sum(-1)
+    if bool((counts == 0).any()):
+        where = tuple(int(i) for i in (counts == 0).nonzero()[0])
+        raise ValueError(f"{name} has no valid sample in batch entry {where}")
+    bad = valid & ~torch.isfinite(values)
+    if bool(bad.any()):
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{name} contains a non-finite value (NaN or inf) at index {where}; "
+            "attention scores must be finite"
+        )
+    return values, valid

@@ -1,0 +1,108 @@
+"""RC sample sets taken from a block of attention scores (DESIGN.md §2, §2.1).
+
+A *generation block* holds the pre-softmax scores of the generated queries against every key
+up to the end of the sequence: ``scores[..., j, i] = f(i, m + j)`` for generated query ``j``
+(``0 <= j < |g|``) and key position ``i`` (``0 <= i < m + |g|``), where ``m`` is the prompt
+length. From it:
+
+- cross samples ``X(p, g) = {f(i, j) : i ∈ p, j ∈ g}``  → the first ``m`` columns, all valid;
+- self samples  ``Y(g, g) = {f(k, l) : k, l ∈ g, k <= l}`` → the last ``|g|`` columns, lower
+  triangle including the diagonal (a mask, never ``-inf`` fills).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rcstat.stats.rc import RCStatistics, expected_rc, rc_statistics
+
+
+def _check_block(scores: torch.Tensor, prompt_len: int) -> int:
+    """Return ``|g|`` after checking that ``scores`` is a generation block ``[..., g, m + g]``."""
+    if not isinstance(scores, torch.Tensor) or scores.dim() < 2:
+        raise ValueError("scores must be a tensor of shape [..., generated, prompt + generated]")
+    gen_len, keys = scores.shape[-2], scores.shape[-1]
+    if gen_len == 0:
+        raise ValueError("the generation is empty: scores has no query rows")
+    if prompt_len <= 0:
+        raise ValueError(f"prompt_len must be positive, got {prompt_len}")
+    if keys != prompt_len + gen_len:
+        raise ValueError(
+            f"scores has {keys} key columns but prompt_len + generated = "
+            f"{prompt_len} + {gen_len} = {prompt_len + gen_len}"
+        )
+    return gen_len
+
+
+def cross_self_samples(
+    scores: torch.Tensor, prompt_len: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Split a generation block into ``(x, x_valid, y, y_valid)`` sample sets.
+
+    Parameters
+    ----------
+    scores
+        ``[..., g, m + g]`` pre-softmax scores of the generated queries (raw ``<q, k>``).
+    prompt_len
+        ``m``, the number of prompt tokens.
+
+    Returns
+    -------
+    tuple
+        ``x [..., g·m]`` with an all-true mask and ``y [..., g·g]`` with the causal mask
+        (key ``<=`` query), both flattened over (query, key).
+    """
+    gen_len = _check_block(scores, prompt_len)
+    batch = scores.shape[:-2]
+    x = scores[..., :prompt_len].reshape(*batch, gen_len * prompt_len)  # [..., g·m]
+    y = scores[..., prompt_len:].reshape(*batch, gen_len * gen_len)  # [..., g·g]
+    causal = torch.ones(gen_len, gen_len, dtype=torch.bool, device=scores.device).tril()
+    x_valid = torch.ones(x.shape, dtype=torch.bool, device=scores.device)
+    y_valid = causal.reshape(-1).expand(y.shape)
+    return x, x_valid, y, y_valid
+
+
+def block_statistics(scores: torch.Tensor, prompt_len: int) -> RCStatistics:
+    """Per-head ``E(X(p, g), Y(g, g))`` and its bounds from a generation block (§2.1).
+
+    Parameters
+    ----------
+    scores
+        ``[..., g, m + g]`` generation block, e.g. ``[heads, g, m + g]`` for one layer.
+    prompt_len
+        ``m``.
+
+    Returns
+    -------
+    RCStatistics
+        Each field float64 with shape ``scores.shape[:-2]``.
+    """
+    x, x_valid, y, y_valid = cross_self_samples(scores, prompt_len)
+    return rc_statistics(x, y, x_valid=x_valid, y_valid=y_valid)
+
+
+def iot_expected_rc(scores: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    """Independent-output-tokens approximation of expected RC (supplement Table 1).
+
+    ``mean_{j ∈ g} E(X(p, {j}), Y(g, {j}))``: each generated query compares its prompt scores
+    only with its own scores against generated keys ``k <= j``.
+
+    Parameters
+    ----------
+    scores
+        ``[..., g, m + g]`` generation block.
+    prompt_len
+        ``m``.
+
+    Returns
+    -------
+    torch.Tensor
+        float64, shape ``scores.shape[:-2]``.
+    """
+    gen_len = _check_block(scores, prompt_len)
+    causal = torch.ones(gen_len, gen_len, dtype=torch.bool, device=scores.device).tril()
+    y = scores[..., prompt_len:]  # [..., g, g]: one self sample set per query row
+    per_query = expected_rc(
+        scores[..., :prompt_len], y, y_valid=causal.expand(y.shape).contiguous()
+    )  # [..., g]
+    return per_query.mean(-1)

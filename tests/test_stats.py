@@ -1,0 +1,300 @@
+"""Tests of rcstat.stats against independent oracles, invariants and hand-computed cases."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from rcstat.stats import (
+    block_statistics,
+    cross_self_samples,
+    expected_rc,
+    iot_expected_rc,
+    markov_bound,
+    normalized_rc,
+    rc_lower_bound,
+    rc_statistics,
+    rc_upper_bound,
+)
+from tests._reference import algorithm1, eq6_block, iot_block, naive_expected_rc
+
+# Samples with many ties (small integer grid) or continuous values, up to |f| ~ 1e3.
+_values = st.one_of(
+    st.integers(-5, 5).map(float),
+    st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=64),
+)
+samples = arrays(np.float64, st.integers(1, 40), elements=_values)
+
+
+def _t(a: np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(a, dtype=torch.float64)
+
+
+def _close(a: float, b: float, rel: float) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1.0)
+
+
+# ---------------------------------------------------------------- oracles
+
+
+@pytest.mark.parametrize("dtype,rel", [(torch.float64, 1e-9), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("n,m", [(1, 1), (7, 3), (200, 50), (3000, 500)])
+def test_matches_naive_oracle(dtype: torch.dtype, rel: float, n: int, m: int) -> None:
+    gen = torch.Generator().manual_seed(n * 1000 + m)
+    x = (torch.randn(4, n, generator=gen) * 300 + 5).to(dtype)
+    y = (torch.randn(4, m, generator=gen) * 300).to(dtype)
+    stats = rc_statistics(x, y)
+    for b in range(4):
+        xb, yb = x[b].double().numpy(), y[b].double().numpy()
+        assert _close(float(stats.expected[b]), naive_expected_rc(xb, yb), rel)
+        assert _close(float(stats.upper[b]), algorithm1(xb, yb, "upper"), rel)
+        assert _close(float(stats.lower[b]), algorithm1(xb, yb, "lower"), rel)
+    assert stats.expected.dtype == torch.float64
+
+
+def test_large_scores_float32_against_float64_oracle() -> None:
+    """Raw scores of real heads reach |f| ~ 1e3; float32 input, float64 oracle."""
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(64, 128, generator=gen) * 4
+    k = torch.randn(300, 128, generator=gen) * 4
+    scores = (q @ k.T).float()  # [64, 300], |f| up to ~1e3
+    x, y = scores[:, :250].reshape(-1), scores[:, 250:].reshape(-1)
+    got = rc_statistics(x, y)
+    xn, yn = x.double().numpy(), y.double().numpy()
+    assert _close(float(got.expected), naive_expected_rc(xn, yn), 1e-9)
+    assert _close(float(got.upper), algorithm1(xn, yn, "upper"), 1e-9)
+    assert _close(float(got.lower), algorithm1(xn, yn, "lower"), 1e-9)
+
+
+@pytest.mark.parametrize("fraction_inside", [0.0, 0.3, 1.0])
+def test_overlap_reduction_paths_agree(fraction_inside: float) -> None:
+    """x mostly below / mostly inside / around the range of y: both kernel paths are exact."""
+    gen = torch.Generator().manual_seed(7)
+    y = torch.rand(3, 100, generator=gen)
+    n = 1000
+    inside = int(fraction_inside * n)
+    x = torch.cat(
+        [torch.rand(3, inside, generator=gen), torch.rand(3, n - inside, generator=gen) * 5 - 6],
+        dim=-1,
+    )
+    x[:, :5] += 3  # a few above max(y)
+    got = rc_statistics(x, y)
+    for b in range(3):
+        xb, yb = x[b].numpy(), y[b].numpy()
+        assert _close(float(got.expected[b]), naive_expected_rc(xb, yb), 1e-9)
+        assert _close(float(got.upper[b]), algorithm1(xb, yb, "upper"), 1e-9)
+        assert _close(float(got.lower[b]), algorithm1(xb, yb, "lower"), 1e-9)
+
+
+def test_masks_equal_dropping_samples() -> None:
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.randn(5, 60, generator=gen), torch.randn(5, 40, generator=gen)
+    xv = torch.rand(5, 60, generator=gen) > 0.4
+    yv = torch.rand(5, 40, generator=gen) > 0.6
+    xv[:, 0] = yv[:, 0] = True
+    x_masked = x.masked_fill(~xv, float("nan"))  # invalid entries are never read
+    got = rc_statistics(x_masked, y, x_valid=xv, y_valid=yv)
+    for b in range(5):
+        want = rc_statistics(x[b][xv[b]], y[b][yv[b]])
+        for field in ("expected", "upper", "lower"):
+            assert _close(float(getattr(got, field)[b]), float(getattr(want, field)), 1e-12)
+
+
+def test_broadcast_batch_shapes() -> None:
+    x = torch.randn(2, 3, 50)
+    y = torch.randn(3, 20)
+    got = expected_rc(x, y)
+    assert got.shape == (2, 3)
+    assert _close(float(got[1, 2]), naive_expected_rc(x[1, 2].numpy(), y[2].numpy()), 1e-9)
+
+
+def test_chunking_does_not_change_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rcstat.stats.rc as rc
+
+    x, y = torch.randn(9, 300), torch.randn(9, 80)
+    whole = rc_statistics(x, y)
+    monkeypatch.setattr(rc, "_CHUNK_SAMPLES", 500)  # one row per chunk
+    chunked = rc_statistics(x, y)
+    assert torch.equal(whole.expected, chunked.expected)
+    assert torch.equal(whole.upper, chunked.upper)
+
+
+# ---------------------------------------------------------------- invariants (hypothesis)
+
+
+@settings(max_examples=150, deadline=None)
+@given(samples, samples)
+def test_invariants(x: np.ndarray, y: np.ndarray) -> None:
+    s = rc_statistics(_t(x), _t(y))
+    e, upper, lower = float(s.expected), float(s.upper), float(s.lower)
+    tol = 1e-9 * max(1.0, float(np.abs(np.concatenate([x, y])).max()))
+    assert -tol <= lower <= e + tol
+    assert e <= upper + tol
+    assert _close(e, naive_expected_rc(x, y), 1e-9)
+    assert _close(upper, algorithm1(x, y, "upper"), 1e-9)
+    assert _close(lower, algorithm1(x, y, "lower"), 1e-9)
+    # E(x, y) - E(y, x) = mean(x) - mean(y)
+    reverse = float(expected_rc(_t(y), _t(x)))
+    assert abs((e - reverse) - (x.mean() - y.mean())) <= tol
+
+
+@settings(max_examples=80, deadline=None)
+@given(samples, samples, st.floats(-1e3, 1e3), st.floats(1e-3, 1e3))
+def test_shift_and_scale(x: np.ndarray, y: np.ndarray, shift: float, scale: float) -> None:
+    base = rc_statistics(_t(x), _t(y))
+    shifted = rc_statistics(_t(x + shift), _t(y + shift))
+    scaled = rc_statistics(_t(x * scale), _t(y * scale))
+    span = max(1.0, float(np.abs(np.concatenate([x, y])).max()) + abs(shift))
+    for field in ("expected", "upper", "lower"):
+        b = float(getattr(base, field))
+        assert abs(float(getattr(shifted, field)) - b) <= 1e-9 * span
+        assert _close(float(getattr(scaled, field)), scale * b, 1e-9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(samples, samples)
+def test_normalized_rc_is_scale_free_and_bounded(x: np.ndarray, y: np.ndarray) -> None:
+    r = float(normalized_rc(_t(x), _t(y)))
+    assert 0.0 <= r <= 1.0
+    assert _close(float(normalized_rc(_t(3 * x + 2), _t(3 * y + 2))), r, 1e-9)
+    forward, reverse = naive_expected_rc(x, y), naive_expected_rc(y, x)
+    want = 0.5 if forward + reverse == 0 else forward / (forward + reverse)
+    assert _close(r, want, 1e-9)
+
+
+@given(st.floats(-1e3, 1e3), st.floats(-1e3, 1e3))
+def test_single_samples(a: float, b: float) -> None:
+    s = rc_statistics(torch.tensor([a], dtype=torch.float64), torch.tensor([b], dtype=torch.float64))
+    want = max(a - b, 0.0)
+    for field in ("expected", "upper", "lower"):
+        assert _close(float(getattr(s, field)), want, 1e-12)
+
+
+# ---------------------------------------------------------------- hand-computed cases
+
+
+def test_hand_computed() -> None:
+    # x = {3, 1}, y = {0, 2}: pairs 3, 1, 1, 0 -> E = 5/4.
+    # F_y = 1/2 on [0, 2), 1 after; S_x = 1 before 1, 1/2 on [1, 3), 0 after.
+    # A = ∫_0^3 min = 0.5 * 3 = 1.5; a = ∫ (F_y - F_x)+ = 0.5 on [0,1) + 0.5 on [2,3) = 1.0.
+    x, y = torch.tensor([3.0, 1.0]), torch.tensor([0.0, 2.0])
+    s = rc_statistics(x, y)
+    assert float(s.expected) == pytest.approx(1.25, abs=1e-15)
+    assert float(s.upper) == pytest.approx(1.5, abs=1e-15)
+    assert float(s.lower) == pytest.approx(1.0, abs=1e-15)
+    # Fully separated: x above y -> all three equal mean(x) - mean(y).
+    s = rc_statistics(torch.tensor([10.0, 12.0]), torch.tensor([1.0, 3.0, 5.0]))
+    for v in (s.expected, s.upper, s.lower):
+        assert float(v) == pytest.approx(11.0 - 3.0, abs=1e-12)
+    # Fully below: all zero.
+    s = rc_statistics(torch.tensor([-5.0, -4.0]), torch.tensor([1.0, 3.0]))
+    assert float(s.expected) == float(s.upper) == float(s.lower) == 0.0
+
+
+def test_markov_bound() -> None:
+    assert float(markov_bound(torch.tensor(0.5), 0.25)) == 2.0
+    with pytest.raises(ValueError, match="delta"):
+        markov_bound(0.5, 0.0)
+    with pytest.raises(ValueError, match="non-negative"):
+        markov_bound(-1.0, 0.5)
+
+
+def test_markov_bound_holds_empirically() -> None:
+    """P(Z >= A/δ) <= δ for Z = max(X - Y, 0) over all pairs."""
+    gen = torch.Generator().manual_seed(5)
+    x, y = torch.randn(500, generator=gen) + 0.5, torch.randn(400, generator=gen)
+    upper = rc_upper_bound(x, y)
+    z = (x[:, None] - y[None, :]).clamp_min(0)
+    for delta in (0.05, 0.2, 0.5):
+        assert float((z >= markov_bound(upper, delta)).double().mean()) <= delta
+
+
+# ---------------------------------------------------------------- generation blocks
+
+
+@pytest.mark.parametrize("m,g", [(1, 1), (3, 2), (5, 4), (2, 6)])
+def test_block_statistics_equal_eq6(m: int, g: int) -> None:
+    gen = torch.Generator().manual_seed(m * 10 + g)
+    scores = torch.randn(3, g, m + g, generator=gen, dtype=torch.float64) * 4
+    stats = block_statistics(scores, m)
+    for h in range(3):
+        assert _close(float(stats.expected[h]), eq6_block(scores[h].numpy(), m), 1e-9)
+
+
+def test_block_samples_and_bounds() -> None:
+    scores = torch.arange(2 * 5, dtype=torch.float64).reshape(2, 5)  # g = 2, m = 3
+    x, xv, y, yv = cross_self_samples(scores, 3)
+    assert x.tolist() == [0, 1, 2, 5, 6, 7]
+    assert y[yv].tolist() == [3, 8, 9]  # f(k, l), k <= l: (3,3), (3,4), (4,4)
+    assert bool(xv.all())
+    stats = block_statistics(scores, 3)
+    xs, ys = np.array([0, 1, 2, 5, 6, 7.0]), np.array([3, 8, 9.0])
+    assert _close(float(stats.upper), algorithm1(xs, ys, "upper"), 1e-12)
+
+
+@pytest.mark.parametrize("m,g", [(1, 1), (4, 3), (6, 7)])
+def test_iot_matches_loops(m: int, g: int) -> None:
+    gen = torch.Generator().manual_seed(m + 100 * g)
+    scores = torch.randn(2, g, m + g, generator=gen, dtype=torch.float64)
+    got = iot_expected_rc(scores, m)
+    for h in range(2):
+        assert _close(float(got[h]), iot_block(scores[h].numpy(), m), 1e-9)
+
+
+def test_block_errors() -> None:
+    with pytest.raises(ValueError, match="key columns"):
+        block_statistics(torch.zeros(2, 4, 9), 4)
+    with pytest.raises(ValueError, match="prompt_len"):
+        block_statistics(torch.zeros(2, 4, 4), 0)
+    with pytest.raises(ValueError, match="generation is empty"):
+        block_statistics(torch.zeros(2, 0, 3), 3)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "x,y,match",
+    [
+        (torch.zeros(0), torch.ones(3), "x is empty"),
+        (torch.ones(3), torch.zeros(2, 0), "y is empty"),
+        (torch.tensor([1.0, float("nan")]), torch.ones(2), "non-finite"),
+        (torch.ones(2), torch.tensor([float("inf")]), "non-finite"),
+        (torch.tensor(1.0), torch.ones(2), "sample axis"),
+        (torch.ones(2, 3), torch.ones(3, 3), "do not broadcast"),
+    ],
+)
+def test_bad_input(x: torch.Tensor, y: torch.Tensor, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        rc_statistics(x, y)
+
+
+def test_bad_masks() -> None:
+    x, y = torch.ones(2, 3), torch.ones(2, 3)
+    with pytest.raises(ValueError, match="no valid sample in batch entry"):
+        expected_rc(x, y, x_valid=torch.tensor([[True, False, False], [False] * 3]))
+    with pytest.raises(ValueError, match="must match"):
+        expected_rc(x, y, y_valid=torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(TypeError, match="boolean"):
+        expected_rc(x, y, x_valid=torch.ones(2, 3))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        expected_rc([1.0, 2.0], y)  # type: ignore[arg-type]
+
+
+def test_lower_and_upper_functions_agree_with_statistics() -> None:
+    x, y = torch.randn(4, 30), torch.randn(4, 10)
+    s = rc_statistics(x, y)
+    assert torch.equal(rc_upper_bound(x, y), s.upper)
+    assert torch.equal(rc_lower_bound(x, y), s.lower)
+
+
+def test_stats_does_not_import_transformers() -> None:
+    code = "import sys, rcstat.stats; assert 'transformers' not in sys.modules, 'leak'"
+    subprocess.run([sys.executable, "-c", code], check=True)
