@@ -1,0 +1,210 @@
+"""Capture pre-softmax attention scores of any Hugging Face causal LM, one layer at a time.
+
+Design (DESIGN.md §3 ``capture``, ecosystem notes §1): a named attention function ``"rcstat"``
+is registered with transformers' ``AttentionInterface``. While a :class:`capture_scores`
+context is active the model is switched to it; for every requested layer the function
+computes the raw scores ``<q_j, k_i>`` of the requested query rows against all keys (post-RoPE
+q and k, GQA without copying keys), hands the block to a reducer on the layer's own device,
+keeps only the reducer's (small) result and frees the block. It then delegates the attention
+output to the model's previous implementation (sdpa, eager, flash), so the forward pass is
+unchanged. The previous implementation is restored on exit; nothing is patched at import.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from rcstat.capture.architecture import UnsupportedModelError, attention_layout
+
+IMPLEMENTATION = "rcstat"
+R = TypeVar("R")
+# Reducer: (layer index, scores [batch, head, query, key] float32) -> per-layer result.
+Reducer = Callable[[int, torch.Tensor], R]
+
+
+@dataclass
+class CaptureResult(Generic[R]):
+    """Per-layer reducer outputs of one capture (filled when the forward pass runs)."""
+
+    layers: tuple[int, ...]
+    per_layer: dict[int, R] = field(default_factory=dict)
+
+    def ordered(self) -> list[R]:
+        """Results in layer order; raises if a requested layer was never seen."""
+        missing = [layer for layer in self.layers if layer not in self.per_layer]
+        if missing:
+            raise UnsupportedModelError(
+                f"layers {missing} never called the rcstat attention function: the model "
+                "bypasses AttentionInterface for them, or no forward pass ran inside the capture"
+            )
+        return [self.per_layer[layer] for layer in self.layers]
+
+
+@dataclass
+class _Session:
+    reducer: Reducer[Any]
+    layers: frozenset[int]
+    query_start: int
+    query_end: int | None
+    scaled: bool
+    delegate: Callable[..., Any]
+    result: CaptureResult[Any]
+
+
+_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+    "rcstat_capture", default=None
+)
+
+
+def grouped_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """Raw scores ``q·kᵀ`` with grouped-query attention, without repeating keys.
+
+    Parameters
+    ----------
+    query
+        ``[batch, heads, q, dim]``.
+    key
+        ``[batch, kv_heads, k, dim]``; ``heads`` must be a multiple of ``kv_heads``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[batch, heads, q, k]`` in float32 (or float64 if the inputs are float64).
+    """
+    batch, heads, q_len, dim = query.shape
+    kv_heads = key.shape[1]
+    dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    q = query.to(dtype).view(batch, kv_heads, heads // kv_heads, q_len, dim)
+    k = key.to(dtype).unsqueeze(2)  # [batch, kv_heads, 1, k, dim]
+    return (q @ k.transpose(-1, -2)).reshape(batch, heads, q_len, key.shape[2])
+
+
+def _attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The registered ``"rcstat"`` attention function (see the module docstring)."""
+    session = _ACTIVE.get()
+    if session is None:  # switched model used outside a capture: behave like sdpa
+        return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, **kwargs)
+    layer = int(getattr(module, "layer_idx", -1))
+    if layer in session.layers:
+        # query row r sits at absolute position kv_len - q_len + r (cache-aware)
+        offset = key.shape[2] - query.shape[2]
+        start = max(session.query_start - offset, 0)
+        end = query.shape[2] if session.query_end is None else session.query_end - offset
+        if start < end:
+            with torch.no_grad():
+                scores = grouped_scores(query[:, :, start:end], key)  # [batch, head, q, k]
+                if session.scaled:
+                    scaling = kwargs.get("scaling") or module.scaling  # type: ignore[union-attr]
+                    scores = scores * scaling
+                if not bool(torch.isfinite(scores).all()):
+                    raise FloatingPointError(
+                        f"layer {layer}: attention scores contain NaN or inf; the model's "
+                        "activations overflowed (try float32 or a shorter input)"
+                    )
+                session.result.per_layer[layer] = session.reducer(layer, scores)
+                del scores
+    return session.delegate(module, query, key, value, attention_mask, **kwargs)  # type: ignore[no-any-return]
+
+
+def _delegate_for(model: torch.nn.Module, implementation: str) -> Callable[..., Any]:
+    if implementation in ALL_ATTENTION_FUNCTIONS:
+        return ALL_ATTENTION_FUNCTIONS[implementation]  # type: ignore[no-any-return]
+    # "eager" lives in each architecture's modeling module
+    for sub in model.modules():
+        module = __import__(type(sub).__module__, fromlist=["eager_attention_forward"])
+        eager = getattr(module, "eager_attention_forward", None)
+        if eager is not None:
+            return eager  # type: ignore[no-any-return]
+    raise UnsupportedModelError(
+        f"cannot find the attention implementation {implementation!r} to delegate to"
+    )
+
+
+@contextmanager
+def capture_scores(
+    model: torch.nn.Module,
+    reducer: Reducer[R],
+    *,
+    layers: Sequence[int] | None = None,
+    query_start: int = 0,
+    query_end: int | None = None,
+    scaled: bool = False,
+) -> Iterator[CaptureResult[R]]:
+    """Run forward passes inside this context to reduce each layer's attention scores.
+
+    Parameters
+    ----------
+    model
+        A Hugging Face causal LM whose attention dispatches through ``AttentionInterface``.
+    reducer
+        ``reducer(layer, scores)`` with ``scores [batch, head, query, key]`` (float32, raw
+        ``<q, k>`` unless ``scaled``; keys ``0 .. kv_len-1``, future keys included — apply
+        causality in the reducer). Called once per layer, on the layer's device; return
+        something small (per-head statistics), the block is freed afterwards.
+    layers
+        Layer indices to capture (default: all).
+    query_start, query_end
+        Absolute positions ``[query_start, query_end)`` of the query rows to keep.
+    scaled
+        Multiply by the model's softmax scaling (``1/sqrt(d)``) instead of raw scores.
+
+    Yields
+    ------
+    CaptureResult
+        Filled with the reducer outputs per layer as forward passes run.
+    """
+    layout = attention_layout(model)
+    chosen = tuple(range(layout.num_layers)) if layers is None else tuple(layers)
+    bad = [layer for layer in chosen if not 0 <= layer < layout.num_layers]
+    if bad:
+        raise ValueError(f"layers {bad} out of range: the model has {layout.num_layers} layers")
+    if query_start < 0 or (query_end is not None and query_end <= query_start):
+        raise ValueError(f"invalid query rows [{query_start}, {query_end})")
+    if _ACTIVE.get() is not None:
+        raise RuntimeError("capture_scores contexts cannot be nested")
+    config: Any = model.config
+    previous = config._attn_implementation or "eager"
+    if previous == IMPLEMENTATION:
+        raise RuntimeError("the model is already switched to the rcstat attention function")
+    AttentionInterface.register(IMPLEMENTATION, _attention)
+    # A custom name gets no mask unless a mask function is registered under it: use the
+    # delegate's own (sdpa's returns None when nothing is padded; the delegate is causal then).
+    AttentionMaskInterface.register(
+        IMPLEMENTATION,
+        ALL_MASK_ATTENTION_FUNCTIONS._global_mapping.get(
+            previous, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
+        ),
+    )
+    result: CaptureResult[R] = CaptureResult(layers=chosen)
+    session = _Session(
+        reducer=reducer,
+        layers=frozenset(chosen),
+        query_start=query_start,
+        query_end=query_end,
+        scaled=scaled,
+        delegate=_delegate_for(model, previous),
+        result=result,
+    )
+    token = _ACTIVE.set(session)
+    model.set_attn_implementation(IMPLEMENTATION)  # type: ignore[operator]
+    try:
+        yield result
+    finally:
+        model.set_attn_implementation(previous)  # type: ignore[operator]
+        _ACTIVE.reset(token)
