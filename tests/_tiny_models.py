@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
+from typing import Any
 
 import torch
 from transformers import (
@@ -18,7 +20,7 @@ from transformers import (
 )
 
 _COMMON = dict(
-    vocab_size=512,
+    vocab_size=640,  # >= the tiny test tokenizer (tests/_tiny_tokenizer.py)
     hidden_size=64,
     intermediate_size=128,
     num_hidden_layers=3,
@@ -55,3 +57,33 @@ def _build(arch: str, attn_implementation: str) -> PreTrainedModel:
 def tiny_model(arch: str = "llama", attn_implementation: str = "sdpa") -> PreTrainedModel:
     """A 3-layer, 4-query-head, 2-KV-head model of ``arch`` with fixed random weights."""
     return _build(arch, attn_implementation)
+
+
+def reference_scores(model: Any, input_ids: torch.Tensor) -> list[torch.Tensor]:
+    """Raw post-RoPE q·kᵀ per layer, recomputed from the attention modules' inputs."""
+    captured: list[torch.Tensor] = []
+
+    def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        hidden = kwargs.get("hidden_states", args[0] if args else None)
+        cos, sin = kwargs["position_embeddings"]
+        rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
+        batch, length, _ = hidden.shape
+        hd = module.head_dim
+        q = module.q_proj(hidden).view(batch, length, -1, hd).transpose(1, 2)
+        k = module.k_proj(hidden).view(batch, length, -1, hd).transpose(1, 2)
+        q, k = rope(q, k, cos, sin)
+        group = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(group, dim=1)  # the obvious (copying) GQA expansion
+        captured.append(q.double() @ k.double().transpose(-1, -2))
+
+    handles = [
+        layer.self_attn.register_forward_pre_hook(hook, with_kwargs=True)
+        for layer in model.model.layers
+    ]
+    try:
+        with torch.no_grad():
+            model(input_ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return captured

@@ -4,44 +4,11 @@ eager attention probabilities."""
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 import pytest
 import torch
 
 from rcstat.capture import UnsupportedModelError, attention_layout, capture_scores, grouped_scores
-from tests._tiny_models import ARCHITECTURES, tiny_model
-
-
-def _reference_scores(model: Any, input_ids: torch.Tensor) -> list[torch.Tensor]:
-    """Raw post-RoPE q·kᵀ per layer, recomputed from the attention modules' inputs."""
-    captured: list[torch.Tensor] = []
-
-    def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        hidden = kwargs.get("hidden_states", args[0] if args else None)
-        cos, sin = kwargs["position_embeddings"]
-        rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
-        batch, length, _ = hidden.shape
-        hd = module.head_dim
-        q = module.q_proj(hidden).view(batch, length, -1, hd).transpose(1, 2)
-        k = module.k_proj(hidden).view(batch, length, -1, hd).transpose(1, 2)
-        q, k = rope(q, k, cos, sin)
-        group = q.shape[1] // k.shape[1]
-        k = k.repeat_interleave(group, dim=1)  # the obvious (copying) GQA expansion
-        captured.append(q.double() @ k.double().transpose(-1, -2))
-
-    handles = [
-        layer.self_attn.register_forward_pre_hook(hook, with_kwargs=True)
-        for layer in model.model.layers
-    ]
-    try:
-        with torch.no_grad():
-            model(input_ids)
-    finally:
-        for h in handles:
-            h.remove()
-    return captured
+from tests._tiny_models import ARCHITECTURES, reference_scores, tiny_model
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -49,7 +16,7 @@ def _reference_scores(model: Any, input_ids: torch.Tensor) -> list[torch.Tensor]
 def test_scores_match_projection_reference(arch: str, implementation: str) -> None:
     model = tiny_model(arch, implementation)
     ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
-    want = _reference_scores(model, ids)
+    want = reference_scores(model, ids)
     with torch.no_grad():
         plain = model(ids).logits
         with capture_scores(model, lambda layer, s: s.double(), query_start=10) as result:
@@ -91,7 +58,7 @@ def test_grouped_scores_equal_repeated_keys() -> None:
 def test_chosen_layers_and_cache_aware_rows() -> None:
     model = tiny_model("llama")
     ids = torch.randint(0, 512, (1, 10), generator=torch.Generator().manual_seed(3))
-    full = _reference_scores(model, ids)
+    full = reference_scores(model, ids)
     with torch.no_grad(), capture_scores(model, lambda l, s: s, layers=[2], query_start=8) as r:
         out = model(ids[:, :7], use_cache=True)
         model(ids[:, 7:], past_key_values=out.past_key_values, use_cache=True)

@@ -1,0 +1,330 @@
+"""Per-head RC scores for one example (DESIGN.md §2.1, paper §5.1).
+
+``analyze`` runs one teacher-forced forward pass of ``s = p ⊕ g`` with the score capture
+active; each layer's generation block ``[heads, |g|, |p| + |g|]`` is reduced on the spot to
+per-head statistics (expected RC, upper and lower bound, normalized RC) and freed, so memory
+grows with one layer's block, never with the number of layers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from rcstat.capture import attention_layout, capture_scores
+from rcstat.segments import Segmented, segment_chat, segment_text
+from rcstat.stats import block_statistics, cross_self_samples
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+Statistic = Literal["expected", "upper", "lower", "normalized"]
+STATISTICS: tuple[Statistic, ...] = ("expected", "upper", "lower", "normalized")
+DEFAULT_TAU = 1.5
+
+
+@dataclass
+class HeadSamples:
+    """Raw cross (``X(p, g)``) and self (``Y(g, g)``) scores of one head, for plots."""
+
+    layer: int
+    head: int
+    cross: np.ndarray  # [|g|·|p|]
+    self_: np.ndarray  # [|g|(|g|+1)/2]
+
+
+@dataclass
+class HeadAnalysis:
+    """Per-(layer, head) RC statistics of one example.
+
+    Attributes
+    ----------
+    expected, upper, lower, normalized
+        ``[layers, heads]`` float64: ``E(X(p, g), Y(g, g))``, the overlap-area upper bound
+        ``A``, the lower bound ``a`` and the scale-free ``E / (E + E_reverse)``.
+    prompt_len, gen_len
+        ``|p|`` and ``|g|`` in tokens.
+    prompt_text, generation_text
+        The text of ``p`` and ``g`` as tokenised.
+    scaled
+        True when scores were multiplied by ``1/sqrt(d)`` (raw ``<q, k>`` otherwise).
+    samples
+        Raw score samples of the heads requested with ``keep_samples``.
+    """
+
+    expected: np.ndarray
+    upper: np.ndarray
+    lower: np.ndarray
+    normalized: np.ndarray
+    prompt_len: int
+    gen_len: int
+    prompt_text: str
+    generation_text: str
+    model_name: str = ""
+    scaled: bool = False
+    samples: list[HeadSamples] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(layers, heads)``."""
+        return (int(self.expected.shape[0]), int(self.expected.shape[1]))
+
+    def values(self, by: Statistic = "upper") -> np.ndarray:
+        """The ``[layers, heads]`` array of one statistic."""
+        if by not in STATISTICS:
+            raise ValueError(f"by must be one of {STATISTICS}, got {by!r}")
+        return np.asarray(getattr(self, by))
+
+    def count_above(self, tau: float = DEFAULT_TAU, by: Statistic = "upper") -> int:
+        """Number of heads whose statistic exceeds ``tau`` (paper §5.1: ``A_h > τ = 1.5``)."""
+        return int((self.values(by) > tau).sum())
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per (layer, head) with every statistic."""
+        layers, heads = self.shape
+        frame = pd.DataFrame(
+            {
+                "layer": np.repeat(np.arange(layers), heads),
+                "head": np.tile(np.arange(heads), layers),
+            }
+        )
+        for name in STATISTICS:
+            frame[name] = self.values(name).reshape(-1)
+        return frame
+
+    def top(self, k: int = 10, by: Statistic = "expected") -> pd.DataFrame:
+        """The ``k`` heads with the largest statistic ``by``, highest first."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        frame = self.to_frame().sort_values(by, ascending=False, kind="stable")
+        return frame.head(k).reset_index(drop=True)
+
+    def heatmap(self, by: Statistic = "upper", ax: Axes | None = None, **kwargs: Any) -> Axes:
+        """Layers × heads heatmap of one statistic (see :func:`rcstat.report.plots.heatmap`)."""
+        from rcstat.report.plots import heatmap
+
+        return heatmap(self.values(by), ax=ax, label=by, **kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (statistics as nested lists)."""
+        return {
+            "model": self.model_name,
+            "prompt_len": self.prompt_len,
+            "gen_len": self.gen_len,
+            "prompt_text": self.prompt_text,
+            "generation_text": self.generation_text,
+            "scaled": self.scaled,
+            **{name: self.values(name).tolist() for name in STATISTICS},
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_json` to ``path`` (JSON)."""
+        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> HeadAnalysis:
+        """Read a file written by :meth:`save`."""
+        data = json.loads(Path(path).read_text())
+        arrays = {name: np.asarray(data.pop(name), dtype=np.float64) for name in STATISTICS}
+        return cls(
+            **arrays,
+            prompt_len=data["prompt_len"],
+            gen_len=data["gen_len"],
+            prompt_text=data["prompt_text"],
+            generation_text=data["generation_text"],
+            model_name=data["model"],
+            scaled=data["scaled"],
+        )
+
+
+def _strip_stop_tokens(ids: torch.Tensor, model: PreTrainedModel, tokenizer: Any) -> list[int]:
+    stops = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    stops.update(configured if isinstance(configured, list) else [configured])
+    out = ids.tolist()
+    while out and out[-1] in stops:
+        out.pop()
+    return out
+
+
+def generate_answer(
+    model: PreTrainedModel, tokenizer: Any, example: Segmented, max_new_tokens: int = 64
+) -> Segmented:
+    """Greedily generate the continuation of ``example`` and append it as the generation."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    device = next(model.parameters()).device
+    prompt = example.input_ids.to(device)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    with torch.no_grad():
+        out = model.generate(  # type: ignore[operator]
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+        )
+    new_ids = _strip_stop_tokens(out[0, prompt.shape[1] :].cpu(), model, tokenizer)
+    if not new_ids:
+        raise ValueError("the model generated an empty answer; pass the answer explicitly")
+    return example.with_generation(tokenizer, new_ids)
+
+
+def _reduce_block(keep: dict[int, list[int]], prompt_len: int, samples: list[HeadSamples]) -> Any:
+    def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
+        block = scores[0]  # [head, g, m + g]
+        stats = block_statistics(block, prompt_len)
+        for head in keep.get(layer, []):
+            x, _, y, y_valid = cross_self_samples(block[head], prompt_len)
+            samples.append(HeadSamples(layer, head, x.cpu().numpy(), y[y_valid].cpu().numpy()))
+        return {
+            "expected": stats.expected.cpu(),
+            "upper": stats.upper.cpu(),
+            "lower": stats.lower.cpu(),
+            "normalized": stats.normalized.cpu(),
+        }
+
+    return reduce
+
+
+def analyze_segmented(
+    model: PreTrainedModel,
+    example: Segmented,
+    *,
+    scaled: bool = False,
+    keep_samples: Sequence[tuple[int, int]] = (),
+) -> HeadAnalysis:
+    """Per-head statistics of an already tokenised example (one forward pass).
+
+    Parameters
+    ----------
+    model
+        A Hugging Face causal LM (see :mod:`rcstat.capture`).
+    example
+        Prompt and generation tokens; the generation must be non-empty.
+    scaled
+        Use the model's scaled scores ``<q, k>/sqrt(d)`` instead of raw ``<q, k>``.
+    keep_samples
+        ``(layer, head)`` pairs whose raw cross/self scores are kept for plotting.
+    """
+    layout = attention_layout(model)
+    if example.gen_len == 0:
+        raise ValueError("the generation is empty: give an answer or let the model generate one")
+    if example.prompt_len == 0:
+        raise ValueError("the prompt is empty")
+    if layout.max_positions is not None and example.seq_len > layout.max_positions:
+        raise ValueError(
+            f"the input has {example.seq_len} tokens but the model's window is "
+            f"{layout.max_positions} (max_position_embeddings)"
+        )
+    vocab = model.get_input_embeddings().num_embeddings  # type: ignore[operator]
+    if int(example.input_ids.max()) >= vocab:
+        raise ValueError(
+            f"token id {int(example.input_ids.max())} is outside the model's vocabulary "
+            f"({vocab}): the tokenizer does not belong to this model"
+        )
+    keep: dict[int, list[int]] = {}
+    for layer, head in keep_samples:
+        if not (0 <= layer < layout.num_layers and 0 <= head < layout.num_heads):
+            raise ValueError(
+                f"head {layer}.{head} does not exist: the model has {layout.num_layers} layers "
+                f"× {layout.num_heads} heads"
+            )
+        keep.setdefault(layer, []).append(head)
+    samples: list[HeadSamples] = []
+    device = next(model.parameters()).device
+    reducer = _reduce_block(keep, example.prompt_len, samples)
+    with (
+        torch.no_grad(),
+        capture_scores(model, reducer, query_start=example.prompt_len, scaled=scaled) as result,
+    ):
+        model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
+    per_layer = result.ordered()
+    arrays = {
+        name: torch.stack([r[name] for r in per_layer]).numpy() for name in STATISTICS
+    }  # each [layers, heads]
+    return HeadAnalysis(
+        **arrays,
+        prompt_len=example.prompt_len,
+        gen_len=example.gen_len,
+        prompt_text=example.text[: example.offsets[example.prompt_len][0]],
+        generation_text=example.text[example.offsets[example.prompt_len][0] :],
+        model_name=str(getattr(model.config, "_name_or_path", "")),
+        scaled=scaled,
+        samples=samples,
+    )
+
+
+def analyze(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    context: str | None = None,
+    question: str | None = None,
+    answer: str | None = None,
+    prompt: str | None = None,
+    generation: str | None = None,
+    question_placement: Literal["prompt", "generation"] = "prompt",
+    max_new_tokens: int = 64,
+    scaled: bool = False,
+    keep_samples: Sequence[tuple[int, int]] = (),
+) -> HeadAnalysis:
+    """Per-(layer, head) RC of one example: which heads ground the generation in the prompt.
+
+    Two input modes:
+
+    - chat: ``context``, ``question`` and optionally ``answer``. The user turn is
+      ``context + "\\n\\n" + question`` rendered with the tokenizer's chat template; the
+      question ends the prompt (or starts the generation with
+      ``question_placement="generation"``).
+    - raw: ``prompt`` and optionally ``generation``, no chat template. The prompt is tokenised
+      with the tokenizer's default special tokens, the generation with
+      ``add_special_tokens=False``, and the two are concatenated.
+
+    Without an answer / generation the model generates one greedily (``max_new_tokens``).
+
+    Returns
+    -------
+    HeadAnalysis
+        ``E_h``, ``A_h``, ``a_h`` and the normalized RC per head (DESIGN.md §2.1).
+
+    Notes
+    -----
+    ``E_h = E(X(p, g), Y(g, g))`` with ``X(p, g) = {f(i, j): i ∈ p, j ∈ g}`` and
+    ``Y(g, g) = {f(k, l): k <= l ∈ g}`` (paper eq. 6, Theorem 3.6), computed exactly.
+    """
+    layout = attention_layout(model)
+    chat = context is not None or question is not None or answer is not None
+    raw = prompt is not None or generation is not None
+    if chat == raw:
+        raise ValueError(
+            "give either context= and question= (with optional answer=) or prompt= "
+            "(with optional generation=)"
+        )
+    if chat:
+        if context is None or question is None:
+            raise ValueError("chat mode needs both context= and question=")
+        example = segment_chat(
+            tokenizer,
+            context,
+            question,
+            answer,
+            question_placement=question_placement,
+            max_length=layout.max_positions,
+        )
+        needs_generation = answer is None
+    else:
+        assert prompt is not None
+        example = segment_text(tokenizer, prompt, generation, max_length=layout.max_positions)
+        needs_generation = generation is None
+    if needs_generation:
+        example = generate_answer(model, tokenizer, example, max_new_tokens)
+    return analyze_segmented(model, example, scaled=scaled, keep_samples=keep_samples)

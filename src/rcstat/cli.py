@@ -1,0 +1,214 @@
+"""The ``rcstat`` command line: ``rcstat demo`` and ``rcstat analyze``.
+
+Each sub-command parses into an arguments dataclass and writes its results into ``--out``
+atomically: files are written to a temporary folder beside it and moved in only when the
+whole command succeeded, so a failure leaves no partial files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+console = Console(stderr=False)
+
+
+@contextmanager
+def staged_output(out: Path) -> Iterator[Path]:
+    """Yield a temporary folder; on success move its files into ``out``, else delete it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield stage
+        out.mkdir(parents=True, exist_ok=True)
+        for item in stage.iterdir():
+            target = out / item.name
+            if target.exists():
+                target.unlink()
+            shutil.move(str(item), target)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _text(value: str | None, path: str | None, name: str) -> str | None:
+    if value is not None and path is not None:
+        raise SystemExit(f"error: give --{name} or --{name}-file, not both")
+    if path is not None:
+        try:
+            return Path(path).read_text(encoding="utf-8")
+        except OSError as err:
+            raise SystemExit(f"error: cannot read --{name}-file {path}: {err}") from err
+    return value
+
+
+def _head(value: str) -> tuple[int, int]:
+    try:
+        layer, head = value.split(".")
+        return int(layer), int(head)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"--head must look like LAYER.HEAD, got {value!r}"
+        ) from err
+
+
+@dataclass
+class AnalyzeArgs:
+    """Arguments of ``rcstat analyze``."""
+
+    context: str | None
+    question: str | None
+    answer: str | None
+    prompt: str | None
+    generation: str | None
+    model: str | None
+    out: Path
+    tau: float
+    top: int
+    heads: list[tuple[int, int]]
+    question_placement: str
+    max_new_tokens: int
+    scaled: bool
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> AnalyzeArgs:
+        return cls(
+            context=_text(ns.context, ns.context_file, "context"),
+            question=_text(ns.question, ns.question_file, "question"),
+            answer=_text(ns.answer, ns.answer_file, "answer"),
+            prompt=_text(ns.prompt, ns.prompt_file, "prompt"),
+            generation=_text(ns.generation, ns.generation_file, "generation"),
+            model=ns.model,
+            out=Path(ns.out),
+            tau=ns.tau,
+            top=ns.top,
+            heads=list(ns.head or []),
+            question_placement=ns.question_placement,
+            max_new_tokens=ns.max_new_tokens,
+            scaled=ns.scaled,
+        )
+
+
+def run_analyze(args: AnalyzeArgs) -> int:
+    """Analyse one example and write scores.csv, scores.json, heatmap.png (+ head plots)."""
+    from rcstat.analysis import analyze
+    from rcstat.models import load_model
+    from rcstat.report.console import top_heads_table
+    from rcstat.report.plots import save, score_distributions
+
+    with console.status("loading model…"):
+        model, tokenizer = load_model(args.model)
+    with console.status("generating and analysing (one forward pass)…"):
+        if args.prompt is not None or args.generation is not None:
+            result = analyze(
+                model,
+                tokenizer,
+                prompt=args.prompt,
+                generation=args.generation,
+                max_new_tokens=args.max_new_tokens,
+                scaled=args.scaled,
+                keep_samples=args.heads,
+            )
+        else:
+            result = analyze(
+                model,
+                tokenizer,
+                context=args.context,
+                question=args.question,
+                answer=args.answer,
+                question_placement=args.question_placement,  # type: ignore[arg-type]
+                max_new_tokens=args.max_new_tokens,
+                scaled=args.scaled,
+                keep_samples=args.heads,
+            )
+    with staged_output(args.out) as stage, console.status("writing results…"):
+        result.to_frame().to_csv(stage / "scores.csv", index=False)
+        result.save(stage / "scores.json")
+        save(
+            result.heatmap("upper", title=f"upper bound A per head (τ = {args.tau})"),
+            str(stage / "heatmap.png"),
+        )
+        for sample in result.samples:
+            fig = score_distributions(
+                sample.cross, sample.self_, title=f"layer {sample.layer}, head {sample.head}"
+            )
+            save(fig, str(stage / f"head_{sample.layer}_{sample.head}.png"))
+    console.print(f"generation: {result.generation_text!r}")
+    console.print(top_heads_table(result, k=args.top, tau=args.tau))
+    console.print(f"results written to {args.out}/")
+    return 0
+
+
+@dataclass
+class DemoArgs:
+    """Arguments of ``rcstat demo``."""
+
+    model: str | None
+    out: Path
+    tau: float
+
+
+def run_demo(args: DemoArgs) -> int:
+    """Contrast a supporting and an unrelated context (paper §5.1) and write an HTML report."""
+    from rcstat.demo import run_contrast
+
+    return run_contrast(args.model, args.out, args.tau, console)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rcstat", description="Relative Contextualization statistics of attention heads."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="contrast a supporting and an unrelated context")
+    demo.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
+    demo.add_argument("--out", default="runs/demo", help="output folder")
+    demo.add_argument("--tau", type=float, default=1.5, help="threshold on the upper bound")
+
+    an = sub.add_parser("analyze", help="per-head RC scores of one example")
+    for name, what in [
+        ("context", "context text (chat mode)"),
+        ("question", "question text (chat mode)"),
+        ("answer", "answer to teacher-force (chat mode; generated when absent)"),
+        ("prompt", "raw prompt, no chat template"),
+        ("generation", "raw continuation to analyse (generated when absent)"),
+    ]:
+        an.add_argument(f"--{name}", default=None, help=what)
+        an.add_argument(f"--{name}-file", default=None, help=f"read the {name} from a file")
+    an.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
+    an.add_argument("--out", default="runs/analyze", help="output folder")
+    an.add_argument("--tau", type=float, default=1.5, help="threshold for the head counts")
+    an.add_argument("--top", type=int, default=10, help="rows of the top-heads table")
+    an.add_argument(
+        "--head",
+        type=_head,
+        action="append",
+        help="LAYER.HEAD: also plot that head's cross vs self scores (repeatable)",
+    )
+    an.add_argument("--question-placement", choices=["prompt", "generation"], default="prompt")
+    an.add_argument("--max-new-tokens", type=int, default=64)
+    an.add_argument("--scaled", action="store_true", help="use <q,k>/sqrt(d) instead of raw")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        if ns.command == "analyze":
+            return run_analyze(AnalyzeArgs.from_namespace(ns))
+        return run_demo(DemoArgs(model=ns.model, out=Path(ns.out), tau=ns.tau))
+    except (ValueError, FloatingPointError, RuntimeError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""``rcstat demo``: the paper's two contrasting examples (§5.1), on texts written for rcstat.
+
+The same question and answer are analysed after a context that supports them and after an
+unrelated context. As in the paper, the context is the prompt and question + answer form the
+generation (``question_placement="generation"``). The demo prints the head counts above τ
+side by side and writes an HTML report with both heatmaps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+QUESTION = "In which year did the Harrowgate lighthouse stop using a lamp keeper?"
+ANSWER = "The Harrowgate lighthouse stopped using a lamp keeper in 1962, when it was automated."
+
+SUPPORTING = (
+    "The Harrowgate lighthouse stands on a granite spur at the northern end of Kessel Bay. "
+    "It was built in 1871 by the harbour board after two grain ships ran aground on the spur "
+    "in the same winter. For ninety years a resident lamp keeper lived in the cottage at its "
+    "base, trimming the wick every four hours and winding the clockwork that turned the lens. "
+    "In 1962 the light was automated: an electric lamp and a timer replaced the keeper, who "
+    "moved to the village and later ran the harbour museum. Today the tower is painted white "
+    "with a single red band, and its beam can be seen twenty-two nautical miles out to sea."
+)
+
+UNRELATED = (
+    "Sourdough bread rises because of a culture of wild yeast and lactic acid bacteria. "
+    "Bakers keep the culture alive by feeding it flour and water every day, discarding part "
+    "of it before each feeding so that it does not grow without limit. The bacteria produce "
+    "lactic and acetic acids, which give the bread its sour taste and help it keep longer. "
+    "A long, cool fermentation overnight develops more flavour than a short, warm one, and "
+    "steam in the first minutes of baking lets the loaf expand before the crust sets. The "
+    "finished crumb should be open and glossy, with irregular holes of different sizes."
+)
+
+
+def run_contrast(model_name: str | None, out: Path, tau: float, console: Any) -> int:
+    """Analyse both examples, print the counts side by side, write ``report.html``."""
+    from rcstat.analysis import analyze
+    from rcstat.cli import staged_output
+    from rcstat.models import load_model
+    from rcstat.report.html import Panel, Section, figure_png, render_report
+    from rcstat.report.plots import heatmap
+
+    import matplotlib.pyplot as plt
+    from rich.table import Table
+
+    with console.status("loading model…"):
+        model, tokenizer = load_model(model_name)
+    results = {}
+    for name, context in (("supporting", SUPPORTING), ("unrelated", UNRELATED)):
+        with console.status(f"analysing the {name} example…"):
+            results[name] = analyze(
+                model,
+                tokenizer,
+                context=context,
+                question=QUESTION,
+                answer=ANSWER,
+                question_placement="generation",
+            )
+
+    table = Table(title=f"heads above τ = {tau} (of {results['supporting'].expected.size})")
+    table.add_column("statistic")
+    for name in results:
+        table.add_column(name, justify="right")
+    rows: dict[str, dict[str, float]] = {}
+    for label, by, threshold in (
+        (f"upper bound A > {tau}", "upper", tau),
+        (f"expected E > {tau}", "expected", tau),
+        ("normalized RC > 0.5", "normalized", 0.5),
+    ):
+        rows[label] = {n: r.count_above(threshold, by) for n, r in results.items()}  # type: ignore[arg-type]
+    for stat in ("upper", "expected", "normalized"):
+        rows[f"median {stat}"] = {n: float(np.median(r.values(stat))) for n, r in results.items()}  # type: ignore[arg-type]
+    for label, values in rows.items():
+        table.add_row(
+            label, *(f"{v:g}" if isinstance(v, float) else str(v) for v in values.values())
+        )
+    console.print(table)
+
+    with staged_output(out) as stage:
+        panels = []
+        limits = {
+            by: (
+                min(float(r.values(by).min()) for r in results.values()),  # type: ignore[arg-type]
+                max(float(r.values(by).max()) for r in results.values()),
+            )  # type: ignore[arg-type]
+            for by in ("upper", "normalized")
+        }
+        for name, result in results.items():
+            result.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
+            result.save(stage / f"scores_{name}.json")
+            images = []
+            for by in ("upper", "normalized"):
+                fig, ax = plt.subplots(figsize=(5, 6))
+                heatmap(
+                    result.values(by),
+                    ax=ax,
+                    label=by,
+                    title=f"{name}: {by}",  # type: ignore[arg-type]
+                    vmin=limits[by][0],
+                    vmax=limits[by][1],
+                )
+                images.append(figure_png(fig))
+            panels.append(
+                Panel(
+                    heading=f"{name} context",
+                    texts=[
+                        f"A > {tau}: {result.count_above(tau)} heads; "
+                        f"normalized RC > 0.5: {result.count_above(0.5, 'normalized')} heads"
+                    ],
+                    preformatted=[result.prompt_text, result.generation_text],
+                    images=images,
+                )
+            )
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        for name, result in results.items():
+            ax.plot(np.sort(result.upper.ravel())[::-1], label=f"{name}: upper bound A")
+            ax.plot(np.sort(result.expected.ravel())[::-1], "--", label=f"{name}: expected E")
+        ax.axhline(tau, color="grey", lw=0.8)
+        ax.set_xlabel("heads, sorted")
+        ax.set_ylabel("RC (raw scores)")
+        ax.legend(fontsize=8)
+        sorted_png = figure_png(fig)
+        table_html = (
+            "<table><tr><th>statistic</th>"
+            + "".join(f"<th>{n}</th>" for n in results)
+            + "</tr>"
+            + "".join(
+                f"<tr><td>{label}</td>"
+                + "".join(f"<td>{v:g}</td>" for v in values.values())
+                + "</tr>"
+                for label, values in rows.items()
+            )
+            + "</table>"
+        )
+        report = render_report(
+            "rcstat demo: supporting vs unrelated context",
+            [
+                Section(
+                    "Head counts",
+                    [Panel("summary", table_html=table_html, images=[sorted_png])],
+                    intro="Same question and answer (the generation) after two contexts "
+                    "(the prompt). Paper §5.1 reports 130 vs 12 heads with A > 1.5 on "
+                    "LLaMA-3.2-3B.",
+                ),
+                Section("Per-head maps (shared colour scale)", panels),
+            ],
+        )
+        (stage / "report.html").write_text(report, encoding="utf-8")
+        (stage / "summary.json").write_text(json.dumps({"tau": tau, "rows": rows}, indent=1))
+    console.print(f"report written to {out / 'report.html'}")
+    return 0

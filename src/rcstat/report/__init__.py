@@ -1,0 +1,1 @@
+"""Rendering of results: figures (``plots``), HTML (``html``) and console tables (``console``)."""

@@ -1,0 +1,112 @@
+"""Figures (matplotlib, imported lazily; every function takes an optional ``ax=``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
+    if ax is not None:
+        return ax
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    _, new_ax = plt.subplots(figsize=figsize)
+    return new_ax
+
+
+def heatmap(
+    values: np.ndarray,
+    ax: Axes | None = None,
+    *,
+    label: str = "",
+    title: str = "",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str = "viridis",
+) -> Axes:
+    """Layers × heads heatmap (rows = layers, first layer at the top).
+
+    Parameters
+    ----------
+    values
+        ``[layers, heads]`` array.
+    label
+        Colour-bar label (the statistic's name).
+    vmin, vmax
+        Shared colour limits, to compare several heatmaps.
+    """
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 2:
+        raise ValueError(f"values must be [layers, heads], got shape {values.shape}")
+    layers, heads = values.shape
+    ax = _axes(ax, (max(4.0, 0.35 * heads + 2), max(3.0, 0.22 * layers + 1)))
+    image = ax.imshow(
+        values, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest"
+    )
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_xticks(range(0, heads, max(1, heads // 12)))
+    ax.set_yticks(range(0, layers, max(1, layers // 15)))
+    ax.figure.colorbar(image, ax=ax, label=label)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def score_distributions(
+    cross: np.ndarray,
+    self_: np.ndarray,
+    *,
+    title: str = "",
+    bins: int = 80,
+) -> Figure:
+    """The paper's Fig. 1 / 2d for one head: densities of cross (``X``) and self (``Y``)
+    scores, and the CDF ``F_Y`` with the survival ``1 - F_X``; the shaded area under both is
+    the upper bound ``A`` (Theorem 3.6).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    cross = np.sort(np.asarray(cross, dtype=float))
+    self_ = np.sort(np.asarray(self_, dtype=float))
+    if cross.size == 0 or self_.size == 0:
+        raise ValueError("cross and self samples must be non-empty")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    edges = np.histogram_bin_edges(np.concatenate([cross, self_]), bins=bins)
+    left.hist(cross, bins=edges, density=True, alpha=0.6, label=f"cross X(p, g)  n={cross.size}")
+    left.hist(self_, bins=edges, density=True, alpha=0.6, label=f"self Y(g, g)  n={self_.size}")
+    left.set_xlabel("attention score <q, k>")
+    left.set_ylabel("density")
+    left.legend(fontsize=8)
+    grid = np.unique(np.concatenate([cross, self_]))
+    f_y = np.searchsorted(self_, grid, side="right") / self_.size
+    s_x = 1.0 - np.searchsorted(cross, grid, side="right") / cross.size
+    right.step(grid, f_y, where="post", label="F_Y (self)")
+    right.step(grid, s_x, where="post", label="1 - F_X (cross)")
+    right.fill_between(grid, np.minimum(f_y, s_x), step="post", alpha=0.3, label="overlap A")
+    right.set_xlabel("attention score <q, k>")
+    right.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def save(fig_or_ax: Any, path: str) -> None:
+    """Save a figure (or an axes' figure) as PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    fig = fig_or_ax if hasattr(fig_or_ax, "savefig") else fig_or_ax.figure
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,112 @@
+"""rcstat.analyze end to end on tiny models, against naive per-head oracles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from rcstat.analysis import HeadAnalysis, analyze
+from tests._reference import algorithm1, naive_expected_rc
+from tests._tiny_models import reference_scores, tiny_model
+from tests._tiny_tokenizer import make_tiny_tokenizer
+
+CONTEXT = "The cat sat on the warm mat near the door. The dog slept in the garden."
+QUESTION = "Where did the cat sit?"
+ANSWER = "On the warm mat."
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_head_scores_match_naive_oracle(arch: str) -> None:
+    model, tok = tiny_model(arch), make_tiny_tokenizer()
+    result = analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": CONTEXT + "\n\n" + QUESTION}],
+        add_generation_prompt=True, tokenize=True, return_dict=False,
+    )
+    answer_ids = tok(ANSWER, add_special_tokens=False)["input_ids"]
+    m, g = len(ids), len(answer_ids)
+    assert (result.prompt_len, result.gen_len) == (m, g)
+    scores = reference_scores(model, torch.tensor([ids + answer_ids]))
+    for layer, block in enumerate(scores):
+        for head in range(block.shape[1]):
+            rows = block[0, head, m:].numpy()  # [g, m + g]
+            x = rows[:, :m].ravel()
+            y = np.concatenate([rows[j, m : m + j + 1] for j in range(g)])
+            assert result.expected[layer, head] == pytest.approx(naive_expected_rc(x, y), rel=1e-5)
+            assert result.upper[layer, head] == pytest.approx(algorithm1(x, y, "upper"), rel=1e-5)
+            assert result.lower[layer, head] == pytest.approx(
+                algorithm1(x, y, "lower"), rel=1e-5, abs=1e-6
+            )
+            reverse = naive_expected_rc(y, x)
+            want = naive_expected_rc(x, y) / (naive_expected_rc(x, y) + reverse)
+            assert result.normalized[layer, head] == pytest.approx(want, rel=1e-5)
+
+
+def test_result_api(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    result = analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER,
+                     keep_samples=[(1, 3)])
+    assert result.shape == (3, 4)
+    frame = result.to_frame()
+    assert isinstance(frame, pd.DataFrame) and len(frame) == 12
+    top = result.top(3)
+    assert list(top["expected"]) == sorted(frame["expected"], reverse=True)[:3]
+    assert result.count_above(0.0) == 12
+    assert result.count_above(1e9) == 0
+    assert result.count_above(0.5, "normalized") == int((result.normalized > 0.5).sum())
+    (sample,) = result.samples
+    assert (sample.layer, sample.head) == (1, 3)
+    assert sample.cross.size == result.prompt_len * result.gen_len
+    assert sample.self_.size == result.gen_len * (result.gen_len + 1) // 2
+    path = tmp_path / "r.json"
+    result.save(path)
+    back = HeadAnalysis.load(path)
+    np.testing.assert_array_equal(back.upper, result.upper)
+    assert back.generation_text == result.generation_text == ANSWER
+    with pytest.raises(ValueError, match="by must be"):
+        result.values("median")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="k must be"):
+        result.top(0)
+
+
+def test_question_placement_moves_the_split() -> None:
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    in_prompt = analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER)
+    in_gen = analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER,
+                     question_placement="generation")
+    assert in_gen.prompt_len < in_prompt.prompt_len
+    assert in_gen.prompt_len + in_gen.gen_len == in_prompt.prompt_len + in_prompt.gen_len
+    assert QUESTION in in_gen.generation_text
+
+
+def test_raw_mode_and_generation() -> None:
+    model, tok = tiny_model("mistral"), make_tiny_tokenizer()
+    given = analyze(model, tok, prompt="Once upon a time", generation=" there was a cat.")
+    assert given.generation_text == " there was a cat."
+    generated = analyze(model, tok, prompt="Once upon a time", max_new_tokens=4)
+    assert 1 <= generated.gen_len <= 4
+    assert np.isfinite(generated.expected).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(context="", question=QUESTION, answer=ANSWER), "context"),
+        (dict(context=CONTEXT, question=QUESTION, answer=""), "answer"),
+        (dict(context=CONTEXT, answer=ANSWER), "both context= and question="),
+        (dict(context=CONTEXT, question=QUESTION, prompt="x"), "either"),
+        (dict(), "either"),
+        (dict(prompt="hello", generation="x", keep_samples=[(9, 0)]), "does not exist"),
+    ],
+)
+def test_bad_input(kwargs: dict, match: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ValueError, match=match):
+        analyze(tiny_model("llama"), make_tiny_tokenizer(), **kwargs)
+
+
+def test_too_long_input_is_refused() -> None:
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()  # window: 256 positions
+    with pytest.raises(ValueError, match="256"):
+        analyze(model, tok, prompt="word " * 400, generation=" end")
