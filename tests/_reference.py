@@ -49,8 +49,8 @@ def eq6_block(scores: np.ndarray, prompt_len: int) -> float:
     for i in range(m):
         for j in range(g):
             for k in range(g):
-                for l in range(k, g):
-                    total += max(scores[j, i] - scores[l, m + k], 0.0)
+                for q in range(k, g):  # query q >= key k
+                    total += max(scores[j, i] - scores[q, m + k], 0.0)
     return 2.0 * total / (m * g * g * (g + 1))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import torch
@@ -32,7 +32,7 @@ _COMMON = dict(
 ARCHITECTURES = ("llama", "qwen2", "mistral", "gemma2")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _build(arch: str, attn_implementation: str) -> PreTrainedModel:
     torch.manual_seed(0)
     if arch == "llama":

@@ -23,7 +23,9 @@ def test_head_scores_match_naive_oracle(arch: str) -> None:
     result = analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER)
     ids = tok.apply_chat_template(
         [{"role": "user", "content": CONTEXT + "\n\n" + QUESTION}],
-        add_generation_prompt=True, tokenize=True, return_dict=False,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
     )
     answer_ids = tok(ANSWER, add_special_tokens=False)["input_ids"]
     m, g = len(ids), len(answer_ids)
@@ -46,8 +48,9 @@ def test_head_scores_match_naive_oracle(arch: str) -> None:
 
 def test_result_api(tmp_path) -> None:  # type: ignore[no-untyped-def]
     model, tok = tiny_model("llama"), make_tiny_tokenizer()
-    result = analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER,
-                     keep_samples=[(1, 3)])
+    result = analyze(
+        model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER, keep_samples=[(1, 3)]
+    )
     assert result.shape == (3, 4)
     frame = result.to_frame()
     assert isinstance(frame, pd.DataFrame) and len(frame) == 12
@@ -74,8 +77,14 @@ def test_result_api(tmp_path) -> None:  # type: ignore[no-untyped-def]
 def test_question_placement_moves_the_split() -> None:
     model, tok = tiny_model("llama"), make_tiny_tokenizer()
     in_prompt = analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER)
-    in_gen = analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER,
-                     question_placement="generation")
+    in_gen = analyze(
+        model,
+        tok,
+        context=CONTEXT,
+        question=QUESTION,
+        answer=ANSWER,
+        question_placement="generation",
+    )
     assert in_gen.prompt_len < in_prompt.prompt_len
     assert in_gen.prompt_len + in_gen.gen_len == in_prompt.prompt_len + in_prompt.gen_len
     assert QUESTION in in_gen.generation_text

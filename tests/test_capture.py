@@ -59,7 +59,7 @@ def test_chosen_layers_and_cache_aware_rows() -> None:
     model = tiny_model("llama")
     ids = torch.randint(0, 512, (1, 10), generator=torch.Generator().manual_seed(3))
     full = reference_scores(model, ids)
-    with torch.no_grad(), capture_scores(model, lambda l, s: s, layers=[2], query_start=8) as r:
+    with torch.no_grad(), capture_scores(model, lambda layer, s: s, layers=[2], query_start=8) as r:
         out = model(ids[:, :7], use_cache=True)
         model(ids[:, 7:], past_key_values=out.past_key_values, use_cache=True)
     (block,) = r.ordered()
@@ -76,7 +76,7 @@ def test_left_padded_batch_keeps_outputs() -> None:
     mask[0, :3] = 0
     with torch.no_grad():
         want = model(ids, attention_mask=mask).logits
-        with capture_scores(model, lambda l, s: None):
+        with capture_scores(model, lambda layer, s: None):
             got = model(ids, attention_mask=mask).logits
     torch.testing.assert_close(got[0, 3:], want[0, 3:], rtol=0, atol=1e-5)
     torch.testing.assert_close(got[1], want[1], rtol=0, atol=1e-5)
@@ -91,7 +91,7 @@ def test_nan_scores_raise_and_restore_state() -> None:
         with torch.no_grad():
             layer.q_proj.weight[0, 0] = float("nan")
         with pytest.raises(FloatingPointError, match="layer 1"), torch.no_grad():
-            with capture_scores(model, lambda l, s: None):
+            with capture_scores(model, lambda layer, s: None):
                 model(ids)
     finally:
         with torch.no_grad():
@@ -102,15 +102,15 @@ def test_nan_scores_raise_and_restore_state() -> None:
 def test_bad_arguments_and_unsupported_models() -> None:
     model = tiny_model("llama")
     with pytest.raises(ValueError, match="out of range"):
-        with capture_scores(model, lambda l, s: None, layers=[5]):
+        with capture_scores(model, lambda layer, s: None, layers=[5]):
             pass
     with pytest.raises(ValueError, match="invalid query rows"):
-        with capture_scores(model, lambda l, s: None, query_start=4, query_end=4):
+        with capture_scores(model, lambda layer, s: None, query_start=4, query_end=4):
             pass
     with pytest.raises(UnsupportedModelError, match="config"):
         attention_layout(torch.nn.Linear(2, 2))
     with pytest.raises(UnsupportedModelError, match="never called"):
-        with capture_scores(model, lambda l, s: None) as result:
+        with capture_scores(model, lambda layer, s: None) as result:
             pass  # no forward pass
         result.ordered()
 

@@ -26,9 +26,13 @@ from rcstat.stats import (
 from tests._reference import algorithm1, eq6_block, iot_block, naive_expected_rc
 
 # Samples with many ties (small integer grid) or continuous values, up to |f| ~ 1e3.
+# Magnitudes below 1e-6 are excluded: shifting them by O(1) in the affine-invariance tests
+# would round them away in the input itself (attention scores never live there).
 _values = st.one_of(
     st.integers(-5, 5).map(float),
-    st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=64),
+    st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=64).filter(
+        lambda v: v == 0.0 or abs(v) > 1e-6
+    ),
 )
 samples = arrays(np.float64, st.integers(1, 40), elements=_values)
 
@@ -74,8 +78,8 @@ def test_large_scores_float32_against_float64_oracle() -> None:
 
 
 @pytest.mark.parametrize("fraction_inside", [0.0, 0.3, 1.0])
-def test_overlap_reduction_paths_agree(fraction_inside: float) -> None:
-    """x mostly below / mostly inside / around the range of y: both kernel paths are exact."""
+def test_x_below_inside_and_above_the_range_of_y(fraction_inside: float) -> None:
+    """x mostly below, mostly inside or around the range of y (the closed-form tails)."""
     gen = torch.Generator().manual_seed(7)
     y = torch.rand(3, 100, generator=gen)
     n = 1000
@@ -171,7 +175,9 @@ def test_normalized_rc_is_scale_free_and_bounded(x: np.ndarray, y: np.ndarray) -
 
 @given(st.floats(-1e3, 1e3), st.floats(-1e3, 1e3))
 def test_single_samples(a: float, b: float) -> None:
-    s = rc_statistics(torch.tensor([a], dtype=torch.float64), torch.tensor([b], dtype=torch.float64))
+    s = rc_statistics(
+        torch.tensor([a], dtype=torch.float64), torch.tensor([b], dtype=torch.float64)
+    )
     want = max(a - b, 0.0)
     for field in ("expected", "upper", "lower"):
         assert _close(float(getattr(s, field)), want, 1e-12)
@@ -233,7 +239,7 @@ def test_block_samples_and_bounds() -> None:
     x, xv, y, yv = cross_self_samples(scores, 3)
     assert x.tolist() == [0, 1, 2, 5, 6, 7]
     assert y[yv].tolist() == [3, 8, 9]  # f(k, l), k <= l: (3,3), (3,4), (4,4)
-    assert bool(xv.all())
+    assert xv is None
     stats = block_statistics(scores, 3)
     xs, ys = np.array([0, 1, 2, 5, 6, 7.0]), np.array([3, 8, 9.0])
     assert _close(float(stats.upper), algorithm1(xs, ys, "upper"), 1e-12)
@@ -284,7 +290,7 @@ def test_bad_masks() -> None:
         expected_rc(x, y, y_valid=torch.ones(2, 2, dtype=torch.bool))
     with pytest.raises(TypeError, match="boolean"):
         expected_rc(x, y, x_valid=torch.ones(2, 3))
-    with pytest.raises(TypeError, match="torch.Tensor"):
+    with pytest.raises(TypeError, match=r"torch\.Tensor"):
         expected_rc([1.0, 2.0], y)  # type: ignore[arg-type]
 
 

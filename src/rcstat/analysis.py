@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -133,9 +133,12 @@ class HeadAnalysis:
     def load(cls, path: str | Path) -> HeadAnalysis:
         """Read a file written by :meth:`save`."""
         data = json.loads(Path(path).read_text())
-        arrays = {name: np.asarray(data.pop(name), dtype=np.float64) for name in STATISTICS}
+        array = {name: np.asarray(data[name], dtype=np.float64) for name in STATISTICS}
         return cls(
-            **arrays,
+            expected=array["expected"],
+            upper=array["upper"],
+            lower=array["lower"],
+            normalized=array["normalized"],
             prompt_len=data["prompt_len"],
             gen_len=data["gen_len"],
             prompt_text=data["prompt_text"],
@@ -225,7 +228,8 @@ def analyze_segmented(
             f"the input has {example.seq_len} tokens but the model's window is "
             f"{layout.max_positions} (max_position_embeddings)"
         )
-    vocab = model.get_input_embeddings().num_embeddings  # type: ignore[operator]
+    embeddings = cast(torch.nn.Embedding, model.get_input_embeddings())
+    vocab = int(embeddings.weight.shape[0])
     if int(example.input_ids.max()) >= vocab:
         raise ValueError(
             f"token id {int(example.input_ids.max())} is outside the model's vocabulary "

@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from rcstat.analysis import HeadAnalysis, Statistic, analyze
+from rcstat.report.html import Panel, Section, figure_png, render_report
+from rcstat.report.plots import heatmap
+
+_MAPS: tuple[Statistic, ...] = ("upper", "normalized")
+_MEDIANS: tuple[Statistic, ...] = ("upper", "expected", "normalized")
 
 QUESTION = "In which year did the Harrowgate lighthouse stop using a lamp keeper?"
 ANSWER = "The Harrowgate lighthouse stopped using a lamp keeper in 1962, when it was automated."
@@ -38,16 +46,78 @@ UNRELATED = (
 )
 
 
-def run_contrast(model_name: str | None, out: Path, tau: float, console: Any) -> int:
+def summary_rows(results: dict[str, HeadAnalysis], tau: float) -> dict[str, dict[str, float]]:
+    """Head counts above the thresholds and median statistics, one column per example."""
+    rows: dict[str, dict[str, float]] = {}
+    thresholds: tuple[tuple[str, Statistic, float], ...] = (
+        (f"heads with upper bound A > {tau}", "upper", tau),
+        (f"heads with expected E > {tau}", "expected", tau),
+        ("heads with normalized RC > 0.5", "normalized", 0.5),
+    )
+    for label, by, threshold in thresholds:
+        rows[label] = {n: r.count_above(threshold, by) for n, r in results.items()}
+    for stat in _MEDIANS:
+        rows[f"median {stat}"] = {n: float(np.median(r.values(stat))) for n, r in results.items()}
+    return rows
+
+
+def _maps_panel(
+    name: str, result: HeadAnalysis, tau: float, limits: dict[Statistic, tuple[float, float]]
+) -> Panel:
+    import matplotlib.pyplot as plt
+
+    images = []
+    for by in _MAPS:
+        fig, ax = plt.subplots(figsize=(5, 6))
+        heatmap(
+            result.values(by),
+            ax=ax,
+            label=by,
+            title=f"{name}: {by}",
+            vmin=limits[by][0],
+            vmax=limits[by][1],
+        )
+        images.append(figure_png(fig))
+    return Panel(
+        heading=f"{name} context",
+        texts=[
+            f"A > {tau}: {result.count_above(tau)} heads; "
+            f"normalized RC > 0.5: {result.count_above(0.5, 'normalized')} heads"
+        ],
+        preformatted=[result.prompt_text, result.generation_text],
+        images=images,
+    )
+
+
+def _sorted_heads_png(results: dict[str, HeadAnalysis], tau: float) -> bytes:
+    """Per-head RC sorted in decreasing order (the paper's Fig. 4b)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for name, result in results.items():
+        ax.plot(np.sort(result.upper.ravel())[::-1], label=f"{name}: upper bound A")
+        ax.plot(np.sort(result.expected.ravel())[::-1], "--", label=f"{name}: expected E")
+    ax.axhline(tau, color="grey", lw=0.8)
+    ax.set_xlabel("heads, sorted")
+    ax.set_ylabel("RC (raw scores)")
+    ax.legend(fontsize=8)
+    return figure_png(fig)
+
+
+def _table_html(rows: dict[str, dict[str, float]]) -> str:
+    names = next(iter(rows.values())).keys()
+    head = "<tr><th>statistic</th>" + "".join(f"<th>{n}</th>" for n in names) + "</tr>"
+    body = "".join(
+        f"<tr><td>{label}</td>" + "".join(f"<td>{v:g}</td>" for v in values.values()) + "</tr>"
+        for label, values in rows.items()
+    )
+    return f"<table>{head}{body}</table>"
+
+
+def run_contrast(model_name: str | None, out: Path, tau: float, console: Console) -> int:
     """Analyse both examples, print the counts side by side, write ``report.html``."""
-    from rcstat.analysis import analyze
     from rcstat.cli import staged_output
     from rcstat.models import load_model
-    from rcstat.report.html import Panel, Section, figure_png, render_report
-    from rcstat.report.plots import heatmap
-
-    import matplotlib.pyplot as plt
-    from rich.table import Table
 
     with console.status("loading model…"):
         model, tokenizer = load_model(model_name)
@@ -62,95 +132,48 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Any) ->
                 answer=ANSWER,
                 question_placement="generation",
             )
-
-    table = Table(title=f"heads above τ = {tau} (of {results['supporting'].expected.size})")
+    rows = summary_rows(results, tau)
+    table = Table(title=f"{results['supporting'].expected.size} heads, τ = {tau}")
     table.add_column("statistic")
     for name in results:
         table.add_column(name, justify="right")
-    rows: dict[str, dict[str, float]] = {}
-    for label, by, threshold in (
-        (f"upper bound A > {tau}", "upper", tau),
-        (f"expected E > {tau}", "expected", tau),
-        ("normalized RC > 0.5", "normalized", 0.5),
-    ):
-        rows[label] = {n: r.count_above(threshold, by) for n, r in results.items()}  # type: ignore[arg-type]
-    for stat in ("upper", "expected", "normalized"):
-        rows[f"median {stat}"] = {n: float(np.median(r.values(stat))) for n, r in results.items()}  # type: ignore[arg-type]
     for label, values in rows.items():
-        table.add_row(
-            label, *(f"{v:g}" if isinstance(v, float) else str(v) for v in values.values())
-        )
+        table.add_row(label, *(f"{v:g}" for v in values.values()))
     console.print(table)
 
+    limits = {
+        by: (
+            min(float(r.values(by).min()) for r in results.values()),
+            max(float(r.values(by).max()) for r in results.values()),
+        )
+        for by in _MAPS
+    }
+    report = render_report(
+        "rcstat demo: supporting vs unrelated context",
+        [
+            Section(
+                "Head counts",
+                [
+                    Panel(
+                        "summary",
+                        table_html=_table_html(rows),
+                        images=[_sorted_heads_png(results, tau)],
+                    )
+                ],
+                intro="Same question and answer (the generation) after two contexts (the "
+                "prompt). The paper (§5.1) reports 130 vs 12 heads with A > 1.5 on "
+                "LLaMA-3.2-3B.",
+            ),
+            Section(
+                "Per-head maps (shared colour scale)",
+                [_maps_panel(name, r, tau, limits) for name, r in results.items()],
+            ),
+        ],
+    )
     with staged_output(out) as stage:
-        panels = []
-        limits = {
-            by: (
-                min(float(r.values(by).min()) for r in results.values()),  # type: ignore[arg-type]
-                max(float(r.values(by).max()) for r in results.values()),
-            )  # type: ignore[arg-type]
-            for by in ("upper", "normalized")
-        }
         for name, result in results.items():
             result.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
             result.save(stage / f"scores_{name}.json")
-            images = []
-            for by in ("upper", "normalized"):
-                fig, ax = plt.subplots(figsize=(5, 6))
-                heatmap(
-                    result.values(by),
-                    ax=ax,
-                    label=by,
-                    title=f"{name}: {by}",  # type: ignore[arg-type]
-                    vmin=limits[by][0],
-                    vmax=limits[by][1],
-                )
-                images.append(figure_png(fig))
-            panels.append(
-                Panel(
-                    heading=f"{name} context",
-                    texts=[
-                        f"A > {tau}: {result.count_above(tau)} heads; "
-                        f"normalized RC > 0.5: {result.count_above(0.5, 'normalized')} heads"
-                    ],
-                    preformatted=[result.prompt_text, result.generation_text],
-                    images=images,
-                )
-            )
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        for name, result in results.items():
-            ax.plot(np.sort(result.upper.ravel())[::-1], label=f"{name}: upper bound A")
-            ax.plot(np.sort(result.expected.ravel())[::-1], "--", label=f"{name}: expected E")
-        ax.axhline(tau, color="grey", lw=0.8)
-        ax.set_xlabel("heads, sorted")
-        ax.set_ylabel("RC (raw scores)")
-        ax.legend(fontsize=8)
-        sorted_png = figure_png(fig)
-        table_html = (
-            "<table><tr><th>statistic</th>"
-            + "".join(f"<th>{n}</th>" for n in results)
-            + "</tr>"
-            + "".join(
-                f"<tr><td>{label}</td>"
-                + "".join(f"<td>{v:g}</td>" for v in values.values())
-                + "</tr>"
-                for label, values in rows.items()
-            )
-            + "</table>"
-        )
-        report = render_report(
-            "rcstat demo: supporting vs unrelated context",
-            [
-                Section(
-                    "Head counts",
-                    [Panel("summary", table_html=table_html, images=[sorted_png])],
-                    intro="Same question and answer (the generation) after two contexts "
-                    "(the prompt). Paper §5.1 reports 130 vs 12 heads with A > 1.5 on "
-                    "LLaMA-3.2-3B.",
-                ),
-                Section("Per-head maps (shared colour scale)", panels),
-            ],
-        )
         (stage / "report.html").write_text(report, encoding="utf-8")
         (stage / "summary.json").write_text(json.dumps({"tau": tau, "rows": rows}, indent=1))
     console.print(f"report written to {out / 'report.html'}")

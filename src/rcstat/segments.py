@@ -175,8 +175,12 @@ class Segmented:
 
         Examples
         --------
+        With the default model's tokenizer (SmolLM2; needs the model cache):
+
+        >>> from rcstat.models import load_model  # doctest: +SKIP
+        >>> _, tok = load_model()  # doctest: +SKIP
         >>> seg = segment_chat(tok, "Paris is in France.", "Where is Paris?")  # doctest: +SKIP
-        >>> seg.token_span("context", 0, 5)  # tokens of "Paris"  # doctest: +SKIP
+        >>> seg.token_span("context", 0, 5)  # the token of "Paris"  # doctest: +SKIP
         (24, 25)
         """
         p_start, p_end = self._part_range(part)
@@ -323,10 +327,18 @@ def segment_chat(
 
     Examples
     --------
+    With the default model's tokenizer (SmolLM2; needs the model cache):
+
+    >>> from rcstat.models import load_model  # doctest: +SKIP
+    >>> _, tok = load_model()  # doctest: +SKIP
     >>> seg = segment_chat(tok, "Paris is in France.", "Where is Paris?", "In France.")
     ... # doctest: +SKIP
-    >>> seg.part_text("answer"), seg.gen_len  # doctest: +SKIP
-    ('In France.', 3)
+    >>> seg.part_text("answer"), seg.prompt_len, seg.gen_len  # doctest: +SKIP
+    ('In France.', 41, 3)
+    >>> seg = segment_chat(tok, "Paris is in France.", "Where is Paris?",
+    ...                    question_placement="generation")  # doctest: +SKIP
+    >>> tok.decode(seg.input_ids[0, seg.prompt_len:])  # doctest: +SKIP
+    'Where is Paris?<|im_end|>\\n<|im_start|>assistant\\n'
     """
     _check_fast(tokenizer)
     _check_text("context", context)
@@ -413,9 +425,13 @@ def segment_text(
 
     Examples
     --------
+    With the default model's tokenizer (SmolLM2; needs the model cache):
+
+    >>> from rcstat.models import load_model  # doctest: +SKIP
+    >>> _, tok = load_model()  # doctest: +SKIP
     >>> seg = segment_text(tok, "The capital of France is", " Paris.")  # doctest: +SKIP
-    >>> seg.part_text("generation")  # doctest: +SKIP
-    ' Paris.'
+    >>> seg.part_text("generation"), seg.prompt_len, seg.gen_len  # doctest: +SKIP
+    (' Paris.', 5, 2)
     """
     _check_fast(tokenizer)
     _check_text("prompt", prompt)

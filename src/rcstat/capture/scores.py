@@ -99,7 +99,8 @@ def _attention(
     """The registered ``"rcstat"`` attention function (see the module docstring)."""
     session = _ACTIVE.get()
     if session is None:  # switched model used outside a capture: behave like sdpa
-        return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, **kwargs)
+        sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+        return sdpa(module, query, key, value, attention_mask, **kwargs)
     layer = int(getattr(module, "layer_idx", -1))
     if layer in session.layers:
         # query row r sits at absolute position kv_len - q_len + r (cache-aware)
@@ -110,8 +111,7 @@ def _attention(
             with torch.no_grad():
                 scores = grouped_scores(query[:, :, start:end], key)  # [batch, head, q, k]
                 if session.scaled:
-                    scaling = kwargs.get("scaling") or module.scaling  # type: ignore[union-attr]
-                    scores = scores * scaling
+                    scores = scores * float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
                 if not bool(torch.isfinite(scores).all()):
                     raise FloatingPointError(
                         f"layer {layer}: attention scores contain NaN or inf; the model's "
@@ -119,18 +119,18 @@ def _attention(
                     )
                 session.result.per_layer[layer] = session.reducer(layer, scores)
                 del scores
-    return session.delegate(module, query, key, value, attention_mask, **kwargs)  # type: ignore[no-any-return]
+    return session.delegate(module, query, key, value, attention_mask, **kwargs)
 
 
 def _delegate_for(model: torch.nn.Module, implementation: str) -> Callable[..., Any]:
     if implementation in ALL_ATTENTION_FUNCTIONS:
-        return ALL_ATTENTION_FUNCTIONS[implementation]  # type: ignore[no-any-return]
+        return ALL_ATTENTION_FUNCTIONS[implementation]
     # "eager" lives in each architecture's modeling module
     for sub in model.modules():
         module = __import__(type(sub).__module__, fromlist=["eager_attention_forward"])
         eager = getattr(module, "eager_attention_forward", None)
         if eager is not None:
-            return eager  # type: ignore[no-any-return]
+            return eager
     raise UnsupportedModelError(
         f"cannot find the attention implementation {implementation!r} to delegate to"
     )

@@ -62,7 +62,8 @@ class Section:
     def render(self) -> str:
         intro = f"<p>{html.escape(self.intro)}</p>" if self.intro else ""
         body = "".join(p.render() for p in self.panels)
-        return f"<section><h2>{html.escape(self.title)}</h2>{intro}<div class='row'>{body}</div></section>"
+        title = f"<h2>{html.escape(self.title)}</h2>"
+        return f"<section>{title}{intro}<div class='row'>{body}</div></section>"
 
 
 def render_report(title: str, sections: list[Section]) -> str:

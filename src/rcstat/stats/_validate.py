@@ -7,8 +7,9 @@ import torch
 
 def check_samples(
     name: str, values: torch.Tensor, valid: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate one batched sample set and return ``(values, valid)``.
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Validate one batched sample set and return ``(values, valid)`` (``valid`` stays
+    ``None`` when every sample is valid).
 
     Parameters
     ----------
@@ -33,28 +34,33 @@ def check_samples(
         raise ValueError(f"{name} must have a sample axis (last dimension); got a scalar")
     if not values.is_floating_point():
         values = values.to(torch.float64)
-    if valid is None:
-        valid = torch.ones(values.shape, dtype=torch.bool, device=values.device)
-    else:
-        if not isinstance(valid, torch.Tensor) or valid.dtype != torch.bool:
-            raise TypeError(f"{name}_valid must be a boolean torch.Tensor")
-        if valid.shape != values.shape:
-            raise ValueError(
-                f"{name}_valid has shape {tuple(valid.shape)} but {name} has shape "
-                f"{tuple(values.shape)}; they must match"
-            )
-        valid = valid.to(values.device)
     if values.shape[-1] == 0:
         raise ValueError(f"{name} is empty: the sample axis has length 0")
-    counts = valid.sum(-1)
-    if bool((counts == 0).any()):
-        where = tuple(int(i) for i in (counts == 0).nonzero()[0])
-        raise ValueError(f"{name} has no valid sample in batch entry {where}")
+    if valid is None:
+        if not bool(torch.isfinite(values).all()):
+            _raise_non_finite(name, ~torch.isfinite(values))
+        return values, None
+    if not isinstance(valid, torch.Tensor) or valid.dtype != torch.bool:
+        raise TypeError(f"{name}_valid must be a boolean torch.Tensor")
+    if valid.shape != values.shape:
+        raise ValueError(
+            f"{name}_valid has shape {tuple(valid.shape)} but {name} has shape "
+            f"{tuple(values.shape)}; they must match"
+        )
+    valid = valid.to(values.device)
+    empty = valid.sum(-1) == 0
+    if bool(empty.any()):
+        entry = tuple(int(i) for i in empty.nonzero()[0])
+        raise ValueError(f"{name} has no valid sample in batch entry {entry}")
     bad = valid & ~torch.isfinite(values)
     if bool(bad.any()):
-        where = tuple(int(i) for i in bad.nonzero()[0])
-        raise ValueError(
-            f"{name} contains a non-finite value (NaN or inf) at index {where}; "
-            "attention scores must be finite"
-        )
+        _raise_non_finite(name, bad)
     return values, valid
+
+
+def _raise_non_finite(name: str, bad: torch.Tensor) -> None:
+    index = tuple(int(i) for i in bad.nonzero()[0])
+    raise ValueError(
+        f"{name} contains a non-finite value (NaN or inf) at index {index}; "
+        "attention scores must be finite"
+    )

@@ -36,7 +36,7 @@ def _check_block(scores: torch.Tensor, prompt_len: int) -> int:
 
 def cross_self_samples(
     scores: torch.Tensor, prompt_len: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, None, torch.Tensor, torch.Tensor]:
     """Split a generation block into ``(x, x_valid, y, y_valid)`` sample sets.
 
     Parameters
@@ -49,17 +49,16 @@ def cross_self_samples(
     Returns
     -------
     tuple
-        ``x [..., g·m]`` with an all-true mask and ``y [..., g·g]`` with the causal mask
-        (key ``<=`` query), both flattened over (query, key).
+        ``x [..., g·m]`` (every sample valid: mask ``None``) and ``y [..., g·g]`` with the
+        causal mask (key ``<=`` query), both flattened over (query, key).
     """
     gen_len = _check_block(scores, prompt_len)
     batch = scores.shape[:-2]
     x = scores[..., :prompt_len].reshape(*batch, gen_len * prompt_len)  # [..., g·m]
     y = scores[..., prompt_len:].reshape(*batch, gen_len * gen_len)  # [..., g·g]
     causal = torch.ones(gen_len, gen_len, dtype=torch.bool, device=scores.device).tril()
-    x_valid = torch.ones(x.shape, dtype=torch.bool, device=scores.device)
     y_valid = causal.reshape(-1).expand(y.shape)
-    return x, x_valid, y, y_valid
+    return x, None, y, y_valid
 
 
 def block_statistics(scores: torch.Tensor, prompt_len: int) -> RCStatistics:

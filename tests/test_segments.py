@@ -1,0 +1,611 @@
+"""Tests of rcstat.segments: prompt/generation split, offsets, spans, errors.
+
+Most tests use the in-process byte-level BPE tokenizer of ``_tiny_tokenizer`` (ChatML template
+like SmolLM2's). Oracles are independent: the tokenizer called directly on each piece, the
+decoded text of token ranges, and a brute-force overlap scan over the offsets.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from rcstat.segments import CHAT_SEPARATOR, Segmented, segment_chat, segment_text
+from tests._tiny_tokenizer import DEFAULT_SYSTEM_PROMPT, make_tiny_tokenizer
+
+CONTEXT = "Paris is the capital of France. The Eiffel Tower was built in 1889."
+QUESTION = "When was the tower built?"
+ANSWER = "It was built in 1889."
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tiny_tokenizer()
+
+
+def _ids(seg: Segmented) -> list[int]:
+    return seg.input_ids[0].tolist()
+
+
+def _render(tok, user: str, system: str | None = None) -> str:
+    messages = [{"role": "user", "content": user}]
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": system})
+    return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def _overlapping(seg: Segmented, lo: int, hi: int) -> list[int]:
+    """Brute force: positions of tokens whose character range overlaps [lo, hi) of the text."""
+    return [i for i, (s, e) in enumerate(seg.offsets) if max(s, lo) < min(e, hi)]
+
+
+def _check_offsets_sane(seg: Segmented) -> None:
+    starts = [s for s, _ in seg.offsets]
+    ends = [e for _, e in seg.offsets]
+    assert starts == sorted(starts) and ends == sorted(ends)
+    assert all(0 <= s <= e <= len(seg.text) for s, e in seg.offsets)
+
+
+# --------------------------------------------------------------------------- the tiny tokenizer
+
+
+def test_tiny_tokenizer_is_cached_and_round_trips(tok):
+    assert make_tiny_tokenizer() is tok
+    assert tok.is_fast and tok.chat_template is not None
+    text = "Any text at all: é, 日本, emoji 🙂, tabs\t and\r\nnewlines."
+    assert tok.decode(tok(text, add_special_tokens=False).input_ids) == text
+    assert (
+        tok("x", add_special_tokens=True).input_ids == tok("x", add_special_tokens=False).input_ids
+    )
+    assert make_tiny_tokenizer(add_bos=True)("x").input_ids[0] == tok.convert_tokens_to_ids(
+        "<|im_start|>"
+    )
+
+
+# --------------------------------------------------------------------------- chat mode
+
+
+@pytest.mark.parametrize("system_prompt", [None, "Answer briefly."])
+def test_chat_boundaries_equal_independent_tokenization(tok, system_prompt):
+    seg = segment_chat(tok, CONTEXT, QUESTION, ANSWER, system_prompt=system_prompt)
+    rendered = _render(tok, CONTEXT + "\n\n" + QUESTION, system_prompt)
+    p_ids = tok(rendered, add_special_tokens=False).input_ids
+    g_ids = tok(ANSWER, add_special_tokens=False).input_ids
+    assert seg.prompt_len == len(p_ids)
+    assert _ids(seg)[: seg.prompt_len] == p_ids
+    assert _ids(seg)[seg.prompt_len :] == g_ids
+    assert seg.gen_len == len(g_ids) and seg.seq_len == len(p_ids) + len(g_ids)
+    assert seg.input_ids.shape == (1, seg.seq_len) and seg.input_ids.dtype == torch.int64
+    assert seg.text == rendered + ANSWER
+    assert CHAT_SEPARATOR == "\n\n"
+    assert set(seg.parts) == {"context", "question", "answer"}
+    assert seg.part_text("context") == CONTEXT
+    assert seg.part_text("question") == QUESTION
+    assert seg.part_text("answer") == ANSWER
+    assert seg.parts["answer"] == (len(rendered), len(seg.text))
+    assert seg.token_span("answer") == (seg.prompt_len, seg.seq_len)
+
+
+def test_chat_offsets_map_back_to_text(tok):
+    seg = segment_chat(tok, CONTEXT, QUESTION, ANSWER)
+    ids = _ids(seg)
+    # ASCII text, untrimmed byte-level offsets: ranges tile the text and each token's decode is
+    # exactly its slice (special tokens included: the template writes them as text).
+    assert seg.offsets[0][0] == 0 and seg.offsets[-1][1] == len(seg.text)
+    for (_, e), (s, _) in zip(seg.offsets, seg.offsets[1:], strict=False):
+        assert e == s
+    for i, (s, e) in enumerate(seg.offsets):
+        assert tok.decode([ids[i]]) == seg.text[s:e]
+    # Whole parts decode to themselves.
+    for part in seg.parts:
+        a, b = seg.token_span(part)
+        assert tok.decode(ids[a:b]) == seg.part_text(part)
+
+
+def test_chat_without_answer_is_prompt_only(tok):
+    seg = segment_chat(tok, CONTEXT, QUESTION)
+    assert seg.gen_len == 0 and "answer" not in seg.parts
+    full = segment_chat(tok, CONTEXT, QUESTION, ANSWER)
+    assert _ids(seg) == _ids(full)[: full.prompt_len]
+    assert seg.text == full.text[: full.parts["answer"][0]]
+
+
+def test_question_placement_generation_moves_split_to_question(tok):
+    p = segment_chat(tok, CONTEXT, QUESTION, ANSWER)
+    g = segment_chat(tok, CONTEXT, QUESTION, ANSWER, question_placement="generation")
+    assert torch.equal(p.input_ids, g.input_ids)
+    assert p.offsets == g.offsets and p.text == g.text and dict(p.parts) == dict(g.parts)
+    q_start = g.parts["question"][0]
+    assert g.offsets[g.prompt_len][0] == q_start  # the question's first token opens g
+    assert g.offsets[g.prompt_len - 1][1] <= q_start  # the token before ends before it
+    assert g.prompt_len == g.token_span("question")[0]
+    assert g.prompt_len < p.prompt_len
+    gen_text = tok.decode(_ids(g)[g.prompt_len :])
+    assert gen_text == QUESTION + "<|im_end|>\n<|im_start|>assistant\n" + ANSWER
+    assert g.gen_len == p.gen_len + (p.prompt_len - g.prompt_len)
+
+
+def test_context_also_in_system_prompt_is_located_in_user_message(tok):
+    # The context and question also occur in the (default or given) system prompt: a naive
+    # str.find would match there.
+    context = "You are a helpful AI"
+    question = "assistant"
+    for system in (None, f"{context} {question}. {context}\n\n{question}"):
+        seg = segment_chat(tok, context, question, "yes", system_prompt=system)
+        user_start = seg.text.index("<|im_start|>user\n") + len("<|im_start|>user\n")
+        assert seg.parts["context"] == (user_start, user_start + len(context))
+        q0 = user_start + len(context) + 2
+        assert seg.parts["question"] == (q0, q0 + len(question))
+        if system is None:
+            assert DEFAULT_SYSTEM_PROMPT in seg.text
+
+
+def test_question_repeating_the_context_is_located_after_it(tok):
+    seg = segment_chat(tok, "Why? Why?", "Why?")
+    ctx = seg.parts["context"]
+    assert seg.parts["question"] == (ctx[1] + 2, ctx[1] + 6)
+
+
+def test_template_that_alters_the_message_is_searched(tok):
+    # A template that appends the message length after the content: the text after the
+    # sentinel differs, so the parts are found by search inside the user message window.
+    t = copy.deepcopy(tok)
+    t.chat_template = (
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+        " ({{ message['content'] | length }} chars)<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    # The system message repeats the context and question: the search must skip it.
+    seg = segment_chat(t, CONTEXT, QUESTION, ANSWER, system_prompt=f"{CONTEXT}\n\n{QUESTION}")
+    user_start = seg.text.index("<|im_start|>user\n") + len("<|im_start|>user\n")
+    assert seg.parts["context"] == (user_start, user_start + len(CONTEXT))
+    assert seg.part_text("context") == CONTEXT and seg.part_text("question") == QUESTION
+    assert seg.parts["question"][0] == user_start + len(CONTEXT) + 2
+    assert f"({len(CONTEXT) + 2 + len(QUESTION)} chars)" in seg.text
+
+
+def test_template_that_strips_the_message_is_an_error(tok):
+    t = copy.deepcopy(tok)
+    t.chat_template = (
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+        "{{ message['content'] | trim }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    seg = segment_chat(t, CONTEXT, QUESTION)  # nothing to strip: exact
+    assert seg.part_text("context") == CONTEXT
+    with pytest.raises(ValueError, match="altered the user message"):
+        segment_chat(t, "  " + CONTEXT, QUESTION)
+
+
+# --------------------------------------------------------------------------- token_span
+
+
+def test_token_span_word_maps_to_exactly_its_tokens(tok):
+    seg = segment_chat(tok, CONTEXT, QUESTION, ANSWER)
+    ids = _ids(seg)
+    # The independent tokenization of the context alone: its tokens are those of the context
+    # part (the template puts "\n" before and "\n\n" after, which byte-level BPE keeps apart).
+    ctx_pieces = tok(CONTEXT, add_special_tokens=False, return_offsets_mapping=True)
+    a0, b0 = seg.token_span("context")
+    assert ids[a0:b0] == ctx_pieces.input_ids
+    for word in ("Paris", "capital", "Eiffel", "1889", "."):
+        i = CONTEXT.index(word)
+        a, b = seg.token_span("context", i, i + len(word))
+        want = [
+            k for k, (s, e) in enumerate(ctx_pieces.offset_mapping) if s < i + len(word) and e > i
+        ]
+        assert (a - a0, b - a0) == (want[0], want[-1] + 1)
+        decoded = tok.decode(ids[a:b])
+        assert word in decoded and len(decoded) <= len(word) + 1  # at most a leading space more
+    # A single character inside a token maps to that one token.
+    i = CONTEXT.index("capital") + 3
+    a, b = seg.token_span("context", i, i + 1)
+    assert b == a + 1 and "capital"[3] in tok.decode(ids[a:b])
+    # Spans in the answer part.
+    j = ANSWER.index("built")
+    a, b = seg.token_span("answer", j, j + 5)
+    assert seg.prompt_len <= a < b <= seg.seq_len
+    assert tok.decode(ids[a:b]).strip() == "built"
+
+
+def test_token_span_on_hand_built_offsets():
+    # A tokenizer that trims offsets leaves characters (here spaces) outside every token.
+    seg = Segmented(
+        input_ids=torch.tensor([[5, 6, 7]]),
+        prompt_len=2,
+        text="ab  cd ef",
+        offsets=((0, 2), (4, 6), (7, 9)),
+        parts={"prompt": (0, 6), "generation": (6, 9)},
+    )
+    assert seg.token_span("prompt") == (0, 2)
+    assert seg.token_span("prompt", 1, 5) == (0, 2)
+    assert seg.token_span("prompt", 0, 1) == (0, 1)
+    assert seg.token_span("prompt", 4, 6) == (1, 2)
+    assert seg.token_span("generation") == (2, 3)
+    assert seg.token_span("generation", 1, 2) == (2, 3)
+    with pytest.raises(ValueError, match="covers no token"):
+        seg.token_span("prompt", 2, 4)
+    with pytest.raises(ValueError, match="covers no token"):
+        seg.token_span("generation", 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("part", "start", "end", "match"),
+    [
+        ("context", 5, 5, "start >= end"),
+        ("context", 6, 5, "start >= end"),
+        ("context", -1, 5, "start: -1 is negative"),
+        ("context", 0, -2, "end: -2 is negative"),
+        ("context", 0, len(CONTEXT) + 1, "beyond the length"),
+        ("question", len(QUESTION) + 1, None, "beyond the length"),
+        ("answer", 0, 1, "not present"),
+        ("prompt", 0, 1, "not present"),
+        ("nonsense", 0, 1, "unknown part name"),
+    ],
+)
+def test_token_span_errors(tok, part, start, end, match):
+    seg = segment_chat(tok, CONTEXT, QUESTION)
+    with pytest.raises(ValueError, match=match):
+        seg.token_span(part, start, end)
+
+
+def test_token_span_type_errors(tok):
+    seg = segment_chat(tok, CONTEXT, QUESTION)
+    with pytest.raises(TypeError, match="start"):
+        seg.token_span("context", 1.5, 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="part"):
+        seg.token_span(0)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- raw mode
+
+
+@pytest.mark.parametrize("add_bos", [False, True])
+def test_segment_text_boundaries_and_parts(add_bos):
+    t = make_tiny_tokenizer(add_bos=add_bos)
+    prompt, gen = "The capital of France is", " Paris, of course."
+    seg = segment_text(t, prompt, gen)
+    p_ids = t(prompt, add_special_tokens=True).input_ids
+    g_ids = t(gen, add_special_tokens=False).input_ids
+    assert _ids(seg) == p_ids + g_ids and seg.prompt_len == len(p_ids)
+    assert seg.text == prompt + gen
+    assert dict(seg.parts) == {
+        "prompt": (0, len(prompt)),
+        "generation": (len(prompt), len(seg.text)),
+    }
+    assert seg.token_span("generation") == (seg.prompt_len, seg.seq_len)
+    assert seg.token_span("prompt") == (int(add_bos), seg.prompt_len)
+    if add_bos:
+        assert seg.offsets[0] == (0, 0)  # the BOS stands for no text
+    i = prompt.index("France")
+    a, b = seg.token_span("prompt", i, i + 6)
+    assert t.decode(_ids(seg)[a:b]) == " France"
+    assert segment_text(t, prompt).gen_len == 0
+
+
+# --------------------------------------------------------------------------- with_generation
+
+
+@pytest.mark.parametrize("placement", ["prompt", "generation"])
+@pytest.mark.parametrize("answer", [ANSWER, " é 日本 🙂!", "\n\nx"])
+def test_with_generation_equals_teacher_forcing(tok, placement, answer):
+    ids = tok(answer, add_special_tokens=False).input_ids
+    assert tok(tok.decode(ids), add_special_tokens=False).input_ids == ids  # stable
+    base = segment_chat(tok, CONTEXT, QUESTION, question_placement=placement)
+    for given_ids in (ids, torch.tensor(ids), torch.tensor([ids])):
+        got = base.with_generation(tok, given_ids)
+        want = segment_chat(tok, CONTEXT, QUESTION, tok.decode(ids), question_placement=placement)
+        assert got == want
+
+
+def test_with_generation_raw_mode(tok):
+    base = segment_text(tok, "Once upon a time")
+    ids = tok(" there was a fox.", add_special_tokens=False).input_ids
+    got = base.with_generation(tok, ids)
+    assert got == segment_text(tok, "Once upon a time", " there was a fox.")
+    assert got.part_text("generation") == " there was a fox."
+
+
+def test_with_generation_keeps_non_canonical_ids(tok):
+    # Character-by-character ids of a word: same text, other ids than tok(text).
+    chars = [tok.convert_tokens_to_ids(c) for c in "capital"]
+    seg = segment_chat(tok, CONTEXT, QUESTION).with_generation(tok, chars)
+    assert _ids(seg)[seg.prompt_len :] == chars
+    assert seg.part_text("answer") == "capital"
+    base = seg.parts["answer"][0]
+    assert seg.offsets[seg.prompt_len :] == tuple((base + k, base + k + 1) for k in range(7))
+    assert seg.token_span("answer", 2, 4) == (seg.prompt_len + 2, seg.prompt_len + 4)
+
+
+def test_with_generation_split_multibyte_char_covered_by_each_byte_token(tok):
+    ids = tok("é", add_special_tokens=False).input_ids
+    assert len(ids) == 2  # two byte tokens, as in the tokenizer's own offsets
+    seg = segment_text(tok, "x").with_generation(tok, ids)
+    assert seg.offsets[-2:] == ((1, 2), (1, 2))
+    assert seg.offsets[-2:] == segment_text(tok, "x", "é").offsets[-2:]
+
+
+def test_with_generation_keeps_special_tokens_as_text(tok):
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    ids = [*tok("Yes.", add_special_tokens=False).input_ids, eos]
+    seg = segment_chat(tok, CONTEXT, QUESTION).with_generation(tok, ids)
+    assert seg.part_text("answer") == "Yes.<|im_end|>"
+    assert seg.offsets[-1] == (len(seg.text) - len("<|im_end|>"), len(seg.text))
+
+
+@pytest.mark.parametrize(
+    ("generated", "exc", "match"),
+    [
+        ([], ValueError, "generated_ids: is empty"),
+        (torch.tensor([], dtype=torch.int64), ValueError, "generated_ids: is empty"),
+        (torch.zeros(2, 3, dtype=torch.int64), TypeError, "one example at a time"),
+        (torch.zeros(3), TypeError, "integer ids"),
+        ([[1, 2]], TypeError, "one example at a time"),
+        ("abc", TypeError, "sequence of int"),
+        ([1, -2], ValueError, "negative id"),
+    ],
+)
+def test_with_generation_errors(tok, generated, exc, match):
+    base = segment_chat(tok, CONTEXT, QUESTION)
+    with pytest.raises(exc, match=match):
+        base.with_generation(tok, generated)
+
+
+def test_with_generation_refuses_existing_answer(tok):
+    with pytest.raises(ValueError, match="already has a 'answer' part"):
+        segment_chat(tok, CONTEXT, QUESTION, ANSWER).with_generation(tok, [5])
+
+
+# --------------------------------------------------------------------------- input errors
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"context": ""}, "context: is empty or whitespace only"),
+        ({"context": " \n\t "}, "context: is empty or whitespace only"),
+        ({"question": ""}, "question: is empty or whitespace only"),
+        ({"question": "   "}, "question: is empty or whitespace only"),
+        ({"answer": ""}, "answer: is empty"),
+        ({"question_placement": "middle"}, "question_placement"),
+        ({"max_length": 0}, "max_length: must be positive"),
+    ],
+)
+def test_segment_chat_value_errors(tok, kwargs, match):
+    args = {"context": CONTEXT, "question": QUESTION, "answer": ANSWER, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        segment_chat(tok, **args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"prompt": ""}, "prompt: is empty or whitespace only"),
+        ({"prompt": "\n"}, "prompt: is empty or whitespace only"),
+        ({"generation": ""}, "generation: is empty"),
+    ],
+)
+def test_segment_text_value_errors(tok, kwargs, match):
+    args = {"prompt": "Hello", "generation": " world", **kwargs}
+    with pytest.raises(ValueError, match=match):
+        segment_text(tok, **args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"context": [CONTEXT, CONTEXT]}, "context: .*one example at a time"),
+        ({"question": (QUESTION,)}, "question: .*one example at a time"),
+        ({"answer": [ANSWER]}, "answer: .*one example at a time"),
+        ({"context": 3}, "context: expected a str, got int"),
+        ({"system_prompt": 1}, "system_prompt"),
+        ({"max_length": 2.5}, "max_length"),
+    ],
+)
+def test_segment_chat_type_errors(tok, kwargs, match):
+    args = {"context": CONTEXT, "question": QUESTION, "answer": ANSWER, **kwargs}
+    with pytest.raises(TypeError, match=match):
+        segment_chat(tok, **args)
+
+
+def test_segment_text_type_errors(tok):
+    with pytest.raises(TypeError, match=r"prompt: .*one example at a time"):
+        segment_text(tok, ["a", "b"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"generation: .*one example at a time"):
+        segment_text(tok, "a", ["b"])  # type: ignore[arg-type]
+
+
+def test_max_length(tok):
+    seg = segment_chat(tok, CONTEXT, QUESTION, ANSWER)
+    assert segment_chat(tok, CONTEXT, QUESTION, ANSWER, max_length=seg.seq_len) == seg
+    msg = rf"{seg.seq_len} tokens > max_length={seg.seq_len - 1}"
+    with pytest.raises(ValueError, match=msg):
+        segment_chat(tok, CONTEXT, QUESTION, ANSWER, max_length=seg.seq_len - 1)
+    raw = segment_text(tok, CONTEXT, ANSWER)
+    with pytest.raises(ValueError, match=rf"{raw.seq_len} tokens > max_length=3"):
+        segment_text(tok, CONTEXT, ANSWER, max_length=3)
+
+
+def test_no_chat_template_suggests_segment_text(tok):
+    t = copy.deepcopy(tok)
+    t.chat_template = None
+    with pytest.raises(ValueError, match=r"no chat template.*segment_text"):
+        segment_chat(t, CONTEXT, QUESTION)
+    assert segment_text(t, CONTEXT).seq_len > 0
+
+
+def test_slow_tokenizer_is_refused():
+    slow = types.SimpleNamespace(is_fast=False, chat_template="x")
+    with pytest.raises(TypeError, match="fast tokenizer"):
+        segment_chat(slow, CONTEXT, QUESTION)
+    with pytest.raises(TypeError, match="fast tokenizer"):
+        segment_text(slow, CONTEXT)
+
+
+def test_segmented_is_immutable_and_validated(tok):
+    seg = segment_chat(tok, CONTEXT, QUESTION, ANSWER)
+    with pytest.raises(AttributeError):
+        seg.prompt_len = 0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        seg.parts["context"] = (0, 1)  # type: ignore[index]
+    assert seg != segment_chat(tok, CONTEXT, QUESTION, ANSWER, question_placement="generation")
+    with pytest.raises(ValueError, match=r"\[1, T\]"):
+        Segmented(torch.zeros(2, 3, dtype=torch.int64), 0, "abc", ((0, 1),) * 3, {})
+    with pytest.raises(ValueError, match="int64"):
+        Segmented(torch.zeros(1, 1, dtype=torch.int32), 0, "a", ((0, 1),), {})
+    with pytest.raises(ValueError, match="prompt_len"):
+        Segmented(torch.zeros(1, 1, dtype=torch.int64), 2, "a", ((0, 1),), {})
+    with pytest.raises(ValueError, match="offsets"):
+        Segmented(torch.zeros(1, 1, dtype=torch.int64), 1, "a", ((0, 2),), {})
+    with pytest.raises(ValueError, match="unknown part name"):
+        Segmented(torch.zeros(1, 1, dtype=torch.int64), 1, "a", ((0, 1),), {"x": (0, 1)})
+
+
+# --------------------------------------------------------------------------- properties
+
+_text = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40
+).filter(lambda s: s.strip() != "")
+_PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_PROPS
+@given(
+    context=_text,
+    question=_text,
+    answer=st.one_of(st.none(), _text),
+    system=st.one_of(st.none(), _text),
+    placement=st.sampled_from(["prompt", "generation"]),
+    data=st.data(),
+)
+def test_property_chat_spans(context, question, answer, system, placement, data):
+    tok = make_tiny_tokenizer()
+    assume(all("<|" not in s for s in (context, question, answer or "", system or "")))
+    seg = segment_chat(
+        tok, context, question, answer, question_placement=placement, system_prompt=system
+    )
+    ids = _ids(seg)
+    assert seg.part_text("context") == context and seg.part_text("question") == question
+    rendered = _render(tok, context + "\n\n" + question, system)
+    n_prompt = len(tok(rendered, add_special_tokens=False).input_ids)
+    assert ids[:n_prompt] == tok(rendered, add_special_tokens=False).input_ids
+    if answer is not None:
+        assert seg.part_text("answer") == answer
+        assert ids[n_prompt:] == tok(answer, add_special_tokens=False).input_ids
+    else:
+        assert len(ids) == n_prompt
+    if placement == "generation":
+        assert seg.prompt_len == _overlapping(seg, *seg.parts["question"])[0]
+    else:
+        assert seg.prompt_len == n_prompt
+    _check_offsets_sane(seg)
+    assert tok.decode(ids) == seg.text  # byte-level BPE: exact round trip
+
+    part = data.draw(st.sampled_from(sorted(seg.parts)))
+    length = len(seg.part_text(part))
+    start = data.draw(st.integers(0, length - 1))
+    end = data.draw(st.integers(start + 1, length))
+    a, b = seg.token_span(part, start, end)
+    lo = seg.parts[part][0] + start
+    hi = seg.parts[part][0] + end
+    want = _overlapping(seg, lo, hi)
+    assert (a, b) == (want[0], want[-1] + 1)
+    assert seg.text[lo:hi] in tok.decode(ids[a:b])
+
+
+@_PROPS
+@given(prompt=_text, generation=st.one_of(st.none(), _text), add_bos=st.booleans(), data=st.data())
+def test_property_raw_spans(prompt, generation, add_bos, data):
+    tok = make_tiny_tokenizer(add_bos=add_bos)
+    seg = segment_text(tok, prompt, generation)
+    p_ids = tok(prompt, add_special_tokens=True).input_ids
+    g_ids = [] if generation is None else tok(generation, add_special_tokens=False).input_ids
+    assert _ids(seg) == p_ids + g_ids and seg.prompt_len == len(p_ids)
+    assert seg.text == prompt + (generation or "")
+    _check_offsets_sane(seg)
+    part = data.draw(st.sampled_from(sorted(seg.parts)))
+    length = len(seg.part_text(part))
+    start = data.draw(st.integers(0, length - 1))
+    end = data.draw(st.integers(start + 1, length))
+    a, b = seg.token_span(part, start, end)
+    lo, hi = seg.parts[part][0] + start, seg.parts[part][0] + end
+    want = _overlapping(seg, lo, hi)
+    assert (a, b) == (want[0], want[-1] + 1)
+    assert seg.text[lo:hi] in tok.decode(_ids(seg)[a:b], skip_special_tokens=True)
+
+
+@_PROPS
+@given(answer=_text)
+def test_property_with_generation_matches_teacher_forcing(answer):
+    tok = make_tiny_tokenizer()
+    assume("<|" not in answer)
+    ids = tok(answer, add_special_tokens=False).input_ids
+    decoded = tok.decode(ids)
+    assume(tok(decoded, add_special_tokens=False).input_ids == ids)
+    base = segment_chat(tok, CONTEXT, QUESTION)
+    assert base.with_generation(tok, ids) == segment_chat(tok, CONTEXT, QUESTION, decoded)
+
+
+@_PROPS
+@given(raw_ids=st.lists(st.integers(3, 599), min_size=1, max_size=30))
+def test_property_with_generation_arbitrary_ids(raw_ids):
+    # Any ids (non-special), canonical or not, possibly splitting multi-byte characters or
+    # forming invalid UTF-8: the text is the decode, offsets are monotone and cover it all.
+    tok = make_tiny_tokenizer()
+    base = segment_text(tok, "Prompt")
+    seg = base.with_generation(tok, raw_ids)
+    assert _ids(seg)[seg.prompt_len :] == raw_ids
+    assert seg.part_text("generation") == tok.decode(raw_ids)
+    _check_offsets_sane(seg)
+    gen = seg.offsets[seg.prompt_len :]
+    assert gen[0][0] == len(base.text) and gen[-1][1] == len(seg.text)
+    covered = set()
+    for s, e in gen:
+        covered.update(range(s, e))
+    assert covered == set(range(len(base.text), len(seg.text)))
+
+
+# --------------------------------------------------------------------------- real tokenizer
+
+
+def _smollm2_tokenizer():
+    models = pytest.importorskip("rcstat.models", reason="rcstat.models is not written yet")
+    if not hasattr(models, "load_model"):
+        pytest.skip("rcstat.models.load_model does not exist yet")
+    load_tokenizer = getattr(models, "load_tokenizer", None)
+    if load_tokenizer is not None:
+        return load_tokenizer()
+    loaded = models.load_model()
+    tokenizer = loaded[1] if isinstance(loaded, tuple) else getattr(loaded, "tokenizer", None)
+    if tokenizer is None:
+        pytest.skip("cannot find the tokenizer in what rcstat.models.load_model returns")
+    return tokenizer
+
+
+@pytest.mark.slow
+def test_real_smollm2_tokenizer():
+    tok = _smollm2_tokenizer()
+    context = "The Eiffel Tower was completed in 1889. It stands in Paris — “la tour”."
+    question = "When was the tower completed?"
+    answer = "It was completed in 1889."
+    seg = segment_chat(tok, context, question, answer)
+    rendered = _render(tok, context + "\n\n" + question)
+    p_ids = tok(rendered, add_special_tokens=False).input_ids
+    assert _ids(seg) == p_ids + tok(answer, add_special_tokens=False).input_ids
+    for part in seg.parts:
+        a, b = seg.token_span(part)
+        assert tok.decode(_ids(seg)[a:b]).strip() == seg.part_text(part).strip()
+    i = context.index("1889")
+    a, b = seg.token_span("context", i, i + 4)
+    assert "1889" in tok.decode(_ids(seg)[a:b])
+    g = segment_chat(tok, context, question, question_placement="generation")
+    assert g.offsets[g.prompt_len][0] <= g.parts["question"][0] < g.offsets[g.prompt_len][1]
+    ids = tok(answer, add_special_tokens=False).input_ids
+    assert g.with_generation(tok, ids) == segment_chat(
+        tok, context, question, tok.decode(ids), question_placement="generation"
+    )
