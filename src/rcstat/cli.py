@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 console = Console(stderr=False)
 
@@ -140,9 +141,10 @@ def run_analyze(args: AnalyzeArgs) -> int:
                 sample.cross, sample.self_, title=f"layer {sample.layer}, head {sample.head}"
             )
             save(fig, str(stage / f"head_{sample.layer}_{sample.head}.png"))
-    console.print(f"generation: {result.generation_text!r}")
+    # User text and paths may contain [brackets]: escape them, they are not rich markup.
+    console.print(f"generation: {escape(repr(result.generation_text))}")
     console.print(top_heads_table(result, k=args.top, tau=args.tau))
-    console.print(f"results written to {args.out}/")
+    console.print(f"results written to {escape(str(args.out))}/")
     return 0
 
 
@@ -199,14 +201,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_transformers() -> None:
+    """The CLI shows its own progress: silence transformers' per-tensor loading bars."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
+    _quiet_transformers()
     try:
         if ns.command == "analyze":
             return run_analyze(AnalyzeArgs.from_namespace(ns))
         return run_demo(DemoArgs(model=ns.model, out=Path(ns.out), tau=ns.tau))
-    except (ValueError, FloatingPointError, RuntimeError) as err:
-        console.print(f"[red]error:[/red] {err}")
+    # OSError: a --model path that does not exist or is a file, an unreadable checkpoint.
+    except (ValueError, FloatingPointError, RuntimeError, OSError) as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2
 
 

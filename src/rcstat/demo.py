@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rcstat.analysis import HeadAnalysis, Statistic, analyze
@@ -176,5 +177,5 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
             result.save(stage / f"scores_{name}.json")
         (stage / "report.html").write_text(report, encoding="utf-8")
         (stage / "summary.json").write_text(json.dumps({"tau": tau, "rows": rows}, indent=1))
-    console.print(f"report written to {out / 'report.html'}")
+    console.print(f"report written to {escape(str(out / 'report.html'))}")
     return 0

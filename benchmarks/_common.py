@@ -1,0 +1,66 @@
+"""Shared helpers of the benchmark scripts: timing, machine description, result files."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], Any], device: str) -> float:
+    """Wall time of one call, synchronised on CUDA."""
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], device: str, rounds: int) -> dict[str, float]:
+    """Median time of each function over ``rounds`` interleaved rounds (after one warm-up)."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(timed(fn, device))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def machine(device: str) -> dict[str, Any]:
+    """Where the numbers come from."""
+    info: dict[str, Any] = {
+        "date": date.today().isoformat(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu_threads": torch.get_num_threads(),
+        "processor": platform.processor() or platform.machine(),
+    }
+    if device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def write(out: Path, name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    """Write ``name.json`` (rows + metadata) and ``name.csv`` into ``out``."""
+    import pandas as pd
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    pd.DataFrame(rows).to_csv(out / f"{name}.csv", index=False)
+
+
+def ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]

@@ -1,0 +1,333 @@
+"""``rcstat analyze`` and ``staged_output`` on a tiny random Llama saved to disk (no downloads)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rcstat import cli
+from rcstat.analysis import HeadAnalysis, analyze
+from tests._tiny_models import tiny_model
+from tests._tiny_tokenizer import make_tiny_tokenizer
+
+CONTEXT = "The cat sat on the warm mat near the door. The dog slept in the garden."
+QUESTION = "Where did the cat sit?"
+ANSWER = "On the warm mat."
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LAYERS, HEADS = 3, 4  # tests/_tiny_models.py
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama and the tiny tokenizer, saved as a local safetensors checkpoint."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama").save_pretrained(path, safe_serialization=True)
+    make_tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+def _flat(text: str) -> str:
+    """Console output with rich's line wrapping and padding collapsed to single spaces."""
+    return " ".join(text.split())
+
+
+def _leftovers(parent: Path, out: Path) -> list[str]:
+    """The output folder or a hidden staging folder of it, if any is left in ``parent``."""
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith((out.name, f".{out.name}")))
+
+
+def _chat_args(model_dir: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "analyze",
+        "--model",
+        str(model_dir),
+        "--context",
+        CONTEXT,
+        "--question",
+        QUESTION,
+        "--answer",
+        ANSWER,
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def test_analyze_writes_scores_plots_and_prints_table(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    tau = 4.0
+    assert (
+        cli.main(_chat_args(model_dir, out, "--head", "1.2", "--tau", str(tau), "--top", "5")) == 0
+    )
+
+    assert sorted(p.name for p in out.iterdir()) == [
+        "head_1_2.png",
+        "heatmap.png",
+        "scores.csv",
+        "scores.json",
+    ]
+    frame = pd.read_csv(out / "scores.csv")
+    assert list(frame.columns) == ["layer", "head", "expected", "upper", "lower", "normalized"]
+    assert len(frame) == LAYERS * HEADS
+    assert list(frame["layer"]) == [layer for layer in range(LAYERS) for _ in range(HEADS)]
+    assert list(frame["head"]) == list(range(HEADS)) * LAYERS
+    values = frame[["expected", "upper", "lower", "normalized"]].to_numpy()
+    assert np.isfinite(values).all()
+    assert (frame["lower"] <= frame["expected"] + 1e-9).all()
+    assert (frame["expected"] <= frame["upper"] + 1e-9).all()
+
+    # The same numbers as rcstat.analyze on the in-memory model that was saved.
+    want = analyze(
+        tiny_model("llama"),
+        make_tiny_tokenizer(),
+        context=CONTEXT,
+        question=QUESTION,
+        answer=ANSWER,
+    )
+    np.testing.assert_allclose(frame["expected"], want.expected.ravel(), rtol=1e-6)
+    np.testing.assert_allclose(frame["upper"], want.upper.ravel(), rtol=1e-6)
+    saved = HeadAnalysis.load(out / "scores.json")
+    np.testing.assert_array_equal(saved.expected.ravel(), frame["expected"])
+    assert saved.generation_text == ANSWER
+    assert (saved.prompt_len, saved.gen_len) == (want.prompt_len, want.gen_len)
+
+    for name in ("heatmap.png", "head_1_2.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC), name
+        assert len(data) > 5_000, name
+
+    printed = _flat(capsys.readouterr().out)
+    assert f"generation: {ANSWER!r}" in printed
+    n_upper = int((frame["upper"] > tau).sum())
+    n_expected = int((frame["expected"] > tau).sum())
+    assert n_upper != n_expected  # the tau chosen tells the two counts apart
+    assert f"A > {tau}: {n_upper} heads" in printed
+    assert f"E > {tau}: {n_expected} heads" in printed
+    assert f"top 5 of {LAYERS * HEADS} heads by expected RC" in printed
+    rows = re.findall(r"│ (\d+) │ (\d+) │ ([\d.]+) │ ([\d.]+) │", printed)
+    top = frame.sort_values("expected", ascending=False, kind="stable").head(5)
+    assert [(int(r[0]), int(r[1]), float(r[2]), float(r[3])) for r in rows] == [
+        (int(t.layer), int(t.head), round(t.expected, 3), round(t.upper, 3))
+        for t in top.itertuples()
+    ]
+    assert f"results written to {out}/" in printed
+
+
+def test_files_give_the_same_scores_as_inline_text(model_dir: Path, tmp_path: Path) -> None:
+    inline, from_files = tmp_path / "inline", tmp_path / "files"
+    (tmp_path / "context.txt").write_text(CONTEXT, encoding="utf-8")
+    (tmp_path / "answer.txt").write_text(ANSWER, encoding="utf-8")
+    assert cli.main(_chat_args(model_dir, inline)) == 0
+    argv = [
+        "analyze",
+        "--model",
+        str(model_dir),
+        "--context-file",
+        str(tmp_path / "context.txt"),
+        "--question",
+        QUESTION,
+        "--answer-file",
+        str(tmp_path / "answer.txt"),
+        "--out",
+        str(from_files),
+    ]
+    assert cli.main(argv) == 0
+    pd.testing.assert_frame_equal(
+        pd.read_csv(from_files / "scores.csv"), pd.read_csv(inline / "scores.csv")
+    )
+    assert HeadAnalysis.load(from_files / "scores.json").generation_text == ANSWER
+
+
+def test_raw_mode(model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "raw"
+    argv = ["analyze", "--model", str(model_dir), "--out", str(out)]
+    argv += ["--prompt", "Once upon a time", "--generation", " there was a cat."]
+    assert cli.main(argv) == 0
+    saved = HeadAnalysis.load(out / "scores.json")
+    assert saved.prompt_text == "Once upon a time"
+    assert saved.generation_text == " there was a cat."
+    want = analyze(
+        tiny_model("llama"),
+        make_tiny_tokenizer(),
+        prompt="Once upon a time",
+        generation=" there was a cat.",
+    )
+    assert (saved.prompt_len, saved.gen_len) == (want.prompt_len, want.gen_len)
+    np.testing.assert_allclose(saved.upper, want.upper, rtol=1e-6)
+    assert not (out / "head_0_0.png").exists()
+
+
+def test_raw_mode_generates_when_no_generation(model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gen"
+    argv = ["analyze", "--model", str(model_dir), "--out", str(out)]
+    argv += ["--prompt", "Once upon a time", "--max-new-tokens", "3"]
+    assert cli.main(argv) == 0
+    saved = HeadAnalysis.load(out / "scores.json")
+    assert 1 <= saved.gen_len <= 3
+    assert saved.generation_text
+
+
+def test_markup_in_user_text_is_printed_verbatim(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Rich markup in the answer must neither vanish nor crash the print ("[/note]" alone
+    # raised rich.errors.MarkupError after the results had been written).
+    answer = "On the [bold]warm[/bold] mat [/note]."
+    out = tmp_path / "[x]run"
+    argv = _chat_args(model_dir, out)
+    argv[argv.index(ANSWER)] = answer
+    assert cli.main(argv) == 0
+    printed = _flat(capsys.readouterr().out)
+    assert f"generation: {answer!r}" in printed
+    assert f"results written to {out}/" in printed
+    assert HeadAnalysis.load(out / "scores.json").generation_text == answer
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--answer", ""], "answer: is empty"),
+        (["--head", "3.0"], f"head 3.0 does not exist: the model has {LAYERS} layers × {HEADS}"),
+        (["--head", "0.4"], "head 0.4 does not exist"),
+    ],
+    ids=["empty-answer", "layer-out-of-range", "head-out-of-range"],
+)
+def test_bad_input_exits_2_and_writes_nothing(
+    model_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    out = tmp_path / "run"
+    argv = _chat_args(model_dir, out)
+    if extra[0] == "--answer":
+        argv[argv.index(ANSWER)] = extra[1]
+    else:
+        argv += extra
+    assert cli.main(argv) == 2
+    printed = _flat(capsys.readouterr().out)
+    assert printed.startswith("error:")
+    assert message in printed
+    assert "Traceback" not in printed
+    assert _leftovers(tmp_path, out) == []
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_bad_model_path_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    model = tmp_path / "no-such-model"
+    if kind == "file":
+        model.write_text("not a checkpoint")
+    out = tmp_path / "run"
+    argv = ["analyze", "--model", str(model), "--prompt", "hello", "--generation", " world"]
+    assert cli.main([*argv, "--out", str(out)]) == 2
+    printed = _flat(capsys.readouterr().out)
+    assert printed.startswith("error: model:")
+    assert str(model) in printed
+    assert ("not an existing local directory" if kind == "missing" else "is a file") in printed
+    assert _leftovers(tmp_path, out) == []
+
+
+def test_text_and_file_of_the_same_input_is_refused(model_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "context.txt").write_text(CONTEXT, encoding="utf-8")
+    argv = _chat_args(model_dir, tmp_path / "run", "--context-file", str(tmp_path / "context.txt"))
+    with pytest.raises(SystemExit, match="give --context or --context-file, not both"):
+        cli.main(argv)
+    assert _leftovers(tmp_path, tmp_path / "run") == []
+
+
+def test_unreadable_input_file_is_refused(model_dir: Path, tmp_path: Path) -> None:
+    argv = ["analyze", "--model", str(model_dir), "--out", str(tmp_path / "run")]
+    argv += ["--prompt-file", str(tmp_path / "missing.txt")]
+    with pytest.raises(SystemExit, match="cannot read --prompt-file"):
+        cli.main(argv)
+
+
+@pytest.mark.parametrize("head", ["3", "1.x", "1.2.3", ""])
+def test_malformed_head_is_an_argparse_error(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], head: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(_chat_args(model_dir, tmp_path / "run", "--head", head))
+    assert exc.value.code == 2
+    assert f"--head must look like LAYER.HEAD, got {head!r}" in capsys.readouterr().err
+    assert _leftovers(tmp_path, tmp_path / "run") == []
+
+
+def test_head_parser() -> None:
+    assert cli._head("12.3") == (12, 3)
+    args = cli.build_parser().parse_args(["analyze", "--head", "0.1", "--head", "2.3"])
+    assert args.head == [(0, 1), (2, 3)]
+
+
+# --------------------------------------------------------------------------- staged_output
+
+
+def test_staged_output_leaves_nothing_on_error(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="boom"), cli.staged_output(out) as stage:
+        assert stage.parent == tmp_path and stage.name.startswith(".out.")
+        (stage / "a.txt").write_text("partial")
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_staged_output_keeps_an_existing_folder_on_error(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("old")
+    with pytest.raises(ValueError), cli.staged_output(out) as stage:
+        (stage / "a.txt").write_text("new")
+        raise ValueError
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert (out / "a.txt").read_text() == "old"
+
+
+def test_staged_output_moves_files_and_updates_a_folder(tmp_path: Path) -> None:
+    out = tmp_path / "nested" / "out"
+    with cli.staged_output(out) as stage:
+        (stage / "a.txt").write_text("first a")
+        (stage / "b.txt").write_text("first b")
+        assert not out.exists()  # nothing is visible before success
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        "a.txt": "first a",
+        "b.txt": "first b",
+    }
+
+    (out / "keep.txt").write_text("user file")
+    with cli.staged_output(out) as stage:
+        (stage / "a.txt").write_text("second a")
+        (stage / "c.txt").write_text("second c")
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        "a.txt": "second a",
+        "b.txt": "first b",
+        "c.txt": "second c",
+        "keep.txt": "user file",
+    }
+    assert [p.name for p in out.parent.iterdir()] == ["out"]  # staging folders are gone
+
+
+def test_scores_json_is_plain_json(model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert cli.main(_chat_args(model_dir, out, "--scaled")) == 0
+    data = json.loads((out / "scores.json").read_text())
+    assert data["scaled"] is True
+    assert np.asarray(data["upper"]).shape == (LAYERS, HEADS)
+    unscaled = analyze(
+        tiny_model("llama"),
+        make_tiny_tokenizer(),
+        context=CONTEXT,
+        question=QUESTION,
+        answer=ANSWER,
+    )
+    # Scaling every score by 1/sqrt(d) scales E and A by the same factor (d = 16).
+    np.testing.assert_allclose(data["expected"], unscaled.expected / 4.0, rtol=1e-5)
