@@ -186,8 +186,8 @@ def _reduce_block(keep: dict[int, list[int]], prompt_len: int, samples: list[Hea
         block = scores[0]  # [head, g, m + g]
         stats = block_statistics(block, prompt_len)
         for head in keep.get(layer, []):
-            x, _, y, y_valid = cross_self_samples(block[head], prompt_len)
-            samples.append(HeadSamples(layer, head, x.cpu().numpy(), y[y_valid].cpu().numpy()))
+            x, _, y, _ = cross_self_samples(block[head], prompt_len)
+            samples.append(HeadSamples(layer, head, x.cpu().numpy(), y.cpu().numpy()))
         return {
             "expected": stats.expected.cpu(),
             "upper": stats.upper.cpu(),

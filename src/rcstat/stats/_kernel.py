@@ -91,10 +91,12 @@ def rc_integrals(
 
     yc = ys.double() - center  # [R, M] (+inf beyond m)
     b = torch.arange(ys.shape[-1], device=ys.device).expand(rows, -1)  # interval index
-    in_range = b < m
+    in_range = None if y_valid is None else b < m
     x_max = xc.gather(-1, n - 1)  # [R, 1]
-    left = torch.where(in_range, yc, 0.0)
-    g_left = torch.where(in_range, tail(d.clamp(max=width), left), 0.0)
+    left = yc if in_range is None else torch.where(in_range, yc, 0.0)
+    g_left = tail(d, left)
+    if in_range is not None:
+        g_left = torch.where(in_range, g_left, 0.0)
     last = b == m - 1
     right = torch.where(last, torch.maximum(left, x_max), left.roll(-1, dims=-1))
     g_right = torch.where(last, 0.0, g_left.roll(-1, dims=-1))
@@ -115,7 +117,7 @@ def rc_integrals(
     expected = c * (g_left - g_right)
     upper = c * (v - left) + g_v - g_right
     lower = (c - 1.0) * (u - left) + g_left - g_u
-    zero = torch.zeros((), dtype=torch.float64, device=xs.device)
-    return tuple(  # type: ignore[return-value]
-        torch.where(in_range, part, zero).sum(-1) for part in (expected, upper, lower)
-    )
+    parts = [expected, upper, lower]
+    if in_range is not None:
+        parts = [torch.where(in_range, part, 0.0) for part in parts]
+    return parts[0].sum(-1), parts[1].sum(-1), parts[2].sum(-1)

@@ -36,7 +36,7 @@ def _check_block(scores: torch.Tensor, prompt_len: int) -> int:
 
 def cross_self_samples(
     scores: torch.Tensor, prompt_len: int
-) -> tuple[torch.Tensor, None, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, None, torch.Tensor, None]:
     """Split a generation block into ``(x, x_valid, y, y_valid)`` sample sets.
 
     Parameters
@@ -49,16 +49,15 @@ def cross_self_samples(
     Returns
     -------
     tuple
-        ``x [..., g·m]`` (every sample valid: mask ``None``) and ``y [..., g·g]`` with the
-        causal mask (key ``<=`` query), both flattened over (query, key).
+        ``x [..., g·m]`` (query-major) and ``y [..., g(g+1)/2]`` (the causal entries, key
+        ``<=`` query, query-major), both dense: the masks are ``None``.
     """
     gen_len = _check_block(scores, prompt_len)
     batch = scores.shape[:-2]
     x = scores[..., :prompt_len].reshape(*batch, gen_len * prompt_len)  # [..., g·m]
-    y = scores[..., prompt_len:].reshape(*batch, gen_len * gen_len)  # [..., g·g]
     causal = torch.ones(gen_len, gen_len, dtype=torch.bool, device=scores.device).tril()
-    y_valid = causal.reshape(-1).expand(y.shape)
-    return x, None, y, y_valid
+    y = scores[..., prompt_len:][..., causal]  # [..., g(g+1)/2]
+    return x, None, y, None
 
 
 def block_statistics(scores: torch.Tensor, prompt_len: int) -> RCStatistics:

@@ -1,0 +1,63 @@
+"""The CUDA path: statistics, capture and analysis agree with the CPU path (skipped without a
+GPU; run on the lent H100/H200 with ``pytest -m gpu``)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from rcstat.analysis import analyze
+from rcstat.capture import capture_scores
+from rcstat.stats import rc_statistics
+from tests._reference import naive_expected_rc
+from tests._tiny_models import reference_scores, tiny_model
+from tests._tiny_tokenizer import make_tiny_tokenizer
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_statistics_on_cuda_equal_cpu(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(6, 5000, generator=gen) * 40).to(dtype)
+    y = (torch.randn(6, 700, generator=gen) * 40 + 3).to(dtype)
+    y_valid = torch.rand(6, 700, generator=gen) > 0.3
+    cpu = rc_statistics(x, y, y_valid=y_valid)
+    gpu = rc_statistics(x.cuda(), y.cuda(), y_valid=y_valid.cuda())
+    for field in ("expected", "upper", "lower", "mean_gap"):
+        torch.testing.assert_close(
+            getattr(gpu, field).cpu(), getattr(cpu, field), rtol=1e-9, atol=1e-9
+        )
+    want = naive_expected_rc(x[0].double().numpy(), y[0][y_valid[0]].double().numpy())
+    assert float(gpu.expected[0]) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 0.1)])
+def test_capture_on_cuda_matches_reference(dtype: torch.dtype, tol: float) -> None:
+    model = copy.deepcopy(tiny_model("llama")).to("cuda", dtype)
+    ids = torch.randint(0, 512, (1, 24), generator=torch.Generator().manual_seed(1)).cuda()
+    want = reference_scores(model, ids)
+    with torch.no_grad(), capture_scores(model, lambda layer, s: s, query_start=16) as result:
+        model(ids)
+    for layer, block in enumerate(result.ordered()):
+        assert block.device.type == "cuda" and block.dtype == torch.float32
+        torch.testing.assert_close(block.double(), want[layer][:, :, 16:], rtol=tol, atol=tol)
+
+
+def test_analyze_on_cuda_equals_cpu() -> None:
+    tok = make_tiny_tokenizer()
+    kwargs = dict(
+        context="The cat sat on the mat by the door.",
+        question="Where is the cat?",
+        answer="On the mat.",
+    )
+    cpu = analyze(tiny_model("llama"), tok, **kwargs)
+    gpu = analyze(copy.deepcopy(tiny_model("llama")).cuda(), tok, **kwargs)
+    for field in ("expected", "upper", "lower", "normalized"):
+        np.testing.assert_allclose(getattr(gpu, field), getattr(cpu, field), rtol=1e-4, atol=1e-5)
