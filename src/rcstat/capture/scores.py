@@ -58,6 +58,7 @@ class _Session:
     scaled: bool
     delegate: Callable[..., Any]
     result: CaptureResult[Any]
+    finite: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # checked on exit
 
 
 _ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
@@ -112,11 +113,8 @@ def _attention(
                 scores = grouped_scores(query[:, :, start:end], key)  # [batch, head, q, k]
                 if session.scaled:
                     scores = scores * float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
-                if not bool(torch.isfinite(scores).all()):
-                    raise FloatingPointError(
-                        f"layer {layer}: attention scores contain NaN or inf; the model's "
-                        "activations overflowed (try float32 or a shorter input)"
-                    )
+                # checked when the capture ends: no device synchronisation per layer
+                session.finite.append((layer, torch.isfinite(scores).all()))
                 session.result.per_layer[layer] = session.reducer(layer, scores)
                 del scores
     return session.delegate(module, query, key, value, attention_mask, **kwargs)
@@ -168,6 +166,12 @@ def capture_scores(
     ------
     CaptureResult
         Filled with the reducer outputs per layer as forward passes run.
+
+    Raises
+    ------
+    FloatingPointError
+        On leaving the context, if a captured layer's scores contained NaN or inf (the
+        check is deferred so that the forward pass never waits for the device).
     """
     layout = attention_layout(model)
     chosen = tuple(range(layout.num_layers)) if layers is None else tuple(layers)
@@ -208,3 +212,18 @@ def capture_scores(
     finally:
         model.set_attn_implementation(previous)  # type: ignore[operator]
         _ACTIVE.reset(token)
+    _raise_if_not_finite(session)
+
+
+def _raise_if_not_finite(session: _Session) -> None:
+    """Raise if a captured layer had NaN / inf scores (its reducer output is meaningless)."""
+    if not session.finite:
+        return
+    flags = torch.stack([flag.cpu() for _, flag in session.finite])  # one sync per device
+    if not bool(flags.all()):
+        layer = session.finite[int((~flags).nonzero()[0])][0]
+        session.result.per_layer.clear()
+        raise FloatingPointError(
+            f"layer {layer}: attention scores contain NaN or inf; the model's activations "
+            "overflowed (try float32 or a shorter input)"
+        )

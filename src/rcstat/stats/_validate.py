@@ -6,7 +6,7 @@ import torch
 
 
 def check_samples(
-    name: str, values: torch.Tensor, valid: torch.Tensor | None
+    name: str, values: torch.Tensor, valid: torch.Tensor | None, *, check_finite: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Validate one batched sample set and return ``(values, valid)`` (``valid`` stays
     ``None`` when every sample is valid).
@@ -15,6 +15,9 @@ def check_samples(
     ----------
     name
         The argument's name, used in error messages (``"x"`` or ``"y"``).
+    check_finite
+        Scan for NaN / inf (one device synchronisation); skip only when the caller has
+        checked the values already.
     values
         Samples along the last axis, any leading batch shape: ``[..., n]``.
     valid
@@ -37,7 +40,7 @@ def check_samples(
     if values.shape[-1] == 0:
         raise ValueError(f"{name} is empty: the sample axis has length 0")
     if valid is None:
-        if not bool(torch.isfinite(values).all()):
+        if check_finite and not bool(torch.isfinite(values).all()):
             _raise_non_finite(name, ~torch.isfinite(values))
         return values, None
     if not isinstance(valid, torch.Tensor) or valid.dtype != torch.bool:
@@ -52,9 +55,10 @@ def check_samples(
     if bool(empty.any()):
         entry = tuple(int(i) for i in empty.nonzero()[0])
         raise ValueError(f"{name} has no valid sample in batch entry {entry}")
-    bad = valid & ~torch.isfinite(values)
-    if bool(bad.any()):
-        _raise_non_finite(name, bad)
+    if check_finite:
+        bad = valid & ~torch.isfinite(values)
+        if bool(bad.any()):
+            _raise_non_finite(name, bad)
     return values, valid
 
 

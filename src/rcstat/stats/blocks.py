@@ -60,7 +60,9 @@ def cross_self_samples(
     return x, None, y, None
 
 
-def block_statistics(scores: torch.Tensor, prompt_len: int) -> RCStatistics:
+def block_statistics(
+    scores: torch.Tensor, prompt_len: int, *, check_finite: bool = True
+) -> RCStatistics:
     """Per-head ``E(X(p, g), Y(g, g))`` and its bounds from a generation block (§2.1).
 
     Parameters
@@ -69,14 +71,16 @@ def block_statistics(scores: torch.Tensor, prompt_len: int) -> RCStatistics:
         ``[..., g, m + g]`` generation block, e.g. ``[heads, g, m + g]`` for one layer.
     prompt_len
         ``m``.
+    check_finite
+        Scan the scores for NaN / inf (see :func:`rc_statistics`).
 
     Returns
     -------
     RCStatistics
         Each field float64 with shape ``scores.shape[:-2]``.
     """
-    x, x_valid, y, y_valid = cross_self_samples(scores, prompt_len)
-    return rc_statistics(x, y, x_valid=x_valid, y_valid=y_valid)
+    x, _, y, _ = cross_self_samples(scores, prompt_len)
+    return rc_statistics(x, y, check_finite=check_finite)
 
 
 def iot_expected_rc(scores: torch.Tensor, prompt_len: int) -> torch.Tensor:
