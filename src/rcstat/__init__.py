@@ -1,0 +1,29 @@
+"""rcstat: Relative Contextualization statistics from pre-softmax attention scores.
+
+The public names are resolved lazily (PEP 562), so ``import rcstat.stats`` stays a pure
+torch import and ``import rcstat`` does no work.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rcstat.analysis import HeadAnalysis, analyze
+    from rcstat.models import load_model
+
+__all__ = ["HeadAnalysis", "analyze", "load_model"]
+__version__ = "0.1.0"
+
+_HOMES = {
+    "HeadAnalysis": "rcstat.analysis",
+    "analyze": "rcstat.analysis",
+    "load_model": "rcstat.models",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'rcstat' has no attribute {name!r}")

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -108,27 +109,22 @@ def run_analyze(args: AnalyzeArgs) -> int:
         model, tokenizer = load_model(args.model)
     with console.status("generating and analysing (one forward pass)…"):
         if args.prompt is not None or args.generation is not None:
-            result = analyze(
-                model,
-                tokenizer,
-                prompt=args.prompt,
-                generation=args.generation,
-                max_new_tokens=args.max_new_tokens,
-                scaled=args.scaled,
-                keep_samples=args.heads,
-            )
+            inputs: dict[str, Any] = {"prompt": args.prompt, "generation": args.generation}
         else:
-            result = analyze(
-                model,
-                tokenizer,
-                context=args.context,
-                question=args.question,
-                answer=args.answer,
-                question_placement=args.question_placement,  # type: ignore[arg-type]
-                max_new_tokens=args.max_new_tokens,
-                scaled=args.scaled,
-                keep_samples=args.heads,
-            )
+            inputs = {
+                "context": args.context,
+                "question": args.question,
+                "answer": args.answer,
+                "question_placement": args.question_placement,
+            }
+        result = analyze(
+            model,
+            tokenizer,
+            **inputs,
+            max_new_tokens=args.max_new_tokens,
+            scaled=args.scaled,
+            keep_samples=args.heads,
+        )
     with staged_output(args.out) as stage, console.status("writing results…"):
         result.to_frame().to_csv(stage / "scores.csv", index=False)
         result.save(stage / "scores.json")

@@ -377,12 +377,7 @@ def segment_chat(
         prompt_len = q_tokens[0]
     text = prompt_text
     if answer is not None:
-        a_ids, a_offsets = _encode(tokenizer, answer, add_special_tokens=False)
-        base = len(prompt_text)
-        ids = ids + a_ids
-        offsets = offsets + [(base + s, base + e) for s, e in a_offsets]
-        parts["answer"] = (base, base + len(answer))
-        text = prompt_text + answer
+        text = _append_continuation(tokenizer, text, ids, offsets, parts, "answer", answer)
     return _build(ids, prompt_len, text, offsets, parts, max_length)
 
 
@@ -443,16 +438,30 @@ def segment_text(
     parts = {"prompt": (0, len(prompt))}
     text = prompt
     if generation is not None:
-        g_ids, g_offsets = _encode(tokenizer, generation, add_special_tokens=False)
-        base = len(prompt)
-        ids = ids + g_ids
-        offsets = offsets + [(base + s, base + e) for s, e in g_offsets]
-        parts["generation"] = (base, base + len(generation))
-        text = prompt + generation
+        text = _append_continuation(tokenizer, text, ids, offsets, parts, "generation", generation)
     return _build(ids, prompt_len, text, offsets, parts, max_length)
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _append_continuation(
+    tokenizer: Any,
+    text: str,
+    ids: list[int],
+    offsets: list[tuple[int, int]],
+    parts: dict[str, tuple[int, int]],
+    name: str,
+    continuation: str,
+) -> str:
+    """Teacher-force ``continuation``: tokenise it alone (``add_special_tokens=False``),
+    extend ``ids``/``offsets``/``parts`` in place and return the extended text."""
+    more_ids, more_offsets = _encode(tokenizer, continuation, add_special_tokens=False)
+    base = len(text)
+    ids.extend(more_ids)
+    offsets.extend((base + s, base + e) for s, e in more_offsets)
+    parts[name] = (base, base + len(continuation))
+    return text + continuation
 
 
 def _describe(value: Any) -> str:
