@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import re
 import subprocess
 import sys
@@ -107,7 +108,9 @@ def peak_memory(model_name: str, device: str, ex: Segmented, model: Any, layers:
         "--memory-gen",
         str(ex.gen_len),
     ]
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    # blocks above 64 KiB are mmapped and unmapped on free, so RSS follows live memory
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
     return int(done.stdout.strip().splitlines()[-1])
 
 

@@ -306,12 +306,13 @@ def test_stats_does_not_import_transformers() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_flat_row_prefix_sums_equal_row_scans() -> None:
-    """The kernel's one-scan prefix sums over many rows keep one row's accuracy."""
-    from rcstat.stats._kernel import _row_prefix_sums
+@pytest.mark.parametrize("flat", [False, True])
+def test_row_cumsum_keeps_one_row_accuracy(flat: bool) -> None:
+    """The kernel's prefix sums, including the one-scan (GPU) variant over many rows."""
+    from rcstat.stats._kernel import _row_cumsum
 
     gen = torch.Generator().manual_seed(9)
     values = torch.randn(4000, 257, generator=gen, dtype=torch.float64) * 50 - 300
-    got = _row_prefix_sums(values)
-    want = torch.cat([torch.zeros(4000, 1, dtype=torch.float64), values.cumsum(-1)], dim=-1)
+    got = _row_cumsum(values.clone(), flat=flat)
+    want = values.cumsum(-1)
     assert float((got - want).abs().max()) <= 1e-13 * float(want.abs().max())

@@ -44,23 +44,26 @@ def _sort_rows(values: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor
     return torch.sort(filled, dim=-1).values
 
 
-def _row_prefix_sums(values: torch.Tensor) -> torch.Tensor:
-    """``[R, N] -> [R, N + 1]`` prefix sums of each row (float64), starting at 0.
+def _row_cumsum(values: torch.Tensor, flat: bool | None = None) -> torch.Tensor:
+    """Inclusive cumulative sums of each row of ``[R, N]`` (float64).
 
-    One flat scan instead of ``R`` row scans (an innermost-dimension scan of a few long rows
-    parallelises badly on GPUs: 60% of the kernel's time before). Each row's first element
-    has the previous row's total subtracted, so the running sum restarts at 0 at every row
-    and keeps the magnitude of one row; the rounding drift carried over from earlier rows
-    (the scan's row total minus the subtracted one) is removed as well.
+    On CUDA (``flat=None``) one flat scan replaces ``R`` row scans: an innermost-dimension
+    scan of a few long rows parallelises badly on GPUs (60% of the kernel's time before).
+    Each row's first element has the previous row's total subtracted, so the running sum
+    restarts at 0 at every row and keeps the magnitude of one row; the rounding drift carried
+    over from earlier rows (the scan's row total minus the subtracted one) is removed too.
     """
+    if flat is None:
+        flat = values.device.type == "cuda"
+    if not flat:
+        return values.cumsum(-1)
     rows, width = values.shape
     totals = values.sum(-1)  # [R]
     shifted = values.clone()
     shifted[1:, 0] -= totals[:-1]
-    running = shifted.reshape(-1).cumsum(0).view(rows, width)  # [R, N]
-    # the scan's own total of the previous row minus the one subtracted: rounding only
-    residual = torch.cat([running.new_zeros(1), running[:-1, -1] - totals[:-1]]).unsqueeze(-1)
-    return torch.cat([running.new_zeros(rows, 1), running - residual], dim=-1)
+    running = shifted.reshape(-1).cumsum_(0).view(rows, width)  # [R, N]
+    residual = torch.cat([running.new_zeros(1), running[:-1, -1] - totals[:-1]])
+    return running.sub_(residual.unsqueeze(-1))
 
 
 def _count(valid: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
@@ -98,13 +101,18 @@ def rc_integrals(
     xc = xs.double().sub_(center)  # [R, N] centred (+inf padding)
     if x_valid is not None:
         xc.masked_fill_(torch.arange(width, device=xs.device) >= n, 0.0)  # 0-padded
-    prefix = _row_prefix_sums(xc)  # [R, N + 1]
-    total = prefix.gather(-1, n)  # [R, 1]
+    cums = _row_cumsum(xc)  # [R, N] inclusive
+
+    def prefix(count: torch.Tensor) -> torch.Tensor:
+        """Sum of the ``count`` smallest (centred) x of each row."""
+        return torch.where(count > 0, cums.gather(-1, (count - 1).clamp(min=0)), 0.0)
+
+    total = prefix(n)  # [R, 1]
     n64 = n.double()
 
     def tail(split: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """``G(t)`` given ``split`` = a count of x with ``x[:split] <= t <= x[split:]``."""
-        return (total - prefix.gather(-1, split) - (n - split).double() * t) / n64
+        return (total - prefix(split) - (n - split).double() * t) / n64
 
     yc = ys.double() - center  # [R, M] (+inf beyond m)
     b = torch.arange(ys.shape[-1], device=ys.device).expand(rows, -1)  # interval index
