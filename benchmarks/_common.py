@@ -53,6 +53,14 @@ def machine(device: str) -> dict[str, Any]:
     return info
 
 
+def device_label(device: str) -> str:
+    """``cpu``, or the GPU's model for file names (``h100``, ``h200``, ...)."""
+    if not device.startswith("cuda"):
+        return "cpu"
+    words = torch.cuda.get_device_name(0).lower().split()
+    return next((w for w in words if any(ch.isdigit() for ch in w)), "cuda")
+
+
 def write(out: Path, name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     """Write ``name.json`` (rows + metadata) and ``name.csv`` into ``out``."""
     import pandas as pd

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import interleaved, ints, machine, write
+from benchmarks._common import device_label, interleaved, ints, machine, write
 from rcstat.analysis import analyze_segmented
 from rcstat.capture import capture_scores
 from rcstat.segments import Segmented
@@ -187,7 +187,7 @@ def main() -> None:
                 flush=True,
             )
     meta = {**machine(args.device), "model": args.model, "dtype": str(model.dtype)}
-    write(args.out, f"analyze_{args.model}_{args.device.split(':')[0]}", rows, meta)
+    write(args.out, f"analyze_{args.model}_{device_label(args.device)}", rows, meta)
 
     n_layers = model.config.num_hidden_layers
     ex = example(pool, min(args.memory_prompt, window - args.memory_gen), args.memory_gen)
@@ -212,7 +212,7 @@ def main() -> None:
             f"extra over the forward {(peak - base) / 2**20:8.1f} MiB",
             flush=True,
         )
-    write(args.out, f"memory_{args.model}_{args.device.split(':')[0]}", memory, meta)
+    write(args.out, f"memory_{args.model}_{device_label(args.device)}", memory, meta)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import interleaved, ints, machine, timed, write
+from benchmarks._common import device_label, interleaved, ints, machine, timed, write
 from rcstat.stats import cross_self_samples, rc_statistics
 
 
@@ -98,7 +98,7 @@ def main() -> None:
                 flush=True,
             )
     print("* naive time extrapolated linearly from a timed prefix of X")
-    write(args.out, f"stats_{args.device.split(':')[0]}", rows, machine(args.device))
+    write(args.out, f"stats_{device_label(args.device)}", rows, machine(args.device))
 
 
 if __name__ == "__main__":
