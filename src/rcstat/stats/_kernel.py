@@ -40,7 +40,7 @@ def _sort_rows(values: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor
         values = values.float()  # exact; numpy has no bfloat16
     filled = values if valid is None else torch.where(valid, values, torch.inf)
     if filled.device.type == "cpu":
-        return torch.from_numpy(np.sort(filled.numpy(), axis=-1))
+        return torch.from_numpy(np.sort(filled.detach().numpy(), axis=-1))
     return torch.sort(filled, dim=-1).values
 
 
