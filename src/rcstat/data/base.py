@@ -47,7 +47,13 @@ __all__ = [
 
 T = TypeVar("T")
 
-_TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object", bool: "a bool"}
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    list: "a list",
+    dict: "an object",
+    bool: "a bool",
+}
 
 
 # --------------------------------------------------------------------------------- errors
@@ -345,8 +351,7 @@ class _Where:
         """Return `value` if it is a `kind` (bool is not an int), else raise."""
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise self.error(
-                f"{what} must be {_TYPE_NAMES.get(kind, kind.__name__)}, "
-                f"got {type(value).__name__}"
+                f"{what} must be {_TYPE_NAMES.get(kind, kind.__name__)}, got {type(value).__name__}"
             )
         return value
 
@@ -377,8 +382,8 @@ class _Where:
         return items
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[_Where, dict[str, Any]]]:
-    """Yield ``(where, record)`` for every non-blank line of a JSON-lines file.
+def iter_jsonl(path: Path) -> Iterator[tuple[int, _Where, dict[str, Any]]]:
+    """Yield ``(line_number, where, record)`` for every non-blank line of a JSON-lines file.
 
     Raises
     ------
@@ -398,7 +403,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[_Where, dict[str, Any]]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise where.error(f"invalid JSON: {exc}") from None
-            yield where, where.check(record, dict, "the record")
+            yield number, where, where.check(record, dict, "the record")
 
 
 def read_json(path: Path) -> Any:
@@ -477,3 +482,11 @@ def find_shared_data(start: str | Path | None = None) -> Path | None:
             if candidate.is_dir():
                 return candidate
     return None
+
+
+def parse_record_markup(where: _Where, key: str, marked: str) -> tuple[str, tuple[MarkedSpan, ...]]:
+    """:func:`parse_span_markup` on a record field, with errors located in the file."""
+    try:
+        return parse_span_markup(marked)
+    except MarkupError as exc:
+        raise where.error(f"bad span markup in {key!r}: {exc}") from None

@@ -54,7 +54,9 @@ def load_squad_v2(
         answerable question without answers, or an unanswerable one with answers.
     """
     limit = check_limit(limit)
-    return list(islice(_iter_squad_v2(resolve_file(path, DATASET, ".json"), include_unanswerable), limit))
+    return list(
+        islice(_iter_squad_v2(resolve_file(path, DATASET, ".json"), include_unanswerable), limit)
+    )
 
 
 def _distinct_answers(
@@ -90,7 +92,9 @@ def _iter_squad_v2(path: Path, include_unanswerable: bool) -> Iterator[QAExample
                 qa = q_where.check(qa, dict, "the question record")
                 qid = q_where.text(qa, "id", non_empty=True)
                 question = q_where.text(qa, "question", non_empty=True)
-                answers, starts = _distinct_answers(q_where, q_where.get(qa, "answers", list), "answers")
+                answers, starts = _distinct_answers(
+                    q_where, q_where.get(qa, "answers", list), "answers"
+                )
                 impossible = q_where.get_optional(qa, "is_impossible", bool, False)
                 if impossible and answers:
                     raise q_where.error("is_impossible is true but 'answers' is not empty")

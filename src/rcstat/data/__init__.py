@@ -1,0 +1,45 @@
+"""Dataset loaders: official upstream formats read from local files into typed examples.
+
+Question answering (KV-cache compression, head analysis) → :class:`QAExample`:
+:func:`load_squad_v2`, :func:`load_qmsum`, :func:`load_2wiki`. Attribution →
+:class:`AttributionExample` with :class:`AttributedSpan` units: :func:`load_quotesum`,
+:func:`load_verigran`. :func:`load_dataset` dispatches by name; :func:`default_path` finds the
+developer slice under ``shared/data``. Malformed records raise :class:`DatasetFormatError`.
+This package imports the standard library only.
+"""
+
+from rcstat.data.base import (
+    AttributedSpan,
+    AttributionExample,
+    DatasetFormatError,
+    MarkedSpan,
+    MarkupError,
+    QAExample,
+    find_shared_data,
+    parse_span_markup,
+)
+from rcstat.data.qmsum import load_qmsum
+from rcstat.data.quotesum import load_quotesum
+from rcstat.data.registry import DATASETS, default_path, load_dataset
+from rcstat.data.squad import load_squad_v2
+from rcstat.data.verigran import load_verigran
+from rcstat.data.wiki2 import load_2wiki
+
+__all__ = [
+    "DATASETS",
+    "AttributedSpan",
+    "AttributionExample",
+    "DatasetFormatError",
+    "MarkedSpan",
+    "MarkupError",
+    "QAExample",
+    "default_path",
+    "find_shared_data",
+    "load_2wiki",
+    "load_dataset",
+    "load_qmsum",
+    "load_quotesum",
+    "load_squad_v2",
+    "load_verigran",
+    "parse_span_markup",
+]

@@ -1,0 +1,142 @@
+"""Dispatch by dataset name and locate the shared developer slices.
+
+:func:`load_dataset` maps a name to its loader; :func:`default_path` finds the slice of a
+dataset under the nearest ``shared/data`` folder (DESIGN.md §5), for demos and tests. Real
+evaluations pass the path of the full upstream file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rcstat.data.base import AttributionExample, QAExample, find_shared_data
+from rcstat.data.qmsum import load_qmsum
+from rcstat.data.quotesum import load_quotesum
+from rcstat.data.squad import load_squad_v2
+from rcstat.data.verigran import load_verigran
+from rcstat.data.wiki2 import load_2wiki
+
+__all__ = ["DATASETS", "default_path", "load_dataset"]
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """How to load one dataset.
+
+    Parameters
+    ----------
+    loader : callable
+        ``loader(path, *, limit=None, **options) -> list[example]``.
+    slice_folder : str
+        Folder of its slice under ``shared/data``.
+    suffix : str
+        File ending of its data files.
+    task : str
+        ``"qa"`` (:class:`QAExample`) or ``"attribution"`` (:class:`AttributionExample`).
+    """
+
+    loader: Callable[..., list[Any]]
+    slice_folder: str
+    suffix: str
+    task: str
+
+
+#: The datasets :func:`load_dataset` knows, by canonical name.
+DATASETS: dict[str, DatasetInfo] = {
+    "squad_v2": DatasetInfo(load_squad_v2, "squad_v2", ".json", "qa"),
+    "qmsum": DatasetInfo(load_qmsum, "qmsum", ".jsonl", "qa"),
+    "2wiki": DatasetInfo(load_2wiki, "2wikimultihopqa", ".json", "qa"),
+    "quotesum": DatasetInfo(load_quotesum, "quotesum", ".jsonl", "attribution"),
+    "verigran": DatasetInfo(load_verigran, "veri_gran", ".jsonl", "attribution"),
+}
+
+_ALIASES = {"squad": "squad_v2", "2wikimultihopqa": "2wiki", "veri_gran": "verigran"}
+
+
+def _canonical(name: str) -> str:
+    key = name.strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    return key
+
+
+def default_path(name: str) -> Path:
+    """The data file of the shared developer slice of dataset `name`.
+
+    Parameters
+    ----------
+    name : str
+        A dataset name (see :data:`DATASETS`).
+
+    Returns
+    -------
+    Path
+        The one data file in ``<ancestor>/shared/data/<slice folder>``, the first
+        ``shared/data`` found walking up from the package and from the working directory.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no ``shared/data``, no slice folder, or the folder holds no data file (e.g.
+        2WikiMultihopQA, whose data is not redistributed); the message says to pass ``--data``.
+    """
+    key = _canonical(name)
+    info = DATASETS[key]
+    shared = find_shared_data()
+    hint = f"pass the path of a {key} file in its upstream format (--data PATH)"
+    if shared is None:
+        raise FileNotFoundError(f"no shared/data folder found for {key!r}; {hint}")
+    folder = shared / info.slice_folder
+    files = sorted(folder.glob(f"*{info.suffix}")) if folder.is_dir() else []
+    if len(files) != 1:
+        found = "no data file" if not files else f"{len(files)} data files"
+        raise FileNotFoundError(f"{found} in {folder} for {key!r} (see its README); {hint}")
+    return files[0]
+
+
+def load_dataset(
+    name: str, path: str | Path | None = None, *, limit: int | None = None, **options: Any
+) -> list[QAExample] | list[AttributionExample]:
+    """Load a dataset by name from a file in its upstream format.
+
+    Parameters
+    ----------
+    name : str
+        ``"squad_v2"``, ``"qmsum"``, ``"2wiki"``, ``"quotesum"`` or ``"verigran"`` (also
+        ``"squad"``, ``"2wikimultihopqa"``, ``"veri_gran"``; case and ``-``/``_`` ignored).
+    path : str or Path, optional
+        The upstream file, or a folder holding exactly one data file. Default:
+        :func:`default_path` (the shared slice).
+    limit : int, optional
+        Return at most this many examples.
+    **options
+        Passed to the dataset's loader (``include_unanswerable``, ``context``,
+        ``allow_missing_answer``, ``answer``).
+
+    Returns
+    -------
+    list of QAExample or list of AttributionExample
+        See :func:`load_squad_v2`, :func:`load_qmsum`, :func:`load_2wiki`,
+        :func:`load_quotesum`, :func:`load_verigran`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (:class:`DatasetFormatError`, a ``ValueError``, for a malformed
+        record).
+    FileNotFoundError
+        If `path` (or the default slice) does not exist.
+    TypeError
+        For an option the loader does not take.
+    """
+    key = _canonical(name)
+    if path is None:
+        path = default_path(key)
+    result: list[QAExample] | list[AttributionExample] = DATASETS[key].loader(
+        path, limit=limit, **options
+    )
+    return result
