@@ -13,9 +13,8 @@ unchanged. The previous implementation is restored on exit; nothing is patched a
 from __future__ import annotations
 
 import contextvars
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -51,44 +50,6 @@ class CaptureResult(Generic[R]):
 
 
 @dataclass
-class _SideStreams:
-    """Runs each layer's reduction on a side CUDA stream so that it overlaps the next layers'
-    forward computation. The inputs (q, k, made on the main stream) are recorded on the side
-    stream; at most ``depth`` reductions are in flight (the main stream waits on older ones,
-    on the device, never the host), which bounds the memory they keep alive."""
-
-    depth: int = 2
-    streams: dict[torch.device, torch.cuda.Stream] = field(default_factory=dict)
-    pending: deque[tuple[torch.cuda.Stream, torch.cuda.Event]] = field(default_factory=deque)
-
-    @contextmanager
-    def around(self, *inputs: torch.Tensor) -> Iterator[None]:
-        device = inputs[0].device
-        if device.type != "cuda":
-            yield
-            return
-        main = torch.cuda.current_stream(device)
-        side = self.streams.setdefault(device, torch.cuda.Stream(device))
-        side.wait_stream(main)
-        for tensor in inputs:
-            tensor.record_stream(side)
-        with torch.cuda.stream(side):
-            yield
-        done = torch.cuda.Event()
-        done.record(side)
-        self.pending.append((main, done))
-        while len(self.pending) > self.depth:
-            waiting, event = self.pending.popleft()
-            waiting.wait_event(event)
-
-    def join(self) -> None:
-        """Make every main stream wait for all side-stream work."""
-        for device, side in self.streams.items():
-            torch.cuda.current_stream(device).wait_stream(side)
-        self.pending.clear()
-
-
-@dataclass
 class _Session:
     reducer: Reducer[Any]
     layers: frozenset[int]
@@ -98,7 +59,6 @@ class _Session:
     delegate: Callable[..., Any]
     result: CaptureResult[Any]
     finite: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # checked on exit
-    side: _SideStreams | None = None
 
 
 _ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
@@ -149,8 +109,7 @@ def _attention(
         start = max(session.query_start - offset, 0)
         end = query.shape[2] if session.query_end is None else session.query_end - offset
         if start < end:
-            overlap = session.side.around(query, key) if session.side else nullcontext()
-            with torch.no_grad(), overlap:
+            with torch.no_grad():
                 scores = grouped_scores(query[:, :, start:end], key)  # [batch, head, q, k]
                 if session.scaled:
                     scores = scores * float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
@@ -184,7 +143,6 @@ def capture_scores(
     query_start: int = 0,
     query_end: int | None = None,
     scaled: bool = False,
-    overlap: bool = True,
 ) -> Iterator[CaptureResult[R]]:
     """Run forward passes inside this context to reduce each layer's attention scores.
 
@@ -203,10 +161,6 @@ def capture_scores(
         Absolute positions ``[query_start, query_end)`` of the query rows to keep.
     scaled
         Multiply by the model's softmax scaling (``1/sqrt(d)``) instead of raw scores.
-    overlap
-        On CUDA, run the reducer on a side stream so that it overlaps the forward pass of the
-        next layers (at most two layers in flight). Its outputs are complete when the context
-        exits.
 
     Yields
     ------
@@ -250,7 +204,6 @@ def capture_scores(
         scaled=scaled,
         delegate=_delegate_for(model, previous),
         result=result,
-        side=_SideStreams() if overlap else None,
     )
     token = _ACTIVE.set(session)
     model.set_attn_implementation(IMPLEMENTATION)  # type: ignore[operator]
@@ -259,8 +212,6 @@ def capture_scores(
     finally:
         model.set_attn_implementation(previous)  # type: ignore[operator]
         _ACTIVE.reset(token)
-        if session.side is not None:
-            session.side.join()
     _raise_if_not_finite(session)
 
 
