@@ -16,6 +16,7 @@ from rcstat.stats import (
     block_statistics,
     cross_self_samples,
     expected_rc,
+    expected_rc_shared,
     iot_expected_rc,
     markov_bound,
     normalized_rc,
@@ -316,3 +317,26 @@ def test_row_cumsum_keeps_one_row_accuracy(flat: bool) -> None:
     got = _row_cumsum(values.clone(), flat=flat)
     want = values.cumsum(-1)
     assert float((got - want).abs().max()) <= 1e-13 * float(want.abs().max())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 8)), elements=_values), samples
+)
+def test_expected_rc_shared_equals_pairwise(x: np.ndarray, y: np.ndarray) -> None:
+    got = expected_rc_shared(_t(x), _t(y))
+    for row in range(x.shape[0]):
+        assert _close(float(got[row]), naive_expected_rc(x[row], y), 1e-9)
+
+
+def test_expected_rc_shared_batched_and_errors() -> None:
+    gen = torch.Generator().manual_seed(11)
+    x, y = torch.randn(3, 4, 50, 8, generator=gen) * 30, torch.randn(3, 4, 36, generator=gen) * 30
+    got = expected_rc_shared(x, y)
+    assert got.shape == (3, 4, 50)
+    want = expected_rc(x, y.unsqueeze(-2))
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="same leading shape"):
+        expected_rc_shared(x, y[0])
+    with pytest.raises(ValueError, match="non-finite"):
+        expected_rc_shared(x, y.clone().fill_(float("nan")))

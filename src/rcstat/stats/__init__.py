@@ -7,6 +7,7 @@ from rcstat.stats.blocks import block_statistics, cross_self_samples, iot_expect
 from rcstat.stats.rc import (
     RCStatistics,
     expected_rc,
+    expected_rc_shared,
     markov_bound,
     normalized_rc,
     rc_lower_bound,
@@ -19,6 +20,7 @@ __all__ = [
     "block_statistics",
     "cross_self_samples",
     "expected_rc",
+    "expected_rc_shared",
     "iot_expected_rc",
     "markov_bound",
     "normalized_rc",

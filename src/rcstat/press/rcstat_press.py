@@ -1,0 +1,201 @@
+"""RCStatPress: adaptive head-wise KV-cache eviction by relative contextualization (paper §4.1,
+eq. 9; DESIGN.md §2.2), as a kvpress press.
+
+At prefill, for each layer and query head, the last ``w`` prompt tokens form the window ``ĝ``.
+Every other prompt token ``i`` is scored by ``s_i = E(X({i}, ĝ), Y(ĝ, ĝ))`` — its scores from
+the window's queries against the window's own causal self scores — and compared with
+``θ = E(X(p ∖ ĝ, ĝ), Y(ĝ, ĝ)) = mean_i s_i``. Token ``i`` is evicted from a head when
+``s_i <= c·θ``; a KV head keeps ``i`` when any query head of its group keeps it
+(``max_h s_i^h / θ^h > c``); the window is never evicted. The number of evicted tokens
+therefore differs per KV head and per layer. In target-ratio mode ``c`` is chosen per layer
+so that a fraction ``r`` of the layer's KV entries is evicted.
+
+Where the evictions go: with an ``rcstat.press.RaggedCache`` as ``past_key_values`` the
+entries are removed from memory (packed per KV head); with any other cache the press records
+``module.masked_key_indices`` and kvpress's attention patch masks them (the reference mode,
+which keeps the memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from kvpress import BasePress
+from kvpress.utils import get_prerope_query_states
+from torch import nn
+
+from rcstat.capture import grouped_scores
+from rcstat.stats import expected_rc_shared
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def window_queries(
+    module: nn.Module, hidden_states: torch.Tensor, window: int, kwargs: dict[str, Any]
+) -> torch.Tensor:
+    """Post-RoPE queries of the last ``window`` positions, ``[batch, heads, window, dim]``."""
+    query = get_prerope_query_states(module, hidden_states[:, -window:])
+    cos, sin = kwargs["position_embeddings"]
+    cos, sin = cos[:, -window:].unsqueeze(1), sin[:, -window:].unsqueeze(1)
+    return query * cos + _rotate_half(query) * sin
+
+
+def token_scores(scores: torch.Tensor) -> torch.Tensor:
+    """Normalized RC of every non-window prompt token (paper eq. 9).
+
+    Parameters
+    ----------
+    scores
+        ``[batch, heads, w, T]`` raw scores of the window's queries (the last ``w`` of ``T``
+        prompt positions) against every prompt key.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[batch, heads, T - w]`` float64: ``s_i / θ`` with ``s_i = E(X({i}, ĝ), Y(ĝ, ĝ))``
+        and ``θ = mean_i s_i`` (0 where ``θ = 0``).
+    """
+    window, length = scores.shape[-2], scores.shape[-1]
+    causal = torch.ones(window, window, dtype=torch.bool, device=scores.device).tril()
+    y = scores[..., length - window :][..., causal]  # [B, H, w(w+1)/2]: Y(ĝ, ĝ), key <= query
+    x = scores[..., : length - window].transpose(-1, -2)  # [B, H, T - w, w]: X({i}, ĝ)
+    s = expected_rc_shared(x, y)  # [B, H, T - w]
+    theta = s.mean(-1, keepdim=True)  # [B, H, 1] = E(X(p \\ ĝ, ĝ), Y(ĝ, ĝ))
+    return torch.where(theta > 0, s / theta.clamp_min(torch.finfo(s.dtype).tiny), 0.0)
+
+
+@dataclass
+class RCStatPress(BasePress):
+    """Adaptive head-wise KV-cache eviction by relative contextualization (eq. 9).
+
+    Parameters
+    ----------
+    threshold
+        ``c``: evict token ``i`` from a head when ``s_i <= c·θ`` (default 1). ``c = 0``
+        evicts nothing (the press is off, like a compression ratio of 0).
+    window_size
+        ``w``, the number of last prompt tokens whose queries score the rest (8; 16 works).
+    compression_ratio
+        Target-ratio mode when set: per layer, the ``r·(KV heads × T)`` entries with the
+        lowest normalized scores ``max_h s_i^h / θ^h`` are evicted (window excluded), so
+        heads still differ but the layer's ratio is ``r``. ``None`` (default): threshold mode.
+
+    After each prefill, :attr:`kept` holds the number of kept entries per layer and KV head
+    and the realized ratios are available from :meth:`realized_ratio`.
+    """
+
+    threshold: float = 1.0
+    window_size: int = 8
+    compression_ratio: float | None = None
+    kept: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)  # [B, Hkv]
+    lengths: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {self.threshold}")
+        if self.window_size < 1:
+            raise ValueError(f"window_size must be >= 1, got {self.window_size}")
+        if self.compression_ratio is not None and not 0.0 <= self.compression_ratio < 1.0:
+            raise ValueError(f"compression_ratio must be in [0, 1), got {self.compression_ratio}")
+
+    def keep_mask(
+        self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
+    ) -> torch.Tensor:
+        """``[batch, kv_heads, T]`` boolean: which prompt entries each KV head keeps."""
+        batch, kv_heads, length, _ = keys.shape
+        window = self.window_size
+        if length <= window:
+            raise ValueError(
+                f"the prompt has {length} tokens but the window is {window}: nothing to "
+                "compress (use a smaller window_size or a longer context)"
+            )
+        query = window_queries(module, hidden_states, window, kwargs)  # [B, Hq, w, D]
+        normalized = token_scores(grouped_scores(query, keys))  # [B, Hq, T - w]
+        group = normalized.shape[1] // kv_heads
+        per_kv = normalized.view(batch, kv_heads, group, length - window).amax(2)  # GQA: any
+        keep = torch.ones(batch, kv_heads, length, dtype=torch.bool, device=keys.device)
+        if self.compression_ratio is None:
+            if self.threshold > 0:
+                keep[..., : length - window] = per_kv > self.threshold
+            return keep
+        evict = round(self.compression_ratio * kv_heads * length)
+        if evict > kv_heads * (length - window):
+            raise ValueError(
+                f"compression_ratio {self.compression_ratio} needs {evict} evictions but only "
+                f"{kv_heads * (length - window)} entries lie outside the window"
+            )
+        if evict > 0:
+            flat = per_kv.reshape(batch, -1)  # [B, Hkv·(T - w)]
+            lowest = flat.topk(evict, dim=-1, largest=False).indices
+            candidates = torch.ones_like(flat, dtype=torch.bool).scatter_(-1, lowest, False)
+            keep[..., : length - window] = candidates.view(batch, kv_heads, length - window)
+        return keep
+
+    def compress(
+        self,
+        module: nn.Module,
+        hidden_states: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        attentions: torch.Tensor,
+        kwargs: dict,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if keys.shape[0] != 1:
+            raise ValueError(
+                f"RCStatPress compresses one sequence at a time (batch {keys.shape[0]}): "
+                "padded batches would score padding tokens"
+            )
+        layer = int(module.layer_idx)
+        if layer == 0:  # a new prefill: forget the previous one's statistics
+            self.kept.clear()
+            self.lengths.clear()
+        keep = self.keep_mask(module, hidden_states, keys, kwargs)  # [B, Hkv, T]
+        self.kept[layer] = keep.sum(-1).cpu()
+        self.lengths[layer] = keys.shape[2]
+        cache = kwargs["past_key_values"]
+        compress_layer = getattr(cache, "compress_layer", None)
+        if compress_layer is not None:  # ragged cache: evicted entries are freed
+            compress_layer(layer, keep)
+            module.masked_key_indices = None
+        elif bool((~keep).any()):  # reference mode: kvpress masks them at decoding time
+            module.masked_key_indices = tuple((~keep).nonzero(as_tuple=True))
+        else:
+            module.masked_key_indices = None
+        return keys, values
+
+    def forward_hook(self, module: nn.Module, input: Any, kwargs: dict, output: Any) -> Any:
+        """kvpress's hook, except that the (ragged) cache is updated by :meth:`compress`."""
+        cache = kwargs["past_key_values"]
+        if getattr(cache, "compress_layer", None) is None:
+            return super().forward_hook(module, input, kwargs, output)
+        hidden_states = kwargs["hidden_states"]
+        position = kwargs["cache_position"]
+        if int(position[-1]) + 1 != hidden_states.shape[1]:  # not the prefill
+            return output
+        keys, values = cache.layers[module.layer_idx].keys, cache.layers[module.layer_idx].values
+        self.compress(module, hidden_states, keys, values, output[1], kwargs)
+        return output
+
+    def realized_ratio(self, by: str = "global") -> float | dict[int, float] | torch.Tensor:
+        """Evicted / all KV entries of the compressed prompt after the last prefill.
+
+        ``by="global"`` → one float over all layers and KV heads, ``"layer"`` → ``{layer:
+        ratio}``, ``"head"`` → ``[layers, batch, kv_heads]`` tensor.
+        """
+        if not self.kept:
+            raise RuntimeError("no prefill has been compressed yet")
+        layers = sorted(self.kept)
+        if by == "head":
+            return torch.stack([1 - self.kept[i].double() / self.lengths[i] for i in layers])
+        if by == "layer":
+            return {i: float(1 - self.kept[i].double().mean() / self.lengths[i]) for i in layers}
+        if by == "global":
+            kept = sum(float(self.kept[i].sum()) for i in layers)
+            total = sum(self.kept[i].numel() * self.lengths[i] for i in layers)
+            return 1.0 - kept / total
+        raise ValueError(f"by must be 'global', 'layer' or 'head', got {by!r}")

@@ -1,0 +1,91 @@
+"""RCStatPress (paper eq. 9) against a brute-force oracle on tiny random models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import DynamicCache
+
+from rcstat.press.rcstat_press import RCStatPress, token_scores
+from tests._reference import naive_expected_rc
+from tests._tiny_models import reference_scores, tiny_model
+
+
+def _naive_normalized(scores: np.ndarray, window: int) -> np.ndarray:
+    """s_i / θ for one head by loops; ``scores[j, i]`` = query j of the window, key i."""
+    length = scores.shape[1]
+    y = np.array([scores[q, length - window + k] for q in range(window) for k in range(q + 1)])
+    s = np.array([naive_expected_rc(scores[:, i], y) for i in range(length - window)])
+    theta = s.mean()
+    return s / theta if theta > 0 else np.zeros_like(s)
+
+
+@pytest.mark.parametrize("window", [4, 8])
+def test_token_scores_equal_brute_force(window: int) -> None:
+    gen = torch.Generator().manual_seed(window)
+    scores = torch.randn(1, 3, window, 40, generator=gen, dtype=torch.float64) * 5
+    got = token_scores(scores)
+    for head in range(3):
+        want = _naive_normalized(scores[0, head].numpy(), window)
+        np.testing.assert_allclose(got[0, head].numpy(), want, rtol=1e-9, atol=1e-12)
+
+
+def _prefill(press: RCStatPress, arch: str = "llama", length: int = 48) -> tuple:
+    model = tiny_model(arch)
+    ids = torch.randint(0, 600, (1, length), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), press(model):
+        model(ids, past_key_values=DynamicCache())
+    return model, ids
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_keep_masks_follow_eq9_with_the_gqa_rule(arch: str) -> None:
+    """Recompute eq. 9 from q·k of the layers' own projections: a KV head keeps token i iff
+    some query head of its group has s_i / θ > c; the window is always kept."""
+    press = RCStatPress(threshold=1.0, window_size=8)
+    model, ids = _prefill(press, arch)
+    blocks = reference_scores(model, ids)  # [1, heads, T, T] per layer
+    length, window, group = ids.shape[1], 8, 2
+    for layer, block in enumerate(blocks):
+        rows = block[0, :, length - window :, :].numpy()  # [heads, w, T]
+        normalized = np.stack([_naive_normalized(rows[h], window) for h in range(4)])
+        keep = (normalized.reshape(2, group, -1) > 1.0).any(axis=1)  # [kv_heads, T - w]
+        np.testing.assert_array_equal(press.kept[layer][0].numpy(), keep.sum(-1) + window)
+
+
+def test_threshold_zero_evicts_nothing_and_larger_c_evicts_more() -> None:
+    ratios = []
+    for c in (0.0, 0.5, 1.0, 1.5):
+        press = RCStatPress(threshold=c)
+        _prefill(press)
+        ratios.append(press.realized_ratio())
+    assert ratios[0] == 0.0
+    assert ratios == sorted(ratios) and ratios[-1] > ratios[1]
+
+
+@pytest.mark.parametrize("ratio", [0.25, 0.5, 0.7])
+def test_target_ratio_mode(ratio: float) -> None:
+    press = RCStatPress(compression_ratio=ratio, window_size=8)
+    _prefill(press, length=48)
+    per_layer = press.realized_ratio("layer")
+    for value in per_layer.values():  # type: ignore[union-attr]
+        assert value == pytest.approx(round(ratio * 2 * 48) / (2 * 48))
+    per_head = press.realized_ratio("head")
+    assert per_head.shape == (3, 1, 2)  # type: ignore[union-attr]
+    assert float(per_head.max()) <= 1 - 8 / 48  # type: ignore[arg-type]
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="compression_ratio"):
+        RCStatPress(compression_ratio=1.0)
+    with pytest.raises(ValueError, match="threshold"):
+        RCStatPress(threshold=-1)
+    with pytest.raises(ValueError, match="window_size"):
+        RCStatPress(window_size=0)
+    with pytest.raises(ValueError, match="window"):
+        _prefill(RCStatPress(window_size=16), length=12)
+    with pytest.raises(ValueError, match="outside the window"):
+        _prefill(RCStatPress(compression_ratio=0.9, window_size=8), length=20)
+    with pytest.raises(RuntimeError, match="no prefill"):
+        RCStatPress().realized_ratio()
