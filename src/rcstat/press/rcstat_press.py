@@ -19,7 +19,7 @@ which keeps the memory).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from kvpress import BasePress
@@ -150,7 +150,7 @@ class RCStatPress(BasePress):
                 f"RCStatPress compresses one sequence at a time (batch {keys.shape[0]}): "
                 "padded batches would score padding tokens"
             )
-        layer = int(module.layer_idx)
+        layer: int = cast(Any, module).layer_idx
         if layer == 0:  # a new prefill: forget the previous one's statistics
             self.kept.clear()
             self.lengths.clear()
@@ -159,13 +159,12 @@ class RCStatPress(BasePress):
         self.lengths[layer] = keys.shape[2]
         cache = kwargs["past_key_values"]
         compress_layer = getattr(cache, "compress_layer", None)
+        masked: tuple[torch.Tensor, ...] | None = None
         if compress_layer is not None:  # ragged cache: evicted entries are freed
             compress_layer(layer, keep)
-            module.masked_key_indices = None
         elif bool((~keep).any()):  # reference mode: kvpress masks them at decoding time
-            module.masked_key_indices = tuple((~keep).nonzero(as_tuple=True))
-        else:
-            module.masked_key_indices = None
+            masked = tuple((~keep).nonzero(as_tuple=True))
+        cast(Any, module).masked_key_indices = masked  # read by kvpress's attention patch
         return keys, values
 
     def forward_hook(self, module: nn.Module, input: Any, kwargs: dict, output: Any) -> Any:
