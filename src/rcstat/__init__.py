@@ -12,14 +12,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rcstat.analysis import HeadAnalysis, analyze
     from rcstat.models import load_model
+    from rcstat.press.rcstat_press import RCStatPress
 
-__all__ = ["HeadAnalysis", "analyze", "load_model"]
+__all__ = ["HeadAnalysis", "RCStatPress", "analyze", "load_model"]
 __version__ = "0.1.0"
 
 _HOMES = {
     "HeadAnalysis": "rcstat.analysis",
     "analyze": "rcstat.analysis",
     "load_model": "rcstat.models",
+    "RCStatPress": "rcstat.press.rcstat_press",
 }
 
 
