@@ -1,0 +1,1 @@
+"""Evaluation: metrics (VER, ROUGE) and, later, the benchmark runners."""
