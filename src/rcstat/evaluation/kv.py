@@ -1,0 +1,156 @@
+"""One example of the KV-cache compression benchmark (paper §5.2, DESIGN.md §2.4).
+
+Query placement follows kvpress's pipeline: the context (the chat-rendered prompt up to the
+question) is prefilled — and compressed by the press — then the question and the answer are
+processed on top of the compressed cache. For every example and press:
+
+1. with the full cache, the model answers greedily (the reference generation ``g``);
+2. the reference ``g`` is teacher-forced after the question with the full and with the
+   compressed cache, and the last layer's per-head attention outputs at the positions of ``g``
+   give the VER;
+3. with the compressed cache the model answers greedily again, scored by ROUGE against the
+   dataset's answers and against the full-cache answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from rcstat.evaluation.metrics import head_outputs, rouge_f1, value_errors
+from rcstat.segments import segment_chat
+
+CacheFactory = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class KVResult:
+    """Per-example outcome of one press."""
+
+    realized_ratio: float
+    ver: float
+    ver_count: int
+    answer: str
+    full_answer: str
+    rouge1: float
+    rougeL: float
+    rouge1_vs_full: float
+    rougeL_vs_full: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def split_context_question(tokenizer: Any, context: str, question: str) -> tuple[torch.Tensor, ...]:
+    """``(context_ids [1, m], question_ids [1, q])``: the chat-rendered prompt cut at the first
+    token of the question (the question, the end of the user turn and the assistant header
+    follow the compressed context)."""
+    example = segment_chat(tokenizer, context, question, question_placement="generation")
+    ids = example.input_ids
+    return ids[:, : example.prompt_len], ids[:, example.prompt_len :]
+
+
+def _prefill(model: Any, context: torch.Tensor, press: Any, cache: Any) -> None:
+    with torch.no_grad(), press(model) if press is not None else nullcontext():
+        model(context, past_key_values=cache, use_cache=True)
+
+
+def _greedy(model: Any, cache: Any, prompt: torch.Tensor, steps: int, stops: set[int]) -> list[int]:
+    """Greedy continuation of ``prompt`` on top of ``cache``."""
+    out: list[int] = []
+    with torch.no_grad():
+        logits = model(prompt, past_key_values=cache, use_cache=True).logits
+        for _ in range(steps):
+            token = int(logits[0, -1].argmax())
+            if token in stops:
+                break
+            out.append(token)
+            step = torch.tensor([[token]], device=prompt.device)
+            logits = model(step, past_key_values=cache, use_cache=True).logits
+    return out
+
+
+def _teacher_forced_outputs(
+    model: Any, cache: Any, question: torch.Tensor, answer: list[int]
+) -> torch.Tensor:
+    """Last-layer head outputs at the answer positions, ``[|g|, heads, dim]``."""
+    tokens = torch.cat([question, torch.tensor([answer], device=question.device)], dim=1)
+    with torch.no_grad(), head_outputs(model) as recorded:
+        model(tokens, past_key_values=cache, use_cache=True)
+    return recorded[-1][0, question.shape[1] :]
+
+
+def realized_ratio(press: Any, cache: Any, context_len: int) -> float:
+    """Evicted / all KV entries of the context, from the press or the cache after prefill."""
+    measured = getattr(press, "realized_ratio", None)
+    if callable(measured):
+        return float(measured())
+    kept = sum(int(layer.keys.shape[2]) for layer in cache.layers)
+    return 1.0 - kept / (len(cache.layers) * context_len)
+
+
+def evaluate_example(
+    model: Any,
+    tokenizer: Any,
+    context: str,
+    question: str,
+    references: Sequence[str],
+    press: Any,
+    *,
+    max_new_tokens: int = 32,
+    cache_factory: CacheFactory = DynamicCache,
+) -> KVResult:
+    """Run one example through the full cache and through ``press`` (see the module doc)."""
+    device = next(model.parameters()).device
+    context_ids, question_ids = (
+        t.to(device) for t in split_context_question(tokenizer, context, question)
+    )
+    stops = {
+        tokenizer.eos_token_id,
+        *([tokenizer.pad_token_id] if tokenizer.pad_token_id is not None else []),
+    }
+
+    full = DynamicCache()
+    _prefill(model, context_ids, None, full)
+    full_answer = _greedy(model, full, question_ids, max_new_tokens, stops)
+    if not full_answer:
+        raise ValueError("the model's full-cache answer is empty: VER needs generated tokens")
+
+    full = DynamicCache()
+    _prefill(model, context_ids, None, full)
+    reference = _teacher_forced_outputs(model, full, question_ids, full_answer)
+
+    compressed = cache_factory()
+    _prefill(model, context_ids, press, compressed)
+    ratio = realized_ratio(press, compressed, context_ids.shape[1])
+    errors = value_errors(
+        reference, _teacher_forced_outputs(model, compressed, question_ids, full_answer)
+    )
+
+    compressed = cache_factory()
+    _prefill(model, context_ids, press, compressed)
+    answer_ids = _greedy(model, compressed, question_ids, max_new_tokens, stops)
+    answer = tokenizer.decode(answer_ids, skip_special_tokens=True)
+    full_text = tokenizer.decode(full_answer, skip_special_tokens=True)
+    vs_data = (
+        rouge_f1(answer, references)
+        if references
+        else {"rouge1": float("nan"), "rougeL": float("nan")}
+    )
+    vs_full = rouge_f1(answer, [full_text])
+    return KVResult(
+        realized_ratio=ratio,
+        ver=float(errors.mean()),
+        ver_count=int(errors.numel()),
+        answer=answer,
+        full_answer=full_text,
+        rouge1=vs_data["rouge1"],
+        rougeL=vs_data["rougeL"],
+        rouge1_vs_full=vs_full["rouge1"],
+        rougeL_vs_full=vs_full["rougeL"],
+    )
