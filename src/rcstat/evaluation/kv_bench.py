@@ -1,0 +1,210 @@
+"""``rcstat bench kv``: KV-cache compression benchmark over a dataset (paper §5.2).
+
+A run is a self-describing folder: ``config.json``; ``predictions.jsonl`` with one line per
+(example, method, setting), keyed by a work id so that an interrupted run resumes where it
+stopped; ``results.csv`` (per example); ``summary.csv``; the paper-shaped
+``<dataset>_<model>_baseline_df.csv`` (mean/std VER per method and ratio) and
+``<dataset>_<model>_proposed_df.csv`` (mean/std VER and realized ratio per threshold ``c``
+and window); and ``ver_vs_ratio.png`` / ``rougeL_vs_ratio.png`` (the paper's Fig. 5/6).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from rcstat.data import QAExample
+from rcstat.evaluation.kv import CacheFactory, evaluate_example
+
+BASELINES = ("knorm", "snapkv", "streaming_llm", "tova", "adakv_snapkv")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One compression configuration: a method and its knob."""
+
+    method: str  # "rcstat" or a baseline name
+    ratio: float | None = None  # target ratio (baselines, RCStat target-ratio mode)
+    threshold: float | None = None  # RCStat threshold mode (c)
+    window: int = 8
+
+    @property
+    def key(self) -> str:
+        return f"{self.method}|r={self.ratio}|c={self.threshold}|w={self.window}"
+
+
+def make_press(setting: Setting) -> Any:
+    """The kvpress press (or RCStatPress) of a setting."""
+    from kvpress import (
+        AdaKVPress,
+        KnormPress,
+        SnapKVPress,
+        StreamingLLMPress,
+        TOVAPress,
+    )
+
+    from rcstat.press.rcstat_press import RCStatPress
+
+    if setting.method == "rcstat":
+        if setting.threshold is not None:
+            return RCStatPress(threshold=setting.threshold, window_size=setting.window)
+        return RCStatPress(compression_ratio=setting.ratio, window_size=setting.window)
+    ratio = float(setting.ratio or 0.0)
+    factories: dict[str, Callable[[], Any]] = {
+        "knorm": lambda: KnormPress(compression_ratio=ratio),
+        "snapkv": lambda: SnapKVPress(compression_ratio=ratio),
+        "streaming_llm": lambda: StreamingLLMPress(compression_ratio=ratio),
+        "tova": lambda: TOVAPress(compression_ratio=ratio),
+        "adakv_snapkv": lambda: AdaKVPress(SnapKVPress(compression_ratio=ratio)),
+    }
+    if setting.method not in factories:
+        raise ValueError(f"unknown method {setting.method!r}; choose rcstat or {BASELINES}")
+    return factories[setting.method]()
+
+
+def settings_grid(
+    presses: Sequence[str],
+    ratios: Sequence[float],
+    thresholds: Sequence[float],
+    windows: Sequence[int],
+) -> list[Setting]:
+    """Every baseline at every ratio; RCStat at every ratio (target mode) and every threshold
+    and window (threshold mode)."""
+    grid: list[Setting] = []
+    for method in presses:
+        if method == "rcstat":
+            grid += [Setting("rcstat", ratio=r, window=w) for w in windows for r in ratios]
+            grid += [Setting("rcstat", threshold=c, window=w) for w in windows for c in thresholds]
+        else:
+            grid += [Setting(method, ratio=r) for r in ratios]
+    return grid
+
+
+@dataclass
+class KVBench:
+    """A resumable benchmark run writing into ``out``."""
+
+    out: Path
+    dataset: str
+    model_name: str
+    settings: list[Setting]
+    max_new_tokens: int = 32
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def predictions(self) -> Path:
+        return self.out / "predictions.jsonl"
+
+    def done(self) -> set[str]:
+        if not self.predictions.exists():
+            return set()
+        return {json.loads(line)["work_id"] for line in self.predictions.read_text().splitlines()}
+
+    def run(
+        self,
+        model: Any,
+        tokenizer: Any,
+        examples: Sequence[QAExample],
+        cache_factory: CacheFactory | None = None,
+    ) -> pd.DataFrame:
+        """Evaluate every (example, setting) not yet in ``predictions.jsonl``; summarise."""
+        from transformers import DynamicCache
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        config = {
+            "dataset": self.dataset,
+            "model": self.model_name,
+            "settings": [asdict(s) for s in self.settings],
+            "max_new_tokens": self.max_new_tokens,
+            **self.config,
+        }
+        (self.out / "config.json").write_text(json.dumps(config, indent=1))
+        finished = self.done()
+        work = [
+            (e, s) for e in examples for s in self.settings if f"{e.id}|{s.key}" not in finished
+        ]
+        with self.predictions.open("a") as sink:
+            for example, setting in tqdm(work, desc=f"bench kv {self.dataset}", unit="run"):
+                result = evaluate_example(
+                    model,
+                    tokenizer,
+                    example.context,
+                    example.question,
+                    example.answers,
+                    make_press(setting),
+                    max_new_tokens=self.max_new_tokens,
+                    cache_factory=cache_factory or DynamicCache,
+                )
+                row = {
+                    "work_id": f"{example.id}|{setting.key}",
+                    "example": example.id,
+                    **asdict(setting),
+                    **result.to_dict(),
+                }
+                sink.write(json.dumps(row) + "\n")
+                sink.flush()
+        return self.summarize()
+
+    def summarize(self) -> pd.DataFrame:
+        """Write the per-example table, the summaries and the plots; return the summary."""
+        frame = pd.read_json(self.predictions, lines=True)
+        frame.to_csv(self.out / "results.csv", index=False)
+        keys = ["method", "ratio", "threshold", "window"]
+        summary = (
+            frame.groupby(keys, dropna=False)
+            .agg(
+                ver_mean=("ver", "mean"),
+                ver_std=("ver", "std"),
+                ratio_mean=("realized_ratio", "mean"),
+                ratio_std=("realized_ratio", "std"),
+                rouge1=("rouge1", "mean"),
+                rougeL=("rougeL", "mean"),
+                rougeL_vs_full=("rougeL_vs_full", "mean"),
+                examples=("example", "nunique"),
+            )
+            .reset_index()
+        )
+        summary.to_csv(self.out / "summary.csv", index=False)
+        stem = f"{self.dataset}_{Path(self.model_name).name or 'model'}"
+        baselines = summary[summary["method"] != "rcstat"]
+        baselines[["method", "ratio", "ver_mean", "ver_std"]].to_csv(
+            self.out / f"{stem}_baseline_df.csv", index=False
+        )
+        proposed = summary[(summary["method"] == "rcstat") & summary["threshold"].notna()]
+        proposed[["threshold", "window", "ver_mean", "ver_std", "ratio_mean", "ratio_std"]].to_csv(
+            self.out / f"{stem}_proposed_df.csv", index=False
+        )
+        self._plot(summary)
+        return summary
+
+    def _plot(self, summary: pd.DataFrame) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        for metric, label in (("ver_mean", "VER (lower is better)"), ("rougeL", "ROUGE-L F1")):
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for (method, mode), part in summary.groupby(
+                [summary["method"], summary["threshold"].notna()]
+            ):
+                part = part.sort_values("ratio_mean")
+                name = (
+                    f"{method} ({'threshold c' if mode else 'target ratio'})"
+                    if method == "rcstat"
+                    else method
+                )
+                ax.plot(part["ratio_mean"], part[metric], marker="o", label=name)
+            ax.set_xlabel("realized compression ratio")
+            ax.set_ylabel(label)
+            ax.legend(fontsize=8)
+            fig.savefig(
+                self.out / f"{metric.split('_')[0]}_vs_ratio.png", dpi=120, bbox_inches="tight"
+            )
+            plt.close(fig)
