@@ -160,6 +160,55 @@ def run_demo(args: DemoArgs) -> int:
     return run_contrast(args.model, args.out, args.tau, console)
 
 
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v]
+
+
+def _names(text: str) -> list[str]:
+    return [v for v in text.split(",") if v]
+
+
+@dataclass
+class BenchKVArgs:
+    """Arguments of ``rcstat bench kv``."""
+
+    model: str | None
+    dataset: str
+    data: str | None
+    presses: list[str]
+    ratios: list[float]
+    thresholds: list[float]
+    windows: list[int]
+    n: int | None
+    max_new_tokens: int
+    out: Path
+
+
+def run_bench_kv(args: BenchKVArgs) -> int:
+    """Run (or resume) the KV-compression benchmark and print the summary."""
+    from rcstat.data import load_dataset
+    from rcstat.evaluation.kv_bench import KVBench, settings_grid
+    from rcstat.models import load_model
+
+    examples = load_dataset(args.dataset, args.data, limit=args.n)
+    if not examples:
+        raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
+    with console.status("loading model…"):
+        model, tokenizer = load_model(args.model)
+    grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows)
+    bench = KVBench(
+        args.out,
+        args.dataset,
+        args.model or "SmolLM2-135M-Instruct",
+        grid,
+        max_new_tokens=args.max_new_tokens,
+    )
+    summary = bench.run(model, tokenizer, examples)  # type: ignore[arg-type]
+    console.print(summary.to_string(index=False))
+    console.print(f"results written to {escape(str(args.out))}/")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rcstat", description="Relative Contextualization statistics of attention heads."
@@ -170,6 +219,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
     demo.add_argument("--out", default="runs/demo", help="output folder")
     demo.add_argument("--tau", type=float, default=1.5, help="threshold on the upper bound")
+
+    bench = sub.add_parser("bench", help="benchmarks over a dataset")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    kv = bench_sub.add_parser("kv", help="KV-cache compression: VER, ROUGE, realized ratio")
+    kv.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
+    kv.add_argument("--dataset", default="squad_v2", help="squad_v2, qmsum or 2wiki")
+    kv.add_argument("--data", default=None, help="upstream file (default: the shared slice)")
+    kv.add_argument(
+        "--presses",
+        type=_names,
+        default=["rcstat", "knorm", "snapkv", "streaming_llm", "tova", "adakv_snapkv"],
+    )
+    kv.add_argument("--ratios", type=_floats, default=[0.3, 0.5, 0.7])
+    kv.add_argument("--thresholds", type=_floats, default=[0.2, 0.7, 0.8, 1.0, 1.2, 1.3, 1.8])
+    kv.add_argument("--window", type=lambda t: [int(v) for v in t.split(",")], default=[8, 16])
+    kv.add_argument("--n", type=int, default=None, help="first N examples")
+    kv.add_argument("--max-new-tokens", type=int, default=32)
+    kv.add_argument("--out", default="runs/bench_kv", help="output folder (resumable)")
 
     an = sub.add_parser("analyze", help="per-head RC scores of one example")
     for name, what in [
@@ -211,6 +278,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if ns.command == "analyze":
             return run_analyze(AnalyzeArgs.from_namespace(ns))
+        if ns.command == "bench":
+            return run_bench_kv(
+                BenchKVArgs(
+                    model=ns.model,
+                    dataset=ns.dataset,
+                    data=ns.data,
+                    presses=ns.presses,
+                    ratios=ns.ratios,
+                    thresholds=ns.thresholds,
+                    windows=ns.window,
+                    n=ns.n,
+                    max_new_tokens=ns.max_new_tokens,
+                    out=Path(ns.out),
+                )
+            )
         return run_demo(DemoArgs(model=ns.model, out=Path(ns.out), tau=ns.tau))
     # OSError: a --model path that does not exist or is a file, an unreadable checkpoint.
     except (ValueError, FloatingPointError, RuntimeError, OSError) as err:
