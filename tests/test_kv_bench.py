@@ -64,3 +64,15 @@ def test_run_writes_results_and_resumes(tmp_path: Path) -> None:
     # a second run finds everything done and adds nothing
     bench.run(tiny_model("llama"), make_tiny_tokenizer(), EXAMPLES)
     assert len((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()) == 4
+
+
+def test_head_scatter_on_a_tiny_model(tmp_path: Path) -> None:
+    from rcstat.evaluation.head_scatter import head_scatter, plot_head_scatter
+
+    frame = head_scatter(tiny_model("llama"), make_tiny_tokenizer(), EXAMPLES, window=4)
+    assert list(frame.columns) == ["layer", "kv_head", "ratio", "rc", "rc_normalized"]
+    assert len(frame) == 3 * 2  # layers × KV heads
+    assert frame["ratio"].between(0, 1).all() and (frame["rc"] >= 0).all()
+    assert -1 <= frame.attrs["spearman_rho"] <= 1 and frame.attrs["examples"] == 2
+    plot_head_scatter(frame, tmp_path / "scatter.png")
+    assert (tmp_path / "scatter.png").stat().st_size > 5000

@@ -68,12 +68,12 @@ def test_threshold_zero_evicts_nothing_and_larger_c_evicts_more() -> None:
 def test_target_ratio_mode(ratio: float) -> None:
     press = RCStatPress(compression_ratio=ratio, window_size=8)
     _prefill(press, length=48)
-    per_layer = press.realized_ratio("layer")
-    for value in per_layer.values():  # type: ignore[union-attr]
+    for value in press.layer_ratios().values():
         assert value == pytest.approx(round(ratio * 2 * 48) / (2 * 48))
-    per_head = press.realized_ratio("head")
-    assert per_head.shape == (3, 1, 2)  # type: ignore[union-attr]
-    assert float(per_head.max()) <= 1 - 8 / 48  # type: ignore[arg-type]
+    per_head = press.head_ratios()
+    assert per_head.shape == (3, 1, 2)
+    assert float(per_head.max()) <= 1 - 8 / 48
+    assert press.realized_ratio() == pytest.approx(float(per_head.mean()))
 
 
 def test_bad_arguments() -> None:

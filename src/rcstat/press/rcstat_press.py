@@ -86,7 +86,8 @@ class RCStatPress(BasePress):
         heads still differ but the layer's ratio is ``r``. ``None`` (default): threshold mode.
 
     After each prefill, :attr:`kept` holds the number of kept entries per layer and KV head
-    and the realized ratios are available from :meth:`realized_ratio`.
+    and the realized ratios are available from :meth:`realized_ratio`, :meth:`layer_ratios`
+    and :meth:`head_ratios`.
     """
 
     threshold: float = 1.0
@@ -180,21 +181,25 @@ class RCStatPress(BasePress):
         self.compress(module, hidden_states, keys, values, output[1], kwargs)
         return output
 
-    def realized_ratio(self, by: str = "global") -> float | dict[int, float] | torch.Tensor:
-        """Evicted / all KV entries of the compressed prompt after the last prefill.
-
-        ``by="global"`` → one float over all layers and KV heads, ``"layer"`` → ``{layer:
-        ratio}``, ``"head"`` → ``[layers, batch, kv_heads]`` tensor.
-        """
+    def _check_compressed(self) -> list[int]:
         if not self.kept:
             raise RuntimeError("no prefill has been compressed yet")
-        layers = sorted(self.kept)
-        if by == "head":
-            return torch.stack([1 - self.kept[i].double() / self.lengths[i] for i in layers])
-        if by == "layer":
-            return {i: float(1 - self.kept[i].double().mean() / self.lengths[i]) for i in layers}
-        if by == "global":
-            kept = sum(float(self.kept[i].sum()) for i in layers)
-            total = sum(self.kept[i].numel() * self.lengths[i] for i in layers)
-            return 1.0 - kept / total
-        raise ValueError(f"by must be 'global', 'layer' or 'head', got {by!r}")
+        return sorted(self.kept)
+
+    def realized_ratio(self) -> float:
+        """Evicted / all KV entries of the compressed prompt over all layers and KV heads,
+        after the last prefill."""
+        layers = self._check_compressed()
+        kept = sum(float(self.kept[i].sum()) for i in layers)
+        total = sum(self.kept[i].numel() * self.lengths[i] for i in layers)
+        return 1.0 - kept / total
+
+    def layer_ratios(self) -> dict[int, float]:
+        """Realized ratio per layer."""
+        layers = self._check_compressed()
+        return {i: float(1 - self.kept[i].double().mean() / self.lengths[i]) for i in layers}
+
+    def head_ratios(self) -> torch.Tensor:
+        """Realized ratio per layer and KV head, ``[layers, batch, kv_heads]`` float64."""
+        layers = self._check_compressed()
+        return torch.stack([1 - self.kept[i].double() / self.lengths[i] for i in layers])
