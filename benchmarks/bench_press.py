@@ -31,6 +31,21 @@ def prefill(model: Any, ids: torch.Tensor, press: Any) -> None:
             model(ids, past_key_values=DynamicCache())
 
 
+def measure(model: Any, pool: list[int], length: int, args: argparse.Namespace) -> dict:
+    """Interleaved prefill times of no press, SnapKV and RCStat (both modes)."""
+    ids = torch.tensor([(pool * (length // len(pool) + 1))[:length]], device=args.device)
+    return interleaved(
+        {
+            "none": lambda: prefill(model, ids, None),
+            "snapkv": lambda: prefill(model, ids, SnapKVPress(compression_ratio=args.ratio)),
+            "rcstat_threshold": lambda: prefill(model, ids, RCStatPress(threshold=1.0)),
+            "rcstat_ratio": lambda: prefill(model, ids, RCStatPress(compression_ratio=args.ratio)),
+        },
+        args.device,
+        args.rounds,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default", choices=["default", "llama-8b"])
@@ -48,19 +63,7 @@ def main() -> None:
         f"{'c / snap':>8} {'r / snap':>8}"
     )
     for length in args.context:
-        ids = torch.tensor([(pool * (length // len(pool) + 1))[:length]], device=args.device)
-        times = interleaved(
-            {
-                "none": lambda: prefill(model, ids, None),
-                "snapkv": lambda: prefill(model, ids, SnapKVPress(compression_ratio=args.ratio)),
-                "rcstat_threshold": lambda: prefill(model, ids, RCStatPress(threshold=1.0)),
-                "rcstat_ratio": lambda: prefill(
-                    model, ids, RCStatPress(compression_ratio=args.ratio)
-                ),
-            },
-            args.device,
-            args.rounds,
-        )
+        times = measure(model, pool, length, args)
         row = {
             "context": length,
             **{f"{k}_s": v for k, v in times.items()},
