@@ -184,6 +184,12 @@ class BenchKVArgs:
     out: Path
 
 
+def _fits(tokenizer: Any, example: Any, budget: int) -> bool:
+    """Whether the chat-rendered context + question fit in ``budget`` tokens."""
+    text = example.context + "\n\n" + example.question
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"]) + 32 <= budget
+
+
 def run_bench_kv(args: BenchKVArgs) -> int:
     """Run (or resume) the KV-compression benchmark and print the summary."""
     from rcstat.data import load_dataset
