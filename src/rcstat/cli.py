@@ -201,6 +201,13 @@ def run_bench_kv(args: BenchKVArgs) -> int:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
     with console.status("loading model…"):
         model, tokenizer = load_model(args.model)
+    window = int(model.config.max_position_embeddings)
+    fitting = [e for e in examples if _fits(tokenizer, e, window - args.max_new_tokens)]
+    skipped = [e.id for e in examples if e not in fitting]
+    if skipped:
+        console.print(f"skipping {len(skipped)} examples longer than the model's window ({window})")
+    if not fitting:
+        raise ValueError(f"every example is longer than the model's window ({window} tokens)")
     grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows)
     bench = KVBench(
         args.out,
@@ -208,9 +215,21 @@ def run_bench_kv(args: BenchKVArgs) -> int:
         args.model or "SmolLM2-135M-Instruct",
         grid,
         max_new_tokens=args.max_new_tokens,
+        config={"skipped_too_long": skipped},
     )
-    summary = bench.run(model, tokenizer, examples)  # type: ignore[arg-type]
+    summary = bench.run(model, tokenizer, fitting)  # type: ignore[arg-type]
     console.print(summary.to_string(index=False))
+    if "rcstat" in args.presses:
+        from rcstat.evaluation.head_scatter import head_scatter, plot_head_scatter
+
+        with console.status("per-head ratio vs RC (Fig. 4a)…"):
+            scatter = head_scatter(model, tokenizer, fitting[:10], window=args.windows[0])
+        scatter.to_csv(args.out / "head_scatter.csv", index=False)
+        plot_head_scatter(scatter, args.out / "head_scatter.png")
+        console.print(
+            f"per-head ratio vs RC: Spearman rho = {scatter.attrs['spearman_rho']:.2f} "
+            f"(p = {scatter.attrs['spearman_p']:.1e}, {scatter.attrs['examples']} examples)"
+        )
     console.print(f"results written to {escape(str(args.out))}/")
     return 0
 
