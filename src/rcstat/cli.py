@@ -192,11 +192,16 @@ def _fits(tokenizer: Any, example: Any, budget: int) -> bool:
 
 def run_bench_kv(args: BenchKVArgs) -> int:
     """Run (or resume) the KV-compression benchmark and print the summary."""
-    from rcstat.data import load_dataset
+    from rcstat.data import QAExample, load_dataset
     from rcstat.evaluation.kv_bench import KVBench, settings_grid
     from rcstat.models import load_model
 
-    examples = load_dataset(args.dataset, args.data, limit=args.n)
+    loaded = load_dataset(args.dataset, args.data, limit=args.n)
+    examples = [e for e in loaded if isinstance(e, QAExample)]
+    if len(examples) != len(loaded):
+        raise ValueError(
+            f"bench kv needs a QA dataset (squad_v2, qmsum, 2wiki), not {args.dataset}"
+        )
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
     with console.status("loading model…"):
@@ -217,7 +222,7 @@ def run_bench_kv(args: BenchKVArgs) -> int:
         max_new_tokens=args.max_new_tokens,
         config={"skipped_too_long": skipped},
     )
-    summary = bench.run(model, tokenizer, fitting)  # type: ignore[arg-type]
+    summary = bench.run(model, tokenizer, fitting)
     console.print(summary.to_string(index=False))
     if "rcstat" in args.presses:
         from rcstat.evaluation.head_scatter import head_scatter, plot_head_scatter
