@@ -89,3 +89,69 @@ def test_bad_arguments() -> None:
         _prefill(RCStatPress(compression_ratio=0.9, window_size=8), length=20)
     with pytest.raises(RuntimeError, match="no prefill"):
         RCStatPress().realized_ratio()
+
+
+# -- with the ragged cache: real eviction, checked against the masked dense reference --------
+
+
+def _ids(length: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 600, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_press_on_the_ragged_cache_equals_masked_reference(arch: str) -> None:
+    from rcstat.press import RaggedCache, ragged_attention
+    from tests.test_ragged import masked_reference
+
+    model = tiny_model(arch)
+    context, question = _ids(40, 5), _ids(6, 6)
+    press = RCStatPress(threshold=1.0)
+    cache = RaggedCache()
+    with torch.no_grad():
+        with press(model), ragged_attention(model):
+            model(context, past_key_values=cache)
+        assert 0 < press.realized_ratio() < 1
+        with ragged_attention(model):
+            got = model(question, past_key_values=cache).logits
+        evicted = {}
+        for layer in range(3):
+            kept = cache.kept_lengths(layer)  # [1, kv_heads], the question appended to each
+            assert torch.equal(kept - question.shape[1], press.kept[layer])
+            positions = cache.layer(layer).packed.positions
+            evicted[layer] = torch.ones(1, 2, 40, dtype=torch.bool)
+            starts = cache.layer(layer).packed.seg_start
+            for head in range(2):
+                stored = positions[int(starts[head]) : int(starts[head + 1])]
+                stored = stored[(stored >= 0) & (stored < 40)]
+                evicted[layer][0, head, stored] = False
+        dense = DynamicCache()
+        model(context, past_key_values=dense)
+        with masked_reference(model, evicted):
+            want = model(question, past_key_values=dense).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    # the cache holds exactly the kept entries (plus the question's tokens in every head)
+    per_entry = 2 * 16 * 4  # keys + values, head_dim 16, float32
+    kept_entries = sum(int(cache.kept_lengths(layer).sum()) for layer in range(3))
+    assert cache.physical_bytes() == kept_entries * per_entry
+    assert cache.physical_bytes() < cache.dense_bytes()
+
+
+def test_threshold_zero_generation_equals_no_press() -> None:
+    """c = 0 evicts nothing: greedy generation equals the plain model token for token."""
+    from rcstat.press import RaggedCache, ragged_attention
+
+    model = tiny_model("llama")
+    context = _ids(30, 8)
+    with torch.no_grad():
+        plain = model.generate(context, max_new_tokens=12, do_sample=False, pad_token_id=0)
+        press = RCStatPress(threshold=0.0)
+        with press(model), ragged_attention(model):
+            pressed = model.generate(
+                context,
+                past_key_values=RaggedCache(),
+                max_new_tokens=12,
+                do_sample=False,
+                pad_token_id=0,
+            )
+    assert press.realized_ratio() == 0.0
+    assert torch.equal(pressed, plain)

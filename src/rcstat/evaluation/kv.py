@@ -15,7 +15,7 @@ processed on top of the compressed cache. For every example and press:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -55,15 +55,23 @@ def split_context_question(tokenizer: Any, context: str, question: str) -> tuple
     return ids[:, : example.prompt_len], ids[:, example.prompt_len :]
 
 
+def attention_for(model: Any, cache: Any) -> AbstractContextManager[Any]:
+    """The attention that reads ``cache``: the ragged one for a :class:`RaggedCache`."""
+    from rcstat.press.ragged import RaggedCache, ragged_attention
+
+    return ragged_attention(model) if isinstance(cache, RaggedCache) else nullcontext()
+
+
 def _prefill(model: Any, context: torch.Tensor, press: Any, cache: Any) -> None:
-    with torch.no_grad(), press(model) if press is not None else nullcontext():
+    pressing = press(model) if press is not None else nullcontext()
+    with torch.no_grad(), pressing, attention_for(model, cache):
         model(context, past_key_values=cache, use_cache=True)
 
 
 def _greedy(model: Any, cache: Any, prompt: torch.Tensor, steps: int, stops: set[int]) -> list[int]:
     """Greedy continuation of ``prompt`` on top of ``cache``."""
     out: list[int] = []
-    with torch.no_grad():
+    with torch.no_grad(), attention_for(model, cache):
         logits = model(prompt, past_key_values=cache, use_cache=True).logits
         for _ in range(steps):
             token = int(logits[0, -1].argmax())
@@ -80,16 +88,21 @@ def _teacher_forced_outputs(
 ) -> torch.Tensor:
     """Last-layer head outputs at the answer positions, ``[|g|, heads, dim]``."""
     tokens = torch.cat([question, torch.tensor([answer], device=question.device)], dim=1)
-    with torch.no_grad(), head_outputs(model) as recorded:
+    with torch.no_grad(), attention_for(model, cache), head_outputs(model) as recorded:
         model(tokens, past_key_values=cache, use_cache=True)
     return recorded[-1][0, question.shape[1] :]
 
 
 def realized_ratio(press: Any, cache: Any, context_len: int) -> float:
-    """Evicted / all KV entries of the context, from the press or the cache after prefill."""
+    """Evicted / all KV entries of the context after prefill: from RCStatPress itself, from
+    AdaKV's head-wise budget (it masks rather than removes), else from the cache's length."""
+    from kvpress import AdaKVPress
+
     measured = getattr(press, "realized_ratio", None)
     if callable(measured):
         return float(measured())
+    if isinstance(press, AdaKVPress):
+        return 1.0 - int(context_len * (1 - press.compression_ratio)) / context_len
     kept = sum(int(layer.keys.shape[2]) for layer in cache.layers)
     return 1.0 - kept / (len(cache.layers) * context_len)
 

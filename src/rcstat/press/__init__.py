@@ -17,10 +17,19 @@ if TYPE_CHECKING:
         packed_attention,
         ragged_attention,
     )
+    from rcstat.press.rcstat_press import RCStatPress
 
-__all__ = ["PackedKV", "RaggedCache", "RaggedLayer", "packed_attention", "ragged_attention"]
+__all__ = [
+    "PackedKV",
+    "RCStatPress",
+    "RaggedCache",
+    "RaggedLayer",
+    "packed_attention",
+    "ragged_attention",
+]
 
-_HOMES = {name: "rcstat.press.ragged" for name in __all__}
+_HOMES = {name: "rcstat.press.ragged" for name in __all__ if name != "RCStatPress"}
+_HOMES["RCStatPress"] = "rcstat.press.rcstat_press"
 
 
 def __getattr__(name: str) -> Any:
