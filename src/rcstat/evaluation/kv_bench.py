@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,16 @@ def make_press(setting: Setting) -> Any:
     return factories[setting.method]()
 
 
+def cache_for(setting: Setting) -> Any:
+    """A fresh cache for a setting: RCStat evicts for real into a :class:`RaggedCache`;
+    kvpress's presses truncate (or, for AdaKV, mask) a :class:`DynamicCache`."""
+    from transformers import DynamicCache
+
+    from rcstat.press.ragged import RaggedCache
+
+    return RaggedCache() if setting.method == "rcstat" else DynamicCache()
+
+
 def settings_grid(
     presses: Sequence[str],
     ratios: Sequence[float],
@@ -113,9 +124,10 @@ class KVBench:
         examples: Sequence[QAExample],
         cache_factory: CacheFactory | None = None,
     ) -> pd.DataFrame:
-        """Evaluate every (example, setting) not yet in ``predictions.jsonl``; summarise."""
-        from transformers import DynamicCache
+        """Evaluate every (example, setting) not yet in ``predictions.jsonl``; summarise.
 
+        ``cache_factory`` overrides :func:`cache_for` (e.g. ``DynamicCache`` to run RCStat in
+        kvpress's masking mode, the memory-keeping reference)."""
         self.out.mkdir(parents=True, exist_ok=True)
         config = {
             "dataset": self.dataset,
@@ -139,7 +151,7 @@ class KVBench:
                     example.answers,
                     make_press(setting),
                     max_new_tokens=self.max_new_tokens,
-                    cache_factory=cache_factory or DynamicCache,
+                    cache_factory=cache_factory or partial(cache_for, setting),
                 )
                 row = {
                     "work_id": f"{example.id}|{setting.key}",
