@@ -119,3 +119,28 @@ def test_layout_of_gqa_model() -> None:
     layout = attention_layout(tiny_model("llama"))
     assert (layout.num_layers, layout.num_heads, layout.num_kv_heads) == (3, 4, 2)
     assert layout.group_size == 2 and layout.head_dim == 16
+
+
+def test_capture_survives_kvpress_wrapping_the_registered_function() -> None:
+    """kvpress wraps every registered attention function at import (instance-local entries)
+    and passes ``dropout`` positionally; the capture must still work through that wrapper."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from rcstat.capture.scores import IMPLEMENTATION, _attention
+
+    kvpress_patch = pytest.importorskip("kvpress.attention_patch")
+    model = tiny_model("llama")
+    ids = torch.randint(0, 512, (1, 8))
+    local = ALL_ATTENTION_FUNCTIONS._local_mapping
+    saved = local.get(IMPLEMENTATION)
+    local[IMPLEMENTATION] = kvpress_patch.attention_patch(_attention)
+    try:
+        with torch.no_grad(), capture_scores(model, lambda layer, s: s.shape) as result:
+            plain = model(ids)
+        assert result.ordered()[0] == (1, 4, 8, 8)
+    finally:
+        if saved is None:
+            local.pop(IMPLEMENTATION, None)
+        else:
+            local[IMPLEMENTATION] = saved
+    assert plain.logits.isfinite().all()

@@ -396,3 +396,33 @@ def test_bench_kv_on_a_squad_file(model_dir: Path, tmp_path: Path) -> None:
     assert len(results) == 1 + 2 * 2  # header + 2 examples × 2 presses
     assert (out / f"squad_v2_{model_dir.name}_baseline_df.csv").exists()
     assert (out / "ver_vs_ratio.png").exists()
+
+
+def test_compress_prints_answer_ratios_and_memory(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    context = "The cat sat on the warm mat near the door. " * 4
+    code = cli.main(
+        [
+            "compress",
+            "--model",
+            str(model_dir),
+            "--context",
+            context,
+            "--question",
+            "Where did the cat sit?",
+            "--ratio",
+            "0.5",
+            "--max-new-tokens",
+            "3",
+        ]
+    )
+    assert code == 0
+    out = _flat(capsys.readouterr().out)
+    assert "global 0.5" in out
+    full, live = re.search(r"full ([\d.]+) KiB → live ([\d.]+) KiB", out).groups()  # type: ignore[union-attr]
+    assert float(live) / float(full) == pytest.approx(0.5, abs=0.02)
+
+
+def test_compress_needs_context_and_question(model_dir: Path) -> None:
+    assert cli.main(["compress", "--model", str(model_dir), "--question", "q?"]) == 2

@@ -239,6 +239,54 @@ def run_bench_kv(args: BenchKVArgs) -> int:
     return 0
 
 
+@dataclass
+class CompressArgs:
+    """Arguments of ``rcstat compress``."""
+
+    model: str | None
+    context: str
+    question: str
+    threshold: float
+    ratio: float | None
+    window: int
+    max_new_tokens: int
+
+
+def run_compress(args: CompressArgs) -> int:
+    """Answer with RCStatPress on the ragged cache; print ratios and KV memory."""
+    from rich.table import Table
+
+    from rcstat.compress import compress_and_answer, format_bytes
+    from rcstat.models import load_model
+    from rcstat.press.rcstat_press import RCStatPress
+
+    with console.status("loading model…"):
+        model, tokenizer = load_model(args.model)
+    press = RCStatPress(
+        threshold=args.threshold, window_size=args.window, compression_ratio=args.ratio
+    )
+    with console.status("compressing the context and answering…"):
+        report = compress_and_answer(
+            model, tokenizer, args.context, args.question, press, max_new_tokens=args.max_new_tokens
+        )
+    console.print(f"answer: {escape(report.answer)!s}")
+    table = Table(title=f"realized compression ratio per layer (global {report.ratio:.3f})")
+    table.add_column("layer", justify="right")
+    table.add_column("ratio", justify="right")
+    table.add_column("per KV head", justify="left")
+    for layer, ratio in report.layer_ratios.items():
+        heads = " ".join(f"{r:.2f}" for r in report.head_ratios[layer])
+        table.add_row(str(layer), f"{ratio:.3f}", heads)
+    console.print(table)
+    console.print(
+        f"KV cache of the {report.context_tokens}-token context: full "
+        f"{format_bytes(report.dense_bytes)} → live {format_bytes(report.live_bytes)} "
+        f"({report.live_bytes / report.dense_bytes:.1%}; allocated with spare room "
+        f"{format_bytes(report.allocated_bytes)})"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rcstat", description="Relative Contextualization statistics of attention heads."
@@ -267,6 +315,16 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("--n", type=int, default=None, help="first N examples")
     kv.add_argument("--max-new-tokens", type=int, default=32)
     kv.add_argument("--out", default="runs/bench_kv", help="output folder (resumable)")
+
+    co = sub.add_parser("compress", help="answer with RCStatPress on a really compressed cache")
+    co.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
+    for name in ("context", "question"):
+        co.add_argument(f"--{name}", default=None, help=f"{name} text")
+        co.add_argument(f"--{name}-file", default=None, help=f"read the {name} from a file")
+    co.add_argument("--threshold", type=float, default=1.0, help="c of eq. 9 (threshold mode)")
+    co.add_argument("--ratio", type=float, default=None, help="target ratio (overrides c)")
+    co.add_argument("--window", type=int, default=8, help="window size w")
+    co.add_argument("--max-new-tokens", type=int, default=64)
 
     an = sub.add_parser("analyze", help="per-head RC scores of one example")
     for name, what in [
@@ -308,6 +366,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if ns.command == "analyze":
             return run_analyze(AnalyzeArgs.from_namespace(ns))
+        if ns.command == "compress":
+            context = _text(ns.context, ns.context_file, "context")
+            question = _text(ns.question, ns.question_file, "question")
+            if context is None or question is None:
+                raise ValueError("compress needs --context (or --context-file) and --question")
+            return run_compress(
+                CompressArgs(
+                    ns.model,
+                    context,
+                    question,
+                    ns.threshold,
+                    ns.ratio,
+                    ns.window,
+                    ns.max_new_tokens,
+                )
+            )
         if ns.command == "bench":
             return run_bench_kv(
                 BenchKVArgs(

@@ -9,6 +9,7 @@ side by side and writes an HTML report with both heatmaps.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,20 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
                 answer=ANSWER,
                 question_placement="generation",
             )
+    from rcstat.compress import compress_and_answer, format_bytes
+    from rcstat.press.rcstat_press import RCStatPress
+
+    with console.status("compressing the supporting context (RCStatPress, c = 1)…"):
+        compression = compress_and_answer(
+            model, tokenizer, SUPPORTING, QUESTION, RCStatPress(threshold=1.0), max_new_tokens=40
+        )
+    memory = (
+        f"RCStatPress (c = 1, w = 8) evicted {compression.ratio:.1%} of the KV entries of the "
+        f"{compression.context_tokens}-token context; KV cache "
+        f"{format_bytes(compression.dense_bytes)} → {format_bytes(compression.live_bytes)} live. "
+        "Answer on the compressed cache: "
+        f"{compression.answer!r}"
+    )
     rows = summary_rows(results, tau)
     table = Table(title=f"{results['supporting'].expected.size} heads, τ = {tau}")
     table.add_column("statistic")
@@ -141,6 +156,7 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
     for label, values in rows.items():
         table.add_row(label, *(f"{v:g}" for v in values.values()))
     console.print(table)
+    console.print(escape(memory))
 
     limits = {
         by: (
@@ -166,6 +182,10 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
                 "LLaMA-3.2-3B.",
             ),
             Section(
+                "KV-cache compression",
+                [Panel("RCStatPress on the ragged cache", texts=[memory])],
+            ),
+            Section(
                 "Per-head maps (shared colour scale)",
                 [_maps_panel(name, r, tau, limits) for name, r in results.items()],
             ),
@@ -176,6 +196,7 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
             result.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
             result.save(stage / f"scores_{name}.json")
         (stage / "report.html").write_text(report, encoding="utf-8")
-        (stage / "summary.json").write_text(json.dumps({"tau": tau, "rows": rows}, indent=1))
+        summary = {"tau": tau, "rows": rows, "compression": asdict(compression)}
+        (stage / "summary.json").write_text(json.dumps(summary, indent=1))
     console.print(f"report written to {escape(str(out / 'report.html'))}")
     return 0

@@ -95,9 +95,15 @@ def _attention(
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The registered ``"rcstat"`` attention function (see the module docstring)."""
+    """The registered ``"rcstat"`` attention function (see the module docstring).
+
+    ``dropout`` may come positionally: kvpress wraps every registered attention function at
+    import and forwards it that way.
+    """
+    kwargs["dropout"] = dropout
     session = _ACTIVE.get()
     if session is None:  # switched model used outside a capture: behave like sdpa
         sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]

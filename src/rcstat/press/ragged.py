@@ -723,9 +723,9 @@ def _attention(
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,  # may come positionally (kvpress wraps registered functions)
     *,
     scaling: float | None = None,
-    dropout: float = 0.0,
     sliding_window: int | None = None,
     softcap: float | None = None,
     **kwargs: Any,
