@@ -50,7 +50,9 @@ def compress_and_answer(
     _prefill(model, context_ids, press, cache)
     dense, live, allocated = cache.dense_bytes(), cache.physical_bytes(), cache.allocated_bytes()
     stops = {tokenizer.eos_token_id}
-    answer_ids = _greedy(model, cache, question_ids, max_new_tokens, stops)
+    answer_ids = _greedy(
+        model, cache, question_ids, max_new_tokens, stops, int(context_ids.shape[1])
+    )
     heads = press.head_ratios()[:, 0]  # [layers, kv_heads]
     return CompressionReport(
         answer=tokenizer.decode(answer_ids, skip_special_tokens=True),

@@ -68,28 +68,46 @@ def _prefill(model: Any, context: torch.Tensor, press: Any, cache: Any) -> None:
         model(context, past_key_values=cache, use_cache=True)
 
 
-def _greedy(model: Any, cache: Any, prompt: torch.Tensor, steps: int, stops: set[int]) -> list[int]:
-    """Greedy continuation of ``prompt`` on top of ``cache``."""
+def _positions(start: int, count: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(start, start + count, device=device).unsqueeze(0)  # [1, count]
+
+
+def _greedy(
+    model: Any, cache: Any, prompt: torch.Tensor, steps: int, stops: set[int], start: int
+) -> list[int]:
+    """Greedy continuation of ``prompt`` on top of ``cache``.
+
+    ``start`` is the logical position of the prompt's first token (the uncompressed context
+    length): passed as ``position_ids`` as kvpress's pipeline does, since a truncated cache
+    reports fewer tokens than the context had.
+    """
     out: list[int] = []
+    device = prompt.device
     with torch.no_grad(), attention_for(model, cache):
-        logits = model(prompt, past_key_values=cache, use_cache=True).logits
+        positions = _positions(start, prompt.shape[1], device)
+        logits = model(prompt, past_key_values=cache, position_ids=positions).logits
+        position = start + prompt.shape[1]
         for _ in range(steps):
             token = int(logits[0, -1].argmax())
             if token in stops:
                 break
             out.append(token)
-            step = torch.tensor([[token]], device=prompt.device)
-            logits = model(step, past_key_values=cache, use_cache=True).logits
+            step = torch.tensor([[token]], device=device)
+            logits = model(
+                step, past_key_values=cache, position_ids=_positions(position, 1, device)
+            ).logits
+            position += 1
     return out
 
 
 def _teacher_forced_outputs(
-    model: Any, cache: Any, question: torch.Tensor, answer: list[int]
+    model: Any, cache: Any, question: torch.Tensor, answer: list[int], start: int
 ) -> torch.Tensor:
     """Last-layer head outputs at the answer positions, ``[|g|, heads, dim]``."""
     tokens = torch.cat([question, torch.tensor([answer], device=question.device)], dim=1)
+    positions = _positions(start, tokens.shape[1], tokens.device)
     with torch.no_grad(), attention_for(model, cache), head_outputs(model) as recorded:
-        model(tokens, past_key_values=cache, use_cache=True)
+        model(tokens, past_key_values=cache, position_ids=positions)
     return recorded[-1][0, question.shape[1] :]
 
 
@@ -130,24 +148,25 @@ def evaluate_example(
 
     full = DynamicCache()
     _prefill(model, context_ids, None, full)
-    full_answer = _greedy(model, full, question_ids, max_new_tokens, stops)
+    start = context_ids.shape[1]
+    full_answer = _greedy(model, full, question_ids, max_new_tokens, stops, start)
     if not full_answer:
         raise ValueError("the model's full-cache answer is empty: VER needs generated tokens")
 
     full = DynamicCache()
     _prefill(model, context_ids, None, full)
-    reference = _teacher_forced_outputs(model, full, question_ids, full_answer)
+    reference = _teacher_forced_outputs(model, full, question_ids, full_answer, start)
 
     compressed = cache_factory()
     _prefill(model, context_ids, press, compressed)
     ratio = realized_ratio(press, compressed, context_ids.shape[1])
     errors = value_errors(
-        reference, _teacher_forced_outputs(model, compressed, question_ids, full_answer)
+        reference, _teacher_forced_outputs(model, compressed, question_ids, full_answer, start)
     )
 
     compressed = cache_factory()
     _prefill(model, context_ids, press, compressed)
-    answer_ids = _greedy(model, compressed, question_ids, max_new_tokens, stops)
+    answer_ids = _greedy(model, compressed, question_ids, max_new_tokens, stops, start)
     answer = tokenizer.decode(answer_ids, skip_special_tokens=True)
     full_text = tokenizer.decode(full_answer, skip_special_tokens=True)
     vs_data = (
