@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import statistics
@@ -68,6 +69,17 @@ def write(out: Path, name: str, rows: list[dict[str, Any]], meta: dict[str, Any]
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     pd.DataFrame(rows).to_csv(out / f"{name}.csv", index=False)
+
+
+def press_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments shared by the press benchmarks (model, device, contexts, ratio, out)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", default="default", choices=["default", "llama-8b"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--context", type=ints, default=[1024, 4096])
+    parser.add_argument("--ratio", type=float, default=0.5)
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"))
+    return parser
 
 
 def ints(text: str) -> list[int]:

@@ -8,13 +8,12 @@ the full cache, measured in one run.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 
-from benchmarks._common import device_label, ints, machine, sync, write
+from benchmarks._common import device_label, machine, press_parser, sync, write
 from benchmarks.bench_analyze import build_model
 from rcstat.press import RaggedCache, RCStatPress, ragged_attention
 
@@ -69,13 +68,8 @@ def measure(model: Any, pool: list[int], length: int, args: argparse.Namespace) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="default", choices=["default", "llama-8b"])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--context", type=ints, default=[1024, 4096])
-    parser.add_argument("--ratio", type=float, default=0.5)
+    parser = press_parser(__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     model, pool = build_model(args.model, args.device)
     rows = []

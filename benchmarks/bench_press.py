@@ -10,14 +10,13 @@ modes) vs ``SnapKVPress`` at the same ratio vs no press, for each context length
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import torch
 from kvpress import SnapKVPress
 from transformers import DynamicCache
 
-from benchmarks._common import device_label, interleaved, ints, machine, write
+from benchmarks._common import device_label, interleaved, machine, press_parser, write
 from benchmarks.bench_analyze import build_model
 from rcstat.press.rcstat_press import RCStatPress
 
@@ -47,13 +46,8 @@ def measure(model: Any, pool: list[int], length: int, args: argparse.Namespace) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="default", choices=["default", "llama-8b"])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--context", type=ints, default=[1024, 4096])
-    parser.add_argument("--ratio", type=float, default=0.5)
+    parser = press_parser(__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
 
     model, pool = build_model(args.model, args.device)
