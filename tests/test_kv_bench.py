@@ -76,3 +76,17 @@ def test_head_scatter_on_a_tiny_model(tmp_path: Path) -> None:
     assert -1 <= frame.attrs["spearman_rho"] <= 1 and frame.attrs["examples"] == 2
     plot_head_scatter(frame, tmp_path / "scatter.png")
     assert (tmp_path / "scatter.png").stat().st_size > 5000
+
+
+def test_a_failing_setting_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
+    bench = KVBench(
+        tmp_path / "run",
+        "toy",
+        "tiny",
+        [Setting("rcstat", threshold=1.0, window=500), Setting("knorm", ratio=0.5)],
+        max_new_tokens=3,
+    )  # window 500 > the contexts: RCStatPress refuses
+    summary = bench.run(tiny_model("llama"), make_tiny_tokenizer(), EXAMPLES)
+    errors = pd.read_csv(tmp_path / "run" / "errors.csv")
+    assert len(errors) == 2 and errors["error"].str.contains("window").all()
+    assert list(summary["method"]) == ["knorm"]

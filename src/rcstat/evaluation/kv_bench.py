@@ -2,8 +2,10 @@
 
 A run is a self-describing folder: ``config.json``; ``predictions.jsonl`` with one line per
 (example, method, setting), keyed by a work id so that an interrupted run resumes where it
-stopped; ``results.csv`` (per example); ``summary.csv``; the paper-shaped
-``<dataset>_<model>_baseline_df.csv`` (mean/std VER per method and ratio) and
+stopped (a setting that fails on an example is recorded with its error, listed in
+``errors.csv`` and left out of the summaries); ``results.csv`` (per example);
+``summary.csv``; the paper-shaped ``<dataset>_<model>_baseline_df.csv`` (mean/std VER per
+method and ratio) and
 ``<dataset>_<model>_proposed_df.csv`` (mean/std VER and realized ratio per threshold ``c``
 and window); and ``ver_vs_ratio.png`` / ``rougeL_vs_ratio.png`` (the paper's Fig. 5/6).
 """
@@ -143,22 +145,25 @@ class KVBench:
         ]
         with self.predictions.open("a") as sink:
             for example, setting in tqdm(work, desc=f"bench kv {self.dataset}", unit="run"):
-                result = evaluate_example(
-                    model,
-                    tokenizer,
-                    example.context,
-                    example.question,
-                    example.answers,
-                    make_press(setting),
-                    max_new_tokens=self.max_new_tokens,
-                    cache_factory=cache_factory or partial(cache_for, setting),
-                )
-                row = {
+                row: dict[str, Any] = {
                     "work_id": f"{example.id}|{setting.key}",
                     "example": example.id,
                     **asdict(setting),
-                    **result.to_dict(),
                 }
+                try:
+                    result = evaluate_example(
+                        model,
+                        tokenizer,
+                        example.context,
+                        example.question,
+                        example.answers,
+                        make_press(setting),
+                        max_new_tokens=self.max_new_tokens,
+                        cache_factory=cache_factory or partial(cache_for, setting),
+                    )
+                    row.update(result.to_dict(), error=None)
+                except (ValueError, RuntimeError) as err:  # recorded; the run goes on
+                    row["error"] = f"{type(err).__name__}: {err}"
                 sink.write(json.dumps(row) + "\n")
                 sink.flush()
         return self.summarize()
@@ -167,6 +172,10 @@ class KVBench:
         """Write the per-example table, the summaries and the plots; return the summary."""
         frame = pd.read_json(self.predictions, lines=True)
         frame.to_csv(self.out / "results.csv", index=False)
+        if "error" in frame:
+            failed = frame[frame["error"].notna()]
+            failed[["work_id", "error"]].to_csv(self.out / "errors.csv", index=False)
+            frame = frame[frame["error"].isna()]
         keys = ["method", "ratio", "threshold", "window"]
         summary = (
             frame.groupby(keys, dropna=False)
