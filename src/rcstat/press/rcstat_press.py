@@ -93,8 +93,8 @@ class RCStatPress(BasePress):
     threshold: float = 1.0
     window_size: int = 8
     compression_ratio: float | None = None
-    kept: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)  # [B, Hkv]
-    lengths: dict[int, int] = field(default_factory=dict, repr=False)
+    kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
+    lengths: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.threshold < 0:
