@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rcstat.evaluation.kv import _greedy, _prefill, split_context_question
+from rcstat.evaluation.kv import greedy, prefill, split_context_question
 from rcstat.press.ragged import RaggedCache
 from rcstat.press.rcstat_press import RCStatPress
 
@@ -47,10 +47,10 @@ def compress_and_answer(
         t.to(device) for t in split_context_question(tokenizer, context, question)
     )
     cache = RaggedCache(slack=slack)
-    _prefill(model, context_ids, press, cache)
+    prefill(model, context_ids, press, cache)
     dense, live, allocated = cache.dense_bytes(), cache.physical_bytes(), cache.allocated_bytes()
     stops = {tokenizer.eos_token_id}
-    answer_ids = _greedy(
+    answer_ids = greedy(
         model, cache, question_ids, max_new_tokens, stops, int(context_ids.shape[1])
     )
     heads = press.head_ratios()[:, 0]  # [layers, kv_heads]

@@ -19,7 +19,7 @@ from scipy.stats import spearmanr
 
 from rcstat.analysis import analyze
 from rcstat.data import QAExample
-from rcstat.evaluation.kv import _prefill, split_context_question
+from rcstat.evaluation.kv import prefill, split_context_question
 from rcstat.press.rcstat_press import RCStatPress
 
 
@@ -52,7 +52,7 @@ def head_scatter(
         )
         press = RCStatPress(threshold=threshold, window_size=window)
         context_ids, _ = split_context_question(tokenizer, example.context, example.question)
-        _prefill(model, context_ids.to(device), press, DynamicCache())
+        prefill(model, context_ids.to(device), press, DynamicCache())
         per_head = press.head_ratios()[:, 0].numpy()  # [layers, kv_heads]
         kv_heads = per_head.shape[1]
         group = result.expected.shape[1] // kv_heads

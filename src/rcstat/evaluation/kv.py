@@ -62,7 +62,7 @@ def attention_for(model: Any, cache: Any) -> AbstractContextManager[Any]:
     return ragged_attention(model) if isinstance(cache, RaggedCache) else nullcontext()
 
 
-def _prefill(model: Any, context: torch.Tensor, press: Any, cache: Any) -> None:
+def prefill(model: Any, context: torch.Tensor, press: Any, cache: Any) -> None:
     pressing = press(model) if press is not None else nullcontext()
     with torch.no_grad(), pressing, attention_for(model, cache):
         model(context, past_key_values=cache, use_cache=True)
@@ -72,7 +72,7 @@ def _positions(start: int, count: int, device: torch.device) -> torch.Tensor:
     return torch.arange(start, start + count, device=device).unsqueeze(0)  # [1, count]
 
 
-def _greedy(
+def greedy(
     model: Any, cache: Any, prompt: torch.Tensor, steps: int, stops: set[int], start: int
 ) -> list[int]:
     """Greedy continuation of ``prompt`` on top of ``cache``.
@@ -147,26 +147,26 @@ def evaluate_example(
     }
 
     full = DynamicCache()
-    _prefill(model, context_ids, None, full)
+    prefill(model, context_ids, None, full)
     start = context_ids.shape[1]
-    full_answer = _greedy(model, full, question_ids, max_new_tokens, stops, start)
+    full_answer = greedy(model, full, question_ids, max_new_tokens, stops, start)
     if not full_answer:
         raise ValueError("the model's full-cache answer is empty: VER needs generated tokens")
 
     full = DynamicCache()
-    _prefill(model, context_ids, None, full)
+    prefill(model, context_ids, None, full)
     reference = _teacher_forced_outputs(model, full, question_ids, full_answer, start)
 
     compressed = cache_factory()
-    _prefill(model, context_ids, press, compressed)
+    prefill(model, context_ids, press, compressed)
     ratio = realized_ratio(press, compressed, context_ids.shape[1])
     errors = value_errors(
         reference, _teacher_forced_outputs(model, compressed, question_ids, full_answer, start)
     )
 
     compressed = cache_factory()
-    _prefill(model, context_ids, press, compressed)
-    answer_ids = _greedy(model, compressed, question_ids, max_new_tokens, stops, start)
+    prefill(model, context_ids, press, compressed)
+    answer_ids = greedy(model, compressed, question_ids, max_new_tokens, stops, start)
     answer = tokenizer.decode(answer_ids, skip_special_tokens=True)
     full_text = tokenizer.decode(full_answer, skip_special_tokens=True)
     vs_data = (
