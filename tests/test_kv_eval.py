@@ -6,7 +6,7 @@ import pytest
 import torch
 from kvpress import KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress
 
-from rcstat.evaluation.kv import evaluate_example, split_context_question
+from rcstat.evaluation.kv import evaluate_example, full_reference, split_context_question
 from rcstat.segments import segment_chat
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
@@ -52,3 +52,15 @@ def test_baselines_compress_and_lose_fidelity(press) -> None:  # type: ignore[no
     assert result.realized_ratio == pytest.approx(1 - int(context_len * 0.5) / context_len)
     assert 0.0 < result.ver
     assert 0.0 <= result.rougeL <= 1.0
+
+
+def test_shared_full_reference_gives_the_same_result() -> None:
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    full = full_reference(model, tok, CONTEXT, QUESTION, max_new_tokens=6)
+    assert len(full.answer_ids) == full.outputs.shape[0]
+    for press in (TOVAPress(0.5), KnormPress(0.3)):
+        shared = evaluate_example(
+            model, tok, CONTEXT, QUESTION, ["x"], press, max_new_tokens=6, full=full
+        )
+        alone = evaluate_example(model, tok, CONTEXT, QUESTION, ["x"], press, max_new_tokens=6)
+        assert shared == alone

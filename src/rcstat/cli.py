@@ -182,6 +182,7 @@ class BenchKVArgs:
     n: int | None
     max_new_tokens: int
     out: Path
+    context: str | None = None
 
 
 def _fits(tokenizer: Any, example: Any, budget: int) -> bool:
@@ -196,7 +197,8 @@ def run_bench_kv(args: BenchKVArgs) -> int:
     from rcstat.evaluation.kv_bench import KVBench, settings_grid
     from rcstat.models import load_model
 
-    loaded = load_dataset(args.dataset, args.data, limit=args.n)
+    options = {} if args.context is None else {"context": args.context}
+    loaded = load_dataset(args.dataset, args.data, limit=args.n, **options)
     examples = [e for e in loaded if isinstance(e, QAExample)]
     if len(examples) != len(loaded):
         raise ValueError(
@@ -220,7 +222,7 @@ def run_bench_kv(args: BenchKVArgs) -> int:
         args.model or "SmolLM2-135M-Instruct",
         grid,
         max_new_tokens=args.max_new_tokens,
-        config={"skipped_too_long": skipped},
+        config={"skipped_too_long": skipped, "context": args.context},
     )
     summary = bench.run(model, tokenizer, fitting)
     console.print(summary.to_string(index=False))
@@ -315,6 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("--n", type=int, default=None, help="first N examples")
     kv.add_argument("--max-new-tokens", type=int, default=32)
     kv.add_argument("--out", default="runs/bench_kv", help="output folder (resumable)")
+    kv.add_argument(
+        "--context",
+        choices=["full", "relevant"],
+        default=None,
+        help="qmsum only: whole transcript (default) or the query's relevant turns",
+    )
 
     co = sub.add_parser("compress", help="answer with RCStatPress on a really compressed cache")
     co.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
@@ -395,6 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     n=ns.n,
                     max_new_tokens=ns.max_new_tokens,
                     out=Path(ns.out),
+                    context=ns.context,
                 )
             )
         return run_demo(DemoArgs(model=ns.model, out=Path(ns.out), tau=ns.tau))

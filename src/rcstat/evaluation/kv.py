@@ -125,6 +125,46 @@ def realized_ratio(press: Any, cache: Any, context_len: int) -> float:
     return 1.0 - kept / (len(cache.layers) * context_len)
 
 
+@dataclass(frozen=True)
+class FullReference:
+    """What every press of one example is compared with: the tokens, the full-cache greedy
+    answer ``g`` and the last layer's head outputs with ``g`` teacher-forced (full cache)."""
+
+    context_ids: torch.Tensor  # [1, m]
+    question_ids: torch.Tensor  # [1, q]
+    answer_ids: list[int]
+    answer: str
+    outputs: torch.Tensor  # [|g|, heads, dim]
+    stops: frozenset[int]
+
+
+def full_reference(
+    model: Any, tokenizer: Any, context: str, question: str, *, max_new_tokens: int = 32
+) -> FullReference:
+    """Steps 1–2 of the module doc with the full cache (shared by every press of an example)."""
+    device = next(model.parameters()).device
+    context_ids, question_ids = (
+        t.to(device) for t in split_context_question(tokenizer, context, question)
+    )
+    stops = frozenset(
+        {
+            tokenizer.eos_token_id,
+            *([tokenizer.pad_token_id] if tokenizer.pad_token_id is not None else []),
+        }
+    )
+    start = context_ids.shape[1]
+    full = DynamicCache()
+    prefill(model, context_ids, None, full)
+    answer_ids = greedy(model, full, question_ids, max_new_tokens, set(stops), start)
+    if not answer_ids:
+        raise ValueError("the model's full-cache answer is empty: VER needs generated tokens")
+    full = DynamicCache()
+    prefill(model, context_ids, None, full)
+    outputs = _teacher_forced_outputs(model, full, question_ids, answer_ids, start)
+    answer = tokenizer.decode(answer_ids, skip_special_tokens=True)
+    return FullReference(context_ids, question_ids, answer_ids, answer, outputs, stops)
+
+
 def evaluate_example(
     model: Any,
     tokenizer: Any,
@@ -135,52 +175,41 @@ def evaluate_example(
     *,
     max_new_tokens: int = 32,
     cache_factory: CacheFactory = DynamicCache,
+    full: FullReference | None = None,
 ) -> KVResult:
-    """Run one example through the full cache and through ``press`` (see the module doc)."""
-    device = next(model.parameters()).device
-    context_ids, question_ids = (
-        t.to(device) for t in split_context_question(tokenizer, context, question)
-    )
-    stops = {
-        tokenizer.eos_token_id,
-        *([tokenizer.pad_token_id] if tokenizer.pad_token_id is not None else []),
-    }
+    """Run one example through the full cache and through ``press`` (see the module doc).
 
-    full = DynamicCache()
-    prefill(model, context_ids, None, full)
+    ``full`` is :func:`full_reference` of the same example and ``max_new_tokens``, computed
+    once and shared by every press (recomputed when absent)."""
+    if full is None:
+        full = full_reference(model, tokenizer, context, question, max_new_tokens=max_new_tokens)
+    context_ids, question_ids = full.context_ids, full.question_ids
     start = context_ids.shape[1]
-    full_answer = greedy(model, full, question_ids, max_new_tokens, stops, start)
-    if not full_answer:
-        raise ValueError("the model's full-cache answer is empty: VER needs generated tokens")
-
-    full = DynamicCache()
-    prefill(model, context_ids, None, full)
-    reference = _teacher_forced_outputs(model, full, question_ids, full_answer, start)
 
     compressed = cache_factory()
     prefill(model, context_ids, press, compressed)
     ratio = realized_ratio(press, compressed, context_ids.shape[1])
     errors = value_errors(
-        reference, _teacher_forced_outputs(model, compressed, question_ids, full_answer, start)
+        full.outputs,
+        _teacher_forced_outputs(model, compressed, question_ids, full.answer_ids, start),
     )
 
     compressed = cache_factory()
     prefill(model, context_ids, press, compressed)
-    answer_ids = greedy(model, compressed, question_ids, max_new_tokens, stops, start)
+    answer_ids = greedy(model, compressed, question_ids, max_new_tokens, set(full.stops), start)
     answer = tokenizer.decode(answer_ids, skip_special_tokens=True)
-    full_text = tokenizer.decode(full_answer, skip_special_tokens=True)
     vs_data = (
         rouge_f1(answer, references)
         if references
         else {"rouge1": float("nan"), "rougeL": float("nan")}
     )
-    vs_full = rouge_f1(answer, [full_text])
+    vs_full = rouge_f1(answer, [full.answer])
     return KVResult(
         realized_ratio=ratio,
         ver=float(errors.mean()),
         ver_count=int(errors.numel()),
         answer=answer,
-        full_answer=full_text,
+        full_answer=full.answer,
         rouge1=vs_data["rouge1"],
         rougeL=vs_data["rougeL"],
         rouge1_vs_full=vs_full["rouge1"],

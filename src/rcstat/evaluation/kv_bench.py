@@ -23,7 +23,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from rcstat.data import QAExample
-from rcstat.evaluation.kv import CacheFactory, evaluate_example
+from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
 
 BASELINES = ("knorm", "snapkv", "streaming_llm", "tova", "adakv_snapkv")
 
@@ -143,6 +143,7 @@ class KVBench:
         work = [
             (e, s) for e in examples for s in self.settings if f"{e.id}|{s.key}" not in finished
         ]
+        references: dict[str, FullReference] = {}  # one example's work is contiguous
         with self.predictions.open("a") as sink:
             for example, setting in tqdm(work, desc=f"bench kv {self.dataset}", unit="run"):
                 row: dict[str, Any] = {
@@ -151,6 +152,15 @@ class KVBench:
                     **asdict(setting),
                 }
                 try:
+                    if example.id not in references:
+                        references.clear()
+                        references[example.id] = full_reference(
+                            model,
+                            tokenizer,
+                            example.context,
+                            example.question,
+                            max_new_tokens=self.max_new_tokens,
+                        )
                     result = evaluate_example(
                         model,
                         tokenizer,
@@ -160,6 +170,7 @@ class KVBench:
                         make_press(setting),
                         max_new_tokens=self.max_new_tokens,
                         cache_factory=cache_factory or partial(cache_for, setting),
+                        full=references[example.id],
                     )
                     row.update(result.to_dict(), error=None)
                 except (ValueError, RuntimeError) as err:  # recorded; the run goes on
