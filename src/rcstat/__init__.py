@@ -11,13 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rcstat.analysis import HeadAnalysis, analyze
+    from rcstat.attribution import Attribution, Attributor
     from rcstat.models import load_model
     from rcstat.press.rcstat_press import RCStatPress
 
-__all__ = ["HeadAnalysis", "RCStatPress", "analyze", "load_model"]
+__all__ = ["Attribution", "Attributor", "HeadAnalysis", "RCStatPress", "analyze", "load_model"]
 __version__ = "0.1.0"
 
 _HOMES = {
+    "Attribution": "rcstat.attribution",
+    "Attributor": "rcstat.attribution",
     "HeadAnalysis": "rcstat.analysis",
     "analyze": "rcstat.analysis",
     "load_model": "rcstat.models",

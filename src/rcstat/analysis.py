@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rcstat.capture import attention_layout, capture_scores
+from rcstat.capture import AttentionLayout, attention_layout, capture_scores
 from rcstat.segments import Segmented, segment_chat, segment_text
 from rcstat.stats import block_statistics, cross_self_samples
 
@@ -198,6 +198,37 @@ def _reduce_block(keep: dict[int, list[int]], prompt_len: int, samples: list[Hea
     return reduce
 
 
+def check_example(model: PreTrainedModel, example: Segmented) -> AttentionLayout:
+    """Check that ``example`` can be analysed by ``model``; return the model's layout.
+
+    Raises
+    ------
+    ValueError
+        Empty prompt or generation, more tokens than the model's window, or token ids
+        outside its vocabulary (a tokenizer of another model).
+    UnsupportedModelError
+        If the model's attention cannot be captured.
+    """
+    layout = attention_layout(model)
+    if example.gen_len == 0:
+        raise ValueError("the generation is empty: give an answer or let the model generate one")
+    if example.prompt_len == 0:
+        raise ValueError("the prompt is empty")
+    if layout.max_positions is not None and example.seq_len > layout.max_positions:
+        raise ValueError(
+            f"the input has {example.seq_len} tokens but the model's window is "
+            f"{layout.max_positions} (max_position_embeddings)"
+        )
+    embeddings = cast(torch.nn.Embedding, model.get_input_embeddings())
+    vocab = int(embeddings.weight.shape[0])
+    if int(example.input_ids.max()) >= vocab:
+        raise ValueError(
+            f"token id {int(example.input_ids.max())} is outside the model's vocabulary "
+            f"({vocab}): the tokenizer does not belong to this model"
+        )
+    return layout
+
+
 def analyze_segmented(
     model: PreTrainedModel,
     example: Segmented,
@@ -218,23 +249,7 @@ def analyze_segmented(
     keep_samples
         ``(layer, head)`` pairs whose raw cross/self scores are kept for plotting.
     """
-    layout = attention_layout(model)
-    if example.gen_len == 0:
-        raise ValueError("the generation is empty: give an answer or let the model generate one")
-    if example.prompt_len == 0:
-        raise ValueError("the prompt is empty")
-    if layout.max_positions is not None and example.seq_len > layout.max_positions:
-        raise ValueError(
-            f"the input has {example.seq_len} tokens but the model's window is "
-            f"{layout.max_positions} (max_position_embeddings)"
-        )
-    embeddings = cast(torch.nn.Embedding, model.get_input_embeddings())
-    vocab = int(embeddings.weight.shape[0])
-    if int(example.input_ids.max()) >= vocab:
-        raise ValueError(
-            f"token id {int(example.input_ids.max())} is outside the model's vocabulary "
-            f"({vocab}): the tokenizer does not belong to this model"
-        )
+    layout = check_example(model, example)
     keep: dict[int, list[int]] = {}
     for layer, head in keep_samples:
         if not (0 <= layer < layout.num_layers and 0 <= head < layout.num_heads):

@@ -1,0 +1,128 @@
+"""One layer's contribution to attribution, reduced from its generation block (eq. 10).
+
+For one layer the capture yields the raw scores of the generated queries against every key,
+``block[h, j, i] = f(i, m + j)`` (``m`` = prompt length, ``j < |g|``). From it, for every
+query head ``h``:
+
+* the head's ranking scores over the whole sequence (paper §4.2 step 1): ``E(X(p, g),
+  Y(g, g))`` and the upper bound ``A`` on raw scores, and the same two on the post-softmax
+  weights (supplement Table 2);
+* per answer unit ``g'`` (token rows ``[a, b)`` of ``g``) and per prompt key ``i``, the
+  *key-level expected RC*
+
+  ``t_h(g', i) = (1 / (|g'|·|Y|)) Σ_{j ∈ g'} Σ_{y ∈ Y} max(f(i, j) − y, 0)``,
+  with ``Y = Y(g, g') = {f(k, l) : k ∈ g, l ∈ g', k <= l}``.
+
+  Because every key of a span meets the same ``|g'|`` queries, the step-2 score of a span is
+  the mean of its keys' values: ``e_h(p_i) = E(X(p_i, g'), Y(g, g')) = mean_{i ∈ p_i}
+  t_h(g', i)``. One sort of ``Y`` and one ``searchsorted`` of the ``|g'|·m`` cross scores
+  serve chunks, sentences and single tokens at once;
+* with the upper-bound statistic, ``A(X(p_i, g'), Y(g, g'))`` per candidate span (the bound
+  does not decompose over keys, so spans are scored directly);
+* the post-softmax attention of the unit's queries to each prompt key, summed over heads
+  (the attention-weight baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from rcstat.capture import SoftmaxParams, attention_probs
+from rcstat.stats import block_statistics, expected_rc_shared, rc_statistics
+
+__all__ = ["attribution_reducer"]
+
+
+def _self_samples(block: torch.Tensor, prompt_len: int, a: int, b: int) -> torch.Tensor:
+    """``Y(g, g')`` per head: queries ``a..b-1`` of ``g`` against generated keys ``<=`` them."""
+    rows = block[:, a:b, prompt_len : prompt_len + b]  # [H, |g'|, b]
+    causal = (
+        torch.arange(b, device=block.device)[None, :]
+        <= torch.arange(a, b, device=block.device)[:, None]
+    )  # [|g'|, b]
+    return rows[:, causal]  # [H, |Y|]
+
+
+def _span_upper(
+    cross: torch.Tensor, y: torch.Tensor, spans: Sequence[tuple[int, int]]
+) -> torch.Tensor:
+    """``A(X(p_i, g'), Y)`` for every span: cross ``[H, |g'|, m]``, y ``[H, |Y|]`` → ``[H, S]``."""
+    longest = max(end - start for start, end in spans)
+    heads, rows = cross.shape[0], cross.shape[1]
+    x = cross.new_zeros(heads, len(spans), rows, longest)  # [H, S, |g'|, L]
+    valid = torch.zeros(len(spans), rows, longest, dtype=torch.bool, device=cross.device)
+    for index, (start, end) in enumerate(spans):
+        x[:, index, :, : end - start] = cross[:, :, start:end]
+        valid[index, :, : end - start] = True
+    flat = x.flatten(-2)  # [H, S, |g'|·L]
+    return rc_statistics(
+        flat,
+        y[:, None, :].expand(heads, len(spans), y.shape[-1]),
+        x_valid=valid.flatten(-2).expand_as(flat),
+        check_finite=False,  # the capture checks the scores
+    ).upper
+
+
+def attribution_reducer(
+    prompt_len: int,
+    units: Sequence[tuple[int, int]],
+    spans: Sequence[tuple[int, int]],
+    softmax: dict[int, SoftmaxParams],
+    *,
+    upper: bool,
+) -> Any:
+    """A capture reducer computing the quantities of the module doc for one layer.
+
+    Parameters
+    ----------
+    prompt_len
+        ``m``.
+    units
+        Token rows ``[a, b)`` of each answer unit, relative to the start of ``g``.
+    spans
+        Token ranges ``[start, end)`` of the candidate spans (absolute; inside the prompt).
+    softmax
+        Per layer, what the model applies before its softmax.
+    upper
+        Also score spans with the upper bound.
+
+    Returns
+    -------
+    callable
+        ``reducer(layer, scores [1, H, |g|, m + |g|]) -> dict`` of tensors left on the
+        layer's device: ``rank`` ``[4, H]`` (E and A on raw scores, E and A on weights),
+        ``keys`` ``[U, H, m]`` float64 (``t_h``), ``attention`` ``[U, m]`` (weights summed
+        over heads, averaged over the unit's queries) and, with ``upper``, ``span_upper``
+        ``[U, H, S]``.
+    """
+
+    def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
+        block = scores[0]  # [H, |g|, m + |g|]
+        gen_len = block.shape[1]
+        positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
+        probs = attention_probs(block, positions, softmax[layer])  # [H, |g|, m + |g|]
+        on_scores = block_statistics(block, prompt_len, check_finite=False)
+        on_probs = block_statistics(probs, prompt_len, check_finite=False)
+        keys, attention, upper_scores = [], [], []
+        for a, b in units:
+            cross = block[:, a:b, :prompt_len]  # [H, |g'|, m]
+            y = _self_samples(block, prompt_len, a, b)  # [H, |Y|]
+            keys.append(expected_rc_shared(cross.transpose(1, 2), y))  # [H, m]
+            attention.append(probs[:, a:b, :prompt_len].mean(dim=1).sum(dim=0))  # [m]
+            if upper:
+                upper_scores.append(_span_upper(cross, y, spans))  # [H, S]
+        out = {
+            "rank": torch.stack(
+                [on_scores.expected, on_scores.upper, on_probs.expected, on_probs.upper]
+            ),  # [4, H]
+            "keys": torch.stack(keys),  # [U, H, m]
+            "attention": torch.stack(attention),  # [U, m]
+        }
+        if upper:
+            out["span_upper"] = torch.stack(upper_scores)  # [U, H, S]
+        return out
+
+    return reduce

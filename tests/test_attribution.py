@@ -1,0 +1,201 @@
+"""rcstat.attribution against sample sets rebuilt from q·k of the layers' own projections,
+eager attention weights and hand-checked properties of eq. (10)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rcstat.analysis import analyze_segmented
+from rcstat.attribution import Attributor
+from rcstat.attribution.spans import join_chunks
+from rcstat.segments import segment_chat
+from rcstat.stats import rc_upper_bound
+from tests._reference import naive_expected_rc
+from tests._tiny_models import reference_scores, tiny_model
+from tests._tiny_tokenizer import make_tiny_tokenizer
+
+CHUNKS = [
+    "The cat sat on the warm mat near the door.",
+    "The dog slept in the garden all day long.",
+    "A bird sang in the old tree by the river.",
+]
+QUESTION = "Where did the dog sleep?"
+ANSWER = "The dog slept in the garden. The cat sat on the mat."
+
+
+@pytest.fixture(scope="module")
+def setup() -> tuple:  # type: ignore[type-arg]
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    return model, tok, Attributor(model, tok, top_k=5)
+
+
+def _samples(block: torch.Tensor, m: int, unit: tuple[int, int], span: tuple[int, int]):  # type: ignore[no-untyped-def]
+    """X(p_i, g') and Y(g, g') of one head by explicit loops (block [T, T] = f(i, j) at [j, i])."""
+    a, b = unit
+    x = [float(block[m + j, i]) for j in range(a, b) for i in range(*span)]
+    y = [float(block[m + j, m + k]) for j in range(a, b) for k in range(j + 1)]
+    return np.array(x), np.array(y)
+
+
+def test_span_scores_equal_sample_sets_rebuilt_from_projections(setup) -> None:  # type: ignore[no-untyped-def]
+    model, tok, attributor = setup
+    result = attributor.attribute(CHUNKS, QUESTION, ANSWER)
+    assert [u.text for u in result.units] == ["The dog slept in the garden.", "The cat sat on the mat."]
+    assert [s.text for s in result.spans] == CHUNKS
+    text, _ = join_chunks(CHUNKS)
+    example = segment_chat(tok, text, QUESTION, ANSWER)
+    ref = reference_scores(model, example.input_ids)  # per layer [1, H, T, T]
+    m = example.prompt_len
+    layers, heads, units, spans = result.per_head.shape
+    assert (units, spans) == (2, 3)
+    for layer in range(layers):
+        for head in range(heads):
+            for u, unit in enumerate(result.unit_tokens):
+                for s, span in enumerate(result.span_tokens):
+                    x, y = _samples(ref[layer][0, head], m, unit, span)
+                    want = naive_expected_rc(x, y)
+                    got = result.per_head[layer, head, u, s]
+                    assert got == pytest.approx(want, rel=1e-4, abs=1e-4)
+    # step 1: the ranking is the per-head E(X(p, g), Y(g, g)) of the analysis
+    analysis = analyze_segmented(model, example)
+    np.testing.assert_allclose(result.ranking[0], analysis.expected, rtol=1e-6)
+    np.testing.assert_allclose(result.ranking[1], analysis.upper, rtol=1e-6)
+
+
+def test_upper_statistic_scores_spans_with_the_bound(setup) -> None:  # type: ignore[no-untyped-def]
+    model, tok, _ = setup
+    result = Attributor(model, tok, top_k=3, statistic="upper").attribute(CHUNKS, QUESTION, ANSWER)
+    text, _ = join_chunks(CHUNKS)
+    example = segment_chat(tok, text, QUESTION, ANSWER)
+    ref = reference_scores(model, example.input_ids)
+    for layer, head in [(0, 0), (2, 3)]:
+        for u, unit in enumerate(result.unit_tokens):
+            for s, span in enumerate(result.span_tokens):
+                x, y = _samples(ref[layer][0, head], example.prompt_len, unit, span)
+                want = float(rc_upper_bound(torch.tensor(x), torch.tensor(y)))
+                assert result.per_head[layer, head, u, s] == pytest.approx(want, rel=1e-4)
+                assert result.per_head[layer, head, u, s] >= naive_expected_rc(x, y) - 1e-4
+    # the ranking uses the bound too
+    order = np.argsort(-result.ranking[1].reshape(-1), kind="stable")[:3]
+    assert result.heads == [divmod(int(i), 4) for i in order]
+
+
+def test_eq10_normalisation_and_head_selections(setup) -> None:  # type: ignore[no-untyped-def]
+    _, _, attributor = setup
+    result = attributor.attribute(CHUNKS, QUESTION, ANSWER)
+    flat = result.ranking[0].reshape(-1)
+    top = result.heads_for("top", 5)
+    bottom = result.heads_for("bottom", 5)
+    assert [flat[l * 4 + h] for l, h in top] == sorted(flat, reverse=True)[:5]
+    assert [flat[l * 4 + h] for l, h in bottom] == sorted(flat)[:5]
+    post = result.ranking[2].reshape(-1)
+    assert [post[l * 4 + h] for l, h in result.heads_for("top_post_softmax", 2)] == sorted(
+        post, reverse=True
+    )[:2]
+    assert len(result.heads_for("all", None)) == 12
+    for ranking, k in [("top", 5), ("bottom", 5), ("all", None)]:
+        scores, attributed = result.scores_for(ranking, k)  # type: ignore[arg-type]
+        chosen = result.heads_for(ranking, k)  # type: ignore[arg-type]
+        totals = sum(result.per_head[l, h] for l, h in chosen)
+        np.testing.assert_allclose(scores, totals / totals.sum(axis=1, keepdims=True))
+        np.testing.assert_allclose(scores.sum(axis=1), 1.0)
+        assert attributed == [int(np.argmax(r)) for r in scores]
+    assert result.scores.shape == (2, 3) and result.heads == top
+    assert result.method == "top-5 RC heads"
+
+
+def test_token_granularity_and_chunk_means(setup) -> None:  # type: ignore[no-untyped-def]
+    _, _, attributor = setup
+    chunks = attributor.attribute(CHUNKS, QUESTION, ANSWER)
+    tokens = attributor.attribute(" ".join(CHUNKS), QUESTION, ANSWER, granularity="token")
+    assert "".join(tokens.context_tokens) == " ".join(CHUNKS)
+    assert len(tokens.spans) == len(tokens.context_tokens) == tokens.token_scores.shape[-1]
+    np.testing.assert_allclose(tokens.per_head, tokens.token_scores, rtol=1e-5, atol=1e-6)
+    # a chunk's score is the mean of its keys' parts (every key meets the same queries)
+    first = chunks.span_tokens[0][0]
+    for s, (start, end) in enumerate(chunks.span_tokens):
+        np.testing.assert_allclose(
+            chunks.per_head[..., s],
+            chunks.token_scores[..., start - first : end - first].mean(axis=-1),
+            rtol=1e-5,
+        )
+    sentences = attributor.attribute(" ".join(CHUNKS), QUESTION, ANSWER)
+    assert [s.text for s in sentences.spans] == CHUNKS
+
+
+def test_attention_baseline_equals_eager_weights() -> None:
+    model, tok = tiny_model("llama", "eager"), make_tiny_tokenizer()
+    result = Attributor(model, tok, top_k=2).attribute(CHUNKS, QUESTION, ANSWER)
+    text, _ = join_chunks(CHUNKS)
+    example = segment_chat(tok, text, QUESTION, ANSWER)
+    with torch.no_grad():
+        eager = model(example.input_ids, output_attentions=True).attentions
+    weights = torch.stack(eager)[:, 0].double()  # [L, H, T, T]
+    m, first = example.prompt_len, result.span_tokens[0][0]
+    for u, (a, b) in enumerate(result.unit_tokens):
+        want = weights[:, :, m + a : m + b, first : first + result.attention.shape[1]]
+        np.testing.assert_allclose(result.attention[u], want.mean(dim=(0, 1, 2)), rtol=1e-4)
+    scores, attributed = result.attention_scores()
+    for u in range(2):
+        mass = [result.attention[u, s - first : e - first].sum() for s, e in result.span_tokens]
+        np.testing.assert_allclose(scores[u], np.array(mass) / sum(mass), rtol=1e-6)
+
+
+def test_generated_answer_and_explicit_units(setup) -> None:  # type: ignore[no-untyped-def]
+    _, _, attributor = setup
+    spans = ["cat sat on the warm mat", (45, 60)]
+    result = attributor.attribute(
+        " ".join(CHUNKS), QUESTION, ANSWER, spans=spans, units=["garden", (0, 7)]
+    )
+    assert [s.text for s in result.spans] == ["cat sat on the warm mat", " ".join(CHUNKS)[45:60]]
+    assert [u.text for u in result.units] == ["garden", "The dog"]
+    frame = result.to_frame()
+    assert len(frame) == 4 and frame.groupby("unit")["score"].sum().round(6).tolist() == [1, 1]
+    payload = json.loads(result.to_json())
+    assert payload["units"][0]["text"] == "garden" and len(payload["heads"]) == 5
+    generated = Attributor(*setup[:2], top_k=2, max_new_tokens=6).attribute(CHUNKS, QUESTION)
+    assert generated.answer and generated.scores.shape[1] == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"answer": "  "}, "answer is empty"),
+        ({"context": ["ok chunk", " "]}, "chunk 1 is empty"),
+        ({"context": []}, "no chunk"),
+        ({"context": "   "}, "context is empty"),
+        ({"spans": ["not in the context"]}, "does not occur"),
+        ({"spans": [(0, 999)]}, "outside the text"),
+        ({"units": [(0, 400)]}, "outside the text"),
+        ({"units": ["zebra"]}, "does not occur"),
+        ({"context": "One text.", "granularity": "chunk"}, "list of chunks"),
+        ({"granularity": "paragraph"}, "granularity must be"),
+        ({"spans": ["cat"], "granularity": "token"}, "either spans or a granularity"),
+        ({"context": "word " * 300}, "model's window"),
+    ],
+)
+def test_bad_input_is_refused(setup, kwargs, message) -> None:  # type: ignore[no-untyped-def]
+    _, _, attributor = setup
+    args = {"context": CHUNKS, "question": QUESTION, "answer": ANSWER, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        attributor.attribute(**args)
+
+
+def test_bad_configuration_is_refused(setup) -> None:  # type: ignore[no-untyped-def]
+    model, tok, attributor = setup
+    with pytest.raises(ValueError, match=r"top_k must be in 1\.\.12"):
+        Attributor(model, tok, top_k=13)
+    with pytest.raises(ValueError, match="top_k must be in"):
+        Attributor(model, tok, top_k=0)
+    with pytest.raises(ValueError, match="head_ranking must be"):
+        Attributor(model, tok, head_ranking="best")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="statistic must be"):
+        Attributor(model, tok, statistic="median")  # type: ignore[arg-type]
+    Attributor(model, tok, top_k=None, head_ranking="all")  # k is not used by "all"
+    result = attributor.attribute(CHUNKS, QUESTION, ANSWER)
+    with pytest.raises(ValueError, match="top_k must be in"):
+        result.scores_for("top", 50)
