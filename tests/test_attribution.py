@@ -44,7 +44,10 @@ def _samples(block: torch.Tensor, m: int, unit: tuple[int, int], span: tuple[int
 def test_span_scores_equal_sample_sets_rebuilt_from_projections(setup) -> None:  # type: ignore[no-untyped-def]
     model, tok, attributor = setup
     result = attributor.attribute(CHUNKS, QUESTION, ANSWER)
-    assert [u.text for u in result.units] == ["The dog slept in the garden.", "The cat sat on the mat."]
+    assert [u.text for u in result.units] == [
+        "The dog slept in the garden.",
+        "The cat sat on the mat.",
+    ]
     assert [s.text for s in result.spans] == CHUNKS
     text, _ = join_chunks(CHUNKS)
     example = segment_chat(tok, text, QUESTION, ANSWER)
@@ -90,17 +93,17 @@ def test_eq10_normalisation_and_head_selections(setup) -> None:  # type: ignore[
     flat = result.ranking[0].reshape(-1)
     top = result.heads_for("top", 5)
     bottom = result.heads_for("bottom", 5)
-    assert [flat[l * 4 + h] for l, h in top] == sorted(flat, reverse=True)[:5]
-    assert [flat[l * 4 + h] for l, h in bottom] == sorted(flat)[:5]
+    assert [flat[la * 4 + h] for la, h in top] == sorted(flat, reverse=True)[:5]
+    assert [flat[la * 4 + h] for la, h in bottom] == sorted(flat)[:5]
     post = result.ranking[2].reshape(-1)
-    assert [post[l * 4 + h] for l, h in result.heads_for("top_post_softmax", 2)] == sorted(
+    assert [post[la * 4 + h] for la, h in result.heads_for("top_post_softmax", 2)] == sorted(
         post, reverse=True
     )[:2]
     assert len(result.heads_for("all", None)) == 12
     for ranking, k in [("top", 5), ("bottom", 5), ("all", None)]:
         scores, attributed = result.scores_for(ranking, k)  # type: ignore[arg-type]
         chosen = result.heads_for(ranking, k)  # type: ignore[arg-type]
-        totals = sum(result.per_head[l, h] for l, h in chosen)
+        totals = sum(result.per_head[la, h] for la, h in chosen)
         np.testing.assert_allclose(scores, totals / totals.sum(axis=1, keepdims=True))
         np.testing.assert_allclose(scores.sum(axis=1), 1.0)
         assert attributed == [int(np.argmax(r)) for r in scores]
@@ -139,7 +142,7 @@ def test_attention_baseline_equals_eager_weights() -> None:
     for u, (a, b) in enumerate(result.unit_tokens):
         want = weights[:, :, m + a : m + b, first : first + result.attention.shape[1]]
         np.testing.assert_allclose(result.attention[u], want.mean(dim=(0, 1, 2)), rtol=1e-4)
-    scores, attributed = result.attention_scores()
+    scores, _ = result.attention_scores()
     for u in range(2):
         mass = [result.attention[u, s - first : e - first].sum() for s, e in result.span_tokens]
         np.testing.assert_allclose(scores[u], np.array(mass) / sum(mass), rtol=1e-6)

@@ -1,4 +1,4 @@
-"""The ``rcstat`` command line: ``rcstat demo`` and ``rcstat analyze``.
+"""The ``rcstat`` command line: ``demo``, ``analyze``, ``compress``, ``attribute``, ``bench``.
 
 Each sub-command parses into an arguments dataclass and writes its results into ``--out``
 atomically: files are written to a temporary folder beside it and moved in only when the
@@ -8,6 +8,7 @@ whole command succeeded, so a failure leaves no partial files.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -289,6 +290,156 @@ def run_compress(args: CompressArgs) -> int:
     return 0
 
 
+@dataclass
+class AttributeArgs:
+    """Arguments of ``rcstat attribute``."""
+
+    model: str | None
+    context: str | list[str]
+    question: str
+    answer: str | None
+    granularity: str | None
+    top_k: int
+    ranking: str
+    statistic: str
+    max_new_tokens: int
+    out: Path
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> AttributeArgs:
+        context: str | list[str] | None = _text(ns.context, ns.context_file, "context")
+        if ns.chunks_file is not None:
+            if context is not None:
+                raise ValueError("give --context/--context-file or --chunks-file, not both")
+            context = _chunks_file(ns.chunks_file)
+        question = _text(ns.question, ns.question_file, "question")
+        if context is None or question is None:
+            raise ValueError(
+                "attribute needs a context (--context, --context-file or --chunks-file) "
+                "and --question"
+            )
+        return cls(
+            model=ns.model,
+            context=context,
+            question=question,
+            answer=_text(ns.answer, ns.answer_file, "answer"),
+            granularity=ns.granularity,
+            top_k=ns.top_k,
+            ranking=ns.ranking,
+            statistic=ns.statistic,
+            max_new_tokens=ns.max_new_tokens,
+            out=Path(ns.out),
+        )
+
+
+def _chunks_file(path: str) -> list[str]:
+    """A JSON list of strings, or a text file whose blank-line-separated paragraphs are chunks."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise SystemExit(f"error: cannot read --chunks-file {path}: {err}") from err
+    if path.endswith(".json"):
+        chunks = json.loads(text)
+        if not isinstance(chunks, list) or not all(isinstance(c, str) for c in chunks):
+            raise ValueError(f"{path}: expected a JSON list of strings")
+        return chunks
+    return [c.strip() for c in text.split("\n\n") if c.strip()]
+
+
+def run_attribute(args: AttributeArgs) -> int:
+    """Attribute the answer's sentences; print a table, write attribution.{csv,json,html}."""
+    from rich.table import Table
+
+    from rcstat.attribution import Attributor
+    from rcstat.models import load_model
+
+    with console.status("loading model…"):
+        model, tokenizer = load_model(args.model)
+    attributor = Attributor(
+        model,
+        tokenizer,
+        top_k=args.top_k,
+        head_ranking=args.ranking,  # type: ignore[arg-type]
+        statistic=args.statistic,  # type: ignore[arg-type]
+        max_new_tokens=args.max_new_tokens,
+    )
+    with console.status("attributing (one forward pass)…"):
+        result = attributor.attribute(
+            args.context,
+            args.question,
+            args.answer,
+            granularity=args.granularity,  # type: ignore[arg-type]
+        )
+    with staged_output(args.out) as stage, console.status("writing results…"):
+        result.to_frame().to_csv(stage / "attribution.csv", index=False)
+        (stage / "attribution.json").write_text(result.to_json(), encoding="utf-8")
+        result.to_html(stage / "attribution.html")
+    console.print(f"answer: {escape(result.answer)}")
+    table = Table(title=f"attribution ({escape(result.method)})")
+    table.add_column("answer unit")
+    table.add_column("attributed span")
+    table.add_column("score", justify="right")
+    table.add_column("mean attention picks")
+    baseline = result.attention_scores()[1]
+    for unit, picked, score_row, other in zip(
+        result.units, result.attributed, result.scores, baseline, strict=True
+    ):
+        span = "—" if picked is None else _clip(result.spans[picked].text)
+        alt = "—" if other is None else _clip(result.spans[other].text)
+        score = "—" if picked is None else f"{score_row[picked]:.3f}"
+        table.add_row(escape(_clip(unit.text)), escape(span), score, escape(alt))
+    console.print(table)
+    console.print(f"results written to {escape(str(args.out))}/ (open attribution.html)")
+    return 0
+
+
+def _clip(text: str, width: int = 70) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+@dataclass
+class BenchAttributionArgs:
+    """Arguments of ``rcstat bench attribution``."""
+
+    model: str | None
+    dataset: str
+    data: str | None
+    ks: str
+    n: int | None
+    out: Path
+
+
+def run_bench_attribution(args: BenchAttributionArgs) -> int:
+    """Chunk-level accuracy of every method and k (Table 1, Fig. 7); CSV + PNG."""
+    from rcstat.attribution import Attributor
+    from rcstat.capture import attention_layout
+    from rcstat.data import AttributionExample, load_dataset
+    from rcstat.evaluation.attribution_bench import AttributionBench, parse_ks
+    from rcstat.models import load_model
+
+    loaded = load_dataset(args.dataset, args.data, limit=args.n)
+    examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]
+    if len(examples) != len(loaded):
+        if not any(isinstance(e, AttributionExample) for e in loaded):
+            raise ValueError(f"bench attribution needs quotesum or verigran, not {args.dataset}")
+        console.print(f"skipping {len(loaded) - len(examples)} examples without annotated spans")
+    if not examples:
+        raise ValueError(f"no annotated example in {args.dataset} ({args.data or 'slice'})")
+    with console.status("loading model…"):
+        model, tokenizer = load_model(args.model)
+    layout = attention_layout(model)
+    attributor = Attributor(model, tokenizer)
+    heads = layout.num_layers * layout.num_heads
+    bench = AttributionBench(
+        args.out, args.dataset, args.model or "SmolLM2-135M-Instruct", parse_ks(args.ks, heads)
+    )
+    accuracy = bench.run(attributor, examples)
+    console.print(accuracy.to_string(index=False))
+    console.print(f"results written to {escape(str(args.out))}/")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rcstat", description="Relative Contextualization statistics of attention heads."
@@ -323,6 +474,39 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="qmsum only: whole transcript (default) or the query's relevant turns",
     )
+
+    ab = bench_sub.add_parser("attribution", help="chunk-level attribution accuracy vs k")
+    ab.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
+    ab.add_argument("--dataset", default="quotesum", help="quotesum or verigran")
+    ab.add_argument("--data", default=None, help="upstream file (default: the shared slice)")
+    ab.add_argument("--k", default="1,2,5,10,20,50,100,all", help="numbers of heads")
+    ab.add_argument("--n", type=int, default=None, help="first N examples")
+    ab.add_argument("--out", default="runs/bench_attribution", help="output folder (resumable)")
+
+    at = sub.add_parser("attribute", help="attribute an answer to context chunks/sentences/tokens")
+    at.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
+    for name, what in [
+        ("context", "context text"),
+        ("question", "question text"),
+        ("answer", "answer to attribute (generated when absent)"),
+    ]:
+        at.add_argument(f"--{name}", default=None, help=what)
+        at.add_argument(f"--{name}-file", default=None, help=f"read the {name} from a file")
+    at.add_argument(
+        "--chunks-file",
+        default=None,
+        help="context as chunks: a JSON list of strings, or paragraphs separated by blank lines",
+    )
+    at.add_argument("--granularity", choices=["chunk", "sentence", "token"], default=None)
+    at.add_argument("--top-k", type=int, default=20, help="number of heads (default 20)")
+    at.add_argument(
+        "--ranking",
+        choices=["top", "bottom", "all", "top_post_softmax", "bottom_post_softmax"],
+        default="top",
+    )
+    at.add_argument("--statistic", choices=["expected", "upper"], default="expected")
+    at.add_argument("--max-new-tokens", type=int, default=64)
+    at.add_argument("--out", default="runs/attribute", help="output folder")
 
     co = sub.add_parser("compress", help="answer with RCStatPress on a really compressed cache")
     co.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
@@ -388,6 +572,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ns.ratio,
                     ns.window,
                     ns.max_new_tokens,
+                )
+            )
+        if ns.command == "attribute":
+            return run_attribute(AttributeArgs.from_namespace(ns))
+        if ns.command == "bench" and ns.bench == "attribution":
+            return run_bench_attribution(
+                BenchAttributionArgs(
+                    model=ns.model,
+                    dataset=ns.dataset,
+                    data=ns.data,
+                    ks=ns.k,
+                    n=ns.n,
+                    out=Path(ns.out),
                 )
             )
         if ns.command == "bench":

@@ -229,7 +229,9 @@ class Attribution:
         from rcstat.report.attribution_html import attribution_html
 
         first = self._context_start()
-        span_ranges = [(s - first, e - first) for s, e in self.span_tokens]
+        span_ranges = _drawable(
+            [(s - first, e - first) for s, e in self.span_tokens], len(self.context_tokens)
+        )
         panels = {self.method: self.token_weights()}
         attributed = {self.method: self.attributed}
         if self.head_ranking != "all":
@@ -245,8 +247,8 @@ class Attribution:
             title="rcstat attribution",
             question=self.question,
             answer=self.answer,
-            spans=span_ranges if len(span_ranges) < len(self.context_tokens) else (),
-            attributed=attributed,
+            spans=span_ranges,
+            attributed=attributed if span_ranges else None,
             gold=self.gold,
             selected=unit,
         )
@@ -256,6 +258,20 @@ class Attribution:
 
     def _context_start(self) -> int:
         return min(s for s, _ in self.span_tokens)
+
+
+def _drawable(spans: list[tuple[int, int]], tokens: int) -> list[tuple[int, int]]:
+    """Span boxes for the HTML view: a token shared by two neighbouring spans goes to the
+    first; nothing is boxed when spans nest or are single tokens (token granularity)."""
+    if len(spans) >= tokens:
+        return []
+    drawn: list[tuple[int, int]] = []
+    for start, end in spans:
+        start = max(start, drawn[-1][1]) if drawn else start
+        if start >= end:
+            return []
+        drawn.append((start, end))
+    return drawn
 
 
 def _method_name(head_ranking: str, top_k: int | None, statistic: str) -> str:
