@@ -184,6 +184,7 @@ class BenchKVArgs:
     max_new_tokens: int
     out: Path
     context: str | None = None
+    max_tokens: int | None = None
 
 
 def _fits(tokenizer: Any, example: Any, budget: int) -> bool:
@@ -210,10 +211,12 @@ def run_bench_kv(args: BenchKVArgs) -> int:
     with console.status("loading model…"):
         model, tokenizer = load_model(args.model)
     window = int(model.config.max_position_embeddings)
+    if args.max_tokens is not None:
+        window = min(window, args.max_tokens)
     fitting = [e for e in examples if _fits(tokenizer, e, window - args.max_new_tokens)]
     skipped = [e.id for e in examples if e not in fitting]
     if skipped:
-        console.print(f"skipping {len(skipped)} examples longer than the model's window ({window})")
+        console.print(f"skipping {len(skipped)} examples longer than {window} tokens")
     if not fitting:
         raise ValueError(f"every example is longer than the model's window ({window} tokens)")
     grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows)
@@ -223,7 +226,7 @@ def run_bench_kv(args: BenchKVArgs) -> int:
         args.model or "SmolLM2-135M-Instruct",
         grid,
         max_new_tokens=args.max_new_tokens,
-        config={"skipped_too_long": skipped, "context": args.context},
+        config={"skipped_too_long": skipped, "context": args.context, "max_tokens": window},
     )
     summary = bench.run(model, tokenizer, fitting)
     console.print(summary.to_string(index=False))
@@ -474,6 +477,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="qmsum only: whole transcript (default) or the query's relevant turns",
     )
+    kv.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="skip examples longer than this (default: the model's window)",
+    )
 
     ab = bench_sub.add_parser("attribution", help="chunk-level attribution accuracy vs k")
     ab.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
@@ -601,6 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     max_new_tokens=ns.max_new_tokens,
                     out=Path(ns.out),
                     context=ns.context,
+                    max_tokens=ns.max_tokens,
                 )
             )
         return run_demo(DemoArgs(model=ns.model, out=Path(ns.out), tau=ns.tau))

@@ -1,0 +1,102 @@
+"""Attribution of one example vs a plain forward pass of the same sequence (ratio in one run).
+
+Inputs are real attribution examples of the shared slices (QuoteSum: ~3 passages; VERI-GRAN:
+~80 sentence chunks, ~2k tokens) with their annotated answers, on the embedded default model.
+``Attributor.attribute`` (tokenisation, one forward pass with the capture, every statistic of
+every head and span, post-softmax baseline) is timed against ``model(ids, use_cache=False)``
+of the same token ids (what a user runs) and ``logits_to_keep=1`` (no vocabulary logits).
+The number of forward passes an ablation method needs for the same example is recorded from
+its documented defaults: ContextCite (``ContextCiter(num_ablations=64)``, MadryLab/
+context-cite) runs 64 ablated forward passes after generation; rcstat runs one.
+
+    python -m benchmarks.bench_attribution --dataset verigran --n 5
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks._common import device_label, interleaved, machine, write
+from rcstat.attribution import Attributor
+from rcstat.attribution.spans import join_chunks
+from rcstat.data import AttributionExample, load_dataset
+from rcstat.models import load_model
+from rcstat.segments import segment_chat
+
+CONTEXTCITE_FORWARD_PASSES = 64  # ContextCiter's default num_ablations
+
+
+def measure(
+    attributor: Attributor, example: AttributionExample, device: str, rounds: int
+) -> dict[str, Any]:
+    model, tokenizer = attributor.model, attributor.tokenizer
+    text, _ = join_chunks(list(example.chunks))
+    ids = segment_chat(tokenizer, text, example.question, example.answer).input_ids.to(device)
+    units = [(u.start, u.end) for u in example.units]
+
+    def attribute() -> None:
+        attributor.attribute(list(example.chunks), example.question, example.answer, units=units)
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(ids, use_cache=False)
+
+    def forward_last() -> None:
+        with torch.no_grad():
+            model(ids, use_cache=False, logits_to_keep=1)
+
+    times = interleaved(
+        {"attribute": attribute, "forward": forward, "forward_last": forward_last},
+        device,
+        rounds,
+    )
+    return {
+        "example": example.id,
+        "tokens": int(ids.shape[1]),
+        "chunks": len(example.chunks),
+        "units": len(units),
+        "attribute_s": times["attribute"],
+        "forward_s": times["forward"],
+        "forward_last_s": times["forward_last"],
+        "ratio_vs_forward": times["attribute"] / times["forward"],
+        "ratio_vs_forward_last": times["attribute"] / times["forward_last"],
+        "rcstat_forward_passes": 1,
+        "contextcite_forward_passes": CONTEXTCITE_FORWARD_PASSES,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="verigran", choices=["quotesum", "verigran"])
+    parser.add_argument("--n", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"))
+    args = parser.parse_args()
+    model, tokenizer = load_model(device=args.device if args.device != "cpu" else None)
+    attributor = Attributor(model, tokenizer)
+    examples = [
+        e
+        for e in load_dataset(args.dataset, limit=args.n)
+        if isinstance(e, AttributionExample) and e.units
+    ]
+    rows = []
+    for example in examples:
+        row = measure(attributor, example, args.device, args.rounds)
+        rows.append(row)
+        print(
+            f"{row['example']}: {row['tokens']} tokens, {row['chunks']} chunks, "
+            f"{row['units']} units: attribute {row['attribute_s']:.3f}s, forward "
+            f"{row['forward_s']:.3f}s → {row['ratio_vs_forward']:.2f}× "
+            f"({row['ratio_vs_forward_last']:.2f}× vs logits_to_keep=1)"
+        )
+    meta = machine(args.device) | {"dataset": args.dataset, "rounds": args.rounds}
+    write(args.out, f"attribution_{args.dataset}_{device_label(args.device)}", rows, meta)
+
+
+if __name__ == "__main__":
+    main()
