@@ -22,15 +22,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LAYERS, HEADS = 3, 4  # tests/_tiny_models.py
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Llama and the tiny tokenizer, saved as a local safetensors checkpoint."""
-    path = tmp_path_factory.mktemp("tiny-llama")
-    tiny_model("llama").save_pretrained(path, safe_serialization=True)
-    make_tiny_tokenizer().save_pretrained(path)
-    return path
-
-
 def _flat(text: str) -> str:
     """Console output with rich's line wrapping and padding collapsed to single spaces."""
     return " ".join(text.split())

@@ -190,3 +190,19 @@ def test_too_long_answer_fails_fast(smollm: tuple[Any, Any]) -> None:
         hook.remove()
     assert time.perf_counter() - start < 10.0
     assert calls == []  # refused before any forward pass
+
+
+def test_attribution_finds_the_source_chunk_of_each_sentence(smollm: tuple[Any, Any]) -> None:
+    from rcstat.attribution import Attributor
+
+    chunks = [
+        "The Eiffel Tower was completed in 1889 for the World's Fair in Paris.",
+        "Mount Everest is the highest mountain on Earth, at 8,849 metres.",
+        "The Great Wall of China is more than 21,000 kilometres long.",
+    ]
+    answer = "Mount Everest is 8,849 metres high. The Eiffel Tower was finished in 1889."
+    result = Attributor(*smollm).attribute(chunks, "How high is Mount Everest?", answer)
+    assert result.attributed == [1, 0]
+    np.testing.assert_allclose(result.scores.sum(axis=1), 1.0)
+    assert result.per_head.shape == (LAYERS, HEADS, 2, 3)
+    assert len(result.heads) == 20 and len(set(result.heads)) == 20

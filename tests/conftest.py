@@ -1,0 +1,19 @@
+"""Fixtures shared by several test modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests._tiny_models import tiny_model
+from tests._tiny_tokenizer import make_tiny_tokenizer
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama and the tiny tokenizer, saved as a local safetensors checkpoint."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama").save_pretrained(path, safe_serialization=True)
+    make_tiny_tokenizer().save_pretrained(path)
+    return path
