@@ -123,6 +123,8 @@ def test_demo_writes_a_self_contained_report(
     out = tmp_path / "demo"
     assert cli.main(["demo", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
+        "attribution.html",
+        "attribution.json",
         "report.html",
         "scores_supporting.csv",
         "scores_supporting.json",
@@ -165,6 +167,11 @@ def test_demo_writes_a_self_contained_report(
         2 * rows["heads with normalized RC > 0.5"]["unrelated"]
     )
     assert rows["median expected"]["supporting"] > rows["median expected"]["unrelated"]
+    # Attribution step: the answer's source sentence is in the supporting context.
+    attribution = json.loads((out / "attribution.json").read_text())
+    (unit,) = attribution["units"]
+    assert attribution["spans"][unit["attributed"]]["text"].startswith("In 1962 the light")
+    assert 'data-method="mean attention"' in (out / "attribution.html").read_text()
 
 
 def test_analyze_cli_plots_a_head(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 The same question and answer are analysed after a context that supports them and after an
 unrelated context. As in the paper, the context is the prompt and question + answer form the
 generation (``question_placement="generation"``). The demo prints the head counts above τ
-side by side and writes an HTML report with both heatmaps.
+side by side and writes an HTML report with both heatmaps; it then compresses the supporting
+context with RCStatPress and attributes the answer to the sentences of both contexts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rcstat.analysis import HeadAnalysis, Statistic, analyze
+from rcstat.attribution import Attribution, Attributor
 from rcstat.report.html import Panel, Section, figure_png, render_report
 from rcstat.report.plots import heatmap
 
@@ -116,6 +118,27 @@ def _table_html(rows: dict[str, dict[str, float]]) -> str:
     return f"<table>{head}{body}</table>"
 
 
+_ATTRIBUTION_NOTE = (
+    "Context: the unrelated text followed by the supporting one, split into sentences. "
+    "attribution.html shades every context token by its attribution to the answer, one panel "
+    "per method."
+)
+
+
+def attribution_summary(result: Attribution) -> str:
+    """One line: the sentence each method attributes the (single-sentence) answer to."""
+    picks = {
+        result.method: result.attributed[0],
+        "all heads": result.scores_for("all", None)[1][0],
+        "mean attention": result.attention_scores()[1][0],
+    }
+    parts = [
+        f"{name} → {'none' if i is None else repr(result.spans[i].text)}"
+        for name, i in picks.items()
+    ]
+    return "Attribution of the answer: " + "; ".join(parts)
+
+
 def run_contrast(model_name: str | None, out: Path, tau: float, console: Console) -> int:
     """Analyse both examples, print the counts side by side, write ``report.html``."""
     from rcstat.cli import staged_output
@@ -148,6 +171,11 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
         "Answer on the compressed cache: "
         f"{compression.answer!r}"
     )
+    with console.status("attributing the answer to the sentences of both contexts…"):
+        attribution = Attributor(model, tokenizer).attribute(
+            UNRELATED + " " + SUPPORTING, QUESTION, ANSWER, granularity="sentence"
+        )
+    grounding = attribution_summary(attribution)
     rows = summary_rows(results, tau)
     table = Table(title=f"{results['supporting'].expected.size} heads, τ = {tau}")
     table.add_column("statistic")
@@ -157,6 +185,7 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
         table.add_row(label, *(f"{v:g}" for v in values.values()))
     console.print(table)
     console.print(escape(memory))
+    console.print(escape(grounding))
 
     limits = {
         by: (
@@ -186,6 +215,10 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
                 [Panel("RCStatPress on the ragged cache", texts=[memory])],
             ),
             Section(
+                "Attribution",
+                [Panel("eq. 10, sentence level", texts=[grounding, _ATTRIBUTION_NOTE])],
+            ),
+            Section(
                 "Per-head maps (shared colour scale)",
                 [_maps_panel(name, r, tau, limits) for name, r in results.items()],
             ),
@@ -196,7 +229,14 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
             result.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
             result.save(stage / f"scores_{name}.json")
         (stage / "report.html").write_text(report, encoding="utf-8")
-        summary = {"tau": tau, "rows": rows, "compression": asdict(compression)}
+        attribution.to_html(stage / "attribution.html")
+        (stage / "attribution.json").write_text(attribution.to_json(), encoding="utf-8")
+        summary = {
+            "tau": tau,
+            "rows": rows,
+            "compression": asdict(compression),
+            "attribution": grounding,
+        }
         (stage / "summary.json").write_text(json.dumps(summary, indent=1))
     console.print(f"report written to {escape(str(out / 'report.html'))}")
     return 0
