@@ -30,7 +30,7 @@ ANSWER = "The dog slept in the garden. The cat sat on the mat."
 @pytest.fixture(scope="module")
 def setup() -> tuple:  # type: ignore[type-arg]
     model, tok = tiny_model("llama"), make_tiny_tokenizer()
-    return model, tok, Attributor(model, tok, top_k=5)
+    return model, tok, Attributor(model, tok, top_k=5, rank_post_softmax=True)
 
 
 def _samples(block: torch.Tensor, m: int, unit: tuple[int, int], span: tuple[int, int]):  # type: ignore[no-untyped-def]
@@ -199,6 +199,10 @@ def test_bad_configuration_is_refused(setup) -> None:  # type: ignore[no-untyped
     with pytest.raises(ValueError, match="statistic must be"):
         Attributor(model, tok, statistic="median")  # type: ignore[arg-type]
     Attributor(model, tok, top_k=None, head_ranking="all")  # k is not used by "all"
+    plain = Attributor(model, tok, top_k=2).attribute(CHUNKS, QUESTION, ANSWER)
+    assert np.isnan(plain.ranking[2:]).all() and not np.isnan(plain.ranking[:2]).any()
+    with pytest.raises(ValueError, match="rank_post_softmax=True"):
+        plain.heads_for("top_post_softmax", 2)
     result = attributor.attribute(CHUNKS, QUESTION, ANSWER)
     with pytest.raises(ValueError, match="top_k must be in"):
         result.scores_for("top", 50)

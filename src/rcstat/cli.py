@@ -432,7 +432,9 @@ def run_bench_attribution(args: BenchAttributionArgs) -> int:
     with console.status("loading model…"):
         model, tokenizer = load_model(args.model)
     layout = attention_layout(model)
-    attributor = Attributor(model, tokenizer, top_k=None, head_ranking="all")  # k set per row
+    attributor = Attributor(  # k is set per accuracy row
+        model, tokenizer, top_k=None, head_ranking="all", rank_post_softmax=True
+    )
     heads = layout.num_layers * layout.num_heads
     bench = AttributionBench(
         args.out, args.dataset, args.model or "SmolLM2-135M-Instruct", parse_ks(args.ks, heads)

@@ -75,7 +75,8 @@ class Attribution:
         answer token for units.
     ranking
         ``[4, layers, heads]``: E and A of each head on raw scores, then E and A on
-        post-softmax weights (over the whole sequence; paper §4.2 step 1).
+        post-softmax weights (over the whole sequence; paper §4.2 step 1; NaN when the
+        post-softmax ranking was not computed).
     per_head
         ``[layers, heads, U, S]``: ``e_h(p_i)`` (or the upper bound) per unit and span.
     token_scores
@@ -130,6 +131,11 @@ class Attribution:
         _check_top_k(top_k, self.num_heads)
         post = head_ranking.endswith("post_softmax")
         values = self.ranking[_RANK_ROW[(self.statistic, post)]].reshape(-1)
+        if np.isnan(values).any():
+            raise ValueError(
+                "the post-softmax ranking was not computed: create the Attributor with "
+                "rank_post_softmax=True (or a post-softmax head_ranking)"
+            )
         order = np.argsort(values if head_ranking.startswith("bottom") else -values, kind="stable")
         return [divmod(int(i), heads) for i in order[: cast(int, top_k)]]
 
@@ -307,6 +313,9 @@ class Attributor:
         Exact expected RC or its upper bound, for ranking and span scores alike.
     max_new_tokens : int, default 64
         Length of the greedy answer when none is given.
+    rank_post_softmax : bool, optional
+        Also compute the post-softmax ranking (one more sort per head and layer). Default:
+        only when ``head_ranking`` is a post-softmax one; benchmarks comparing rankings set it.
 
     Examples
     --------
@@ -328,6 +337,7 @@ class Attributor:
         statistic: SpanStatistic = "expected",
         *,
         max_new_tokens: int = 64,
+        rank_post_softmax: bool | None = None,
     ) -> None:
         layout = attention_layout(model)
         if head_ranking not in HEAD_RANKINGS:
@@ -344,6 +354,11 @@ class Attributor:
         self.head_ranking: HeadRanking = head_ranking
         self.statistic: SpanStatistic = statistic
         self.max_new_tokens = max_new_tokens
+        self.rank_post_softmax = (
+            head_ranking.endswith("post_softmax")
+            if rank_post_softmax is None
+            else rank_post_softmax
+        )
         self._softmax = softmax_params(model)
 
     def attribute(
@@ -453,7 +468,12 @@ class Attributor:
             for a, b in (example.token_span("answer", u.start, u.end) for u in unit_spans)
         ]
         reducer = attribution_reducer(
-            m, unit_tokens, span_tokens, self._softmax, upper=self.statistic == "upper"
+            m,
+            unit_tokens,
+            span_tokens,
+            self._softmax,
+            upper=self.statistic == "upper",
+            post_softmax=self.rank_post_softmax,
         )
         device = next(self.model.parameters()).device
         with (

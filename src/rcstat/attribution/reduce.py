@@ -73,6 +73,7 @@ def attribution_reducer(
     softmax: dict[int, SoftmaxParams],
     *,
     upper: bool,
+    post_softmax: bool,
 ) -> Any:
     """A capture reducer computing the quantities of the module doc for one layer.
 
@@ -88,6 +89,8 @@ def attribution_reducer(
         Per layer, what the model applies before its softmax.
     upper
         Also score spans with the upper bound.
+    post_softmax
+        Also rank heads by RC of post-softmax weights (else those rows are NaN).
 
     Returns
     -------
@@ -105,19 +108,21 @@ def attribution_reducer(
         positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
         probs = attention_probs(block, positions, softmax[layer])  # [H, |g|, m + |g|]
         on_scores = block_statistics(block, prompt_len, check_finite=False)
-        on_probs = block_statistics(probs, prompt_len, check_finite=False)
+        if post_softmax:
+            on_probs = block_statistics(probs, prompt_len, check_finite=False)
+            by_probs = [on_probs.expected, on_probs.upper]
+        else:
+            by_probs = [torch.full_like(on_scores.expected, float("nan"))] * 2
         keys, attention, upper_scores = [], [], []
         for a, b in units:
             cross = block[:, a:b, :prompt_len]  # [H, |g'|, m]
             y = _self_samples(block, prompt_len, a, b)  # [H, |Y|]
-            keys.append(expected_rc_shared(cross.transpose(1, 2), y))  # [H, m]
+            keys.append(expected_rc_shared(cross.transpose(1, 2).contiguous(), y))  # [H, m]
             attention.append(probs[:, a:b, :prompt_len].mean(dim=1).sum(dim=0))  # [m]
             if upper:
                 upper_scores.append(_span_upper(cross, y, spans))  # [H, S]
         out = {
-            "rank": torch.stack(
-                [on_scores.expected, on_scores.upper, on_probs.expected, on_probs.upper]
-            ),  # [4, H]
+            "rank": torch.stack([on_scores.expected, on_scores.upper, *by_probs]),  # [4, H]
             "keys": torch.stack(keys),  # [U, H, m]
             "attention": torch.stack(attention),  # [U, m]
         }
