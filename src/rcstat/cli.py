@@ -1,4 +1,5 @@
-"""The ``rcstat`` command line: ``demo``, ``analyze``, ``compress``, ``attribute``, ``bench``.
+"""The ``rcstat`` command line: ``demo``, ``analyze``, ``compress``, ``attribute``, ``heads``,
+``bench``.
 
 Each sub-command parses into an arguments dataclass and writes its results into ``--out``
 atomically: files are written to a temporary folder beside it and moved in only when the
@@ -20,6 +21,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+
+from rcstat.heads.command import add_heads_parser, run_heads
 
 console = Console(stderr=False)
 
@@ -552,6 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--question-placement", choices=["prompt", "generation"], default="prompt")
     an.add_argument("--max-new-tokens", type=int, default=64)
     an.add_argument("--scaled", action="store_true", help="use <q,k>/sqrt(d) instead of raw")
+    add_heads_parser(sub)
     return parser
 
 
@@ -615,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     max_tokens=ns.max_tokens,
                 )
             )
+        if ns.command == "heads":
+            return run_heads(ns, console)
         return run_demo(DemoArgs(model=ns.model, out=Path(ns.out), tau=ns.tau))
     # OSError: a --model path that does not exist or is a file, an unreadable checkpoint.
     except (ValueError, FloatingPointError, RuntimeError, OSError) as err:

@@ -1,0 +1,89 @@
+"""Dataset-scale head analysis (paper §5.1, Fig. 4c/d, supplement Figs 1–6).
+
+``rcstat.heads.collect(model, tokenizer, examples)`` runs :func:`rcstat.analyze` over a
+dataset into a long table (one row per example, layer and head),
+``rcstat.heads.summarize(frame)`` gives each head's distribution over the examples, the head
+counts, the layer-depth profile and the ranking stability, and ``rcstat.heads.compare(a, b)``
+tests whether one dataset recruits more high-RC heads than another. The ``plot_*`` functions
+draw the figures; :mod:`rcstat.heads.command` is the ``rcstat heads`` sub-command.
+
+Names are resolved lazily (PEP 562): importing ``rcstat.heads`` (or the CLI module) does not
+import torch or transformers. ``rcstat.heads.collect`` is the *function*; the module of the
+same name is reached with ``from rcstat.heads.collect import ...``.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rcstat.heads.collect import JsonlExample, collect, load_jsonl, read_heads
+    from rcstat.heads.plots import (
+        plot_comparison,
+        plot_head_distributions,
+        plot_median_heatmap,
+        plot_percentile_bands,
+        save_figure,
+    )
+    from rcstat.heads.summary import Comparison, HeadSummary, MannWhitney, compare, summarize
+
+__all__ = [
+    "Comparison",
+    "HeadSummary",
+    "JsonlExample",
+    "MannWhitney",
+    "collect",
+    "compare",
+    "load_jsonl",
+    "plot_comparison",
+    "plot_head_distributions",
+    "plot_median_heatmap",
+    "plot_percentile_bands",
+    "read_heads",
+    "save_figure",
+    "summarize",
+]
+
+_HOMES = {
+    **dict.fromkeys(
+        ("JsonlExample", "collect", "load_jsonl", "read_heads"), "rcstat.heads.collect"
+    ),
+    **dict.fromkeys(
+        ("Comparison", "HeadSummary", "MannWhitney", "compare", "summarize"),
+        "rcstat.heads.summary",
+    ),
+    **dict.fromkeys(
+        (
+            "plot_comparison",
+            "plot_head_distributions",
+            "plot_median_heatmap",
+            "plot_percentile_bands",
+            "save_figure",
+        ),
+        "rcstat.heads.plots",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        value = getattr(import_module(_HOMES[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rcstat.heads' has no attribute {name!r}")
+
+
+class _Package(ModuleType):
+    """Keeps ``rcstat.heads.collect`` the function: importing the submodule ``collect`` makes
+    the import system bind the module under that name, which this ignores."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "collect" and isinstance(value, ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,0 +1,405 @@
+"""Per-head RC statistics of every example of a dataset, as one long table (paper §5.1).
+
+:func:`collect` runs :func:`rcstat.analysis.analyze` once per example — the context is the
+prompt, the question and the answer are the generation (``question_placement="generation"``,
+as in the paper's head analysis) — and stacks the per-head statistics into a long table with
+one row per ``(example, layer, head)``.
+
+Design
+------
+* **Any example type.** :class:`~rcstat.data.QAExample` (first reference answer; none, e.g. an
+  unanswerable SQuAD v2 question, lets the model generate), :class:`~rcstat.data.AttributionExample`
+  (the chunks joined by blank lines are the context, its ``answer`` the answer), and plain
+  records (a mapping or :class:`JsonlExample`, see :func:`load_jsonl`) are reduced to one
+  private ``(id, context, question, answer)`` form first.
+* **Resumable runs.** With ``out``, each finished example's rows are appended to
+  ``out/heads.csv`` in one write (header once) and its timing / error to
+  ``out/examples.csv``; a later call skips every example already done or failed. An example
+  that raises ``ValueError`` (e.g. longer than the model's window) is recorded with its error
+  and skipped, never aborting the run.
+* **Compact.** Statistics are float32, indices small integers; the example's token counts are
+  repeated on its rows so that the table stands alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from rcstat.analysis import analyze
+from rcstat.capture import attention_layout
+from rcstat.data import AttributionExample, QAExample
+from rcstat.data.base import check_limit, iter_jsonl
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["COLUMNS", "EXAMPLE_COLUMNS", "JsonlExample", "collect", "load_jsonl", "read_heads"]
+
+#: Columns of the long table returned by :func:`collect` and stored in ``heads.csv``.
+COLUMNS = ("example", "layer", "head", "expected", "upper", "prompt_len", "gen_len")
+#: Columns of ``examples.csv`` (one line per attempted example).
+EXAMPLE_COLUMNS = ("id", "prompt_len", "gen_len", "seconds", "error")
+_DTYPES = {
+    "example": str,
+    "layer": np.int16,
+    "head": np.int16,
+    "expected": np.float32,
+    "upper": np.float32,
+    "prompt_len": np.int32,
+    "gen_len": np.int32,
+}
+_HEADS_FILE = "heads.csv"
+_EXAMPLES_FILE = "examples.csv"
+
+
+@dataclass(frozen=True)
+class JsonlExample:
+    """One record of a user JSONL file: ``{"context", "question", "answer"?, "id"?}``.
+
+    Parameters
+    ----------
+    id : str
+        The record's ``id`` (a string or an integer), else ``"line-<n>"`` (1-based line).
+    context, question : str
+        Non-blank texts.
+    answer : str or None
+        The answer to teacher-force; ``None`` (absent or ``null``) lets the model generate.
+    """
+
+    id: str
+    context: str
+    question: str
+    answer: str | None = None
+
+
+def load_jsonl(path: str | Path, *, limit: int | None = None) -> list[JsonlExample]:
+    """Read a JSONL file of ``{"context", "question", "answer"?, "id"?}`` records.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; blank lines are skipped.
+    limit : int, optional
+        Return at most this many records.
+
+    Returns
+    -------
+    list of JsonlExample
+        In file order.
+
+    Raises
+    ------
+    FileNotFoundError
+        If `path` does not exist.
+    DatasetFormatError
+        (a ``ValueError``) naming the 1-based line of a record that is not a JSON object, lacks
+        ``context`` or ``question``, has a blank or non-string one, an ``answer`` that is not a
+        string or null, an ``id`` that is not a string or integer, or repeats an ``id``.
+
+    Examples
+    --------
+    >>> import json, tempfile, os
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+    ...     _ = f.write(json.dumps({"context": "Paris is in France.", "question": "Where?"}))
+    >>> load_jsonl(f.name)
+    [JsonlExample(id='line-1', context='Paris is in France.', question='Where?', answer=None)]
+    >>> os.unlink(f.name)
+    """
+    path = Path(path)
+    limit = check_limit(limit)
+    if not path.is_file():
+        raise FileNotFoundError(f"jsonl: no such file: {path}")
+    examples: list[JsonlExample] = []
+    seen: dict[str, int] = {}
+    for number, where, record in iter_jsonl(path):
+        if limit is not None and len(examples) >= limit:
+            break
+        context = where.text(record, "context", non_empty=True)
+        question = where.text(record, "question", non_empty=True)
+        answer = record.get("answer")
+        if answer is not None:
+            answer = where.check(answer, str, "key 'answer'")
+            if not answer.strip():
+                raise where.error("key 'answer' is empty (leave it out to let the model answer)")
+        raw_id = record.get("id", f"line-{number}")
+        if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
+            raise where.error(f"key 'id' must be a string or an integer, got {raw_id!r}")
+        key = str(raw_id)
+        if key in seen:
+            raise where.error(f"duplicate id {key!r} (first on line {seen[key]})")
+        seen[key] = number
+        examples.append(JsonlExample(key, context, question, answer))
+    return examples
+
+
+@dataclass(frozen=True)
+class _Item:
+    id: str
+    context: str
+    question: str
+    answer: str | None
+
+
+def _as_item(example: Any, index: int) -> _Item:
+    """Reduce any supported example to ``(id, context, question, answer)``."""
+    if isinstance(example, QAExample):
+        answer = example.answers[0] if example.answers else None
+        return _Item(example.id, example.context, example.question, answer)
+    if isinstance(example, AttributionExample):
+        return _Item(example.id, "\n\n".join(example.chunks), example.question, example.answer)
+    if isinstance(example, JsonlExample):
+        return _Item(example.id, example.context, example.question, example.answer)
+    if isinstance(example, Mapping):
+        missing = [k for k in ("context", "question") if k not in example]
+        if missing:
+            raise ValueError(f"examples[{index}]: missing key(s) {missing}")
+        return _Item(
+            str(example.get("id", index)),
+            example["context"],
+            example["question"],
+            example.get("answer"),
+        )
+    raise TypeError(
+        f"examples[{index}]: expected a QAExample, AttributionExample, JsonlExample or a "
+        f"mapping with 'context' and 'question', got {type(example).__name__}"
+    )
+
+
+def _items(examples: Iterable[Any]) -> list[_Item]:
+    items = [_as_item(e, i) for i, e in enumerate(examples)]
+    seen: set[str] = set()
+    for item in items:
+        if item.id in seen:  # resuming keys on the id: it must be unique
+            raise ValueError(f"duplicate example id {item.id!r}; ids must be unique")
+        seen.add(item.id)
+    return items
+
+
+def _rows(item_id: str, result: Any) -> pd.DataFrame:
+    layers, heads = result.shape
+    n = layers * heads
+    return pd.DataFrame(
+        {
+            "example": np.full(n, item_id, dtype=object),
+            "layer": np.repeat(np.arange(layers, dtype=np.int16), heads),
+            "head": np.tile(np.arange(heads, dtype=np.int16), layers),
+            "expected": np.asarray(result.expected, dtype=np.float32).reshape(-1),
+            "upper": np.asarray(result.upper, dtype=np.float32).reshape(-1),
+            "prompt_len": np.full(n, result.prompt_len, dtype=np.int32),
+            "gen_len": np.full(n, result.gen_len, dtype=np.int32),
+        }
+    )
+
+
+def read_heads(path: str | Path) -> pd.DataFrame:
+    """Read a ``heads.csv`` written by :func:`collect` (ids stay strings, compact dtypes).
+
+    Parameters
+    ----------
+    path : str or Path
+        The ``heads.csv`` file, or the run folder holding it.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no such file.
+    ValueError
+        If the file lacks a column of :data:`COLUMNS`.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / _HEADS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {_HEADS_FILE} at {path}")
+    frame = pd.read_csv(path, dtype={"example": str}, keep_default_na=False)
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; not a heads.csv of rcstat heads")
+    return frame.astype(_DTYPES)[list(COLUMNS)]
+
+
+def _read_examples(path: Path) -> dict[str, dict[str, str]]:
+    if not path.is_file():
+        return {}
+    with path.open(newline="", encoding="utf-8") as handle:
+        return {row["id"]: row for row in csv.DictReader(handle)}
+
+
+class _Run:
+    """The files of a resumable run folder."""
+
+    def __init__(self, out: Path, grid: int) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.heads = out / _HEADS_FILE
+        self.examples = out / _EXAMPLES_FILE
+        self.grid = grid  # rows per example: layers × heads
+        self.done = self._check_heads()
+        log = _read_examples(self.examples)
+        failed = {key for key, row in log.items() if row.get("error")}
+        self.attempted = self.done | failed
+        stale = [key for key in log if key not in self.attempted]  # rows lost in a torn write
+        if stale:
+            with self.examples.open("w", encoding="utf-8", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=EXAMPLE_COLUMNS)
+                writer.writeheader()
+                writer.writerows(row for key, row in log.items() if key in self.attempted)
+
+    def _check_heads(self) -> set[str]:
+        """Ids in heads.csv; drops a torn last example (interrupted write), refuses a file of
+        a model with another number of heads."""
+        if not self.heads.is_file() or self.heads.stat().st_size == 0:
+            return set()
+        data = self.heads.read_bytes()
+        if not data.endswith(b"\n"):  # a write cut mid-line: drop the partial line
+            self.heads.write_bytes(data[: data.rfind(b"\n") + 1])
+        try:
+            frame = read_heads(self.heads)
+        except (ValueError, pd.errors.ParserError) as err:
+            raise ValueError(f"{self.heads} cannot be resumed: {err}") from err
+        sizes = frame.groupby("example", sort=False).size()
+        if len(sizes) and int(sizes.max()) != self.grid:
+            raise ValueError(
+                f"{self.heads} holds {int(sizes.max())} heads per example but the model has "
+                f"{self.grid}: use another output folder for another model"
+            )
+        torn = sizes.index[sizes != self.grid]
+        if len(torn):
+            frame[~frame["example"].isin(torn)].to_csv(self.heads, index=False)
+        return set(sizes.index[sizes == self.grid])
+
+    def add(self, rows: pd.DataFrame | None, record: dict[str, Any]) -> None:
+        if rows is not None:
+            header = not self.heads.is_file() or self.heads.stat().st_size == 0
+            with self.heads.open("a", encoding="utf-8", newline="") as handle:
+                handle.write(rows.to_csv(index=False, header=header))  # one write per example
+                handle.flush()
+        new = not self.examples.is_file() or self.examples.stat().st_size == 0
+        with self.examples.open("a", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=EXAMPLE_COLUMNS)
+            if new:
+                writer.writeheader()
+            writer.writerow(record)
+
+
+def collect(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Iterable[Any],
+    *,
+    out: str | Path | None = None,
+    max_new_tokens: int = 32,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Per-(example, layer, head) expected RC and upper bound over a dataset.
+
+    Parameters
+    ----------
+    model, tokenizer
+        A causal LM and its (chat-template) tokenizer, e.g. from :func:`rcstat.load_model`.
+    examples : iterable
+        :class:`~rcstat.data.QAExample` (context, question, first reference answer),
+        :class:`~rcstat.data.AttributionExample` (chunks joined with ``"\\n\\n"``, question,
+        answer), :class:`JsonlExample` or mappings with ``context``, ``question`` and optional
+        ``answer`` / ``id`` (default id: the position in `examples`). Ids must be unique.
+    out : str or Path, optional
+        Run folder. Each finished example's rows are appended to ``out/heads.csv`` and one line
+        ``id, prompt_len, gen_len, seconds, error`` to ``out/examples.csv``. Examples already
+        in ``heads.csv``, or recorded as failed in ``examples.csv``, are skipped (not
+        recomputed), so an interrupted run resumes; an example whose rows were cut short by an
+        interruption is analysed again.
+    max_new_tokens : int, default 32
+        Length of the greedy answer generated for an example without an answer.
+    progress : bool, default True
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`COLUMNS` — ``example`` (id), ``layer``, ``head``, ``expected``
+        (``E_h``), ``upper`` (``A_h``), ``prompt_len`` (``|p|``) and ``gen_len`` (``|g|``) —
+        one row per (example, layer, head), examples in input order. With `out`, the rows of
+        every requested example found in ``heads.csv`` (computed now or by an earlier call).
+        Examples that failed are left out (see ``examples.csv``); ``frame.attrs["errors"]``
+        maps their ids to the error messages of this call.
+
+    Raises
+    ------
+    ValueError
+        Duplicate ids, or an ``out`` holding results of a model with another number of heads.
+        A ``ValueError`` raised by one example (too long for the model's window, an empty
+        generated answer, a blank text) is recorded and the example skipped.
+
+    Notes
+    -----
+    Each example is one :func:`rcstat.analysis.analyze` call with
+    ``question_placement="generation"``: the prompt ``p`` is the context (with the chat
+    template's opening), the generation ``g`` the question, the rest of the template and the
+    answer — the paper's §5.1 set-up. ``E_h = E(X(p, g), Y(g, g))`` and ``A_h`` the overlap
+    area (Theorem 3.6), per DESIGN.md §2.1. ``seconds`` in ``examples.csv`` is the wall time
+    of the call (generation included when the example has no answer).
+    """
+    items = _items(examples)
+    layout = attention_layout(model)
+    run = None if out is None else _Run(Path(out), layout.num_layers * layout.num_heads)
+    todo = [item for item in items if run is None or item.id not in run.attempted]
+    frames: list[pd.DataFrame] = []
+    errors: dict[str, str] = {}
+    for item in tqdm(todo, desc="heads", unit="example", disable=not progress):
+        start = time.perf_counter()
+        try:
+            result = analyze(
+                model,
+                tokenizer,
+                context=item.context,
+                question=item.question,
+                answer=item.answer,
+                question_placement="generation",
+                max_new_tokens=max_new_tokens,
+            )
+        except (ValueError, torch.OutOfMemoryError) as err:
+            if isinstance(err, torch.OutOfMemoryError) and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            message = f"{type(err).__name__}: {err}"
+            errors[item.id] = message
+            failure: dict[str, Any] = dict.fromkeys(EXAMPLE_COLUMNS, "")
+            failure.update(id=item.id, seconds=f"{time.perf_counter() - start:.3f}", error=message)
+            if run is not None:
+                run.add(None, failure)
+            continue
+        seconds = time.perf_counter() - start
+        rows = _rows(item.id, result)
+        record = {
+            "id": item.id,
+            "prompt_len": result.prompt_len,
+            "gen_len": result.gen_len,
+            "seconds": f"{seconds:.3f}",
+            "error": "",
+        }
+        if run is None:
+            frames.append(rows)
+        else:
+            run.add(rows, record)
+    if run is not None:
+        stored = read_heads(run.heads) if run.heads.is_file() else _empty()
+        order = {item.id: i for i, item in enumerate(items)}
+        stored = stored[stored["example"].isin(order)]
+        rank = stored["example"].map(order)
+        frame = stored.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
+    else:
+        frame = pd.concat(frames, ignore_index=True) if frames else _empty()
+    frame.attrs["errors"] = errors
+    return frame
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in _DTYPES.items()})[list(COLUMNS)]

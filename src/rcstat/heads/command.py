@@ -1,0 +1,380 @@
+"""``rcstat heads``: dataset-scale head analysis from the command line.
+
+Two modes. **Collect** (default): analyse ``--n`` examples of ``--dataset`` with ``--model``
+into ``--out`` (resumable: ``heads.csv`` and ``examples.csv`` grow one example at a time and
+a rerun skips what is there), then rebuild from the whole ``heads.csv`` the summary
+(``summary.json``, ``summary.md``, ``percentiles.csv``, ``counts.csv``) and the figures
+(``distributions.png``, ``percentile_bands.png``, ``median_heatmap.png``).
+**Compare** (``--compare RUN_A RUN_B``): read the ``heads.csv`` of two earlier runs and write
+``comparison.json``, ``comparison.md``, ``counts.csv`` and ``comparison.png`` into ``--out``.
+
+This module imports only the standard library and rich at import time, so wiring it into
+:mod:`rcstat.cli` keeps ``rcstat --help`` fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from rcstat.heads.summary import Comparison, HeadSummary
+
+__all__ = ["DATASET_CHOICES", "HeadsArgs", "add_heads_parser", "run_heads"]
+
+DATASET_CHOICES = ("squad_v2", "qmsum", "2wiki", "quotesum", "verigran", "jsonl")
+_ALIASES = {"squad": "squad_v2", "2wikimultihopqa": "2wiki", "veri_gran": "verigran"}
+DEFAULT_OUT = "runs/heads"
+DEFAULT_COMPARE_OUT = "runs/heads_compare"
+
+
+def add_heads_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``heads`` sub-command to ``sub`` (the result of ``add_subparsers``)."""
+    p = sub.add_parser(
+        "heads",
+        help="per-head RC over a dataset: percentiles, head counts, figures; or compare two runs",
+        description=(
+            "Analyse every example of a dataset (context = prompt, question + answer = "
+            "generation) and summarise each head's RC over the examples (paper §5.1); or, with "
+            "--compare, test whether one run's examples have more high-RC heads than another's."
+        ),
+    )
+    p.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
+    p.add_argument(
+        "--dataset",
+        default=None,
+        metavar="{" + ",".join(DATASET_CHOICES) + "}",
+        help="dataset to analyse (default squad_v2); jsonl reads --data as "
+        '{"context", "question", "answer"?, "id"?} records',
+    )
+    p.add_argument("--data", default=None, help="data file (default: the shared slice)")
+    p.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"output folder (default {DEFAULT_OUT}, or {DEFAULT_COMPARE_OUT} with --compare)",
+    )
+    p.add_argument(
+        "--context",
+        choices=["full", "relevant"],
+        default=None,
+        help="qmsum only: whole transcript (default) or the query's relevant turns",
+    )
+    p.add_argument("--tau", type=float, default=1.5, help="threshold for the head counts")
+    p.add_argument("--statistic", choices=["upper", "expected"], default="upper")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=32,
+        help="answer length generated for examples without an answer",
+    )
+    p.add_argument("--top", type=int, default=10, help="rows of the top-heads table")
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("RUN_A", "RUN_B"),
+        default=None,
+        help="compare two earlier runs (their --out folders) instead of collecting",
+    )
+    p.add_argument(
+        "--labels", default=None, help="names of RUN_A,RUN_B (default: the folder names)"
+    )
+    return p
+
+
+@dataclass
+class HeadsArgs:
+    """Arguments of ``rcstat heads`` (validated)."""
+
+    model: str | None
+    dataset: str
+    data: str | None
+    n: int | None
+    out: Path
+    context: str | None
+    tau: float
+    statistic: str
+    max_new_tokens: int
+    top: int
+    compare: tuple[Path, Path] | None
+    labels: tuple[str, str] | None
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> HeadsArgs:
+        """Check the combination of options; raise ``ValueError`` with the fix."""
+        if ns.n is not None and ns.n < 1:
+            raise ValueError(f"--n must be at least 1, got {ns.n}")
+        if ns.max_new_tokens < 1:
+            raise ValueError(f"--max-new-tokens must be at least 1, got {ns.max_new_tokens}")
+        if ns.top < 1:
+            raise ValueError(f"--top must be at least 1, got {ns.top}")
+        compare = None
+        labels = None
+        if ns.compare is not None:
+            used = [
+                f"--{name}"
+                for name in ("model", "dataset", "data", "n", "context")
+                if getattr(ns, name) is not None
+            ]
+            if used:
+                raise ValueError(
+                    f"--compare reads two earlier runs; {', '.join(used)} do(es) not apply"
+                )
+            a, b = (Path(v) for v in ns.compare)
+            for run in (a, b):
+                if not (run / "heads.csv").is_file():
+                    raise ValueError(
+                        f"--compare: {run} has no heads.csv; give the --out folders of two "
+                        "earlier `rcstat heads` runs"
+                    )
+            compare = (a, b)
+            names = [a.resolve().name, b.resolve().name]
+            if ns.labels is not None:
+                names = [v.strip() for v in ns.labels.split(",")]
+                if len(names) != 2 or not all(names):
+                    raise ValueError(f"--labels must look like A,B, got {ns.labels!r}")
+            if names[0] == names[1]:
+                raise ValueError(f"the two runs need distinct --labels, got {names[0]!r} twice")
+            labels = (names[0], names[1])
+        elif ns.labels is not None:
+            raise ValueError("--labels applies to --compare only")
+        dataset = (ns.dataset or "squad_v2").strip().lower().replace("-", "_")
+        dataset = _ALIASES.get(dataset, dataset)
+        if compare is None:
+            if dataset not in DATASET_CHOICES:
+                raise ValueError(
+                    f"unknown dataset {ns.dataset!r}; choose one of {', '.join(DATASET_CHOICES)}"
+                )
+            if dataset == "jsonl" and ns.data is None:
+                raise ValueError(
+                    '--dataset jsonl needs --data FILE (one {"context", "question", '
+                    '"answer"?, "id"?} object per line)'
+                )
+            if ns.context is not None and dataset != "qmsum":
+                raise ValueError("--context applies to --dataset qmsum only")
+        out = ns.out or (DEFAULT_COMPARE_OUT if compare else DEFAULT_OUT)
+        return cls(
+            model=ns.model,
+            dataset=dataset,
+            data=ns.data,
+            n=ns.n,
+            out=Path(out),
+            context=ns.context,
+            tau=ns.tau,
+            statistic=ns.statistic,
+            max_new_tokens=ns.max_new_tokens,
+            top=ns.top,
+            compare=compare,
+            labels=labels,
+        )
+
+
+def run_heads(ns: argparse.Namespace, console: Console) -> int:
+    """Run ``rcstat heads``; return the exit status (2 with a message on bad input)."""
+    try:
+        args = HeadsArgs.from_namespace(ns)
+        if args.compare is not None:
+            return _run_compare(args, console)
+        return _run_collect(args, console)
+    except (ValueError, OSError) as err:  # DatasetFormatError is a ValueError
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        return 2
+
+
+def _load_examples(args: HeadsArgs) -> list[Any]:
+    from rcstat.data import load_dataset
+    from rcstat.heads.collect import load_jsonl
+
+    if args.dataset == "jsonl":
+        assert args.data is not None  # checked in from_namespace
+        return list(load_jsonl(args.data, limit=args.n))
+    options = {} if args.context is None else {"context": args.context}
+    return list(load_dataset(args.dataset, args.data, limit=args.n, **options))
+
+
+def _check_config(out: Path, config: dict[str, Any]) -> None:
+    """Refuse to resume a folder written with another model or dataset."""
+    path = out / "config.json"
+    if not path.is_file():
+        return
+    old = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("model", "dataset", "data", "context"):
+        if old.get(key) != config[key]:
+            raise ValueError(
+                f"{out} holds a run with {key} = {old.get(key)!r}, not {config[key]!r}; "
+                "use another --out (a run folder is resumed, never mixed)"
+            )
+
+
+def _run_collect(args: HeadsArgs, console: Console) -> int:
+    from rcstat.cli import staged_output
+    from rcstat.heads.collect import collect, read_heads
+    from rcstat.heads.plots import (
+        plot_head_distributions,
+        plot_median_heatmap,
+        plot_percentile_bands,
+        save_figure,
+    )
+    from rcstat.heads.summary import summarize
+    from rcstat.models import load_model
+
+    config = {
+        "model": args.model or "SmolLM2-135M-Instruct",
+        "dataset": args.dataset,
+        "data": str(Path(args.data).resolve()) if args.data else None,
+        "context": args.context,
+        "max_new_tokens": args.max_new_tokens,
+    }
+    _check_config(args.out, config)
+    examples = _load_examples(args)
+    if not examples:
+        raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with console.status("loading model…"):
+        model, tokenizer = load_model(args.model)
+    (args.out / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    frame = collect(model, tokenizer, examples, out=args.out, max_new_tokens=args.max_new_tokens)
+    failed = frame.attrs.get("errors", {})
+    if failed:
+        console.print(
+            f"[yellow]{len(failed)} example(s) failed and were skipped[/yellow] "
+            f"(see {escape(str(args.out / 'examples.csv'))}); first: "
+            f"{escape(next(iter(failed.values())))}"
+        )
+    heads_csv = args.out / "heads.csv"
+    if not heads_csv.is_file():
+        raise ValueError(f"no example could be analysed (see {args.out / 'examples.csv'})")
+    everything = read_heads(heads_csv)  # the summary describes the whole folder
+    with console.status("summarising and plotting…"):
+        summary = summarize(everything, statistic=args.statistic, tau=args.tau)  # type: ignore[arg-type]
+        with staged_output(args.out) as stage:
+            (stage / "summary.json").write_text(
+                json.dumps(summary.to_dict(), indent=1), encoding="utf-8"
+            )
+            (stage / "summary.md").write_text(summary.to_markdown(args.top), encoding="utf-8")
+            summary.percentiles.to_csv(stage / "percentiles.csv", index=False)
+            summary.counts.to_csv(stage / "counts.csv", index=False)
+            save_figure(
+                plot_head_distributions(everything, args.statistic, tau=args.tau),
+                stage / "distributions.png",
+            )
+            save_figure(plot_percentile_bands(summary), stage / "percentile_bands.png")
+            save_figure(plot_median_heatmap(summary), stage / "median_heatmap.png")
+    _print_summary(console, summary, args.top)
+    _print_timing(console, args.out)
+    console.print(f"results written to {escape(str(args.out))}/")
+    return 0
+
+
+def _run_compare(args: HeadsArgs, console: Console) -> int:
+    from rcstat.cli import staged_output
+    from rcstat.heads.collect import read_heads
+    from rcstat.heads.plots import plot_comparison, save_figure
+    from rcstat.heads.summary import compare
+
+    assert args.compare is not None and args.labels is not None
+    frames = [read_heads(run / "heads.csv") for run in args.compare]
+    comparison = compare(
+        frames[0],
+        frames[1],
+        labels=args.labels,
+        statistic=args.statistic,  # type: ignore[arg-type]
+        tau=args.tau,
+    )
+    with staged_output(args.out) as stage, console.status("writing the comparison…"):
+        payload = {"runs": [str(run) for run in args.compare], **comparison.to_dict()}
+        (stage / "comparison.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
+        (stage / "comparison.md").write_text(comparison.to_markdown(), encoding="utf-8")
+        comparison.counts.to_csv(stage / "counts.csv", index=False)
+        save_figure(plot_comparison(comparison), stage / "comparison.png")
+    _print_comparison(console, comparison)
+    console.print(f"results written to {escape(str(args.out))}/")
+    return 0
+
+
+def _print_summary(console: Console, summary: HeadSummary, top: int) -> None:
+    counts = summary.counts
+    console.print(
+        f"{summary.n_examples} examples, {summary.n_layers} layers × {summary.n_heads} heads, "
+        f"statistic {summary.statistic}"
+    )
+    console.print(
+        f"heads > τ = {summary.tau:g} per example: mean {counts['above_tau'].mean():.1f}, "
+        f"median {counts['above_tau'].median():g}; > dataset p95 ({summary.p95:.3f}): mean "
+        f"{counts['above_p95'].mean():.1f}"
+    )
+    stability = (
+        "n/a (one example)"
+        if summary.stability_mean is None
+        else f"mean {summary.stability_mean:.3f}, median {summary.stability_median:.3f}"
+    )
+    console.print(f"ranking stability (pairwise Spearman between examples): {stability}")
+    console.print(
+        f"top {summary.top_n} heads by median: mean relative depth {summary.mean_depth:.2f} "
+        "(0 = first layer, 1 = last)"
+    )
+    table = Table(title=f"top {min(top, len(summary.percentiles))} heads by median")
+    for name in ("rank", "layer", "head", "p5", "p25", "median", "p75", "p95", "max"):
+        table.add_column(name, justify="right")
+    for row in summary.top(top).itertuples(index=False):
+        table.add_row(
+            str(row.rank),
+            str(row.layer),
+            str(row.head),
+            *(f"{v:.3f}" for v in (row.p5, row.p25, row.p50, row.p75, row.p95, row.max)),
+        )
+    console.print(table)
+
+
+def _print_timing(console: Console, out: Path) -> None:
+    import pandas as pd
+
+    path = out / "examples.csv"
+    if not path.is_file():
+        return
+    log = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
+    ok = log[log["error"] == ""]
+    if len(ok):
+        seconds = pd.to_numeric(ok["seconds"])
+        console.print(
+            f"{len(ok)} examples analysed ({len(log) - len(ok)} failed): "
+            f"{seconds.mean():.2f} s per example on average"
+        )
+
+
+def _print_comparison(console: Console, comparison: Comparison) -> None:
+    la, lb = comparison.labels
+    table = Table(
+        title=f"{escape(la)} vs {escape(lb)}: heads per example "
+        f"(τ = {comparison.tau:g}; common = pooled p95 = {comparison.common_threshold:.3f})"
+    )
+    for name in ("dataset", "examples", "mean > τ", "median > τ", "mean > common", "median"):
+        table.add_column(name, justify="right")
+    for row in comparison.count_stats().itertuples(index=False):
+        table.add_row(
+            escape(str(row.dataset)),
+            str(row.n),
+            f"{row.mean_above_tau:.1f}",
+            f"{row.median_above_tau:g}",
+            f"{row.mean_above_common:.1f}",
+            f"{row.median_above_common:g}",
+        )
+    console.print(table)
+    for name, test in comparison.tests.items():
+        what = f"> τ = {comparison.tau:g}" if name == "tau" else "> common"
+        console.print(
+            f"Mann–Whitney U ({what}): U = {test.u:g}, p = {test.p_value:.3g}, "
+            f"rank-biserial r = {test.effect:+.3f} (r > 0: {escape(lb)} has more)"
+        )
+    console.print(
+        f"Spearman correlation of per-head medians: {comparison.rank_correlation:.3f}; "
+        f"mean depth of top heads: {escape(la)} {comparison.a.mean_depth:.2f}, "
+        f"{escape(lb)} {comparison.b.mean_depth:.2f}"
+    )
