@@ -50,7 +50,7 @@ from tests.test_data import _qmsum_record, _squad_doc, _write_json, _write_jsonl
 LAYERS, HEADS = 3, 4  # tests/_tiny_models.py
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOO_LONG = "word " * 400  # > 256 tokens: beyond the tiny model's window
-collect_module = importlib.import_module("rcstat.heads.collect")
+collect_module = importlib.import_module("rcstat.heads.collection")
 
 
 @pytest.fixture(scope="module")
@@ -472,7 +472,7 @@ def test_plots_return_figures_and_save_png(tmp_path: Path) -> None:
 
 def test_lazy_imports_and_collect_is_the_function() -> None:
     assert callable(rcstat.heads.collect) and rcstat.heads.collect is collect
-    assert collect.__module__ == "rcstat.heads.collect"
+    assert collect.__module__ == "rcstat.heads.collection"
     code = (
         "import sys, rcstat.heads, rcstat.heads.command; "
         "heavy = {'torch', 'transformers', 'matplotlib', 'scipy'} & set(sys.modules); "

@@ -9,18 +9,16 @@ draw the figures; :mod:`rcstat.heads.command` is the ``rcstat heads`` sub-comman
 
 Names are resolved lazily (PEP 562): importing ``rcstat.heads`` (or the CLI module) does not
 import torch or transformers. ``rcstat.heads.collect`` is the *function*; the module of the
-same name is reached with ``from rcstat.heads.collect import ...``.
+same name is reached with ``from rcstat.heads.collection import ...``.
 """
 
 from __future__ import annotations
 
-import sys
 from importlib import import_module
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rcstat.heads.collect import JsonlExample, collect, load_jsonl, read_heads
+    from rcstat.heads.collection import JsonlExample, collect, load_jsonl, read_heads
     from rcstat.heads.plots import (
         plot_comparison,
         plot_head_distributions,
@@ -49,7 +47,7 @@ __all__ = [
 
 _HOMES = {
     **dict.fromkeys(
-        ("JsonlExample", "collect", "load_jsonl", "read_heads"), "rcstat.heads.collect"
+        ("JsonlExample", "collect", "load_jsonl", "read_heads"), "rcstat.heads.collection"
     ),
     **dict.fromkeys(
         ("Comparison", "HeadSummary", "MannWhitney", "compare", "summarize"),
@@ -74,16 +72,3 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'rcstat.heads' has no attribute {name!r}")
-
-
-class _Package(ModuleType):
-    """Keeps ``rcstat.heads.collect`` the function: importing the submodule ``collect`` makes
-    the import system bind the module under that name, which this ignores."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "collect" and isinstance(value, ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

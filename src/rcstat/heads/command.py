@@ -190,7 +190,7 @@ def run_heads(ns: argparse.Namespace, console: Console) -> int:
 
 def _load_examples(args: HeadsArgs) -> list[Any]:
     from rcstat.data import load_dataset
-    from rcstat.heads.collect import load_jsonl
+    from rcstat.heads.collection import load_jsonl
 
     if args.dataset == "jsonl":
         assert args.data is not None  # checked in from_namespace
@@ -215,7 +215,7 @@ def _check_config(out: Path, config: dict[str, Any]) -> None:
 
 def _run_collect(args: HeadsArgs, console: Console) -> int:
     from rcstat.cli import staged_output
-    from rcstat.heads.collect import collect, read_heads
+    from rcstat.heads.collection import collect, read_heads
     from rcstat.heads.plots import (
         plot_head_distributions,
         plot_median_heatmap,
@@ -275,7 +275,7 @@ def _run_collect(args: HeadsArgs, console: Console) -> int:
 
 def _run_compare(args: HeadsArgs, console: Console) -> int:
     from rcstat.cli import staged_output
-    from rcstat.heads.collect import read_heads
+    from rcstat.heads.collection import read_heads
     from rcstat.heads.plots import plot_comparison, save_figure
     from rcstat.heads.summary import compare
 
