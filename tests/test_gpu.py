@@ -61,3 +61,22 @@ def test_analyze_on_cuda_equals_cpu() -> None:
     gpu = analyze(copy.deepcopy(tiny_model("llama")).cuda(), tok, **kwargs)
     for field in ("expected", "upper", "lower", "normalized"):
         np.testing.assert_allclose(getattr(gpu, field), getattr(cpu, field), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("statistic", ["expected", "upper"])
+def test_attribution_on_cuda_equals_cpu(statistic: str) -> None:
+    from rcstat.attribution import Attributor
+
+    tok = make_tiny_tokenizer()
+    args = (
+        ["The cat sat on the mat by the door.", "The dog slept in the garden all day."],
+        "Where did the dog sleep?",
+        "The dog slept in the garden. The cat sat on the mat.",
+    )
+    options = dict(top_k=5, statistic=statistic, rank_post_softmax=True)
+    cpu = Attributor(tiny_model("llama"), tok, **options).attribute(*args)  # type: ignore[arg-type]
+    model = copy.deepcopy(tiny_model("llama")).cuda()
+    gpu = Attributor(model, tok, **options).attribute(*args)  # type: ignore[arg-type]
+    for field in ("per_head", "ranking", "token_scores", "attention"):
+        np.testing.assert_allclose(getattr(gpu, field), getattr(cpu, field), rtol=1e-4, atol=1e-5)
+    assert gpu.attributed == cpu.attributed
