@@ -84,3 +84,30 @@ def press_parser(description: str) -> argparse.ArgumentParser:
 
 def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
+
+
+def llama_8b(device: str) -> Any:
+    """A random-weight model with Llama-3.1-8B shapes (32 layers × 32 query heads, 8 KV heads,
+    head_dim 128), bfloat16 on CUDA, float32 on CPU, built directly on ``device``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return LlamaForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(previous)

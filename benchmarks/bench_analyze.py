@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import device_label, interleaved, ints, machine, write
+from benchmarks._common import device_label, interleaved, ints, llama_8b, machine, write
 from rcstat.analysis import analyze_segmented
 from rcstat.capture import capture_scores
 from rcstat.segments import Segmented
@@ -49,29 +49,8 @@ def build_model(name: str, device: str) -> tuple[Any, list[int]]:
             pool = torch.randint(0, model.config.vocab_size, (20000,)).tolist()
         return model, pool
     if name == "llama-8b":
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        config = LlamaConfig(
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=32,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            vocab_size=128256,
-            max_position_embeddings=131072,
-            rope_theta=500000.0,
-        )
-        config._attn_implementation = "sdpa"
-        torch.manual_seed(0)
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            with torch.device(device):
-                model = LlamaForCausalLM(config).eval()
-        finally:
-            torch.set_default_dtype(previous)
-        return model, torch.randint(0, config.vocab_size, (40000,)).tolist()
+        model = llama_8b(device)
+        return model, torch.randint(0, model.config.vocab_size, (40000,)).tolist()
     raise SystemExit(f"unknown --model {name!r}")
 
 

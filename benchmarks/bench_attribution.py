@@ -10,6 +10,7 @@ its documented defaults: ContextCite (``ContextCiter(num_ablations=64)``, MadryL
 context-cite) runs 64 ablated forward passes after generation; rcstat runs one.
 
     python -m benchmarks.bench_attribution --dataset verigran --n 5
+    python -m benchmarks.bench_attribution --model random --model-dir DIR --device cuda
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from typing import Any
 import torch
 
 from benchmarks._common import device_label, interleaved, machine, write
+from benchmarks.bench_heads import build
 from rcstat.attribution import Attributor
 from rcstat.attribution.spans import join_chunks
 from rcstat.data import AttributionExample, load_dataset
-from rcstat.models import load_model
 from rcstat.segments import segment_chat
 
 CONTEXTCITE_FORWARD_PASSES = 64  # ContextCiter's default num_ablations
@@ -71,17 +72,20 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="default", choices=["default", "random", "llama-8b"])
+    parser.add_argument("--model-dir", default=None, help="config + tokenizer for --model random")
     parser.add_argument("--dataset", default="verigran", choices=["quotesum", "verigran"])
+    parser.add_argument("--data", default=None, help="upstream file (default: the shared slice)")
     parser.add_argument("--n", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
-    model, tokenizer = load_model(device=args.device if args.device != "cpu" else None)
+    model, tokenizer = build(args.model, args.model_dir, args.device)
     attributor = Attributor(model, tokenizer)
     examples = [
         e
-        for e in load_dataset(args.dataset, limit=args.n)
+        for e in load_dataset(args.dataset, args.data, limit=args.n)
         if isinstance(e, AttributionExample) and e.units
     ]
     rows = []
@@ -95,7 +99,8 @@ def main() -> None:
             f"({row['ratio_vs_forward_last']:.2f}× vs logits_to_keep=1)"
         )
     meta = machine(args.device) | {"dataset": args.dataset, "rounds": args.rounds}
-    write(args.out, f"attribution_{args.dataset}_{device_label(args.device)}", rows, meta)
+    name = f"attribution_{args.dataset}_{args.model}_{device_label(args.device)}"
+    write(args.out, name, rows, meta)
 
 
 if __name__ == "__main__":

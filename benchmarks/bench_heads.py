@@ -6,9 +6,10 @@ so that no generation is timed). Reported: examples per second, tokens per secon
 peak extra memory of one example (GPU: ``max_memory_allocated`` above the resident model;
 CPU: growth of the process's peak RSS after a warm-up example, an upper bound).
 
-Models: ``default`` (the embedded SmolLM2-135M-Instruct) or ``random`` (the same config and
+Models: ``default`` (the embedded SmolLM2-135M-Instruct), ``random`` (the same config and
 tokenizer read from ``--model-dir``, random weights: identical compute, for machines without
-the weights; statistics are meaningless, the time is not).
+the weights; statistics are meaningless, the time is not) or ``llama-8b`` (random weights of
+Llama-3.1-8B shapes, bfloat16 on CUDA, with the tokenizer of ``--model-dir``).
 
     python -m benchmarks.bench_heads --dataset squad_v2                 # CPU, default model
     python -m benchmarks.bench_heads --model random --model-dir DIR --dataset jsonl \\
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import device_label, machine, sync, write
+from benchmarks._common import device_label, llama_8b, machine, sync, write
 from rcstat.heads import collect, load_jsonl
 
 
@@ -37,10 +38,12 @@ def build(name: str, model_dir: str | None, device: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if model_dir is None:
-        raise SystemExit("--model random needs --model-dir (a folder with config + tokenizer)")
+        raise SystemExit(f"--model {name} needs --model-dir (a folder with config + tokenizer)")
+    if name == "llama-8b":
+        return llama_8b(device), AutoTokenizer.from_pretrained(model_dir)
     torch.manual_seed(0)
     config = AutoConfig.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     return model.to(device).eval(), AutoTokenizer.from_pretrained(model_dir)
 
 
@@ -63,7 +66,7 @@ def peak_rss_bytes() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="default", choices=["default", "random"])
+    parser.add_argument("--model", default="default", choices=["default", "random", "llama-8b"])
     parser.add_argument("--model-dir", default=None)
     parser.add_argument("--dataset", default="squad_v2")
     parser.add_argument("--data", default=None)
@@ -113,7 +116,8 @@ def main() -> None:
         " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items())
     )
     meta = machine(args.device) | {"model": args.model, "dataset": args.dataset} | summary
-    name = f"heads_{args.dataset}_{args.model}_{device_label(args.device)}"
+    source = Path(args.data).stem.split(".")[0] if args.dataset == "jsonl" else args.dataset
+    name = f"heads_{source}_{args.model}_{device_label(args.device)}"
     write(args.out, name, rows, meta)
 
 

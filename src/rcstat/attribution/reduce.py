@@ -36,14 +36,21 @@ from rcstat.stats import block_statistics, expected_rc_shared, rc_statistics
 __all__ = ["attribution_reducer"]
 
 
-def _self_samples(block: torch.Tensor, prompt_len: int, a: int, b: int) -> torch.Tensor:
-    """``Y(g, g')`` per head: queries ``a..b-1`` of ``g`` against generated keys ``<=`` them."""
-    rows = block[:, a:b, prompt_len : prompt_len + b]  # [H, |g'|, b]
-    causal = (
-        torch.arange(b, device=block.device)[None, :]
-        <= torch.arange(a, b, device=block.device)[:, None]
-    )  # [|g'|, b]
-    return rows[:, causal]  # [H, |Y|]
+def _self_index(a: int, b: int) -> torch.Tensor:
+    """Flat indices into the ``[|g'|, b]`` rows ``a..b-1`` of ``g`` against the generated keys
+    ``0..b-1`` that are ``Y(g, g')`` (keys ``<=`` their query). Built on the CPU once per unit
+    and gathered with, so that no boolean indexing synchronises the device per layer."""
+    rows = torch.arange(a, b)[:, None]  # [|g'|, 1]
+    keys = torch.arange(b)[None, :]  # [1, b]
+    return (keys <= rows).flatten().nonzero().flatten()  # [|Y|]
+
+
+def _self_samples(
+    block: torch.Tensor, prompt_len: int, a: int, b: int, index: torch.Tensor
+) -> torch.Tensor:
+    """``Y(g, g')`` per head, ``[H, |Y|]`` (``index`` from :func:`_self_index`)."""
+    rows = block[:, a:b, prompt_len : prompt_len + b].reshape(block.shape[0], -1)  # [H, |g'|·b]
+    return rows[:, index]
 
 
 def _span_upper(
@@ -102,6 +109,9 @@ def attribution_reducer(
         ``[U, H, S]``.
     """
 
+    indices = [_self_index(a, b) for a, b in units]
+    on_device: dict[torch.device, list[torch.Tensor]] = {}  # a model may span devices
+
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0]  # [H, |g|, m + |g|]
         gen_len = block.shape[1]
@@ -113,11 +123,14 @@ def attribution_reducer(
             by_probs = [on_probs.expected, on_probs.upper]
         else:
             by_probs = [torch.full_like(on_scores.expected, float("nan"))] * 2
+        if block.device not in on_device:
+            on_device[block.device] = [i.to(block.device) for i in indices]
         keys, attention, upper_scores = [], [], []
-        for a, b in units:
+        for (a, b), index in zip(units, on_device[block.device], strict=True):
             cross = block[:, a:b, :prompt_len]  # [H, |g'|, m]
-            y = _self_samples(block, prompt_len, a, b)  # [H, |Y|]
-            keys.append(expected_rc_shared(cross.transpose(1, 2).contiguous(), y))  # [H, m]
+            y = _self_samples(block, prompt_len, a, b, index)  # [H, |Y|]
+            per_key = expected_rc_shared(cross.transpose(1, 2), y, check_finite=False)
+            keys.append(per_key)  # [H, m]
             attention.append(probs[:, a:b, :prompt_len].mean(dim=1).sum(dim=0))  # [m]
             if upper:
                 upper_scores.append(_span_upper(cross, y, spans))  # [H, S]

@@ -228,7 +228,9 @@ def normalized_rc(
     return rc_statistics(x, y, x_valid=x_valid, y_valid=y_valid).normalized
 
 
-def expected_rc_shared(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def expected_rc_shared(
+    x: torch.Tensor, y: torch.Tensor, *, check_finite: bool = True
+) -> torch.Tensor:
     """Exact ``E(x_r, y)`` for many small sample sets ``x_r`` that share one ``y``.
 
     The KV-cache press scores every prompt token ``i`` against the same window:
@@ -242,6 +244,9 @@ def expected_rc_shared(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         ``[..., k, n]``: ``k`` sample sets of ``n`` samples each.
     y
         ``[..., m]``: the shared sample set (same leading shape as ``x`` without ``k``).
+    check_finite
+        Scan for NaN / inf (one device synchronisation); pass False only when the values were
+        checked already (the capture checks every forward pass).
 
     Returns
     -------
@@ -254,8 +259,8 @@ def expected_rc_shared(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     >>> expected_rc_shared(torch.tensor([[3.0, 1.0], [0.0, 0.0]]), torch.tensor([0.0, 2.0]))
     tensor([1.2500, 0.0000], dtype=torch.float64)
     """
-    x, _ = check_samples("x", x, None)
-    y, _ = check_samples("y", y, None)
+    x, _ = check_samples("x", x, None, check_finite=check_finite)
+    y, _ = check_samples("y", y, None, check_finite=check_finite)
     if x.dim() < 2 or x.shape[:-2] != y.shape[:-1]:
         raise ValueError(
             f"x must be [..., k, n] and y [..., m] with the same leading shape; got "
