@@ -66,7 +66,7 @@ def test_span_scores_equal_sample_sets_rebuilt_from_projections(setup) -> None: 
     # step 1: the ranking is the per-head E(X(p, g), Y(g, g)) of the analysis
     analysis = analyze_segmented(model, example)
     np.testing.assert_allclose(result.ranking[0], analysis.expected, rtol=1e-6)
-    np.testing.assert_allclose(result.ranking[1], analysis.upper, rtol=1e-6)
+    assert np.isnan(result.ranking[1]).all()  # A is computed for statistic="upper" only
 
 
 def test_upper_statistic_scores_spans_with_the_bound(setup) -> None:  # type: ignore[no-untyped-def]
@@ -83,6 +83,9 @@ def test_upper_statistic_scores_spans_with_the_bound(setup) -> None:  # type: ig
                 assert result.per_head[layer, head, u, s] == pytest.approx(want, rel=1e-4)
                 assert result.per_head[layer, head, u, s] >= naive_expected_rc(x, y) - 1e-4
     # the ranking uses the bound too
+    analysis = analyze_segmented(model, example)
+    np.testing.assert_allclose(result.ranking[0], analysis.expected, rtol=1e-6)
+    np.testing.assert_allclose(result.ranking[1], analysis.upper, rtol=1e-6)
     order = np.argsort(-result.ranking[1].reshape(-1), kind="stable")[:3]
     assert result.heads == [divmod(int(i), 4) for i in order]
 
@@ -132,13 +135,21 @@ def test_token_granularity_and_chunk_means(setup) -> None:  # type: ignore[no-un
 
 def test_attention_baseline_equals_eager_weights() -> None:
     model, tok = tiny_model("llama", "eager"), make_tiny_tokenizer()
-    result = Attributor(model, tok, top_k=2).attribute(CHUNKS, QUESTION, ANSWER)
+    result = Attributor(model, tok, top_k=2, rank_post_softmax=True).attribute(
+        CHUNKS, QUESTION, ANSWER
+    )
     text, _ = join_chunks(CHUNKS)
     example = segment_chat(tok, text, QUESTION, ANSWER)
     with torch.no_grad():
         eager = model(example.input_ids, output_attentions=True).attentions
     weights = torch.stack(eager)[:, 0].double()  # [L, H, T, T]
     m, first = example.prompt_len, result.span_tokens[0][0]
+    g = weights.shape[-1] - m
+    for layer, head in [(0, 1), (2, 2)]:  # post-softmax ranking: E over the eager weights
+        w = weights[layer, head].numpy()
+        x = w[m:, :m].ravel()
+        y = np.array([w[m + j, m + k] for j in range(g) for k in range(j + 1)])
+        assert result.ranking[2, layer, head] == pytest.approx(naive_expected_rc(x, y), rel=1e-4)
     for u, (a, b) in enumerate(result.unit_tokens):
         want = weights[:, :, m + a : m + b, first : first + result.attention.shape[1]]
         np.testing.assert_allclose(result.attention[u], want.mean(dim=(0, 1, 2)), rtol=1e-4)
@@ -200,7 +211,7 @@ def test_bad_configuration_is_refused(setup) -> None:  # type: ignore[no-untyped
         Attributor(model, tok, statistic="median")  # type: ignore[arg-type]
     Attributor(model, tok, top_k=None, head_ranking="all")  # k is not used by "all"
     plain = Attributor(model, tok, top_k=2).attribute(CHUNKS, QUESTION, ANSWER)
-    assert np.isnan(plain.ranking[2:]).all() and not np.isnan(plain.ranking[:2]).any()
+    assert np.isnan(plain.ranking[1:]).all() and not np.isnan(plain.ranking[0]).any()
     with pytest.raises(ValueError, match="rank_post_softmax=True"):
         plain.heads_for("top_post_softmax", 2)
     result = attributor.attribute(CHUNKS, QUESTION, ANSWER)

@@ -75,8 +75,8 @@ class Attribution:
         answer token for units.
     ranking
         ``[4, layers, heads]``: E and A of each head on raw scores, then E and A on
-        post-softmax weights (over the whole sequence; paper §4.2 step 1; NaN when the
-        post-softmax ranking was not computed).
+        post-softmax weights (over the whole sequence; paper §4.2 step 1). NaN where not
+        computed: A with the expected statistic, the post-softmax rows unless requested.
     per_head
         ``[layers, heads, U, S]``: ``e_h(p_i)`` (or the upper bound) per unit and span.
     token_scores
@@ -469,6 +469,7 @@ class Attributor:
         ]
         reducer = attribution_reducer(
             m,
+            example.gen_len,
             unit_tokens,
             span_tokens,
             self._softmax,

@@ -73,8 +73,23 @@ def _span_upper(
     ).upper
 
 
+def _ranking(
+    block: torch.Tensor, prompt_len: int, whole: torch.Tensor, upper: bool
+) -> list[torch.Tensor]:
+    """``[E, A]`` per head of ``X(p, g)`` vs ``Y(g, g)`` (``A`` is NaN unless ``upper``)."""
+    if upper:
+        stats = block_statistics(block, prompt_len, check_finite=False)
+        return [stats.expected, stats.upper]
+    gen_len = block.shape[1]
+    cross = block[:, :, :prompt_len].reshape(block.shape[0], 1, -1)  # [H, 1, |g|·m]
+    y = _self_samples(block, prompt_len, 0, gen_len, whole)  # [H, |g|(|g|+1)/2]
+    expected = expected_rc_shared(cross, y, check_finite=False)[:, 0]  # [H]
+    return [expected, torch.full_like(expected, float("nan"))]
+
+
 def attribution_reducer(
     prompt_len: int,
+    gen_len: int,
     units: Sequence[tuple[int, int]],
     spans: Sequence[tuple[int, int]],
     softmax: dict[int, SoftmaxParams],
@@ -88,6 +103,8 @@ def attribution_reducer(
     ----------
     prompt_len
         ``m``.
+    gen_len
+        ``|g|``.
     units
         Token rows ``[a, b)`` of each answer unit, relative to the start of ``g``.
     spans
@@ -95,7 +112,9 @@ def attribution_reducer(
     softmax
         Per layer, what the model applies before its softmax.
     upper
-        Also score spans with the upper bound.
+        Rank heads and score spans with the upper bound too (else the ``A`` rows of ``rank``
+        are NaN and the expected RC needs no sort of the cross samples: each of them is
+        searched in the sorted self samples, as for the spans).
     post_softmax
         Also rank heads by RC of post-softmax weights (else those rows are NaN).
 
@@ -103,13 +122,14 @@ def attribution_reducer(
     -------
     callable
         ``reducer(layer, scores [1, H, |g|, m + |g|]) -> dict`` of tensors left on the
-        layer's device: ``rank`` ``[4, H]`` (E and A on raw scores, E and A on weights),
+        layer's device: ``rank`` ``[4, H]`` (E and A on raw scores, E and A on weights; NaN
+        where not computed),
         ``keys`` ``[U, H, m]`` float64 (``t_h``), ``attention`` ``[U, m]`` (weights summed
         over heads, averaged over the unit's queries) and, with ``upper``, ``span_upper``
         ``[U, H, S]``.
     """
 
-    indices = [_self_index(a, b) for a, b in units]
+    indices = [_self_index(0, gen_len)] + [_self_index(a, b) for a, b in units]
     on_device: dict[torch.device, list[torch.Tensor]] = {}  # a model may span devices
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -117,16 +137,16 @@ def attribution_reducer(
         gen_len = block.shape[1]
         positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
         probs = attention_probs(block, positions, softmax[layer])  # [H, |g|, m + |g|]
-        on_scores = block_statistics(block, prompt_len, check_finite=False)
-        if post_softmax:
-            on_probs = block_statistics(probs, prompt_len, check_finite=False)
-            by_probs = [on_probs.expected, on_probs.upper]
-        else:
-            by_probs = [torch.full_like(on_scores.expected, float("nan"))] * 2
         if block.device not in on_device:
             on_device[block.device] = [i.to(block.device) for i in indices]
+        whole, *per_unit = on_device[block.device]
+        rank = _ranking(block, prompt_len, whole, upper)
+        if post_softmax:
+            rank += _ranking(probs, prompt_len, whole, upper)
+        else:
+            rank += [torch.full_like(rank[0], float("nan"))] * 2
         keys, attention, upper_scores = [], [], []
-        for (a, b), index in zip(units, on_device[block.device], strict=True):
+        for (a, b), index in zip(units, per_unit, strict=True):
             cross = block[:, a:b, :prompt_len]  # [H, |g'|, m]
             y = _self_samples(block, prompt_len, a, b, index)  # [H, |Y|]
             per_key = expected_rc_shared(cross.transpose(1, 2), y, check_finite=False)
@@ -135,7 +155,7 @@ def attribution_reducer(
             if upper:
                 upper_scores.append(_span_upper(cross, y, spans))  # [H, S]
         out = {
-            "rank": torch.stack([on_scores.expected, on_scores.upper, *by_probs]),  # [4, H]
+            "rank": torch.stack(rank),  # [4, H]
             "keys": torch.stack(keys),  # [U, H, m]
             "attention": torch.stack(attention),  # [U, m]
         }
