@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from rcstat.attribution import Attribution, Attributor
 from rcstat.data import AttributionExample
+from rcstat.evaluation.resume import done_keys
 
 __all__ = ["RANKED_METHODS", "AttributionBench", "parse_ks", "score_example"]
 
@@ -98,9 +99,7 @@ class AttributionBench:
         return self.out / "predictions.jsonl"
 
     def done(self) -> set[str]:
-        if not self.predictions.exists():
-            return set()
-        return {json.loads(line)["example"] for line in self.predictions.read_text().splitlines()}
+        return done_keys(self.predictions, "example")
 
     def run(self, attributor: Attributor, examples: Sequence[AttributionExample]) -> pd.DataFrame:
         """Attribute every example not yet done; write and return the accuracy table."""

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from rcstat.data import QAExample
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
+from rcstat.evaluation.resume import done_keys
 
 BASELINES = ("knorm", "snapkv", "streaming_llm", "tova", "adakv_snapkv")
 
@@ -115,9 +116,7 @@ class KVBench:
         return self.out / "predictions.jsonl"
 
     def done(self) -> set[str]:
-        if not self.predictions.exists():
-            return set()
-        return {json.loads(line)["work_id"] for line in self.predictions.read_text().splitlines()}
+        return done_keys(self.predictions, "work_id")
 
     def run(
         self,
