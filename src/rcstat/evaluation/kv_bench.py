@@ -222,16 +222,19 @@ class KVBench:
 
         for metric, label in (("ver_mean", "VER (lower is better)"), ("rougeL", "ROUGE-L F1")):
             fig, ax = plt.subplots(figsize=(6, 4))
-            for (method, mode), part in summary.groupby(
-                [summary["method"], summary["threshold"].notna()]
-            ):
+            groups = summary.groupby(
+                [summary["method"], summary["threshold"].notna(), summary["window"]]
+            )
+            for (method, mode, window), part in groups:
                 part = part.sort_values("ratio_mean")
                 name = (
-                    f"{method} ({'threshold c' if mode else 'target ratio'})"
+                    f"{method} ({'threshold c' if mode else 'target ratio'}, w = {window})"
                     if method == "rcstat"
                     else method
                 )
                 ax.plot(part["ratio_mean"], part[metric], marker="o", label=name)
+            if metric == "ver_mean" and (summary[metric] > 0).all():
+                ax.set_yscale("log")  # VER spans orders of magnitude across ratios
             ax.set_xlabel("realized compression ratio")
             ax.set_ylabel(label)
             ax.legend(fontsize=8)
