@@ -31,17 +31,18 @@ Design
   also occurs in the system prompt. The context and the question are then found inside that
   message only.
 
-The module imports torch only; transformers is reached solely through the tokenizer object
+The module imports torch and numpy only; transformers is reached solely through the tokenizer object
 that is passed in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ class Segmented:
     text: str
     offsets: Offsets
     parts: Mapping[str, tuple[int, int]]
+    _bounds: np.ndarray = field(init=False, repr=False)  # offsets as [T, 2] int64
 
     def __post_init__(self) -> None:
         ids = self.input_ids
@@ -114,6 +116,8 @@ class Segmented:
                 raise ValueError(f"parts: {name!r} has range ({s}, {e}) outside the text")
         object.__setattr__(self, "offsets", offsets)
         object.__setattr__(self, "parts", MappingProxyType(parts))
+        bounds = np.array(offsets, dtype=np.int64).reshape(seq_len, 2)  # [T, 2]
+        object.__setattr__(self, "_bounds", bounds)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Segmented):
@@ -197,7 +201,8 @@ class Segmented:
         if start >= end:
             raise ValueError(f"start >= end ({start} >= {end}): the span of {part!r} is empty")
         lo, hi = p_start + start, p_start + end
-        hits = [i for i, (s, e) in enumerate(self.offsets) if s < hi and e > lo]
+        bounds = self._bounds  # [T, 2]: one vectorised scan, not a Python loop per call
+        hits = ((bounds[:, 0] < hi) & (bounds[:, 1] > lo)).nonzero()[0].tolist()
         if not hits:
             raise ValueError(
                 f"the span [{start}, {end}) of part {part!r} covers no token "
