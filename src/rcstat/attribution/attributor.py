@@ -488,16 +488,18 @@ class Attributor:
         keys = keys.permute(0, 2, 1, 3)  # [L, H, U, m]
         if self.statistic == "upper":
             per_head = torch.stack([r["span_upper"].cpu() for r in layers]).permute(0, 2, 1, 3)
-        else:  # e_h(p_i) = mean of the span's per-key values
-            per_head = torch.stack([keys[..., s:e].mean(dim=-1) for s, e in span_tokens], dim=-1)
+        else:  # e_h(p_i) = mean of the span's per-key values, by prefix sums over the keys
+            prefix = torch.nn.functional.pad(keys.cumsum(dim=-1), (1, 0))  # [L, H, U, m + 1]
+            first_key, end_key = (torch.tensor(v) for v in zip(*span_tokens, strict=True))
+            per_head = (prefix[..., end_key] - prefix[..., first_key]) / (end_key - first_key)
         attention = torch.stack([r["attention"].cpu() for r in layers]).sum(dim=0)  # [U, m]
         heads = keys.shape[0] * keys.shape[1]
         token_texts = _token_texts(example, first, last, ctx_start, len(context))
         if candidates is None:
-            starts = np.cumsum([0, *(len(t) for t in token_texts[:-1])])
+            offsets = np.cumsum([0, *(len(t) for t in token_texts[:-1])])
             candidates = [
                 TextSpan(int(b), int(b) + len(t), t)
-                for b, t in zip(starts, token_texts, strict=True)
+                for b, t in zip(offsets, token_texts, strict=True)
             ]
         return Attribution(
             question=question,
