@@ -213,3 +213,29 @@ def test_attribution_finds_the_source_chunk_of_each_sentence(smollm: tuple[Any, 
     np.testing.assert_allclose(result.scores.sum(axis=1), 1.0)
     assert result.per_head.shape == (LAYERS, HEADS, 2, 3)
     assert len(result.heads) == 20 and len(set(result.heads)) == 20
+
+
+def test_heads_on_the_squad_slice(smollm: tuple[Any, Any], tmp_path: Path) -> None:
+    from rcstat.data import find_shared_data, load_dataset
+
+    if find_shared_data() is None:
+        pytest.skip("shared/data (the dataset slices) not available")
+    out = tmp_path / "heads"
+    assert cli.main(["heads", "--dataset", "squad_v2", "--n", "3", "--out", str(out)]) == 0
+    frame = pd.read_csv(out / "heads.csv")
+    assert len(frame) == 3 * LAYERS * HEADS and frame["example"].nunique() == 3
+    for name in ("distributions", "percentile_bands", "median_heatmap"):
+        assert (out / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+    # the table holds exactly what analyze gives for the same example (context = prompt)
+    first = load_dataset("squad_v2", limit=1)[0]
+    want = analyze(
+        *smollm,
+        context=first.context,
+        question=first.question,
+        answer=first.answers[0] if first.answers else None,
+        question_placement="generation",
+        max_new_tokens=32,
+    )
+    got = frame[frame["example"] == first.id].sort_values(["layer", "head"])
+    np.testing.assert_allclose(got["upper"].to_numpy(), want.upper.ravel(), rtol=1e-5)
+    np.testing.assert_allclose(got["expected"].to_numpy(), want.expected.ravel(), rtol=1e-5)
