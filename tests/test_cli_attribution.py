@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from rcstat import cli
-from tests.test_data import _quotesum_record, _write_jsonl
+from tests.test_data import _quotesum_record, _squad_doc, _write_json, _write_jsonl
 
 CHUNKS = ["The cat sat on the warm mat near the door.", "The dog slept in the garden all day."]
 QUESTION = "Where did the dog sleep?"
@@ -111,11 +111,8 @@ def test_bench_attribution_on_a_quotesum_file(model_dir: Path, tmp_path: Path) -
     assert (out / "predictions.jsonl").read_text().splitlines() == lines
 
 
-def test_bench_attribution_refuses_a_qa_dataset(model_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    assert (
-        cli.main(
-            ["bench", "attribution", "--model", str(model_dir), "--dataset", "squad_v2", "--n", "2"]
-        )
-        == 2
-    )
+def test_bench_attribution_refuses_a_qa_dataset(model_dir: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    data = _write_json(tmp_path / "dev-v2.0.json", _squad_doc())
+    args = ["bench", "attribution", "--model", str(model_dir), "--dataset", "squad_v2"]
+    assert cli.main([*args, "--data", str(data), "--out", str(tmp_path / "out")]) == 2
     assert "needs quotesum or verigran" in capsys.readouterr().out
