@@ -217,3 +217,16 @@ def test_bad_configuration_is_refused(setup) -> None:  # type: ignore[no-untyped
     result = attributor.attribute(CHUNKS, QUESTION, ANSWER)
     with pytest.raises(ValueError, match="top_k must be in"):
         result.scores_for("top", 50)
+
+
+def test_explicit_spans_read_the_context_columns_of_their_own_tokens(setup) -> None:  # type: ignore[no-untyped-def]
+    _, _, attributor = setup
+    text, _ = join_chunks(CHUNKS)
+    chunks = attributor.attribute(CHUNKS, QUESTION, ANSWER)
+    later = attributor.attribute(text, QUESTION, ANSWER, spans=CHUNKS[1:])  # not at the start
+    assert later.context_start == chunks.context_start < later.span_tokens[0][0]
+    mass = chunks.attention_scores()[0][:, 1:]
+    np.testing.assert_allclose(
+        later.attention_scores()[0], mass / mass.sum(axis=1, keepdims=True), rtol=1e-5
+    )
+    np.testing.assert_allclose(later.per_head, chunks.per_head[..., 1:], rtol=1e-6)

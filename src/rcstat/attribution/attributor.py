@@ -87,6 +87,9 @@ class Attribution:
         heads, layers and the unit's queries.
     context_tokens
         The ``C`` context token strings (their concatenation is ``context``).
+    context_start
+        Absolute position of the first context token (column 0 of ``token_scores`` and
+        ``attention``).
     statistic, head_ranking, top_k
         The configuration of :attr:`scores` / :attr:`attributed` / :attr:`heads`.
     gold
@@ -105,6 +108,7 @@ class Attribution:
     token_scores: np.ndarray
     attention: np.ndarray
     context_tokens: list[str]
+    context_start: int
     statistic: SpanStatistic = "expected"
     head_ranking: HeadRanking = "top"
     top_k: int | None = 20
@@ -150,7 +154,7 @@ class Attribution:
     def attention_scores(self) -> tuple[np.ndarray, list[int | None]]:
         """The baseline: attention mass on each span (mean over heads, layers and the unit's
         queries, summed over the span's tokens), normalised over spans."""
-        first = self._context_start()
+        first = self.context_start
         mass = np.stack(
             [self.attention[:, s - first : e - first].sum(axis=1) for s, e in self.span_tokens],
             axis=1,
@@ -234,7 +238,7 @@ class Attribution:
         """
         from rcstat.report.attribution_html import attribution_html
 
-        first = self._context_start()
+        first = self.context_start
         span_ranges = _drawable(
             [(s - first, e - first) for s, e in self.span_tokens], len(self.context_tokens)
         )
@@ -261,9 +265,6 @@ class Attribution:
         if path is not None:
             Path(path).write_text(html, encoding="utf-8")
         return html
-
-    def _context_start(self) -> int:
-        return min(s for s, _ in self.span_tokens)
 
 
 def _drawable(spans: list[tuple[int, int]], tokens: int) -> list[tuple[int, int]]:
@@ -514,6 +515,7 @@ class Attributor:
             token_scores=keys[..., first:last].float().numpy(),
             attention=(attention[:, first:last] / heads).numpy(),
             context_tokens=token_texts,
+            context_start=first,
             statistic=self.statistic,
             head_ranking=self.head_ranking,
             top_k=self.top_k,
