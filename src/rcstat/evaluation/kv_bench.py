@@ -142,7 +142,7 @@ class KVBench:
         work = [
             (e, s) for e in examples for s in self.settings if f"{e.id}|{s.key}" not in finished
         ]
-        references: dict[str, FullReference] = {}  # one example's work is contiguous
+        reference: tuple[str, FullReference] | None = None  # one example's work is contiguous
         with self.predictions.open("a") as sink:
             for example, setting in tqdm(work, desc=f"bench kv {self.dataset}", unit="run"):
                 row: dict[str, Any] = {
@@ -151,14 +151,16 @@ class KVBench:
                     **asdict(setting),
                 }
                 try:
-                    if example.id not in references:
-                        references.clear()
-                        references[example.id] = full_reference(
-                            model,
-                            tokenizer,
-                            example.context,
-                            example.question,
-                            max_new_tokens=self.max_new_tokens,
+                    if reference is None or reference[0] != example.id:
+                        reference = (
+                            example.id,
+                            full_reference(
+                                model,
+                                tokenizer,
+                                example.context,
+                                example.question,
+                                max_new_tokens=self.max_new_tokens,
+                            ),
                         )
                     result = evaluate_example(
                         model,
@@ -169,7 +171,7 @@ class KVBench:
                         make_press(setting),
                         max_new_tokens=self.max_new_tokens,
                         cache_factory=cache_factory or partial(cache_for, setting),
-                        full=references[example.id],
+                        full=reference[1],
                     )
                     row.update(result.to_dict(), error=None)
                 except (ValueError, RuntimeError) as err:  # recorded; the run goes on
