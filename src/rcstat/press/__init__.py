@@ -1,7 +1,8 @@
-"""KV-cache compression: the per-KV-head ragged cache and its attention (DESIGN.md §2.2).
+"""KV-cache compression: RCStatPress, the per-KV-head ragged cache and its attention.
 
-Names are resolved lazily (PEP 562): importing ``rcstat.press`` does no work and does not
-import transformers until a name is used.
+Names are resolved lazily (PEP 562): importing ``rcstat.press`` does no work. The ragged cache
+and its attention need only transformers; :class:`RCStatPress` and the baselines of
+:func:`make_press` need the ``rcstat[press]`` extra (kvpress) and say so when it is missing.
 """
 
 from __future__ import annotations
@@ -10,26 +11,40 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rcstat.press.ragged import (
-        PackedKV,
-        RaggedCache,
-        RaggedLayer,
-        packed_attention,
-        ragged_attention,
-    )
+    from rcstat.press.answer import CompressionReport, answer_full, compress_and_answer
+    from rcstat.press.packed import PackedKV
+    from rcstat.press.ragged_attention import packed_attention, ragged_attention
+    from rcstat.press.ragged_cache import RaggedCache, RaggedLayer
     from rcstat.press.rcstat_press import RCStatPress
+    from rcstat.press.registry import PRESS_NAMES, make_press
 
 __all__ = [
+    "PRESS_NAMES",
+    "CompressionReport",
     "PackedKV",
     "RCStatPress",
     "RaggedCache",
     "RaggedLayer",
+    "answer_full",
+    "compress_and_answer",
+    "make_press",
     "packed_attention",
     "ragged_attention",
 ]
 
-_HOMES = {name: "rcstat.press.ragged" for name in __all__ if name != "RCStatPress"}
-_HOMES["RCStatPress"] = "rcstat.press.rcstat_press"
+_HOMES = {
+    "CompressionReport": "rcstat.press.answer",
+    "answer_full": "rcstat.press.answer",
+    "compress_and_answer": "rcstat.press.answer",
+    "PackedKV": "rcstat.press.packed",
+    "packed_attention": "rcstat.press.ragged_attention",
+    "ragged_attention": "rcstat.press.ragged_attention",
+    "RaggedCache": "rcstat.press.ragged_cache",
+    "RaggedLayer": "rcstat.press.ragged_cache",
+    "RCStatPress": "rcstat.press.rcstat_press",
+    "PRESS_NAMES": "rcstat.press.registry",
+    "make_press": "rcstat.press.registry",
+}
 
 
 def __getattr__(name: str) -> Any:

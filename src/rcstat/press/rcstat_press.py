@@ -1,5 +1,5 @@
 """RCStatPress: adaptive head-wise KV-cache eviction by relative contextualization (paper §4.1,
-eq. 9; DESIGN.md §2.2), as a kvpress press.
+eq. 9), as a kvpress press (the ``rcstat[press]`` extra).
 
 At prefill, for each layer and query head, the last ``w`` prompt tokens form the window ``ĝ``.
 Every other prompt token ``i`` is scored by ``s_i = E(X({i}, ĝ), Y(ĝ, ĝ))`` — its scores from
@@ -22,12 +22,17 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
-from kvpress import BasePress
-from kvpress.utils import get_prerope_query_states
 from torch import nn
 
 from rcstat.capture import grouped_scores
+from rcstat.checks import check_count, check_number
+from rcstat.defaults import DEFAULT_WINDOW
+from rcstat.press.extra import require_kvpress
 from rcstat.stats import expected_rc_shared
+
+require_kvpress()
+from kvpress import BasePress  # noqa: E402
+from kvpress.utils import get_prerope_query_states  # noqa: E402
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -45,8 +50,8 @@ def window_queries(
     return query * cos + _rotate_half(query) * sin
 
 
-def token_scores(scores: torch.Tensor) -> torch.Tensor:
-    """Normalized RC of every non-window prompt token (paper eq. 9).
+def relative_scores(scores: torch.Tensor) -> torch.Tensor:
+    """RC of every non-window prompt token relative to the mean, ``s_i / θ`` (paper eq. 9).
 
     Parameters
     ----------
@@ -82,7 +87,7 @@ class RCStatPress(BasePress):
         ``w``, the number of last prompt tokens whose queries score the rest (8; 16 works).
     compression_ratio
         Target-ratio mode when set: per layer, the ``r·(KV heads × T)`` entries with the
-        lowest normalized scores ``max_h s_i^h / θ^h`` are evicted (window excluded), so
+        lowest relative scores ``max_h s_i^h / θ^h`` are evicted (window excluded), so
         heads still differ but the layer's ratio is ``r``. ``None`` (default): threshold mode.
 
     After each prefill, :attr:`kept` holds the number of kept entries per layer and KV head
@@ -91,18 +96,18 @@ class RCStatPress(BasePress):
     """
 
     threshold: float = 1.0
-    window_size: int = 8
+    window_size: int = DEFAULT_WINDOW
     compression_ratio: float | None = None
     kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
     lengths: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.threshold < 0:
-            raise ValueError(f"threshold must be >= 0, got {self.threshold}")
-        if self.window_size < 1:
-            raise ValueError(f"window_size must be >= 1, got {self.window_size}")
-        if self.compression_ratio is not None and not 0.0 <= self.compression_ratio < 1.0:
-            raise ValueError(f"compression_ratio must be in [0, 1), got {self.compression_ratio}")
+        self.threshold = check_number("threshold", self.threshold, low=0)
+        self.window_size = check_count("window_size", self.window_size)
+        if self.compression_ratio is not None:
+            self.compression_ratio = check_number(
+                "compression_ratio", self.compression_ratio, low=0, high=1, high_open=True
+            )
 
     def keep_mask(
         self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
@@ -116,9 +121,9 @@ class RCStatPress(BasePress):
                 "compress (use a smaller window_size or a longer context)"
             )
         query = window_queries(module, hidden_states, window, kwargs)  # [B, Hq, w, D]
-        normalized = token_scores(grouped_scores(query, keys))  # [B, Hq, T - w]
-        group = normalized.shape[1] // kv_heads
-        per_kv = normalized.view(batch, kv_heads, group, length - window).amax(2)  # GQA: any
+        relative = relative_scores(grouped_scores(query, keys))  # [B, Hq, T - w]
+        group = relative.shape[1] // kv_heads
+        per_kv = relative.view(batch, kv_heads, group, length - window).amax(2)  # GQA: any
         keep = torch.ones(batch, kv_heads, length, dtype=torch.bool, device=keys.device)
         if self.compression_ratio is None:
             if self.threshold > 0:

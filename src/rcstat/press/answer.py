@@ -1,0 +1,151 @@
+"""Compress a context, then answer a question on the compressed cache (``rcstat compress``).
+
+Query placement follows kvpress's pipeline: the chat-rendered prompt is cut at the first token
+of the question; the part before (the context) is prefilled and compressed by the press; the
+question, the end of the user turn and the assistant header are then processed on top of the
+compressed cache and the answer is generated greedily. Positions continue from the
+uncompressed context length (a compressed cache holds fewer entries than it stands for).
+
+:func:`compress_and_answer` reports the answer, whether it finished or was cut at the token
+limit, the realized compression ratio (global, per layer, per KV head) and the KV-cache memory:
+what a full cache would hold, what is live after compression, and what is allocated (live +
+spare room for appended tokens). :func:`answer_full` gives the full-cache answer to compare.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers import DynamicCache
+
+from rcstat.generation import Generated, greedy, input_device, stop_token_ids
+from rcstat.press.ragged_attention import ragged_attention
+from rcstat.press.ragged_cache import RaggedCache
+from rcstat.segments import segment_chat
+
+if TYPE_CHECKING:
+    from rcstat.press.rcstat_press import RCStatPress
+
+__all__ = [
+    "CompressionReport",
+    "answer_full",
+    "answer_on_cache",
+    "attention_for",
+    "compress_and_answer",
+    "prefill",
+    "split_context_question",
+]
+
+
+@dataclass(frozen=True)
+class CompressionReport:
+    """What :func:`compress_and_answer` did."""
+
+    answer: str
+    finished: bool  # False: the answer was cut at max_new_tokens
+    context_tokens: int
+    ratio: float
+    layer_ratios: dict[int, float]
+    head_ratios: list[list[float]]  # [layers][kv_heads]
+    dense_bytes: int  # the full cache of the context
+    live_bytes: int  # after compression
+    allocated_bytes: int  # live + spare room
+
+
+def split_context_question(
+    tokenizer: Any, context: str, question: str, *, allow_special_tokens: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(context_ids [1, m], question_ids [1, q])``: the chat-rendered prompt cut at the first
+    token of the question (the question, the end of the user turn and the assistant header
+    follow the compressed context)."""
+    example = segment_chat(
+        tokenizer,
+        context,
+        question,
+        question_placement="generation",
+        allow_special_tokens=allow_special_tokens,
+    )
+    ids = example.input_ids
+    return ids[:, : example.prompt_len], ids[:, example.prompt_len :]
+
+
+def attention_for(model: Any, cache: Any) -> AbstractContextManager[Any]:
+    """The attention that reads ``cache``: the ragged one for a :class:`RaggedCache`."""
+    return ragged_attention(model) if isinstance(cache, RaggedCache) else nullcontext()
+
+
+def prefill(model: Any, context: torch.Tensor, press: Any, cache: Any) -> None:
+    """Run ``context`` ``[1, m]`` into ``cache``, compressed by ``press`` (None: no press)."""
+    pressing = press(model) if press is not None else nullcontext()
+    with torch.no_grad(), pressing, attention_for(model, cache):
+        model(context, past_key_values=cache, use_cache=True)
+
+
+def answer_on_cache(
+    model: Any, cache: Any, question: torch.Tensor, steps: int, stops: frozenset[int], start: int
+) -> Generated:
+    """Greedy answer after ``question`` on a prefilled (possibly compressed) ``cache``."""
+    with attention_for(model, cache):
+        return greedy(model, cache, question, steps, stops, start)
+
+
+def _split_on_device(
+    model: Any, tokenizer: Any, context: str, question: str, allow_special_tokens: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    device = input_device(model)
+    ids = split_context_question(
+        tokenizer, context, question, allow_special_tokens=allow_special_tokens
+    )
+    return ids[0].to(device), ids[1].to(device)
+
+
+def answer_full(
+    model: Any,
+    tokenizer: Any,
+    context: str,
+    question: str,
+    *,
+    max_new_tokens: int = 64,
+    allow_special_tokens: bool = False,
+) -> Generated:
+    """The full-cache answer with the same prompt split and decoding as the compressed one."""
+    ctx, q = _split_on_device(model, tokenizer, context, question, allow_special_tokens)
+    cache = DynamicCache()
+    prefill(model, ctx, None, cache)
+    stops = stop_token_ids(model, tokenizer)
+    return answer_on_cache(model, cache, q, max_new_tokens, stops, int(ctx.shape[1]))
+
+
+def compress_and_answer(
+    model: Any,
+    tokenizer: Any,
+    context: str,
+    question: str,
+    press: RCStatPress,
+    *,
+    max_new_tokens: int = 64,
+    slack: int = 64,
+    allow_special_tokens: bool = False,
+) -> CompressionReport:
+    """Compress the context with ``press`` into a :class:`RaggedCache` and answer."""
+    ctx, q = _split_on_device(model, tokenizer, context, question, allow_special_tokens)
+    cache = RaggedCache(slack=slack)
+    prefill(model, ctx, press, cache)
+    dense, live, allocated = cache.dense_bytes(), cache.physical_bytes(), cache.allocated_bytes()
+    stops = stop_token_ids(model, tokenizer)
+    generated = answer_on_cache(model, cache, q, max_new_tokens, stops, int(ctx.shape[1]))
+    heads = press.head_ratios()[:, 0]  # [layers, kv_heads]
+    return CompressionReport(
+        answer=tokenizer.decode(generated.ids, skip_special_tokens=True),
+        finished=generated.finished,
+        context_tokens=int(ctx.shape[1]),
+        ratio=press.realized_ratio(),
+        layer_ratios=press.layer_ratios(),
+        head_ratios=heads.tolist(),
+        dense_bytes=dense,
+        live_bytes=live,
+        allocated_bytes=allocated,
+    )

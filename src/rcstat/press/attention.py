@@ -1,0 +1,328 @@
+"""The attention that reads a :class:`~rcstat.press.ragged_cache.RaggedCache`.
+
+Inside :func:`ragged_attention` the model runs the attention function ``"rcstat_ragged"``:
+packed layers go to :func:`packed_attention` (each query head reads its KV head's segment;
+``torch.nn.attention.varlen`` on CUDA, a padded sdpa reference elsewhere), dense layers to
+transformers' sdpa. See ``docs/press.md`` for the design and its limits.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import torch
+import torch.nn.functional as F
+from transformers.masking_utils import causal_mask_function, sdpa_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from rcstat.capture.switch import switched_attention
+from rcstat.press.packed import _SESSION, Backend, PackedKV, _Session
+
+IMPLEMENTATION = "rcstat_ragged"
+
+
+@functools.cache
+def _varlen_kernel() -> Callable[..., torch.Tensor] | None:
+    """``varlen_attn`` bound to GQA + causal, or None if this torch's signature cannot serve."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    if "scale" not in params:
+        return None
+    options: dict[str, Any] = {}
+    if "window_size" in params:  # torch 2.11 and 2.13
+        options["window_size"] = (-1, 0)  # causal, bottom-right aligned
+    elif "is_causal" in params:
+        options["is_causal"] = True
+    else:
+        return None
+    if "enable_gqa" in params:  # torch 2.13 checks head counts unless told; 2.11 takes GQA as is
+        options["enable_gqa"] = True
+    # we never ask for the auxiliary outputs, so the kernel returns one tensor
+    return cast(Callable[..., torch.Tensor], functools.partial(varlen_attn, **options))
+
+
+def _varlen_usable(query: torch.Tensor, mask: torch.Tensor | None) -> bool:
+    dim = query.shape[-1]
+    return (
+        _varlen_kernel() is not None
+        and query.is_cuda
+        and query.dtype in (torch.float16, torch.bfloat16)
+        and mask is None
+        and dim % 8 == 0
+        and dim <= 256
+    )
+
+
+def packed_attention(
+    query: torch.Tensor,
+    packed: PackedKV,
+    *,
+    scaling: float,
+    mask: torch.Tensor | None = None,
+    backend: Backend = "auto",
+) -> torch.Tensor:
+    """Attention of the ``q`` newest queries against a packed layer (GQA, causal).
+
+    Parameters
+    ----------
+    query
+        ``[batch, heads, q, dim]``, post-RoPE; the queries of the last ``q`` logical positions
+        (already appended to ``packed``).
+    packed
+        The layer's layout; query head ``h`` reads segment ``b·kv_heads + h // group``.
+    scaling
+        Softmax scale (``1/sqrt(dim)`` for most models).
+    mask
+        ``None`` (causal by position: query at position ``t`` sees entries with position
+        ``<= t``) or a boolean ``[batch | 1, 1, q, length]`` over logical positions (True =
+        attend), e.g. with padding; it is gathered at each entry's position.
+    backend
+        ``"reference"`` (padded segments + boolean mask + sdpa, any device), ``"varlen"``
+        (``torch.nn.attention.varlen.varlen_attn``: CUDA, fp16/bf16, ``mask=None``) or
+        ``"auto"`` (varlen when usable, else the reference).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[batch, q, heads, dim]`` (the layout transformers' attention functions return).
+
+    Notes
+    -----
+    For each query head ``h`` and new query ``i`` with visible entries ``V``:
+    ``out = Σ_{j∈V} softmax_j(scaling · <q_i, k_j>) v_j`` — the dense attention restricted to
+    the stored entries, i.e. eviction = masking those keys out, without storing them.
+
+    Examples
+    --------
+    >>> cache = RaggedCache(slack=4)
+    >>> kv = torch.randn(1, 2, 5, 8)  # [batch, kv_head, T, dim]
+    >>> _ = cache.update(kv, kv.clone(), 0)
+    >>> cache.compress_layer(0, torch.tensor([[[1, 0, 0, 1, 1], [0, 1, 1, 1, 1]]]).bool())
+    >>> layer = cache.layer(0)
+    >>> _ = layer.update(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8))  # one new token
+    >>> query = torch.randn(1, 4, 1, 8)  # 4 query heads: a group of 2 per KV head
+    >>> packed_attention(query, layer.packed, scaling=8**-0.5).shape
+    torch.Size([1, 1, 4, 8])
+    """
+    if backend not in ("auto", "reference", "varlen"):
+        raise ValueError(f"backend must be 'auto', 'reference' or 'varlen', got {backend!r}")
+    batch, heads = query.shape[:2]
+    if batch != packed.batch or heads % packed.kv_heads:
+        raise ValueError(
+            f"query {tuple(query.shape)} does not fit the packed layer (batch {packed.batch}, "
+            f"{packed.kv_heads} KV heads)"
+        )
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(f"the ragged attention takes boolean masks only, got {mask.dtype}")
+    if backend == "varlen" and not _varlen_usable(query, mask):
+        raise RuntimeError(
+            "varlen_attn cannot serve this call: it needs torch.nn.attention.varlen.varlen_attn "
+            "(with scale and window_size/is_causal), a CUDA fp16/bf16 query, dim % 8 == 0 and "
+            "<= 256, and no mask"
+        )
+    if backend == "varlen" or (backend == "auto" and _varlen_usable(query, mask)):
+        kernel = _varlen_kernel()
+        assert kernel is not None
+        return _varlen_attention(kernel, query, packed, scaling)
+    return _reference_attention(query, packed, scaling, mask)
+
+
+def _reference_attention(
+    query: torch.Tensor, packed: PackedKV, scaling: float, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Pad every segment to the longest, mask, and run sdpa with the group's queries as rows."""
+    batch, heads, q_len, dim = query.shape
+    kv_heads, length = packed.kv_heads, packed.max_len
+    group = heads // kv_heads
+    device = query.device
+    offsets = torch.arange(length, device=device)  # [L]
+    valid = offsets < packed.seg_len.unsqueeze(1)  # [S, L]
+    rows = torch.where(valid, packed.seg_start[:-1].unsqueeze(1) + offsets, 0)  # [S, L]
+    keys = packed.keys[rows].view(batch, kv_heads, length, dim)
+    values = packed.values[rows].view(batch, kv_heads, length, dim)
+    positions = packed.positions[rows].view(batch, kv_heads, 1, length)
+    if mask is None:
+        query_positions = packed.length - q_len + torch.arange(q_len, device=device)  # [q]
+        visible = positions <= query_positions.view(1, 1, q_len, 1)  # [B, Hkv, q, L]
+    else:
+        by_position = mask[:, 0].unsqueeze(1).expand(batch, kv_heads, q_len, mask.shape[-1])
+        index = positions.clamp_min(0).expand(batch, kv_heads, q_len, length)
+        visible = by_position.gather(-1, index)  # [B, Hkv, q, L]
+    allowed = visible & valid.view(batch, kv_heads, 1, length)  # [B, Hkv, q, L]
+    allowed = allowed.unsqueeze(2).expand(batch, kv_heads, group, q_len, length)
+    out = F.scaled_dot_product_attention(
+        query.reshape(batch, kv_heads, group * q_len, dim),  # a group's queries as rows
+        keys,
+        values,
+        attn_mask=allowed.reshape(batch, kv_heads, group * q_len, length),
+        scale=scaling,
+    )  # [B, Hkv, G·q, D]
+    return out.view(batch, heads, q_len, dim).transpose(1, 2).contiguous()
+
+
+def _varlen_attention(
+    kernel: Callable[..., torch.Tensor], query: torch.Tensor, packed: PackedKV, scaling: float
+) -> torch.Tensor:
+    """``varlen_attn`` over ``2S`` sequences: sequence ``2s`` is segment ``s`` (its ``q``
+    queries × ``group`` heads against its live rows, one KV head), ``2s+1`` its free room with
+    no query. The room sequences make the live rows addressable by ``cu_seq_k`` alone, so no
+    ``seqused_k`` is needed (torch 2.11's signature has none)."""
+    batch, heads, q_len, dim = query.shape
+    kv_heads = packed.kv_heads
+    group = heads // kv_heads
+    segments = batch * kv_heads
+    packed_query = (
+        query.reshape(batch, kv_heads, group, q_len, dim)
+        .permute(0, 1, 3, 2, 4)
+        .reshape(segments * q_len, group, dim)
+    )  # [S·q, G, D]
+    starts = packed.seg_start[:-1]
+    live_ends = starts + packed.seg_len
+    cu_seq_k = torch.cat([torch.stack([starts, live_ends], 1).view(-1), packed.seg_start[-1:]])
+    cu_seq_q = _query_offsets(segments, q_len, query.device)
+    out = kernel(
+        packed_query,
+        packed.keys.unsqueeze(1),  # [capacity, 1, D]
+        packed.values.unsqueeze(1),
+        cu_seq_q,
+        cu_seq_k.to(torch.int32),  # [2S + 1]
+        q_len,
+        max(packed.max_len, packed.room),
+        scale=scaling,
+    )  # [S·q, G, D]
+    return (
+        out.view(batch, kv_heads, q_len, group, dim)
+        .permute(0, 2, 1, 3, 4)
+        .reshape(batch, q_len, heads, dim)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _query_offsets(segments: int, q_len: int, device: torch.device) -> torch.Tensor:
+    """``cu_seq_q`` ``[2S + 1]`` int32: ``q`` queries per segment, none per room."""
+    index = torch.arange(2 * segments + 1, dtype=torch.int32, device=device)
+    return (index + 1) // 2 * q_len
+
+
+def _dense_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """sdpa; with no mask and a continuation (1 < q < kv), an explicit bottom-right causal mask
+    (sdpa's ``is_causal`` is top-left aligned)."""
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if attention_mask is None and 1 < q_len < kv_len:
+        attention_mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(
+            kv_len - q_len
+        )[None, None]  # [1, 1, q, kv]
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    return sdpa(module, query, key, value, attention_mask, **kwargs)
+
+
+def _attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,  # may come positionally (kvpress wraps registered functions)
+    *,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The registered ``"rcstat_ragged"`` attention function (see the module docstring)."""
+    if sliding_window is not None or softcap is not None:
+        raise NotImplementedError(
+            "the ragged attention supports full-attention layers only (this layer has "
+            f"sliding_window={sliding_window}, softcap={softcap})"
+        )
+    session = _SESSION.get()
+    layer = int(getattr(module, "layer_idx", -1))
+    packed = session.pending.pop(layer, None) if session is not None else None
+    if packed is None:
+        if key.dim() != 4:
+            raise RuntimeError(
+                f"layer {layer}: got packed keys {tuple(key.shape)} without their layout (the "
+                "cache must be a RaggedCache updated inside ragged_attention)"
+            )
+        return _dense_attention(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    if key is not packed.keys or value is not packed.values:
+        raise RuntimeError(f"layer {layer}: the keys passed to attention are not the packed cache")
+    if dropout:
+        raise NotImplementedError("packed layers are inference-only (dropout > 0)")
+    scale = scaling if scaling is not None else cast(float, module.scaling)
+    assert session is not None
+    out = packed_attention(
+        query, packed, scaling=scale, mask=attention_mask, backend=session.backend
+    )
+    return out, None
+
+
+def _mask(
+    batch_size: int,
+    cache_position: torch.Tensor,
+    kv_length: int,
+    kv_offset: int = 0,
+    mask_function: Callable[..., Any] = causal_mask_function,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> torch.Tensor | None:
+    """``None`` when the pattern is plain causal without padding (like flash's mask function),
+    else sdpa's boolean ``[batch, 1, q, kv_length]`` mask over logical positions."""
+    unpadded = attention_mask is None or bool(attention_mask[:, -kv_length:].all())
+    if unpadded and kwargs.get("allow_is_causal_skip", True):
+        return None
+    return sdpa_mask(
+        batch_size=batch_size,
+        cache_position=cache_position,
+        kv_length=kv_length,
+        kv_offset=kv_offset,
+        mask_function=mask_function,
+        attention_mask=attention_mask,
+        **kwargs,
+    )
+
+
+@contextmanager
+def ragged_attention(model: torch.nn.Module, *, backend: Backend = "auto") -> Iterator[None]:
+    """Run ``model`` with the ragged attention (needed once a :class:`RaggedCache` layer is packed).
+
+    Parameters
+    ----------
+    model
+        A Hugging Face causal LM whose attention dispatches through ``AttentionInterface``
+        (Llama, Qwen2, Mistral without sliding window, ...).
+    backend
+        See :func:`packed_attention`.
+
+    Notes
+    -----
+    Registers ``"rcstat_ragged"`` (attention + mask functions), switches the model to it and
+    restores the previous implementation on exit. The session lives in a ``ContextVar``: run
+    the forward passes in the thread that entered the context.
+    """
+    if backend not in ("auto", "reference", "varlen"):
+        raise ValueError(f"backend must be 'auto', 'reference' or 'varlen', got {backend!r}")
+    if _SESSION.get() is not None:
+        raise RuntimeError("ragged_attention contexts cannot be nested")
+    token = _SESSION.set(_Session(backend=backend))
+    try:
+        with switched_attention(model, IMPLEMENTATION, _attention, _mask):
+            yield
+    finally:
+        _SESSION.reset(token)

@@ -1,0 +1,345 @@
+"""A per-KV-head ragged (packed) KV cache that really frees evicted entries.
+
+:class:`RaggedCache` is a transformers ``DynamicCache`` whose layers start dense and are
+replaced, on :meth:`RaggedCache.compress_layer`, by a :class:`~rcstat.press.packed.PackedKV`
+holding only the kept entries of each (batch, KV head): evicted entries are gone from memory.
+New tokens are appended in place into every segment's room (see ``docs/press.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from rcstat.press.packed import _SESSION, PackedKV, _live_rows, _pack
+
+
+class RaggedLayer(DynamicLayer):
+    """A ``DynamicLayer`` that can be compressed into a :class:`PackedKV` (see module doc).
+
+    While dense, ``keys``/``values`` are ``[batch, kv_heads, T, dim]``; once packed they are
+    the packed buffers ``[capacity, dim]`` and :attr:`packed` holds the layout.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.packed: PackedKV | None = None
+        self.slack = 0
+
+    # -- transformers' layer interface -------------------------------------------------------
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        cache_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``[batch, kv_heads, q, dim]`` states; returns the dense or packed buffers."""
+        if self.packed is None:
+            return super().update(key_states, value_states, cache_kwargs)
+        packed = self._append(key_states, value_states)
+        return packed.keys, packed.values
+
+    def get_seq_length(self) -> int:
+        """The logical length: all positions seen, evicted ones included."""
+        if self.packed is not None:
+            return self.packed.length
+        return super().get_seq_length()
+
+    def crop(self, max_length: int) -> None:
+        self._require_dense("crop")
+        super().crop(max_length)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._require_dense("batch_repeat_interleave")
+        super().batch_repeat_interleave(repeats)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._require_dense("batch_select_indices")
+        super().batch_select_indices(indices)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._require_dense("reorder_cache (beam search)")
+        super().reorder_cache(beam_idx)
+
+    def reset(self) -> None:
+        self._require_dense("reset")
+        super().reset()
+
+    def _require_dense(self, operation: str) -> None:
+        if self.packed is not None:
+            raise NotImplementedError(
+                f"{operation} is not supported on a packed (compressed) layer"
+            )
+
+    def _dense(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The dense ``[batch, kv_heads, T, dim]`` keys and values."""
+        if self.keys is None or self.values is None or self.get_seq_length() == 0:
+            raise ValueError("the layer has seen no tokens yet: run the prompt through the model")
+        return self.keys, self.values
+
+    # -- compression and appends -------------------------------------------------------------
+    def compress(self, keep: torch.Tensor, slack: int) -> None:
+        """Keep only the entries where ``keep`` ``[batch, kv_heads, length]`` is True.
+
+        ``keep`` is indexed by logical position. On a packed layer it selects among the entries
+        still stored (evicted ones stay evicted, whatever ``keep`` says about them).
+        """
+        packed = self.packed
+        if packed is None:
+            dense_keys, dense_values = self._dense()
+            batch, kv_heads, length, dim = dense_keys.shape
+            device = dense_keys.device
+        else:
+            batch, kv_heads, length = packed.batch, packed.kv_heads, packed.length
+            device = packed.keys.device
+        _check_keep(keep, (batch, kv_heads, length), device)
+        segments = batch * kv_heads
+        flat_keep = keep.reshape(segments, length)  # [S, T]
+        if packed is None:
+            rows = flat_keep.reshape(-1).nonzero().squeeze(1)  # [N] = s·T + t, segment order
+            segment, positions = rows // length, rows % length
+            keys, values = dense_keys.reshape(-1, dim), dense_values.reshape(-1, dim)  # [S·T, D]
+        else:
+            live, live_segment = _live_rows(packed)
+            selected = flat_keep[live_segment, packed.positions[live]]  # [live] bool
+            rows, segment = live[selected], live_segment[selected]
+            positions = packed.positions[rows]
+            keys, values = packed.keys, packed.values
+        seg_len = torch.bincount(segment, minlength=segments)  # [S]
+        empty = (seg_len == 0).nonzero().squeeze(1).tolist()
+        if empty:
+            pairs = [(s // kv_heads, s % kv_heads) for s in empty]
+            raise ValueError(
+                f"keep leaves no entry for (batch, kv_head) {pairs[:8]}"
+                f"{' …' if len(pairs) > 8 else ''}: keep at least one entry per segment"
+            )
+        self.slack = slack
+        self.packed = _pack(
+            keys,
+            values,
+            rows,
+            segment,
+            positions,
+            seg_len,
+            room=slack,
+            batch=batch,
+            kv_heads=kv_heads,
+            length=length,
+            max_len=int(seg_len.max()),
+            appended=0,
+        )
+        # drop the dense (or previous packed) tensors: the evicted entries are freed here
+        self.keys, self.values = self.packed.keys, self.packed.values
+
+    def _append(self, key_states: torch.Tensor, value_states: torch.Tensor) -> PackedKV:
+        packed = self.packed
+        assert packed is not None
+        batch, kv_heads, q_len, dim = key_states.shape
+        expected = (packed.batch, packed.kv_heads, q_len, packed.keys.shape[1])
+        if tuple(key_states.shape) != expected or value_states.shape != key_states.shape:
+            raise ValueError(
+                f"new key/value states {tuple(key_states.shape)}/{tuple(value_states.shape)} "
+                f"do not match the packed layer: expected {expected}"
+            )
+        if key_states.dtype != packed.keys.dtype or key_states.device != packed.keys.device:
+            raise ValueError(
+                f"new states are {key_states.dtype} on {key_states.device}, the packed layer "
+                f"is {packed.keys.dtype} on {packed.keys.device}"
+            )
+        if packed.room < q_len:  # repack with a room that doubles with the decoded length
+            rows, segment = _live_rows(packed)
+            packed = _pack(
+                packed.keys,
+                packed.values,
+                rows,
+                segment,
+                packed.positions[rows],
+                packed.seg_len,
+                room=q_len + max(self.slack, packed.appended),
+                batch=packed.batch,
+                kv_heads=packed.kv_heads,
+                length=packed.length,
+                max_len=packed.max_len,
+                appended=packed.appended,
+            )
+            self.packed = packed
+            self.keys, self.values = packed.keys, packed.values
+        segments = batch * kv_heads
+        dest = packed.seg_start[:-1] + packed.seg_len  # [S] first free row of each segment
+        if q_len == 1:  # decoding: as few kernel launches as possible
+            packed.positions.index_fill_(0, dest, packed.length)
+        else:
+            offsets = torch.arange(q_len, device=dest.device)  # [q]
+            dest = (dest.unsqueeze(1) + offsets).view(-1)  # [S·q], segment-major
+            packed.positions.index_copy_(0, dest, (packed.length + offsets).repeat(segments))
+        packed.keys.index_copy_(0, dest, key_states.reshape(segments * q_len, dim))
+        packed.values.index_copy_(0, dest, value_states.reshape(segments * q_len, dim))
+        packed.seg_len += q_len
+        packed.length += q_len
+        packed.room -= q_len
+        packed.live += segments * q_len
+        packed.max_len += q_len
+        packed.appended += q_len
+        return packed
+
+    # -- accounting --------------------------------------------------------------------------
+    def kept_lengths(self) -> torch.Tensor:
+        """Stored entries per (batch, KV head): ``[batch, kv_heads]`` int64."""
+        if self.packed is not None:
+            return self.packed.seg_len.view(self.packed.batch, self.packed.kv_heads).clone()
+        keys, _ = self._dense()
+        batch, kv_heads, length, _ = keys.shape
+        return torch.full((batch, kv_heads), length, dtype=torch.int64, device=keys.device)
+
+    def physical_bytes(self) -> int:
+        """Bytes of the live key/value entries (room excluded)."""
+        if self.packed is not None:
+            return self.packed.live * self.packed.entry_bytes
+        return self.allocated_bytes()
+
+    def allocated_bytes(self) -> int:
+        """Bytes of the key/value buffers, room included."""
+        if self.packed is not None:
+            return self.packed.capacity * self.packed.entry_bytes
+        if self.keys is None or self.values is None:
+            return 0
+        return (self.keys.numel() + self.values.numel()) * self.keys.element_size()
+
+    def dense_bytes(self) -> int:
+        """Bytes a dense ``[batch, kv_heads, length, dim]`` key + value cache would take."""
+        if self.packed is not None:
+            p = self.packed
+            return p.batch * p.kv_heads * p.length * p.entry_bytes
+        return self.allocated_bytes()
+
+
+def _check_keep(keep: torch.Tensor, shape: tuple[int, int, int], device: torch.device) -> None:
+    if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool:
+        raise TypeError(f"keep must be a torch.bool tensor, got {getattr(keep, 'dtype', keep)!r}")
+    if tuple(keep.shape) != shape:
+        raise ValueError(
+            f"keep has shape {tuple(keep.shape)}, expected [batch, kv_heads, length] = {shape}"
+        )
+    if keep.device != device:
+        raise ValueError(f"keep is on {keep.device}, the layer's cache is on {device}")
+
+
+class RaggedCache(DynamicCache):
+    """A ``DynamicCache`` whose layers can be compressed per KV head, freeing evicted entries.
+
+    Use it as ``past_key_values`` in ``model(...)`` / ``model.generate(...)``; forward passes
+    that reach a compressed layer must run inside :func:`ragged_attention`.
+
+    Parameters
+    ----------
+    slack
+        Free rows kept per segment after compression, so that this many appended tokens are
+        in-place writes (the room then doubles with the decoded length, see the module doc).
+
+    Notes
+    -----
+    Compressing a layer twice is allowed and composes: the second ``keep`` (over logical
+    positions, appended tokens included) selects among the entries still stored.
+    ``physical_bytes`` / ``allocated_bytes`` count key/value rows only; the int64
+    ``positions`` (8 B per allocated row) and the segment offsets are metadata on top.
+
+    Examples
+    --------
+    >>> cache = RaggedCache(slack=2)
+    >>> kv = torch.randn(1, 2, 6, 8)  # [batch, kv_head, T, dim]
+    >>> _ = cache.update(kv, kv.clone(), 0)
+    >>> keep = torch.ones(1, 2, 6, dtype=torch.bool)
+    >>> keep[0, 0, :4] = False
+    >>> cache.compress_layer(0, keep)
+    >>> cache.kept_lengths(0).tolist(), cache.get_seq_length()
+    ([[2, 6]], 6)
+    >>> cache.physical_bytes(), cache.allocated_bytes(), cache.dense_bytes()
+    (512, 768, 768)
+    """
+
+    def __init__(self, slack: int = 64) -> None:
+        if not isinstance(slack, int) or slack < 0:
+            raise ValueError(f"slack must be an int >= 0, got {slack!r}")
+        super().__init__()
+        self.layer_class_to_replicate = RaggedLayer
+        self.slack = slack
+
+    def layer(self, layer_idx: int) -> RaggedLayer:
+        """The cache layer ``layer_idx`` (it must have seen tokens already)."""
+        if not 0 <= layer_idx < len(self.layers):
+            raise IndexError(
+                f"layer {layer_idx} is not in the cache ({len(self.layers)} layers filled so far)"
+            )
+        layer = self.layers[layer_idx]
+        assert isinstance(layer, RaggedLayer)
+        return layer
+
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        cache_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append new states; for a packed layer, also hand its layout to the attention."""
+        session = _SESSION.get()
+        if layer_idx < len(self.layers) and self.is_packed(layer_idx) and session is None:
+            raise RuntimeError(
+                f"layer {layer_idx} of the RaggedCache is compressed: run the model inside "
+                "rcstat.press.ragged_attention(model) so that its attention reads the packed cache"
+            )
+        keys, values = super().update(key_states, value_states, layer_idx, cache_kwargs)
+        packed = self.layer(layer_idx).packed
+        if packed is not None:
+            assert session is not None
+            session.pending[layer_idx] = packed
+        return keys, values
+
+    def compress_layer(
+        self, layer_idx: int, keep: torch.Tensor, *, slack: int | None = None
+    ) -> None:
+        """Replace layer ``layer_idx`` by its kept entries, packed per (batch, KV head).
+
+        Parameters
+        ----------
+        layer_idx
+            The decoder layer.
+        keep
+            ``[batch, kv_heads, length]`` bool over logical positions; at least one True per
+            (batch, KV head). Batch rows may keep different numbers of entries.
+        slack
+            Free rows per segment (default: the cache's ``slack``).
+
+        Raises
+        ------
+        TypeError
+            If ``keep`` is not a bool tensor.
+        ValueError
+            If its shape or device does not match the layer, or a segment would be empty.
+        """
+        room = self.slack if slack is None else slack
+        if not isinstance(room, int) or room < 0:
+            raise ValueError(f"slack must be an int >= 0, got {room!r}")
+        self.layer(layer_idx).compress(keep, room)
+
+    def is_packed(self, layer_idx: int) -> bool:
+        """Whether layer ``layer_idx`` has been compressed."""
+        return self.layer(layer_idx).packed is not None
+
+    def kept_lengths(self, layer_idx: int) -> torch.Tensor:
+        """Stored entries per (batch, KV head) of one layer: ``[batch, kv_heads]`` int64."""
+        return self.layer(layer_idx).kept_lengths()
+
+    def physical_bytes(self) -> int:
+        """Bytes of the live key/value entries over all layers (room excluded)."""
+        return sum(self.layer(i).physical_bytes() for i in range(len(self.layers)))
+
+    def allocated_bytes(self) -> int:
+        """Bytes of the key/value buffers over all layers (room included)."""
+        return sum(self.layer(i).allocated_bytes() for i in range(len(self.layers)))
+
+    def dense_bytes(self) -> int:
+        """Bytes a full dense cache of the same logical length would take."""
+        return sum(self.layer(i).dense_bytes() for i in range(len(self.layers)))

@@ -1,0 +1,131 @@
+"""The packed layout of one compressed KV layer and the cache-to-attention handoff.
+
+A compressed layer stores, per (batch, KV head) segment, only the entries it keeps, followed by
+free room for appended tokens (:class:`PackedKV`). :class:`RaggedCache` (``ragged_cache.py``)
+builds and grows these layouts; :func:`ragged_attention` (``ragged_attention.py``) reads them.
+The two meet in a :class:`_Session`: the cache publishes a layer's layout when the model
+updates it and the attention function of the same layer takes it back. See
+``docs/press.md`` for the whole design.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+Backend = Literal["auto", "reference", "varlen"]
+
+
+@dataclass
+class PackedKV:
+    """One layer's packed storage: segment ``s = b·kv_heads + h`` per (batch, KV head).
+
+    Segment ``s`` occupies rows ``seg_start[s] .. seg_start[s+1]-1`` of ``keys``/``values``;
+    its first ``seg_len[s]`` rows are live (original order), the rest is free room.
+    """
+
+    keys: torch.Tensor  # [capacity, dim], model dtype
+    values: torch.Tensor  # [capacity, dim]
+    positions: torch.Tensor  # [capacity] int64: logical position of each row (-1 in the room)
+    seg_start: torch.Tensor  # [S + 1] int64 row offsets (seg_start[S] = capacity)
+    seg_len: torch.Tensor  # [S] int64 live rows per segment
+    batch: int
+    kv_heads: int
+    length: int  # logical sequence length (prompt + appended tokens)
+    room: int  # free rows at the end of every segment (the same for all)
+    live: int  # sum(seg_len), kept on the host
+    max_len: int  # max(seg_len), kept on the host
+    appended: int = 0  # tokens appended since the layer was (last) compressed
+
+    @property
+    def capacity(self) -> int:
+        """Rows allocated (live + room of every segment)."""
+        return int(self.keys.shape[0])
+
+    @property
+    def entry_bytes(self) -> int:
+        """Bytes of one key + value row."""
+        return 2 * int(self.keys.shape[1]) * self.keys.element_size()
+
+
+def _live_rows(packed: PackedKV) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of the live entries in segment order, and their segment: two ``[live]`` int64."""
+    device = packed.seg_len.device
+    segments = packed.seg_len.numel()
+    segment = torch.repeat_interleave(
+        torch.arange(segments, device=device), packed.seg_len, output_size=packed.live
+    )  # [live]
+    first = torch.cumsum(packed.seg_len, 0) - packed.seg_len  # [S] rank of each segment's first
+    rank = torch.arange(packed.live, device=device) - first[segment]  # [live] index in segment
+    return packed.seg_start[segment] + rank, segment
+
+
+def _pack(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    segment: torch.Tensor,
+    positions: torch.Tensor,
+    seg_len: torch.Tensor,
+    *,
+    room: int,
+    batch: int,
+    kv_heads: int,
+    length: int,
+    max_len: int,
+    appended: int,
+) -> PackedKV:
+    """Copy the selected rows into a fresh packed layout with ``room`` free rows per segment.
+
+    ``keys``/``values`` ``[M, dim]`` are the source; ``rows`` ``[N]`` the rows to keep, in
+    segment order, ``segment`` ``[N]`` their segment, ``positions`` ``[N]`` their logical
+    positions and ``seg_len`` ``[S]`` the resulting number of entries per segment.
+    """
+    live = int(rows.numel())
+    segments = int(seg_len.numel())
+    device = keys.device
+    seg_start = torch.zeros(segments + 1, dtype=torch.int64, device=device)  # [S + 1]
+    torch.cumsum(seg_len + room, 0, out=seg_start[1:])
+    first = torch.cumsum(seg_len, 0) - seg_len  # [S]
+    rank = torch.arange(live, device=device) - first[segment]  # [N]
+    dest = seg_start[segment] + rank  # [N] destination rows
+    capacity = live + segments * room
+    # zeros, not empty: the room is never attended to, but NaN garbage there would leak through
+    # 0·NaN in the padded reference path
+    new_keys = keys.new_zeros(capacity, keys.shape[1])  # [capacity, dim]
+    new_values = values.new_zeros(capacity, values.shape[1])
+    new_keys.index_copy_(0, dest, keys.index_select(0, rows))
+    new_values.index_copy_(0, dest, values.index_select(0, rows))
+    new_positions = torch.full((capacity,), -1, dtype=torch.int64, device=device)
+    new_positions.index_copy_(0, dest, positions)
+    return PackedKV(
+        keys=new_keys,
+        values=new_values,
+        positions=new_positions,
+        seg_start=seg_start,
+        seg_len=seg_len.clone(),
+        batch=batch,
+        kv_heads=kv_heads,
+        length=length,
+        room=room,
+        live=live,
+        max_len=max_len,
+        appended=appended,
+    )
+
+
+@dataclass
+class _Session:
+    """State of one :func:`ragged_attention` context."""
+
+    backend: Backend
+    # packed layouts published by RaggedCache.update, taken by the attention of the same layer
+    pending: dict[int, PackedKV] = field(default_factory=dict)
+
+
+_SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+    "rcstat_ragged", default=None
+)
