@@ -66,7 +66,7 @@ def test_attribute_paragraph_file_and_token_granularity(model_dir: Path, tmp_pat
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--context", "x", "--answer", ANSWER], "top_k must be in 1..12"),  # default k = 20
+        (["--context", "x", "--answer", ANSWER], "top_k must be an integer in [1, 12]"),  # default k = 20
         (["--answer", ANSWER, "--top-k", "2"], "attribute needs a context"),
         (["--context", "Some text.", "--answer", "  ", "--top-k", "2"], "answer is empty"),
     ],

@@ -782,7 +782,7 @@ def test_load_dataset_names_and_options(tmp_path):
     assert len(load_dataset("squad", files["squad_v2"], include_unanswerable=False)) == 2
     relevant = load_dataset("qmsum", files["qmsum"], context="relevant")
     assert relevant == load_qmsum(files["qmsum"], context="relevant")
-    with pytest.raises(ValueError, match="unknown dataset 'squad_v3'; known: squad_v2"):
+    with pytest.raises(ValueError, match="unknown dataset 'squad_v3'; choose one of squad_v2"):
         load_dataset("squad_v3", files["squad_v2"])
     with pytest.raises(TypeError):
         load_dataset("quotesum", files["quotesum"], context="relevant")

@@ -6,10 +6,13 @@ import pytest
 import torch
 from kvpress import KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress
 
-from rcstat.evaluation.kv import evaluate_example, full_reference, split_context_question
+from rcstat.evaluation.kv import evaluate_example, full_reference
+from rcstat.press.answer import split_context_question
 from rcstat.segments import segment_chat
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
+
+pytestmark = pytest.mark.press  # needs the rcstat[press] extra (kvpress)
 
 CONTEXT = "The cat sat on the warm mat near the door while the dog slept in the garden. " * 3
 QUESTION = "Where did the cat sit?"

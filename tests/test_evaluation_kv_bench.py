@@ -12,6 +12,8 @@ from rcstat.evaluation.kv_bench import KVBench, Setting, make_press, settings_gr
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
+pytestmark = pytest.mark.press  # needs the rcstat[press] extra (kvpress)
+
 EXAMPLES = [
     QAExample(
         f"ex{i}",
@@ -32,7 +34,7 @@ def test_grid_and_presses() -> None:
     assert Setting("rcstat", threshold=1.0, window=8) in grid
     assert len(grid) == 2 + 4 + 2
     assert make_press(Setting("rcstat", threshold=1.3, window=16)).threshold == 1.3
-    with pytest.raises(ValueError, match="unknown method"):
+    with pytest.raises(ValueError, match="unknown press"):
         make_press(Setting("magic", ratio=0.5))
 
 

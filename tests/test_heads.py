@@ -9,7 +9,7 @@ counting the analyses and comparing file bytes. Everything runs on the tiny rand
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import importlib
 import io
 import json
@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from rich.console import Console
 from scipy.stats import mannwhitneyu, spearmanr
 
 import rcstat.heads
+from rcstat import cli
 from rcstat.analysis import analyze
+from rcstat.cli._common import console
 from rcstat.data import AttributedSpan, AttributionExample, DatasetFormatError, QAExample
 from rcstat.heads import (
     Comparison,
@@ -42,7 +43,6 @@ from rcstat.heads import (
     save_figure,
     summarize,
 )
-from rcstat.heads.command import add_heads_parser, run_heads
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 from tests.test_data import _qmsum_record, _squad_doc, _write_json, _write_jsonl
@@ -474,7 +474,7 @@ def test_lazy_imports_and_collect_is_the_function() -> None:
     assert callable(rcstat.heads.collect) and rcstat.heads.collect is collect
     assert collect.__module__ == "rcstat.heads.collection"
     code = (
-        "import sys, rcstat.heads, rcstat.heads.command; "
+        "import sys, rcstat.heads, rcstat.cli.heads; "
         "heavy = {'torch', 'transformers', 'matplotlib', 'scipy'} & set(sys.modules); "
         "assert not heavy, heavy"
     )
@@ -485,10 +485,13 @@ def test_lazy_imports_and_collect_is_the_function() -> None:
 
 
 def _cli(console_file: io.StringIO, *argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="rcstat")
-    add_heads_parser(parser.add_subparsers(dest="command", required=True))
-    ns = parser.parse_args(["heads", *argv])
-    return run_heads(ns, Console(file=console_file, width=200))
+    width = console.width
+    console.width = 200
+    try:
+        with contextlib.redirect_stdout(console_file):
+            return cli.main(["heads", *argv])
+    finally:
+        console.width = width
 
 
 def test_cli_collect_and_compare_write_all_files(model_dir: Path, tmp_path: Path) -> None:

@@ -1,11 +1,14 @@
-"""compress_and_answer: real eviction into the ragged cache, ratio and memory consistent."""
+"""rcstat.press.answer: real eviction into the ragged cache, ratio and memory consistent."""
 
 from __future__ import annotations
 
 import pytest
 
-from rcstat.compress import compress_and_answer, format_bytes
+pytestmark = pytest.mark.press
+
+from rcstat.press.answer import compress_and_answer
 from rcstat.press.rcstat_press import RCStatPress
+from rcstat.report.console import format_bytes
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 

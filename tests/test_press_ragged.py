@@ -1,5 +1,5 @@
-"""rcstat.press.ragged: the packed per-KV-head cache and its attention, against a plain
-DynamicCache (nothing evicted) and against a dense cache that masks the evicted entries."""
+"""rcstat.press.layout, ragged_cache and ragged_attention: the packed per-KV-head cache and
+its attention, against a plain DynamicCache (nothing evicted) and against a dense cache that masks the evicted entries."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from transformers import AttentionInterface, DynamicCache, MistralForCausalLM
 from transformers.masking_utils import AttentionMaskInterface
 
 from rcstat.press import PackedKV, RaggedCache, packed_attention, ragged_attention
-from rcstat.press.ragged import _varlen_kernel
+from rcstat.press.attention import _varlen_kernel
 from tests._tiny_models import tiny_model
 
 ATOL = 1e-4
@@ -505,7 +505,7 @@ def test_varlen_equals_reference_on_cuda(q_len: int, slack: int) -> None:
 def test_model_on_cuda_uses_varlen_and_matches_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     if _varlen_kernel() is None:
         pytest.skip("this torch has no usable torch.nn.attention.varlen.varlen_attn")
-    import rcstat.press.ragged as ragged
+    import rcstat.press.attention as ragged
 
     calls = []
     original = ragged._varlen_attention

@@ -7,9 +7,11 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from rcstat.press.rcstat_press import RCStatPress, token_scores
+from rcstat.press.rcstat_press import RCStatPress, relative_scores
 from tests._reference import naive_expected_rc
 from tests._tiny_models import reference_scores, tiny_model
+
+pytestmark = pytest.mark.press  # needs the rcstat[press] extra (kvpress)
 
 
 def _naive_normalized(scores: np.ndarray, window: int) -> np.ndarray:
@@ -22,10 +24,10 @@ def _naive_normalized(scores: np.ndarray, window: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("window", [4, 8])
-def test_token_scores_equal_brute_force(window: int) -> None:
+def test_relative_scores_equal_brute_force(window: int) -> None:
     gen = torch.Generator().manual_seed(window)
     scores = torch.randn(1, 3, window, 40, generator=gen, dtype=torch.float64) * 5
-    got = token_scores(scores)
+    got = relative_scores(scores)
     for head in range(3):
         want = _naive_normalized(scores[0, head].numpy(), window)
         np.testing.assert_allclose(got[0, head].numpy(), want, rtol=1e-9, atol=1e-12)
@@ -101,7 +103,7 @@ def _ids(length: int, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_press_on_the_ragged_cache_equals_masked_reference(arch: str) -> None:
     from rcstat.press import RaggedCache, ragged_attention
-    from tests.test_ragged import masked_reference
+    from tests.test_press_ragged import masked_reference
 
     model = tiny_model(arch)
     context, question = _ids(40, 5), _ids(6, 6)

@@ -1,4 +1,4 @@
-"""Per-head RC scores for one example (DESIGN.md §2.1, paper §5.1).
+"""Per-head RC scores for one example (paper §5.1).
 
 ``analyze`` runs one teacher-forced forward pass of ``s = p ⊕ g`` with the score capture
 active; each layer's generation block ``[heads, |g|, |p| + |g|]`` is reduced on the spot to
@@ -12,13 +12,21 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 import torch
 
-from rcstat.capture import AttentionLayout, attention_layout, capture_scores
+from rcstat.capture import attention_layout, capture_scores
+from rcstat.checks import check_count, check_number
+from rcstat.defaults import DEFAULT_TAU
+from rcstat.generation import (
+    check_example,
+    check_max_new_tokens,
+    generate_answer,
+    input_device,
+)
 from rcstat.segments import Segmented, segment_chat, segment_text
 from rcstat.stats import block_statistics, cross_self_samples
 
@@ -28,7 +36,6 @@ if TYPE_CHECKING:
 
 Statistic = Literal["expected", "upper", "lower", "normalized"]
 STATISTICS: tuple[Statistic, ...] = ("expected", "upper", "lower", "normalized")
-DEFAULT_TAU = 1.5
 
 
 @dataclass
@@ -58,6 +65,9 @@ class HeadAnalysis:
         True when scores were multiplied by ``1/sqrt(d)`` (raw ``<q, k>`` otherwise).
     samples
         Raw score samples of the heads requested with ``keep_samples``.
+    generation_finished
+        For a generation the model wrote: True if it ended with a stop token, False if it was
+        cut at ``max_new_tokens``; None for a generation given as text.
     """
 
     expected: np.ndarray
@@ -71,6 +81,7 @@ class HeadAnalysis:
     model_name: str = ""
     scaled: bool = False
     samples: list[HeadSamples] = field(default_factory=list)
+    generation_finished: bool | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -85,6 +96,7 @@ class HeadAnalysis:
 
     def count_above(self, tau: float = DEFAULT_TAU, by: Statistic = "upper") -> int:
         """Number of heads whose statistic exceeds ``tau`` (paper §5.1: ``A_h > τ = 1.5``)."""
+        tau = check_number("tau", tau)
         return int((self.values(by) > tau).sum())
 
     def to_frame(self) -> pd.DataFrame:
@@ -102,8 +114,7 @@ class HeadAnalysis:
 
     def top(self, k: int = 10, by: Statistic = "expected") -> pd.DataFrame:
         """The ``k`` heads with the largest statistic ``by``, highest first."""
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
+        check_count("k", k)
         frame = self.to_frame().sort_values(by, ascending=False, kind="stable")
         return frame.head(k).reset_index(drop=True)
 
@@ -113,8 +124,8 @@ class HeadAnalysis:
 
         return heatmap(self.values(by), ax=ax, label=by, **kwargs)
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (statistics as nested lists)."""
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (statistics as nested lists)."""
         return {
             "model": self.model_name,
             "prompt_len": self.prompt_len,
@@ -122,12 +133,17 @@ class HeadAnalysis:
             "prompt_text": self.prompt_text,
             "generation_text": self.generation_text,
             "scaled": self.scaled,
+            "generation_finished": self.generation_finished,
             **{name: self.values(name).tolist() for name in STATISTICS},
         }
 
+    def to_json(self) -> str:
+        """:meth:`to_dict` as a JSON string."""
+        return json.dumps(self.to_dict(), indent=1)
+
     def save(self, path: str | Path) -> None:
-        """Write :meth:`to_json` to ``path`` (JSON)."""
-        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+        """Write :meth:`to_json` to ``path``."""
+        Path(path).write_text(self.to_json(), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> HeadAnalysis:
@@ -145,40 +161,8 @@ class HeadAnalysis:
             generation_text=data["generation_text"],
             model_name=data["model"],
             scaled=data["scaled"],
+            generation_finished=data.get("generation_finished"),
         )
-
-
-def _strip_stop_tokens(ids: torch.Tensor, model: PreTrainedModel, tokenizer: Any) -> list[int]:
-    stops = {tokenizer.eos_token_id, tokenizer.pad_token_id}
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    stops.update(configured if isinstance(configured, list) else [configured])
-    out = ids.tolist()
-    while out and out[-1] in stops:
-        out.pop()
-    return out
-
-
-def generate_answer(
-    model: PreTrainedModel, tokenizer: Any, example: Segmented, max_new_tokens: int = 64
-) -> Segmented:
-    """Greedily generate the continuation of ``example`` and append it as the generation."""
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    device = next(model.parameters()).device
-    prompt = example.input_ids.to(device)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    with torch.no_grad():
-        out = model.generate(  # type: ignore[operator]
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=pad,
-        )
-    new_ids = _strip_stop_tokens(out[0, prompt.shape[1] :].cpu(), model, tokenizer)
-    if not new_ids:
-        raise ValueError("the model generated an empty answer; pass the answer explicitly")
-    return example.with_generation(tokenizer, new_ids)
 
 
 def _reduce_block(keep: dict[int, list[int]], prompt_len: int, samples: list[HeadSamples]) -> Any:
@@ -196,37 +180,6 @@ def _reduce_block(keep: dict[int, list[int]], prompt_len: int, samples: list[Hea
         }
 
     return reduce
-
-
-def check_example(model: PreTrainedModel, example: Segmented) -> AttentionLayout:
-    """Check that ``example`` can be analysed by ``model``; return the model's layout.
-
-    Raises
-    ------
-    ValueError
-        Empty prompt or generation, more tokens than the model's window, or token ids
-        outside its vocabulary (a tokenizer of another model).
-    UnsupportedModelError
-        If the model's attention cannot be captured.
-    """
-    layout = attention_layout(model)
-    if example.gen_len == 0:
-        raise ValueError("the generation is empty: give an answer or let the model generate one")
-    if example.prompt_len == 0:
-        raise ValueError("the prompt is empty")
-    if layout.max_positions is not None and example.seq_len > layout.max_positions:
-        raise ValueError(
-            f"the input has {example.seq_len} tokens but the model's window is "
-            f"{layout.max_positions} (max_position_embeddings)"
-        )
-    embeddings = cast(torch.nn.Embedding, model.get_input_embeddings())
-    vocab = int(embeddings.weight.shape[0])
-    if int(example.input_ids.max()) >= vocab:
-        raise ValueError(
-            f"token id {int(example.input_ids.max())} is outside the model's vocabulary "
-            f"({vocab}): the tokenizer does not belong to this model"
-        )
-    return layout
 
 
 def analyze_segmented(
@@ -259,7 +212,7 @@ def analyze_segmented(
             )
         keep.setdefault(layer, []).append(head)
     samples: list[HeadSamples] = []
-    device = next(model.parameters()).device
+    device = input_device(model)
     reducer = _reduce_block(keep, example.prompt_len, samples)
     with (
         torch.no_grad(),
@@ -267,11 +220,14 @@ def analyze_segmented(
     ):
         model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
     per_layer = result.ordered()
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         name: torch.stack([r[name].cpu() for r in per_layer]).numpy() for name in STATISTICS
     }  # each [layers, heads]
     return HeadAnalysis(
-        **arrays,
+        expected=arrays["expected"],
+        upper=arrays["upper"],
+        lower=arrays["lower"],
+        normalized=arrays["normalized"],
         prompt_len=example.prompt_len,
         gen_len=example.gen_len,
         prompt_text=example.text[: example.offsets[example.prompt_len][0]],
@@ -295,6 +251,7 @@ def analyze(
     max_new_tokens: int = 64,
     scaled: bool = False,
     keep_samples: Sequence[tuple[int, int]] = (),
+    allow_special_tokens: bool = False,
 ) -> HeadAnalysis:
     """Per-(layer, head) RC of one example: which heads ground the generation in the prompt.
 
@@ -308,18 +265,24 @@ def analyze(
       with the tokenizer's default special tokens, the generation with
       ``add_special_tokens=False``, and the two are concatenated.
 
-    Without an answer / generation the model generates one greedily (``max_new_tokens``).
+    Without an answer / generation the model generates one greedily (``max_new_tokens``);
+    :attr:`HeadAnalysis.generation_finished` tells whether it ended or was cut at the limit.
+
+    User text is tokenized as literal text: a special-token string such as ``<|im_start|>``
+    inside it cannot open or close a chat turn. ``allow_special_tokens=True`` encodes such
+    strings as special tokens (only for trusted text).
 
     Returns
     -------
     HeadAnalysis
-        ``E_h``, ``A_h``, ``a_h`` and the normalized RC per head (DESIGN.md §2.1).
+        ``E_h``, ``A_h``, ``a_h`` and the normalized RC per head (paper §5.1, eq. 6).
 
     Notes
     -----
     ``E_h = E(X(p, g), Y(g, g))`` with ``X(p, g) = {f(i, j): i ∈ p, j ∈ g}`` and
     ``Y(g, g) = {f(k, l): k <= l ∈ g}`` (paper eq. 6, Theorem 3.6), computed exactly.
     """
+    check_max_new_tokens(max_new_tokens)
     layout = attention_layout(model)
     chat = context is not None or question is not None or answer is not None
     raw = prompt is not None or generation is not None
@@ -338,12 +301,23 @@ def analyze(
             answer,
             question_placement=question_placement,
             max_length=layout.max_positions,
+            allow_special_tokens=allow_special_tokens,
         )
         needs_generation = answer is None
     else:
         assert prompt is not None
-        example = segment_text(tokenizer, prompt, generation, max_length=layout.max_positions)
+        example = segment_text(
+            tokenizer,
+            prompt,
+            generation,
+            max_length=layout.max_positions,
+            allow_special_tokens=allow_special_tokens,
+        )
         needs_generation = generation is None
+    finished: bool | None = None
     if needs_generation:
-        example = generate_answer(model, tokenizer, example, max_new_tokens)
-    return analyze_segmented(model, example, scaled=scaled, keep_samples=keep_samples)
+        answered = generate_answer(model, tokenizer, example, max_new_tokens)
+        example, finished = answered.example, answered.finished
+    result = analyze_segmented(model, example, scaled=scaled, keep_samples=keep_samples)
+    result.generation_finished = finished
+    return result

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import torch
-from transformers import AttentionInterface
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.architecture import UnsupportedModelError, attention_layout
+from rcstat.capture.switch import current_implementation, switched_attention
 
 IMPLEMENTATION = "rcstat"
 R = TypeVar("R")
@@ -188,18 +188,11 @@ def capture_scores(
         raise ValueError(f"invalid query rows [{query_start}, {query_end})")
     if _ACTIVE.get() is not None:
         raise RuntimeError("capture_scores contexts cannot be nested")
-    config: Any = model.config
-    previous = config._attn_implementation or "eager"
-    if previous == IMPLEMENTATION:
-        raise RuntimeError("the model is already switched to the rcstat attention function")
-    AttentionInterface.register(IMPLEMENTATION, _attention)
+    previous = current_implementation(model)
     # A custom name gets no mask unless a mask function is registered under it: use the
     # delegate's own (sdpa's returns None when nothing is padded; the delegate is causal then).
-    AttentionMaskInterface.register(
-        IMPLEMENTATION,
-        ALL_MASK_ATTENTION_FUNCTIONS._global_mapping.get(
-            previous, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
-        ),
+    mask = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping.get(
+        previous, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
     )
     result: CaptureResult[R] = CaptureResult(layers=chosen)
     session = _Session(
@@ -212,11 +205,10 @@ def capture_scores(
         result=result,
     )
     token = _ACTIVE.set(session)
-    model.set_attn_implementation(IMPLEMENTATION)  # type: ignore[operator]
     try:
-        yield result
+        with switched_attention(model, IMPLEMENTATION, _attention, mask):
+            yield result
     finally:
-        model.set_attn_implementation(previous)  # type: ignore[operator]
         _ACTIVE.reset(token)
     _raise_if_not_finite(session)
 

@@ -9,19 +9,36 @@ context with RCStatPress and attributes the answer to the sentences of both cont
 
 from __future__ import annotations
 
+import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rcstat.analysis import HeadAnalysis, Statistic, analyze
-from rcstat.attribution import Attribution, Attributor
+from rcstat.cli._common import (
+    HelpFormatter,
+    add_model_option,
+    check_output_folder,
+    console,
+    load_model_quietly,
+    number,
+    staged_output,
+    step,
+)
+from rcstat.defaults import DEFAULT_TAU
+from rcstat.report.console import format_bytes
 from rcstat.report.html import Panel, Section, figure_png, render_report
 from rcstat.report.plots import heatmap
+
+if TYPE_CHECKING:
+    from rcstat.analysis import HeadAnalysis, Statistic
+    from rcstat.attribution import Attribution
+
+NAME = "demo"
 
 _MAPS: tuple[Statistic, ...] = ("upper", "normalized")
 _MEDIANS: tuple[Statistic, ...] = ("upper", "expected", "normalized")
@@ -139,16 +156,16 @@ def attribution_summary(result: Attribution) -> str:
     return "Attribution of the answer: " + "; ".join(parts)
 
 
-def run_contrast(model_name: str | None, out: Path, tau: float, console: Console) -> int:
+def run_contrast(model_name: str | None, out: Path, tau: float) -> int:
     """Analyse both examples, print the counts side by side, write ``report.html``."""
-    from rcstat.cli import staged_output
-    from rcstat.models import load_model
+    from rcstat.analysis import analyze
+    from rcstat.attribution import Attributor
 
-    with console.status("loading model…"):
-        model, tokenizer = load_model(model_name)
+    check_output_folder(out, NAME)
+    model, tokenizer = load_model_quietly(model_name)
     results = {}
     for name, context in (("supporting", SUPPORTING), ("unrelated", UNRELATED)):
-        with console.status(f"analysing the {name} example…"):
+        with step(f"analysing the {name} example…"):
             results[name] = analyze(
                 model,
                 tokenizer,
@@ -157,10 +174,10 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
                 answer=ANSWER,
                 question_placement="generation",
             )
-    from rcstat.compress import compress_and_answer, format_bytes
+    from rcstat.press.answer import compress_and_answer
     from rcstat.press.rcstat_press import RCStatPress
 
-    with console.status("compressing the supporting context (RCStatPress, c = 1)…"):
+    with step("compressing the supporting context (RCStatPress, c = 1)…"):
         compression = compress_and_answer(
             model, tokenizer, SUPPORTING, QUESTION, RCStatPress(threshold=1.0), max_new_tokens=40
         )
@@ -171,7 +188,7 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
         "Answer on the compressed cache: "
         f"{compression.answer!r}"
     )
-    with console.status("attributing the answer to the sentences of both contexts…"):
+    with step("attributing the answer to the sentences of both contexts…"):
         attribution = Attributor(model, tokenizer).attribute(
             UNRELATED + " " + SUPPORTING, QUESTION, ANSWER, granularity="sentence"
         )
@@ -224,7 +241,7 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
             ),
         ],
     )
-    with staged_output(out) as stage:
+    with staged_output(out, NAME) as stage:
         for name, result in results.items():
             result.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
             result.save(stage / f"scores_{name}.json")
@@ -240,3 +257,41 @@ def run_contrast(model_name: str | None, out: Path, tau: float, console: Console
         (stage / "summary.json").write_text(json.dumps(summary, indent=1))
     console.print(f"report written to {escape(str(out / 'report.html'))}")
     return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``demo`` to the sub-command parsers ``sub``."""
+    demo = sub.add_parser(
+        NAME,
+        help="contrast a supporting and an unrelated context; compress; attribute",
+        description="The paper's two contrasting examples on the embedded model: head counts, "
+        "a compressed-cache answer beside the full-cache one, and attribution, in an HTML "
+        "report.",
+        formatter_class=HelpFormatter,
+    )
+    add_model_option(demo)
+    demo.add_argument("--out", default="runs/demo", help="output folder")
+    demo.add_argument("--tau", type=float, default=DEFAULT_TAU, help="threshold on the upper bound")
+
+
+@dataclass
+class DemoArgs:
+    """Arguments of ``rcstat demo`` (checked)."""
+
+    model: str | None
+    out: Path
+    tau: float
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> DemoArgs:
+        return cls(model=ns.model, out=Path(ns.out), tau=number("--tau", ns.tau))
+
+
+def run(args: DemoArgs) -> int:
+    """Run the demo (see the module docstring)."""
+    return run_contrast(args.model, args.out, args.tau)
+
+
+def from_namespace(ns: argparse.Namespace) -> DemoArgs:
+    """The checked arguments of ``rcstat demo``."""
+    return DemoArgs.from_namespace(ns)

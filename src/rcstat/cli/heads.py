@@ -8,8 +8,8 @@ a rerun skips what is there), then rebuild from the whole ``heads.csv`` the summ
 **Compare** (``--compare RUN_A RUN_B``): read the ``heads.csv`` of two earlier runs and write
 ``comparison.json``, ``comparison.md``, ``counts.csv`` and ``comparison.png`` into ``--out``.
 
-This module imports only the standard library and rich at import time, so wiring it into
-:mod:`rcstat.cli` keeps ``rcstat --help`` fast.
+This module imports only the standard library, rich and rcstat's light modules at import
+time, so ``rcstat --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -20,25 +20,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from rcstat.cli._common import (
+    HelpFormatter,
+    add_model_option,
+    claim_output_folder,
+    console,
+    count,
+    load_model_quietly,
+    number,
+    optional_count,
+    staged_output,
+    step,
+)
+from rcstat.defaults import DEFAULT_MODEL_NAME, DEFAULT_TAU
 
 if TYPE_CHECKING:
     from rcstat.heads.summary import Comparison, HeadSummary
 
-__all__ = ["DATASET_CHOICES", "HeadsArgs", "add_heads_parser", "run_heads"]
+__all__ = ["DATASET_CHOICES", "HeadsArgs", "from_namespace", "register", "run"]
 
+NAME = "heads"
 DATASET_CHOICES = ("squad_v2", "qmsum", "2wiki", "quotesum", "verigran", "jsonl")
-_ALIASES = {"squad": "squad_v2", "2wikimultihopqa": "2wiki", "veri_gran": "verigran"}
 DEFAULT_OUT = "runs/heads"
 DEFAULT_COMPARE_OUT = "runs/heads_compare"
+# Files a collect run grows example by example (kept when the summary is rewritten).
+_ROWS = ("config.json", "heads.csv", "examples.csv")
 
 
-def add_heads_parser(sub: Any) -> argparse.ArgumentParser:
+def register(sub: Any) -> argparse.ArgumentParser:
     """Add the ``heads`` sub-command to ``sub`` (the result of ``add_subparsers``)."""
     p = sub.add_parser(
-        "heads",
+        NAME,
+        formatter_class=HelpFormatter,
         help="per-head RC over a dataset: percentiles, head counts, figures; or compare two runs",
         description=(
             "Analyse every example of a dataset (context = prompt, question + answer = "
@@ -46,7 +62,7 @@ def add_heads_parser(sub: Any) -> argparse.ArgumentParser:
             "--compare, test whether one run's examples have more high-RC heads than another's."
         ),
     )
-    p.add_argument("--model", default=None, help="hub id or local path (default: embedded)")
+    add_model_option(p)
     p.add_argument(
         "--dataset",
         default=None,
@@ -67,8 +83,10 @@ def add_heads_parser(sub: Any) -> argparse.ArgumentParser:
         default=None,
         help="qmsum only: whole transcript (default) or the query's relevant turns",
     )
-    p.add_argument("--tau", type=float, default=1.5, help="threshold for the head counts")
-    p.add_argument("--statistic", choices=["upper", "expected"], default="upper")
+    p.add_argument("--tau", type=float, default=DEFAULT_TAU, help="threshold for head counts")
+    p.add_argument(
+        "--statistic", choices=["upper", "expected"], default="upper", help="statistic summarised"
+    )
     p.add_argument(
         "--max-new-tokens",
         type=int,
@@ -109,12 +127,10 @@ class HeadsArgs:
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> HeadsArgs:
         """Check the combination of options; raise ``ValueError`` with the fix."""
-        if ns.n is not None and ns.n < 1:
-            raise ValueError(f"--n must be at least 1, got {ns.n}")
-        if ns.max_new_tokens < 1:
-            raise ValueError(f"--max-new-tokens must be at least 1, got {ns.max_new_tokens}")
-        if ns.top < 1:
-            raise ValueError(f"--top must be at least 1, got {ns.top}")
+        optional_count("--n", ns.n)
+        count("--max-new-tokens", ns.max_new_tokens)
+        count("--top", ns.top)
+        number("--tau", ns.tau)
         compare = None
         labels = None
         if ns.compare is not None:
@@ -145,13 +161,12 @@ class HeadsArgs:
             labels = (names[0], names[1])
         elif ns.labels is not None:
             raise ValueError("--labels applies to --compare only")
-        dataset = (ns.dataset or "squad_v2").strip().lower().replace("-", "_")
-        dataset = _ALIASES.get(dataset, dataset)
+        dataset = (ns.dataset or "squad_v2").strip().lower()
         if compare is None:
-            if dataset not in DATASET_CHOICES:
-                raise ValueError(
-                    f"unknown dataset {ns.dataset!r}; choose one of {', '.join(DATASET_CHOICES)}"
-                )
+            if dataset != "jsonl":
+                from rcstat.data.registry import canonical_name
+
+                dataset = canonical_name(dataset)
             if dataset == "jsonl" and ns.data is None:
                 raise ValueError(
                     '--dataset jsonl needs --data FILE (one {"context", "question", '
@@ -176,16 +191,16 @@ class HeadsArgs:
         )
 
 
-def run_heads(ns: argparse.Namespace, console: Console) -> int:
-    """Run ``rcstat heads``; return the exit status (2 with a message on bad input)."""
-    try:
-        args = HeadsArgs.from_namespace(ns)
-        if args.compare is not None:
-            return _run_compare(args, console)
-        return _run_collect(args, console)
-    except (ValueError, OSError) as err:  # DatasetFormatError is a ValueError
-        console.print(f"[red]error:[/red] {escape(str(err))}")
-        return 2
+def from_namespace(ns: argparse.Namespace) -> HeadsArgs:
+    """The checked arguments of ``rcstat heads``."""
+    return HeadsArgs.from_namespace(ns)
+
+
+def run(args: HeadsArgs) -> int:
+    """Run ``rcstat heads`` (collect, or compare two runs)."""
+    if args.compare is not None:
+        return _run_compare(args)
+    return _run_collect(args)
 
 
 def _load_examples(args: HeadsArgs) -> list[Any]:
@@ -213,20 +228,18 @@ def _check_config(out: Path, config: dict[str, Any]) -> None:
             )
 
 
-def _run_collect(args: HeadsArgs, console: Console) -> int:
-    from rcstat.cli import staged_output
+def _run_collect(args: HeadsArgs) -> int:
     from rcstat.heads.collection import collect, read_heads
     from rcstat.heads.plots import (
         plot_head_distributions,
         plot_median_heatmap,
         plot_percentile_bands,
-        save_figure,
     )
     from rcstat.heads.summary import summarize
-    from rcstat.models import load_model
+    from rcstat.report.plots import save_figure
 
     config = {
-        "model": args.model or "SmolLM2-135M-Instruct",
+        "model": args.model or DEFAULT_MODEL_NAME,
         "dataset": args.dataset,
         "data": str(Path(args.data).resolve()) if args.data else None,
         "context": args.context,
@@ -236,9 +249,8 @@ def _run_collect(args: HeadsArgs, console: Console) -> int:
     examples = _load_examples(args)
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
-    args.out.mkdir(parents=True, exist_ok=True)
-    with console.status("loading model…"):
-        model, tokenizer = load_model(args.model)
+    claim_output_folder(args.out, NAME)
+    model, tokenizer = load_model_quietly(args.model)
     (args.out / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     frame = collect(model, tokenizer, examples, out=args.out, max_new_tokens=args.max_new_tokens)
     failed = frame.attrs.get("errors", {})
@@ -252,9 +264,9 @@ def _run_collect(args: HeadsArgs, console: Console) -> int:
     if not heads_csv.is_file():
         raise ValueError(f"no example could be analysed (see {args.out / 'examples.csv'})")
     everything = read_heads(heads_csv)  # the summary describes the whole folder
-    with console.status("summarising and plotting…"):
+    with step("summarising and plotting…"):
         summary = summarize(everything, statistic=args.statistic, tau=args.tau)  # type: ignore[arg-type]
-        with staged_output(args.out) as stage:
+        with staged_output(args.out, NAME, keep=_ROWS) as stage:
             (stage / "summary.json").write_text(
                 json.dumps(summary.to_dict(), indent=1), encoding="utf-8"
             )
@@ -267,17 +279,17 @@ def _run_collect(args: HeadsArgs, console: Console) -> int:
             )
             save_figure(plot_percentile_bands(summary), stage / "percentile_bands.png")
             save_figure(plot_median_heatmap(summary), stage / "median_heatmap.png")
-    _print_summary(console, summary, args.top)
-    _print_timing(console, args.out)
+    _print_summary(summary, args.top)
+    _print_timing(args.out)
     console.print(f"results written to {escape(str(args.out))}/")
     return 0
 
 
-def _run_compare(args: HeadsArgs, console: Console) -> int:
-    from rcstat.cli import staged_output
+def _run_compare(args: HeadsArgs) -> int:
     from rcstat.heads.collection import read_heads
-    from rcstat.heads.plots import plot_comparison, save_figure
+    from rcstat.heads.plots import plot_comparison
     from rcstat.heads.summary import compare
+    from rcstat.report.plots import save_figure
 
     assert args.compare is not None and args.labels is not None
     frames = [read_heads(run / "heads.csv") for run in args.compare]
@@ -288,18 +300,18 @@ def _run_compare(args: HeadsArgs, console: Console) -> int:
         statistic=args.statistic,  # type: ignore[arg-type]
         tau=args.tau,
     )
-    with staged_output(args.out) as stage, console.status("writing the comparison…"):
+    with step("writing the comparison…"), staged_output(args.out, "heads --compare") as stage:
         payload = {"runs": [str(run) for run in args.compare], **comparison.to_dict()}
         (stage / "comparison.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
         (stage / "comparison.md").write_text(comparison.to_markdown(), encoding="utf-8")
         comparison.counts.to_csv(stage / "counts.csv", index=False)
         save_figure(plot_comparison(comparison), stage / "comparison.png")
-    _print_comparison(console, comparison)
+    _print_comparison(comparison)
     console.print(f"results written to {escape(str(args.out))}/")
     return 0
 
 
-def _print_summary(console: Console, summary: HeadSummary, top: int) -> None:
+def _print_summary(summary: HeadSummary, top: int) -> None:
     counts = summary.counts
     console.print(
         f"{summary.n_examples} examples, {summary.n_layers} layers × {summary.n_heads} heads, "
@@ -333,7 +345,7 @@ def _print_summary(console: Console, summary: HeadSummary, top: int) -> None:
     console.print(table)
 
 
-def _print_timing(console: Console, out: Path) -> None:
+def _print_timing(out: Path) -> None:
     import pandas as pd
 
     path = out / "examples.csv"
@@ -349,7 +361,7 @@ def _print_timing(console: Console, out: Path) -> None:
         )
 
 
-def _print_comparison(console: Console, comparison: Comparison) -> None:
+def _print_comparison(comparison: Comparison) -> None:
     la, lb = comparison.labels
     table = Table(
         title=f"{escape(la)} vs {escape(lb)}: heads per example "

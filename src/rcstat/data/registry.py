@@ -1,7 +1,7 @@
 """Dispatch by dataset name and locate the shared developer slices.
 
 :func:`load_dataset` maps a name to its loader; :func:`default_path` finds the slice of a
-dataset under the nearest ``shared/data`` folder (DESIGN.md §5), for demos and tests. Real
+dataset under the nearest ``shared/data`` folder , for demos and tests. Real
 evaluations pass the path of the full upstream file.
 """
 
@@ -19,7 +19,7 @@ from rcstat.data.squad import load_squad_v2
 from rcstat.data.verigran import load_verigran
 from rcstat.data.wiki2 import load_2wiki
 
-__all__ = ["DATASETS", "default_path", "load_dataset"]
+__all__ = ["DATASETS", "canonical_name", "dataset_task", "default_path", "load_dataset"]
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,19 @@ DATASETS: dict[str, DatasetInfo] = {
 _ALIASES = {"squad": "squad_v2", "2wikimultihopqa": "2wiki", "veri_gran": "verigran"}
 
 
-def _canonical(name: str) -> str:
+def canonical_name(name: str) -> str:
+    """The canonical name of dataset ``name`` (aliases, case and ``-``/``_`` folded);
+    ``ValueError`` listing the known names otherwise."""
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     if key not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     return key
+
+
+def dataset_task(name: str) -> str:
+    """``"qa"`` or ``"attribution"``: what the examples of dataset ``name`` are for."""
+    return DATASETS[canonical_name(name)].task
 
 
 def default_path(name: str) -> Path:
@@ -84,7 +91,7 @@ def default_path(name: str) -> Path:
         If there is no ``shared/data``, no slice folder, or the folder holds no data file (e.g.
         2WikiMultihopQA, whose data is not redistributed); the message says to pass ``--data``.
     """
-    key = _canonical(name)
+    key = canonical_name(name)
     info = DATASETS[key]
     shared = find_shared_data()
     hint = f"pass the path of a {key} file in its upstream format (--data PATH)"
@@ -133,7 +140,7 @@ def load_dataset(
     TypeError
         For an option the loader does not take.
     """
-    key = _canonical(name)
+    key = canonical_name(name)
     if path is None:
         path = default_path(key)
     result: list[QAExample] | list[AttributionExample] = DATASETS[key].loader(

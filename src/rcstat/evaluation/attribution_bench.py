@@ -31,6 +31,7 @@ from tqdm import tqdm
 from rcstat.attribution import Attribution, Attributor
 from rcstat.data import AttributionExample
 from rcstat.evaluation.resume import done_keys
+from rcstat.report.plots import save_figure
 
 __all__ = ["RANKED_METHODS", "AttributionBench", "parse_ks", "score_example"]
 
@@ -210,5 +211,4 @@ def plot_accuracy_vs_k(accuracy: pd.DataFrame, path: Path, *, title: str) -> Non
     ax.set_title(f"{title}: attribution accuracy vs k")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)

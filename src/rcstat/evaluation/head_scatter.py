@@ -19,8 +19,11 @@ from scipy.stats import spearmanr
 
 from rcstat.analysis import analyze
 from rcstat.data import QAExample
-from rcstat.evaluation.kv import prefill, split_context_question
+from rcstat.defaults import DEFAULT_WINDOW
+from rcstat.generation import input_device
+from rcstat.press.answer import prefill, split_context_question
 from rcstat.press.rcstat_press import RCStatPress
+from rcstat.report.plots import save_figure
 
 
 def head_scatter(
@@ -29,7 +32,7 @@ def head_scatter(
     examples: Sequence[QAExample],
     *,
     threshold: float = 1.0,
-    window: int = 8,
+    window: int = DEFAULT_WINDOW,
 ) -> pd.DataFrame:
     """Mean per-KV-head realized ratio and RC over ``examples``.
 
@@ -39,7 +42,7 @@ def head_scatter(
     from transformers import DynamicCache
 
     ratios, scores, normalized = [], [], []
-    device = next(model.parameters()).device
+    device = input_device(model)
     for example in examples:
         answer = example.answers[0] if example.answers else None
         result = analyze(
@@ -88,5 +91,4 @@ def plot_head_scatter(frame: pd.DataFrame, path: str | Path) -> None:
     ax.set_xlabel("head RC (expected, mean over its query heads)")
     ax.set_ylabel("realized compression ratio of the KV head")
     ax.set_title(f"Spearman ρ = {frame.attrs.get('spearman_rho', float('nan')):.2f}")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path)

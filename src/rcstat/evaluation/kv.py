@@ -1,4 +1,4 @@
-"""One example of the KV-cache compression benchmark (paper §5.2, DESIGN.md §2.4).
+"""One example of the KV-cache compression benchmark (paper §5.2).
 
 Query placement follows kvpress's pipeline: the context (the chat-rendered prompt up to the
 question) is prefilled — and compressed by the press — then the question and the answer are
@@ -15,7 +15,6 @@ processed on top of the compressed cache. For every example and press:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,7 +22,8 @@ import torch
 from transformers import DynamicCache
 
 from rcstat.evaluation.metrics import head_outputs, rouge_f1, value_errors
-from rcstat.segments import segment_chat
+from rcstat.generation import input_device, stop_token_ids
+from rcstat.press.answer import answer_on_cache, attention_for, prefill, split_context_question
 
 CacheFactory = Callable[[], Any]
 
@@ -37,6 +37,8 @@ class KVResult:
     ver_count: int
     answer: str
     full_answer: str
+    finished: bool  # the compressed-cache answer ended by itself (not cut at the limit)
+    full_finished: bool
     rouge1: float
     rougeL: float
     rouge1_vs_full: float
@@ -46,66 +48,12 @@ class KVResult:
         return asdict(self)
 
 
-def split_context_question(tokenizer: Any, context: str, question: str) -> tuple[torch.Tensor, ...]:
-    """``(context_ids [1, m], question_ids [1, q])``: the chat-rendered prompt cut at the first
-    token of the question (the question, the end of the user turn and the assistant header
-    follow the compressed context)."""
-    example = segment_chat(tokenizer, context, question, question_placement="generation")
-    ids = example.input_ids
-    return ids[:, : example.prompt_len], ids[:, example.prompt_len :]
-
-
-def attention_for(model: Any, cache: Any) -> AbstractContextManager[Any]:
-    """The attention that reads ``cache``: the ragged one for a :class:`RaggedCache`."""
-    from rcstat.press.ragged import RaggedCache, ragged_attention
-
-    return ragged_attention(model) if isinstance(cache, RaggedCache) else nullcontext()
-
-
-def prefill(model: Any, context: torch.Tensor, press: Any, cache: Any) -> None:
-    pressing = press(model) if press is not None else nullcontext()
-    with torch.no_grad(), pressing, attention_for(model, cache):
-        model(context, past_key_values=cache, use_cache=True)
-
-
-def _positions(start: int, count: int, device: torch.device) -> torch.Tensor:
-    return torch.arange(start, start + count, device=device).unsqueeze(0)  # [1, count]
-
-
-def greedy(
-    model: Any, cache: Any, prompt: torch.Tensor, steps: int, stops: set[int], start: int
-) -> list[int]:
-    """Greedy continuation of ``prompt`` on top of ``cache``.
-
-    ``start`` is the logical position of the prompt's first token (the uncompressed context
-    length): passed as ``position_ids`` as kvpress's pipeline does, since a truncated cache
-    reports fewer tokens than the context had.
-    """
-    out: list[int] = []
-    device = prompt.device
-    with torch.no_grad(), attention_for(model, cache):
-        positions = _positions(start, prompt.shape[1], device)
-        logits = model(prompt, past_key_values=cache, position_ids=positions).logits
-        position = start + prompt.shape[1]
-        for _ in range(steps):
-            token = int(logits[0, -1].argmax())
-            if token in stops:
-                break
-            out.append(token)
-            step = torch.tensor([[token]], device=device)
-            logits = model(
-                step, past_key_values=cache, position_ids=_positions(position, 1, device)
-            ).logits
-            position += 1
-    return out
-
-
 def _teacher_forced_outputs(
     model: Any, cache: Any, question: torch.Tensor, answer: list[int], start: int
 ) -> torch.Tensor:
     """Last-layer head outputs at the answer positions, ``[|g|, heads, dim]``."""
     tokens = torch.cat([question, torch.tensor([answer], device=question.device)], dim=1)
-    positions = _positions(start, tokens.shape[1], tokens.device)
+    positions = torch.arange(start, start + tokens.shape[1], device=tokens.device).unsqueeze(0)
     with torch.no_grad(), attention_for(model, cache), head_outputs(model) as recorded:
         model(tokens, past_key_values=cache, position_ids=positions)
     return recorded[-1][0, question.shape[1] :]
@@ -134,6 +82,7 @@ class FullReference:
     question_ids: torch.Tensor  # [1, q]
     answer_ids: list[int]
     answer: str
+    finished: bool
     outputs: torch.Tensor  # [|g|, heads, dim]
     stops: frozenset[int]
 
@@ -142,27 +91,25 @@ def full_reference(
     model: Any, tokenizer: Any, context: str, question: str, *, max_new_tokens: int = 32
 ) -> FullReference:
     """Steps 1–2 of the module doc with the full cache (shared by every press of an example)."""
-    device = next(model.parameters()).device
+    device = input_device(model)
     context_ids, question_ids = (
         t.to(device) for t in split_context_question(tokenizer, context, question)
     )
-    stops = frozenset(
-        {
-            tokenizer.eos_token_id,
-            *([tokenizer.pad_token_id] if tokenizer.pad_token_id is not None else []),
-        }
-    )
+    stops = stop_token_ids(model, tokenizer)
     start = context_ids.shape[1]
     full = DynamicCache()
     prefill(model, context_ids, None, full)
-    answer_ids = greedy(model, full, question_ids, max_new_tokens, set(stops), start)
+    generated = answer_on_cache(model, full, question_ids, max_new_tokens, stops, start)
+    answer_ids = generated.ids
     if not answer_ids:
         raise ValueError("the model's full-cache answer is empty: VER needs generated tokens")
     full = DynamicCache()
     prefill(model, context_ids, None, full)
     outputs = _teacher_forced_outputs(model, full, question_ids, answer_ids, start)
     answer = tokenizer.decode(answer_ids, skip_special_tokens=True)
-    return FullReference(context_ids, question_ids, answer_ids, answer, outputs, stops)
+    return FullReference(
+        context_ids, question_ids, answer_ids, answer, generated.finished, outputs, stops
+    )
 
 
 def evaluate_example(
@@ -196,8 +143,8 @@ def evaluate_example(
 
     compressed = cache_factory()
     prefill(model, context_ids, press, compressed)
-    answer_ids = greedy(model, compressed, question_ids, max_new_tokens, set(full.stops), start)
-    answer = tokenizer.decode(answer_ids, skip_special_tokens=True)
+    generated = answer_on_cache(model, compressed, question_ids, max_new_tokens, full.stops, start)
+    answer = tokenizer.decode(generated.ids, skip_special_tokens=True)
     vs_data = (
         rouge_f1(answer, references)
         if references
@@ -210,6 +157,8 @@ def evaluate_example(
         ver_count=int(errors.numel()),
         answer=answer,
         full_answer=full.answer,
+        finished=generated.finished,
+        full_finished=full.finished,
         rouge1=vs_data["rouge1"],
         rougeL=vs_data["rougeL"],
         rouge1_vs_full=vs_full["rouge1"],

@@ -13,7 +13,7 @@ and window); and ``ver_vs_ratio.png`` / ``rougeL_vs_ratio.png`` (the paper's Fig
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -23,10 +23,11 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from rcstat.data import QAExample
+from rcstat.defaults import DEFAULT_WINDOW
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
 from rcstat.evaluation.resume import done_keys
-
-BASELINES = ("knorm", "snapkv", "streaming_llm", "tova", "adakv_snapkv")
+from rcstat.press.registry import make_press as build_press
+from rcstat.report.plots import save_figure
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Setting:
     method: str  # "rcstat" or a baseline name
     ratio: float | None = None  # target ratio (baselines, RCStat target-ratio mode)
     threshold: float | None = None  # RCStat threshold mode (c)
-    window: int = 8
+    window: int = DEFAULT_WINDOW
 
     @property
     def key(self) -> str:
@@ -44,32 +45,10 @@ class Setting:
 
 
 def make_press(setting: Setting) -> Any:
-    """The kvpress press (or RCStatPress) of a setting."""
-    from kvpress import (
-        AdaKVPress,
-        KnormPress,
-        SnapKVPress,
-        StreamingLLMPress,
-        TOVAPress,
+    """The press of a setting (see :func:`rcstat.press.registry.make_press`)."""
+    return build_press(
+        setting.method, ratio=setting.ratio, threshold=setting.threshold, window=setting.window
     )
-
-    from rcstat.press.rcstat_press import RCStatPress
-
-    if setting.method == "rcstat":
-        if setting.threshold is not None:
-            return RCStatPress(threshold=setting.threshold, window_size=setting.window)
-        return RCStatPress(compression_ratio=setting.ratio, window_size=setting.window)
-    ratio = float(setting.ratio or 0.0)
-    factories: dict[str, Callable[[], Any]] = {
-        "knorm": lambda: KnormPress(compression_ratio=ratio),
-        "snapkv": lambda: SnapKVPress(compression_ratio=ratio),
-        "streaming_llm": lambda: StreamingLLMPress(compression_ratio=ratio),
-        "tova": lambda: TOVAPress(compression_ratio=ratio),
-        "adakv_snapkv": lambda: AdaKVPress(SnapKVPress(compression_ratio=ratio)),
-    }
-    if setting.method not in factories:
-        raise ValueError(f"unknown method {setting.method!r}; choose rcstat or {BASELINES}")
-    return factories[setting.method]()
 
 
 def cache_for(setting: Setting) -> Any:
@@ -77,7 +56,7 @@ def cache_for(setting: Setting) -> Any:
     kvpress's presses truncate (or, for AdaKV, mask) a :class:`DynamicCache`."""
     from transformers import DynamicCache
 
-    from rcstat.press.ragged import RaggedCache
+    from rcstat.press.cache import RaggedCache
 
     return RaggedCache() if setting.method == "rcstat" else DynamicCache()
 
@@ -240,7 +219,4 @@ class KVBench:
             ax.set_xlabel("realized compression ratio")
             ax.set_ylabel(label)
             ax.legend(fontsize=8)
-            fig.savefig(
-                self.out / f"{metric.split('_')[0]}_vs_ratio.png", dpi=120, bbox_inches="tight"
-            )
-            plt.close(fig)
+            save_figure(fig, self.out / f"{metric.split('_')[0]}_vs_ratio.png")

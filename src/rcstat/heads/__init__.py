@@ -24,9 +24,9 @@ if TYPE_CHECKING:
         plot_head_distributions,
         plot_median_heatmap,
         plot_percentile_bands,
-        save_figure,
     )
     from rcstat.heads.summary import Comparison, HeadSummary, MannWhitney, compare, summarize
+    from rcstat.report.plots import save_figure
 
 __all__ = [
     "Comparison",
@@ -59,10 +59,10 @@ _HOMES = {
             "plot_head_distributions",
             "plot_median_heatmap",
             "plot_percentile_bands",
-            "save_figure",
         ),
         "rcstat.heads.plots",
     ),
+    "save_figure": "rcstat.report.plots",
 }
 
 

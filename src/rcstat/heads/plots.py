@@ -1,13 +1,13 @@
 """Figures of a dataset-scale head analysis (paper Fig. 4c/d, supplement Figs 1–6).
 
 Every function builds a :class:`matplotlib.figure.Figure` on an Agg canvas directly (no
-pyplot state, nothing shown, safe in scripts and threads) and returns it; :func:`save_figure`
-writes a PNG. matplotlib is imported inside the functions, so importing this module is free.
+pyplot state, nothing shown, safe in scripts and threads) and returns it;
+:func:`rcstat.report.plots.save_figure` writes a PNG. matplotlib is imported inside the
+functions, so importing this module is free.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +23,6 @@ __all__ = [
     "plot_head_distributions",
     "plot_median_heatmap",
     "plot_percentile_bands",
-    "save_figure",
 ]
 
 _LABELS = {"upper": "upper bound A", "expected": "expected RC E"}
@@ -36,13 +35,6 @@ def _figure(figsize: tuple[float, float]) -> Figure:
     fig = Figure(figsize=figsize)
     FigureCanvasAgg(fig)
     return fig
-
-
-def save_figure(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
-    """Write ``fig`` as a PNG (or the format of ``path``'s suffix); return the path."""
-    path = Path(path)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    return path
 
 
 def plot_head_distributions(

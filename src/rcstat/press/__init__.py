@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rcstat.press.answer import CompressionReport, answer_full, compress_and_answer
-    from rcstat.press.packed import PackedKV
-    from rcstat.press.ragged_attention import packed_attention, ragged_attention
-    from rcstat.press.ragged_cache import RaggedCache, RaggedLayer
+    from rcstat.press.layout import PackedKV
+    from rcstat.press.attention import packed_attention, ragged_attention
+    from rcstat.press.cache import RaggedCache, RaggedLayer
     from rcstat.press.rcstat_press import RCStatPress
     from rcstat.press.registry import PRESS_NAMES, make_press
 
@@ -36,11 +36,11 @@ _HOMES = {
     "CompressionReport": "rcstat.press.answer",
     "answer_full": "rcstat.press.answer",
     "compress_and_answer": "rcstat.press.answer",
-    "PackedKV": "rcstat.press.packed",
-    "packed_attention": "rcstat.press.ragged_attention",
-    "ragged_attention": "rcstat.press.ragged_attention",
-    "RaggedCache": "rcstat.press.ragged_cache",
-    "RaggedLayer": "rcstat.press.ragged_cache",
+    "PackedKV": "rcstat.press.layout",
+    "packed_attention": "rcstat.press.attention",
+    "ragged_attention": "rcstat.press.attention",
+    "RaggedCache": "rcstat.press.cache",
+    "RaggedLayer": "rcstat.press.cache",
     "RCStatPress": "rcstat.press.rcstat_press",
     "PRESS_NAMES": "rcstat.press.registry",
     "make_press": "rcstat.press.registry",

@@ -22,8 +22,8 @@ import torch
 from transformers import DynamicCache
 
 from rcstat.generation import Generated, greedy, input_device, stop_token_ids
-from rcstat.press.ragged_attention import ragged_attention
-from rcstat.press.ragged_cache import RaggedCache
+from rcstat.press.attention import ragged_attention
+from rcstat.press.cache import RaggedCache
 from rcstat.segments import segment_chat
 
 if TYPE_CHECKING:

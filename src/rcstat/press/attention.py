@@ -1,4 +1,4 @@
-"""The attention that reads a :class:`~rcstat.press.ragged_cache.RaggedCache`.
+"""The attention that reads a :class:`~rcstat.press.cache.RaggedCache`.
 
 Inside :func:`ragged_attention` the model runs the attention function ``"rcstat_ragged"``:
 packed layers go to :func:`packed_attention` (each query head reads its KV head's segment;
@@ -20,7 +20,7 @@ from transformers.masking_utils import causal_mask_function, sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.switch import switched_attention
-from rcstat.press.packed import _SESSION, Backend, PackedKV, _Session
+from rcstat.press.layout import _SESSION, Backend, PackedKV, _Session
 
 IMPLEMENTATION = "rcstat_ragged"
 

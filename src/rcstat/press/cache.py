@@ -1,7 +1,7 @@
 """A per-KV-head ragged (packed) KV cache that really frees evicted entries.
 
 :class:`RaggedCache` is a transformers ``DynamicCache`` whose layers start dense and are
-replaced, on :meth:`RaggedCache.compress_layer`, by a :class:`~rcstat.press.packed.PackedKV`
+replaced, on :meth:`RaggedCache.compress_layer`, by a :class:`~rcstat.press.layout.PackedKV`
 holding only the kept entries of each (batch, KV head): evicted entries are gone from memory.
 New tokens are appended in place into every segment's room (see ``docs/press.md``).
 """
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from rcstat.press.packed import _SESSION, PackedKV, _live_rows, _pack
+from rcstat.press.layout import _SESSION, PackedKV, _live_rows, _pack
 
 
 class RaggedLayer(DynamicLayer):

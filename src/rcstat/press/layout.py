@@ -1,8 +1,8 @@
 """The packed layout of one compressed KV layer and the cache-to-attention handoff.
 
 A compressed layer stores, per (batch, KV head) segment, only the entries it keeps, followed by
-free room for appended tokens (:class:`PackedKV`). :class:`RaggedCache` (``ragged_cache.py``)
-builds and grows these layouts; :func:`ragged_attention` (``ragged_attention.py``) reads them.
+free room for appended tokens (:class:`PackedKV`). :class:`RaggedCache` (``cache.py``)
+builds and grows these layouts; :func:`ragged_attention` (``attention.py``) reads them.
 The two meet in a :class:`_Session`: the cache publishes a layer's layout when the model
 updates it and the attention function of the same layer takes it back. See
 ``docs/press.md`` for the whole design.

@@ -1,34 +1,19 @@
-"""Console tables (rich)."""
+"""Console helpers shared by the commands: byte sizes and progress that works without a TTY."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from rich.table import Table
-
-if TYPE_CHECKING:
-    from rcstat.analysis import HeadAnalysis
+__all__ = ["format_bytes"]
 
 
-def top_heads_table(result: HeadAnalysis, k: int = 10, tau: float = 1.5) -> Table:
-    """The top-``k`` heads by expected RC, with the counts of heads above ``tau``."""
-    layers, heads = result.shape
-    table = Table(
-        title=(
-            f"top {k} of {layers * heads} heads by expected RC — "
-            f"A > {tau}: {result.count_above(tau, 'upper')} heads, "
-            f"E > {tau}: {result.count_above(tau, 'expected')} heads"
-        )
-    )
-    for name in ("layer", "head", "expected", "upper", "lower", "normalized"):
-        table.add_column(name, justify="right")
-    for row in result.top(k).itertuples(index=False):
-        table.add_row(
-            str(row.layer),
-            str(row.head),
-            f"{row.expected:.3f}",
-            f"{row.upper:.3f}",
-            f"{row.lower:.3f}",
-            f"{row.normalized:.3f}",
-        )
-    return table
+def format_bytes(count: int) -> str:
+    """A byte count for people.
+
+    >>> format_bytes(512), format_bytes(1536), format_bytes(3 * 1024**3)
+    ('512 B', '1.5 KiB', '3.0 GiB')
+    """
+    value = float(count)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -103,10 +104,13 @@ def score_distributions(
     return fig
 
 
-def save(fig_or_ax: Any, path: str) -> None:
-    """Save a figure (or an axes' figure) as PNG and close it."""
+def save_figure(fig_or_ax: Any, path: str | Path, *, dpi: int = 120) -> Path:
+    """Write a figure (or an axes' figure) as PNG (or the format of ``path``'s suffix), close
+    it if pyplot manages it, and return the path. The one place rcstat writes figures."""
     import matplotlib.pyplot as plt
 
     fig = fig_or_ax if hasattr(fig_or_ax, "savefig") else fig_or_ax.figure
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    path = Path(path)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
+    return path

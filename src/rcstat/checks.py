@@ -1,0 +1,73 @@
+"""Checks of user-given numbers, shared by the Python API and the command line.
+
+Every option that is a number (thresholds, τ, ratios, counts, window sizes) goes through one of
+these functions, so the API and the CLI refuse the same values with the same message: NaN,
+±inf, booleans passed as numbers and values outside the documented range never pass silently.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+__all__ = ["check_count", "check_number"]
+
+
+def check_number(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """``value`` as a finite float within ``[low, high]`` (ends open when asked).
+
+    Raises ``ValueError`` naming ``name``, the value and the allowed range.
+
+    >>> check_number("tau", 1.5, low=0)
+    1.5
+    >>> check_number("ratio", float("nan"), low=0, high=1, high_open=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: ratio must be a finite number, got nan
+    """
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {number!r}")
+    too_low = low is not None and (number <= low if low_open else number < low)
+    too_high = high is not None and (number >= high if high_open else number > high)
+    if too_low or too_high:
+        raise ValueError(
+            f"{name} must be in {_interval(low, high, low_open, high_open)}, got {number!r}"
+        )
+    return number
+
+
+def check_count(name: str, value: object, *, low: int = 1, high: int | None = None) -> int:
+    """``value`` as an int within ``[low, high]``; ``ValueError`` naming ``name`` otherwise.
+
+    >>> check_count("top", 3)
+    3
+    >>> check_count("top", -5)
+    Traceback (most recent call last):
+    ...
+    ValueError: top must be an integer in [1, ∞), got -5
+    """
+    ok = isinstance(value, Integral) and not isinstance(value, bool)
+    if ok:
+        count = int(value)  # type: ignore[call-overload]
+        if count >= low and (high is None or count <= high):
+            return count
+    raise ValueError(
+        f"{name} must be an integer in {_interval(low, high, False, False)}, got {value!r}"
+    )
+
+
+def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    left = "(-∞" if low is None else ("(" if low_open else "[") + f"{low:g}"
+    right = "∞)" if high is None else f"{high:g}" + (")" if high_open else "]")
+    return f"{left}, {right}"

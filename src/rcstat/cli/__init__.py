@@ -1,0 +1,88 @@
+"""The ``rcstat`` command line: ``demo``, ``analyze``, ``compress``, ``attribute``, ``heads``,
+``bench``.
+
+Each sub-command is a module of this package with ``register(sub)`` (its parser),
+``from_namespace(ns)`` (its checked arguments: every option is validated before a model is
+loaded or a file written) and ``run(args)`` (the exit status). :func:`main` dispatches, turns
+the errors a user can fix into one ``error:`` line with exit status 2, and ends Ctrl-C with one
+line saying what was kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from types import ModuleType
+
+from rich.markup import escape
+
+from rcstat.cli import analyze, attribute, bench, compress, demo, heads
+from rcstat.cli._common import HelpFormatter, console
+
+__all__ = ["build_parser", "main"]
+
+COMMANDS: dict[str, ModuleType] = {
+    module.NAME: module for module in (demo, analyze, compress, attribute, heads, bench)
+}
+# Commands whose results are kept row by row and resume when run again.
+_RESUMABLE = {"heads", "bench"}
+
+
+def version() -> str:
+    """The installed rcstat version (from the package metadata, the one source)."""
+    try:
+        return metadata.version("rcstat")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rcstat`` parser with every sub-command."""
+    parser = argparse.ArgumentParser(
+        prog="rcstat",
+        description="Relative Contextualization statistics of attention heads.",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"rcstat {version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMANDS.values():
+        module.register(sub)
+    return parser
+
+
+def _quiet_transformers() -> None:
+    """The CLI shows its own progress: silence transformers' per-tensor loading bars."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    from rcstat.press.extra import MissingExtraError
+
+    ns = build_parser().parse_args(argv)
+    module = COMMANDS[ns.command]
+    try:
+        args = module.from_namespace(ns)
+        _quiet_transformers()
+        return int(module.run(args))
+    except KeyboardInterrupt:
+        out = getattr(ns, "out", None)
+        if ns.command in _RESUMABLE and out is not None:
+            kept = f"rows finished so far are kept in {out}; run the same command to resume"
+        else:
+            kept = "nothing was written"
+        console.print(f"interrupted: {escape(kept)}")
+        return 130
+    # OSError: a --model path that does not exist or is a file, an unreadable checkpoint.
+    except (ValueError, FloatingPointError, RuntimeError, OSError, MissingExtraError) as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

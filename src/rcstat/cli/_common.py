@@ -1,0 +1,269 @@
+"""What every sub-command shares: the console, text options, checked numbers, safe outputs.
+
+Rules every command follows (tested in ``tests/cli``):
+
+* options are checked before any model is loaded or any file is written (``from_namespace``
+  of each command's arguments dataclass raises ``ValueError`` naming the option);
+* text comes from ``--NAME`` or ``--NAME-file`` (``-`` reads standard input), never both;
+* results are written through :func:`staged_output`: into a temporary folder first, moved into
+  ``--out`` only when the command succeeded, and never over a file rcstat did not write there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from rcstat.checks import check_count, check_number
+from rcstat.defaults import DEFAULT_MODEL_NAME
+
+console = Console(stderr=False, highlight=False)
+# Progress goes to standard error, so that standard output holds only results and errors.
+progress_console = Console(stderr=True, highlight=False)
+
+#: The file that marks a folder as written by an rcstat command (and lists what it wrote).
+OUTPUT_MARKER = ".rcstat-output.json"
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every default (``(default: …)``) but not for flags and ``None``."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def add_model_option(parser: argparse.ArgumentParser) -> None:
+    """``--model``: hub id, local folder or ``.gguf`` file; the embedded model by default."""
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"hub id, local folder or .gguf file (default: the embedded {DEFAULT_MODEL_NAME})",
+    )
+
+
+def add_text_options(parser: argparse.ArgumentParser, names: Sequence[tuple[str, str]]) -> None:
+    """``--NAME TEXT`` and ``--NAME-file PATH`` (``-`` = standard input) for each name."""
+    for name, what in names:
+        parser.add_argument(f"--{name}", default=None, help=what)
+        parser.add_argument(
+            f"--{name}-file",
+            default=None,
+            metavar="PATH",
+            help=f"read the {name} from a UTF-8 file ('-': standard input)",
+        )
+
+
+def add_special_tokens_option(parser: argparse.ArgumentParser) -> None:
+    """``--allow-special-tokens``: let user text contain real special tokens (unsafe)."""
+    parser.add_argument(
+        "--allow-special-tokens",
+        action="store_true",
+        help="encode special-token strings in the texts (e.g. <|im_start|>) as special tokens "
+        "instead of literal text; only for trusted text, it can open chat turns",
+    )
+
+
+def read_texts(ns: argparse.Namespace, names: Sequence[str]) -> dict[str, str | None]:
+    """The text of each ``--NAME`` / ``--NAME-file`` pair (None when neither is given).
+
+    At most one of them may read standard input; an unreadable file and a pair given twice
+    are errors that name the option.
+    """
+    from_stdin = [n for n in names if getattr(ns, f"{n}_file") == "-"]
+    if len(from_stdin) > 1:
+        raise ValueError(
+            "only one option can read standard input, got "
+            + ", ".join(f"--{n}-file -" for n in from_stdin)
+        )
+    texts: dict[str, str | None] = {}
+    for name in names:
+        value, path = getattr(ns, name), getattr(ns, f"{name}_file")
+        if value is not None and path is not None:
+            raise ValueError(f"give --{name} or --{name}-file, not both")
+        texts[name] = value if path is None else read_file_option(f"--{name}-file", path)
+    return texts
+
+
+def read_file_option(option: str, path: str) -> str:
+    """The UTF-8 text of ``path`` (``-``: standard input)."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {option} {path}: {err}") from err
+
+
+def number(option: str, value: float, **bounds: Any) -> float:
+    """``value`` of ``option`` checked by :func:`rcstat.checks.check_number`."""
+    return check_number(option, value, **bounds)
+
+
+def count(option: str, value: int | None, *, low: int = 1, high: int | None = None) -> int:
+    """``value`` of ``option`` checked by :func:`rcstat.checks.check_count`."""
+    return check_count(option, value, low=low, high=high)
+
+
+def optional_count(option: str, value: int | None, *, low: int = 1) -> int | None:
+    """``None`` or a checked count."""
+    return None if value is None else check_count(option, value, low=low)
+
+
+def split_list(text: str) -> list[str]:
+    """``"a,b,,c"`` → ``["a", "b", "c"]`` (argparse type of list options)."""
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def float_list(option: str, values: Sequence[str], **bounds: Any) -> list[float]:
+    """Comma-separated numbers of ``option``, each checked; an empty list is an error."""
+    if not values:
+        raise ValueError(f"{option} needs at least one value")
+    out = []
+    for value in values:
+        try:
+            parsed = float(value)
+        except ValueError as err:
+            raise ValueError(f"{option}: {value!r} is not a number") from err
+        out.append(check_number(option, parsed, **bounds))
+    return out
+
+
+def int_list(option: str, values: Sequence[str], *, low: int = 1) -> list[int]:
+    """Comma-separated integers of ``option``, each ``>= low``."""
+    if not values:
+        raise ValueError(f"{option} needs at least one value")
+    out = []
+    for value in values:
+        try:
+            parsed = int(value)
+        except ValueError as err:
+            raise ValueError(f"{option}: {value!r} is not an integer") from err
+        out.append(check_count(option, parsed, low=low))
+    return out
+
+
+@contextmanager
+def step(message: str) -> Iterator[None]:
+    """Show ``message`` while the block runs: a spinner on a terminal, a plain line (with the
+    time it took) in logs and pipes."""
+    if progress_console.is_terminal:
+        with progress_console.status(message):
+            yield
+        return
+    progress_console.print(message, markup=False)
+    started = time.perf_counter()
+    yield
+    progress_console.print(f"  done in {time.perf_counter() - started:.1f} s", markup=False)
+
+
+def load_model_quietly(model: str | None) -> tuple[Any, Any]:
+    """Load ``--model`` with a progress line and without transformers' loading bars."""
+    from rcstat.models import load_model
+
+    with step("loading model…"):
+        return load_model(model)
+
+
+def check_output_folder(out: Path, command: str) -> None:
+    """Refuse an ``--out`` that holds files rcstat's ``command`` did not write.
+
+    An absent or empty folder, or one whose :data:`OUTPUT_MARKER` names the same command, is
+    fine (the command's previous files there are replaced as a whole).
+    """
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    marker = _read_marker(out)
+    if marker is None:
+        raise ValueError(
+            f"--out {out} is not empty and was not written by rcstat; choose a new or empty "
+            "folder (rcstat never replaces files it did not write)"
+        )
+    if marker.get("command") != command:
+        raise ValueError(
+            f"--out {out} holds the output of `rcstat {marker.get('command')}`, not of "
+            f"`rcstat {command}`; choose another folder"
+        )
+
+
+def _read_marker(out: Path) -> dict[str, Any] | None:
+    path = out / OUTPUT_MARKER
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@contextmanager
+def staged_output(out: Path, command: str, *, keep: Sequence[str] = ()) -> Iterator[Path]:
+    """Yield a temporary folder; on success move its files into ``out``, else delete it.
+
+    ``out`` is checked by :func:`check_output_folder` first. Files that this command wrote
+    there before and does not write again are removed (no stale results beside new ones),
+    except those named in ``keep`` (the rows of a resumable run). The files written are
+    listed in ``out``'s :data:`OUTPUT_MARKER`.
+    """
+    check_output_folder(out, command)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield stage
+        out.mkdir(parents=True, exist_ok=True)
+        previous = _read_marker(out) or {}
+        written = sorted(item.name for item in stage.iterdir())
+        for name in previous.get("files", []):
+            stale = out / str(name)
+            if name not in written and name not in keep and stale.is_file():
+                stale.unlink()
+        for name in written:
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+            shutil.move(str(stage / name), target)
+        marker = {"command": command, "files": sorted({*written, *keep})}
+        (out / OUTPUT_MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def clip(text: str, width: int = 70) -> str:
+    """One line of at most ``width`` characters (``…`` marks a cut)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+CUT_MARK = " [cut at the token limit]"
+
+
+def answer_line(label: str, text: str, finished: bool | None) -> str:
+    """``label: 'text'`` with a visible mark when the answer was cut at the token limit."""
+    return f"{label}: {text!r}" + ("" if finished is not False else CUT_MARK)
+
+
+def claim_output_folder(out: Path, command: str) -> None:
+    """Check ``out`` (see :func:`check_output_folder`) and mark it as ``command``'s, for
+    commands that write rows into ``out`` as they go (resumable runs)."""
+    check_output_folder(out, command)
+    out.mkdir(parents=True, exist_ok=True)
+    if _read_marker(out) is None:
+        marker = {"command": command, "files": []}
+        (out / OUTPUT_MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")

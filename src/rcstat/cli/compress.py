@@ -1,0 +1,149 @@
+"""``rcstat compress``: answer with RCStatPress on a really compressed (ragged) cache."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from rcstat.cli._common import (
+    HelpFormatter,
+    add_model_option,
+    add_special_tokens_option,
+    add_text_options,
+    answer_line,
+    console,
+    count,
+    load_model_quietly,
+    number,
+    read_texts,
+    step,
+)
+from rcstat.defaults import DEFAULT_WINDOW
+
+NAME = "compress"
+
+
+def register(sub: Any) -> None:
+    """Add ``compress`` to the sub-command parsers ``sub``."""
+    co = sub.add_parser(
+        NAME,
+        help="answer with RCStatPress on a really compressed cache",
+        description="Compress the context's KV cache with RCStatPress (paper eq. 9; evicted "
+        "entries are freed), answer the question on it, and compare with the full-cache "
+        "answer. Needs the rcstat[press] extra.",
+        formatter_class=HelpFormatter,
+    )
+    add_model_option(co)
+    add_text_options(co, (("context", "context text"), ("question", "question text")))
+    co.add_argument("--threshold", type=float, default=1.0, help="c of eq. 9 (threshold mode)")
+    co.add_argument(
+        "--ratio", type=float, default=None, help="target compression ratio in [0, 1) (overrides c)"
+    )
+    co.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="window size w")
+    co.add_argument("--max-new-tokens", type=int, default=64, help="answer length limit")
+    co.add_argument(
+        "--no-full", action="store_true", help="skip the full-cache answer used for comparison"
+    )
+    add_special_tokens_option(co)
+
+
+@dataclass
+class CompressArgs:
+    """Arguments of ``rcstat compress`` (checked)."""
+
+    model: str | None
+    context: str
+    question: str
+    threshold: float
+    ratio: float | None
+    window: int
+    max_new_tokens: int
+    full: bool = True
+    allow_special_tokens: bool = False
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> CompressArgs:
+        texts = read_texts(ns, ["context", "question"])
+        context, question = texts["context"], texts["question"]
+        if context is None or question is None:
+            raise ValueError("compress needs --context (or --context-file) and --question")
+        ratio = ns.ratio
+        if ratio is not None:
+            ratio = number("--ratio", ratio, low=0, high=1, high_open=True)
+        return cls(
+            model=ns.model,
+            context=context,
+            question=question,
+            threshold=number("--threshold", ns.threshold, low=0),
+            ratio=ratio,
+            window=count("--window", ns.window),
+            max_new_tokens=count("--max-new-tokens", ns.max_new_tokens),
+            full=not ns.no_full,
+            allow_special_tokens=ns.allow_special_tokens,
+        )
+
+
+def run(args: CompressArgs) -> int:
+    """Answer on the compressed cache; print the answers, the ratios and the KV memory."""
+    from rcstat.press.extra import require_kvpress
+
+    require_kvpress("rcstat compress")
+    from rcstat.evaluation.metrics import rouge_f1
+    from rcstat.press.answer import answer_full, compress_and_answer
+    from rcstat.press.rcstat_press import RCStatPress
+    from rcstat.report.console import format_bytes
+
+    press = RCStatPress(
+        threshold=args.threshold, window_size=args.window, compression_ratio=args.ratio
+    )
+    model, tokenizer = load_model_quietly(args.model)
+    with step("compressing the context and answering…"):
+        report = compress_and_answer(
+            model,
+            tokenizer,
+            args.context,
+            args.question,
+            press,
+            max_new_tokens=args.max_new_tokens,
+            allow_special_tokens=args.allow_special_tokens,
+        )
+    console.print(escape(answer_line("answer (compressed cache)", report.answer, report.finished)))
+    if args.full:
+        with step("answering with the full cache for comparison…"):
+            full = answer_full(
+                model,
+                tokenizer,
+                args.context,
+                args.question,
+                max_new_tokens=args.max_new_tokens,
+                allow_special_tokens=args.allow_special_tokens,
+            )
+        full_text = tokenizer.decode(full.ids, skip_special_tokens=True)
+        console.print(escape(answer_line("answer (full cache)      ", full_text, full.finished)))
+        agreement = rouge_f1(report.answer, [full_text])["rougeL"]
+        note = "" if agreement == 1.0 else "  [yellow]the answers differ[/yellow]"
+        console.print(f"agreement with the full cache: ROUGE-L {agreement:.3f}{note}")
+    table = Table(title=f"realized compression ratio per layer (global {report.ratio:.3f})")
+    table.add_column("layer", justify="right")
+    table.add_column("ratio", justify="right")
+    table.add_column("per KV head", justify="left")
+    for layer, ratio in report.layer_ratios.items():
+        heads = " ".join(f"{r:.2f}" for r in report.head_ratios[layer])
+        table.add_row(str(layer), f"{ratio:.3f}", heads)
+    console.print(table)
+    console.print(
+        f"KV cache of the {report.context_tokens}-token context: full "
+        f"{format_bytes(report.dense_bytes)} → live {format_bytes(report.live_bytes)} "
+        f"({report.live_bytes / report.dense_bytes:.1%}; allocated with spare room "
+        f"{format_bytes(report.allocated_bytes)})"
+    )
+    return 0
+
+
+def from_namespace(ns: argparse.Namespace) -> CompressArgs:
+    """The checked arguments of ``rcstat compress``."""
+    return CompressArgs.from_namespace(ns)

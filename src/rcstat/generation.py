@@ -1,0 +1,163 @@
+"""Running a model over an example: input checks, stop tokens and greedy generation.
+
+This is the one home of greedy decoding in rcstat. :func:`greedy` continues a prompt on top of
+any KV cache (a plain ``DynamicCache``, or a compressed one: the press runs it inside its own
+attention context), passing explicit ``position_ids`` because a compressed cache holds fewer
+entries than the sequence it stands for. :func:`generate_answer` uses it to complete a
+:class:`~rcstat.segments.Segmented` example. Every answer records whether it **finished**
+(the model emitted a stop token) or was **cut** at the token limit, so that a truncated answer
+is never shown as a complete one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+
+from rcstat.capture import AttentionLayout, attention_layout
+from rcstat.segments import Segmented
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = [
+    "Answered",
+    "Generated",
+    "check_example",
+    "check_max_new_tokens",
+    "generate_answer",
+    "greedy",
+    "input_device",
+    "stop_token_ids",
+]
+
+
+@dataclass(frozen=True)
+class Generated:
+    """Greedily generated token ids (stop token excluded) and how the generation ended."""
+
+    ids: list[int]
+    finished: bool  # True: a stop token ended it; False: cut at the token limit
+
+
+@dataclass(frozen=True)
+class Answered:
+    """An example completed by the model, and whether its answer finished by itself."""
+
+    example: Segmented
+    finished: bool
+
+
+def check_max_new_tokens(max_new_tokens: int) -> int:
+    """``max_new_tokens`` as an int ≥ 1, or a ``ValueError`` that names it."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise TypeError(f"max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    return max_new_tokens
+
+
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where input ids go: the device of the input embedding (a split model's first layer)."""
+    embeddings = cast(Any, model).get_input_embeddings()
+    return cast(torch.device, embeddings.weight.device)
+
+
+def stop_token_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
+    """Token ids that end a generation: the tokenizer's EOS and padding tokens and every EOS
+    id of the model's generation config (chat models often list the end-of-turn token)."""
+    stops = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    config = getattr(model, "generation_config", None)
+    configured = getattr(config, "eos_token_id", None)
+    stops.update(configured if isinstance(configured, list) else [configured])
+    return frozenset(int(t) for t in stops if t is not None)
+
+
+def _positions(start: int, count: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(start, start + count, device=device).unsqueeze(0)  # [1, count]
+
+
+def greedy(
+    model: torch.nn.Module,
+    cache: Any,
+    prompt: torch.Tensor,
+    steps: int,
+    stops: frozenset[int] | set[int],
+    start: int = 0,
+) -> Generated:
+    """Greedy continuation of ``prompt`` ``[1, q]`` on top of ``cache``.
+
+    ``start`` is the logical position of the prompt's first token (the length of the sequence
+    already in the cache before any compression), passed as ``position_ids`` as kvpress's
+    pipeline does. At most ``steps`` tokens are generated; the stop token that ends the
+    generation is not included.
+    """
+    check_max_new_tokens(steps)
+    out: list[int] = []
+    device = prompt.device
+    with torch.no_grad():
+        positions = _positions(start, prompt.shape[1], device)
+        logits = model(prompt, past_key_values=cache, position_ids=positions).logits
+        position = start + prompt.shape[1]
+        for step_index in range(steps):
+            token = int(logits[0, -1].argmax())
+            if token in stops:
+                return Generated(out, finished=True)
+            out.append(token)
+            if step_index == steps - 1:
+                break
+            step = torch.tensor([[token]], device=device)
+            logits = model(
+                step, past_key_values=cache, position_ids=_positions(position, 1, device)
+            ).logits
+            position += 1
+    return Generated(out, finished=False)
+
+
+def generate_answer(
+    model: PreTrainedModel, tokenizer: Any, example: Segmented, max_new_tokens: int = 64
+) -> Answered:
+    """Greedily generate the continuation of ``example`` and append it as the generation."""
+    from transformers import DynamicCache
+
+    check_max_new_tokens(max_new_tokens)
+    prompt = example.input_ids.to(input_device(model))
+    generated = greedy(
+        model, DynamicCache(), prompt, max_new_tokens, stop_token_ids(model, tokenizer)
+    )
+    if not generated.ids:
+        raise ValueError("the model generated an empty answer; pass the answer explicitly")
+    return Answered(example.with_generation(tokenizer, generated.ids), generated.finished)
+
+
+def check_example(model: PreTrainedModel, example: Segmented) -> AttentionLayout:
+    """Check that ``example`` can be analysed by ``model``; return the model's layout.
+
+    Raises
+    ------
+    ValueError
+        Empty prompt or generation, more tokens than the model's window, or token ids
+        outside its vocabulary (a tokenizer of another model).
+    UnsupportedModelError
+        If the model's attention cannot be captured.
+    """
+    layout = attention_layout(model)
+    if example.gen_len == 0:
+        raise ValueError("the generation is empty: give an answer or let the model generate one")
+    if example.prompt_len == 0:
+        raise ValueError("the prompt is empty")
+    if layout.max_positions is not None and example.seq_len > layout.max_positions:
+        raise ValueError(
+            f"the input has {example.seq_len} tokens but the model's window is "
+            f"{layout.max_positions} (max_position_embeddings)"
+        )
+    embeddings = cast(torch.nn.Embedding, model.get_input_embeddings())
+    vocab = int(embeddings.weight.shape[0])
+    if int(example.input_ids.max()) >= vocab:
+        raise ValueError(
+            f"token id {int(example.input_ids.max())} is outside the model's vocabulary "
+            f"({vocab}): the tokenizer does not belong to this model"
+        )
+    return layout

@@ -1,0 +1,47 @@
+"""``rcstat compress`` on a tiny random model saved to disk (needs the rcstat[press] extra)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from rcstat import cli
+
+pytestmark = pytest.mark.press
+
+
+def _flat(text: str) -> str:
+    """Console output with rich's line wrapping and padding collapsed to single spaces."""
+    return " ".join(text.split())
+
+
+def test_compress_prints_answer_ratios_and_memory(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    context = "The cat sat on the warm mat near the door. " * 4
+    code = cli.main(
+        [
+            "compress",
+            "--model",
+            str(model_dir),
+            "--context",
+            context,
+            "--question",
+            "Where did the cat sit?",
+            "--ratio",
+            "0.5",
+            "--max-new-tokens",
+            "3",
+        ]
+    )
+    assert code == 0
+    out = _flat(capsys.readouterr().out)
+    assert "global 0.5" in out
+    full, live = re.search(r"full ([\d.]+) KiB → live ([\d.]+) KiB", out).groups()  # type: ignore[union-attr]
+    assert float(live) / float(full) == pytest.approx(0.5, abs=0.02)
+
+
+def test_compress_needs_context_and_question(model_dir: Path) -> None:
+    assert cli.main(["compress", "--model", str(model_dir), "--question", "q?"]) == 2
