@@ -1,27 +1,155 @@
-"""Sentence splitting, chunk joining and span location (rcstat.attribution.spans)."""
+"""Sentence splitting, chunk joining and span location (rcstat.attribution.spans).
+
+Sentence oracles are hand-written splits of short texts in English, Japanese, Chinese, Arabic,
+Hebrew and a mix of scripts; hypothesis checks the offset invariants on text drawn from the
+terminators, quotes and spaces of several scripts.
+"""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rcstat.attribution.spans import CHUNK_SEPARATOR, join_chunks, locate_spans, split_sentences
+from rcstat.attribution.spans import (
+    CHUNK_SEPARATOR,
+    DEFAULT_LANGUAGE,
+    TextSpan,
+    join_chunks,
+    locate_spans,
+    split_sentences,
+)
 
 _TEXT = st.text(alphabet=st.sampled_from(list("ab .!?\n\"')")), max_size=60)
+# Letters and terminators of several scripts, quotes, brackets, digits and odd whitespace.
+_PIECES = [
+    *"aZ3 .!?…\n\t\r\u3000\u00a0\"'”’)(「」『』“",
+    *"日本語。！？，中文．",
+    *"عربي؟،.",
+    *"עברית",
+    *("\u200f", "\u200e", "Dr.", "e.g.", "3.5", "U.S.", "\n\n", "\n \n", " I. "),
+]
+_MIXED = st.lists(st.sampled_from(_PIECES), max_size=40).map("".join)
 
 
-@given(_TEXT)
-def test_sentences_are_ordered_trimmed_slices_covering_all_text(text: str) -> None:
-    spans = split_sentences(text)
-    covered = set()
+def _check_invariants(text: str, spans: list[TextSpan]) -> None:
+    """Ordered, non-overlapping, in bounds, exact, trimmed, covering every non-space char."""
+    covered: set[int] = set()
     previous_end = 0
     for span in spans:
+        assert 0 <= span.start < span.end <= len(text)
         assert span.text == text[span.start : span.end] == span.text.strip() != ""
         assert span.start >= previous_end
         previous_end = span.end
         covered.update(range(span.start, span.end))
     assert {i for i, c in enumerate(text) if not c.isspace()} <= covered
+
+
+@given(_TEXT)
+def test_sentences_are_ordered_trimmed_slices_covering_all_text(text: str) -> None:
+    _check_invariants(text, split_sentences(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MIXED, st.sampled_from([DEFAULT_LANGUAGE, "ja", "zh", "ar", "he", "de", "xx"]))
+def test_sentence_invariants_on_mixed_scripts(text: str, language: str) -> None:
+    _check_invariants(text, split_sentences(text, language=language))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=80))
+def test_sentence_invariants_on_any_text(text: str) -> None:
+    _check_invariants(text, split_sentences(text))
+
+
+def _sentences(text: str, language: str = DEFAULT_LANGUAGE) -> list[str]:
+    spans = split_sentences(text, language=language)
+    _check_invariants(text, spans)
+    return [s.text for s in spans]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # Abbreviations, titles and initialisms do not end a sentence.
+        (
+            "Dr. Smith met Mr. Jones at the U.S. office. They talked.",
+            ["Dr. Smith met Mr. Jones at the U.S. office.", "They talked."],
+        ),
+        (
+            "Some fruits, e.g. apples, keep well. Others, i.e. berries, do not.",
+            ["Some fruits, e.g. apples, keep well.", "Others, i.e. berries, do not."],
+        ),
+        # Decimals, with and without a sentence end right after them.
+        ("The value is 3.5. Next is 4.", ["The value is 3.5.", "Next is 4."]),
+        ("It cost $3.50 in 2024. Cheap!", ["It cost $3.50 in 2024.", "Cheap!"]),
+        # A closing quote after the full stop stays with its sentence.
+        ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
+        ("She wrote “Done.” And slept.", ["She wrote “Done.”", "And slept."]),
+        ("Is it? Yes! Fine.", ["Is it?", "Yes!", "Fine."]),
+    ],
+)
+def test_english_sentences(text: str, want: list[str]) -> None:
+    assert _sentences(text) == want
+
+
+def test_japanese_sentences() -> None:
+    text = "今日は晴れです。明日は雨でしょうか？わかりません！"
+    want = ["今日は晴れです。", "明日は雨でしょうか？", "わかりません！"]
+    assert _sentences(text) == want
+    assert _sentences(text, language="ja") == want
+    # The old English regex returned the whole paragraph as one sentence.
+    assert split_sentences(text)[1] == TextSpan(8, 18, "明日は雨でしょうか？")
+
+
+def test_chinese_sentences() -> None:
+    text = "今天天气很好。明天会下雨吗？我不知道！他说：“好。”"
+    want = ["今天天气很好。", "明天会下雨吗？", "我不知道！", "他说：“好。”"]
+    assert _sentences(text) == want
+    assert _sentences(text, language="zh") == want
+
+
+@pytest.mark.parametrize("language", [DEFAULT_LANGUAGE, "ar"])
+def test_arabic_sentences(language: str) -> None:
+    text = "هذا نص عربي. هل هو جيد؟ نعم! الجملة الرابعة."
+    want = ["هذا نص عربي.", "هل هو جيد؟", "نعم!", "الجملة الرابعة."]
+    assert _sentences(text, language) == want
+
+
+@pytest.mark.parametrize("language", [DEFAULT_LANGUAGE, "he"])
+def test_hebrew_sentences(language: str) -> None:
+    text = "זהו טקסט בעברית. האם הוא טוב? כן! משפט רביעי."
+    want = ["זהו טקסט בעברית.", "האם הוא טוב?", "כן!", "משפט רביעי."]
+    assert _sentences(text, language) == want
+
+
+def test_mixed_scripts_and_marks() -> None:
+    text = "English first. 日本語の文です。Another one? جملة عربية؟ \u200fמשפט. Last."
+    assert _sentences(text) == [
+        "English first.",
+        "日本語の文です。",
+        "Another one?",
+        "جملة عربية؟",
+        "\u200fמשפט.",
+        "Last.",
+    ]
+
+
+def test_blank_lines_end_sentences_whatever_their_whitespace() -> None:
+    text = "no end here\n \t\nnor here\r\n\r\nend. 次\n\n"
+    assert _sentences(text) == ["no end here", "nor here", "end.", "次"]
+
+
+def test_split_sentences_argument_errors() -> None:
+    with pytest.raises(TypeError, match="text: expected a str"):
+        split_sentences(b"bytes.")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="language: expected a str"):
+        split_sentences("A.", language=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="language: is empty"):
+        split_sentences("A.", language=" ")
+    with pytest.raises(ValueError, match="character 3 is a lone surrogate"):
+        split_sentences("a. \ud800 b.")
+    assert _sentences("A cat. A dog.", "xx") == ["A cat.", "A dog."]  # unknown code: fallback
 
 
 def test_sentence_rules_by_hand() -> None:
