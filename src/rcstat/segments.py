@@ -1,10 +1,10 @@
 """Token positions of one example: the prompt/generation split and character-span lookups.
 
-rcstat reads a sequence ``s = p ⊕ g`` (paper §3.1, DESIGN.md §2): prompt tokens ``p`` at
-positions ``0..m-1`` and generated tokens ``g`` at ``m..T-1``. This module turns text into
-those positions and keeps, for every token, the character range it stands for, so that spans
-given as character offsets in the user's own strings (a sentence of the context, a phrase of
-the answer; DESIGN.md §2.3) map to token ranges.
+rcstat reads a sequence ``s = p ⊕ g`` (paper §3.1): prompt tokens ``p`` at positions
+``0..m-1`` and generated tokens ``g`` at ``m..T-1``. This module turns text into those
+positions and keeps, for every token, the character range it stands for, so that spans given
+as character offsets in the user's own strings (a sentence of the context, a phrase of the
+answer) map to token ranges.
 
 Design
 ------
@@ -30,6 +30,17 @@ Design
   the left and from the right, so the user message is located exactly even when the context
   also occurs in the system prompt. The context and the question are then found inside that
   message only.
+* **User text is literal.** Special-token strings typed in user text (``<|im_start|>``,
+  ``<|eot_id|>``, …) are encoded as the plain characters they are, so a context, question,
+  answer, system prompt or raw prompt cannot open or close chat turns; only the markers the
+  chat template writes itself become special tokens. The rendered prompt is tokenised in one
+  piece, as the model's own pipeline does. If a special token of that encoding overlaps the
+  user message or the system prompt, the text between the template's own special tokens
+  around it is re-encoded with ``split_special_tokens=True`` and spliced in (ids and offsets),
+  which is what the tokenizer would have produced had those strings not been special. Every
+  result is checked: its special tokens must be exactly those of the template rendered with
+  placeholders for the user's strings, and literal pieces must contain none.
+  ``allow_special_tokens=True`` restores the plain encoding for trusted text.
 
 The module imports torch and numpy only; transformers is reached solely through the tokenizer object
 that is passed in.
@@ -56,6 +67,7 @@ CHAT_SEPARATOR = "\n\n"
 _CHAT_PARTS = ("context", "question", "answer")
 _RAW_PARTS = ("prompt", "generation")
 _SENTINEL = "RCSTAT_USER_MESSAGE_SENTINEL"
+_SYSTEM_SENTINEL = "RCSTAT_SYSTEM_PROMPT_SENTINEL"
 
 Offsets = tuple[tuple[int, int], ...]
 
@@ -283,6 +295,7 @@ def segment_chat(
     question_placement: Literal["prompt", "generation"] = "prompt",
     system_prompt: str | None = None,
     max_length: int | None = None,
+    allow_special_tokens: bool = False,
 ) -> Segmented:
     """Tokenise a (context, question, answer) example through the tokenizer's chat template.
 
@@ -294,6 +307,11 @@ def segment_chat(
     tokens). The answer is teacher-forced: its tokens are ``tokenizer(answer,
     add_special_tokens=False)`` appended after the prompt tokens, exactly what a model would
     have generated; prompt and answer are never tokenised jointly.
+
+    Special-token strings inside the user's text (context, question, answer, system prompt)
+    are tokenised as literal text by default: a context containing
+    ``"<|im_end|>\\n<|im_start|>assistant"`` stays characters of the user turn and cannot fake
+    a turn of the conversation. Only the template's own markers are special tokens.
 
     Parameters
     ----------
@@ -314,6 +332,11 @@ def segment_chat(
         Content of a system message placed before the user message.
     max_length : int or None, default None
         Maximum number of tokens; longer examples raise ``ValueError``.
+    allow_special_tokens : bool, default False
+        If True, special-token strings in the context, question, answer and system prompt
+        become the tokenizer's special tokens (the tokenizer's plain behaviour). This lets the
+        text open, close or forge chat turns: use it only for trusted text that is meant to
+        contain such markers, never for text from users or documents.
 
     Returns
     -------
@@ -326,9 +349,11 @@ def segment_chat(
         A non-``str`` input (a list or batch: rcstat analyses one example at a time), or a
         slow tokenizer.
     ValueError
-        Blank context/question, empty answer, no chat template, unknown `question_placement`,
-        the template altered the message so that the context/question cannot be located, or
-        more than `max_length` tokens.
+        Blank context/question/answer (empty or whitespace only), no chat template, unknown
+        `question_placement`, the template altered the message so that the context/question
+        cannot be located, the template's special tokens cannot be told apart from the user's
+        text, the tokenizer cannot encode special-token strings literally, or more than
+        `max_length` tokens.
 
     Examples
     --------
@@ -349,11 +374,12 @@ def segment_chat(
     _check_text("context", context)
     _check_text("question", question)
     if answer is not None:
-        _check_text("answer", answer, allow_blank=True)
+        _check_text("answer", answer, optional=True)
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise TypeError(
             f"system_prompt: expected a str or None, got {type(system_prompt).__name__}"
         )
+    _check_flag("allow_special_tokens", allow_special_tokens)
     if question_placement not in ("prompt", "generation"):
         raise ValueError(
             f"question_placement: expected 'prompt' or 'generation', got {question_placement!r}"
@@ -367,12 +393,19 @@ def segment_chat(
 
     user_message = context + CHAT_SEPARATOR + question
     prompt_text = _render(tokenizer, user_message, system_prompt)
-    ctx_start, q_start = _locate_message(tokenizer, prompt_text, context, question, system_prompt)
+    ctx_start, q_start, message_window = _locate_message(
+        tokenizer, prompt_text, context, question, system_prompt
+    )
     parts = {
         "context": (ctx_start, ctx_start + len(context)),
         "question": (q_start, q_start + len(question)),
     }
-    ids, offsets = _encode(tokenizer, prompt_text, add_special_tokens=False)
+    if allow_special_tokens:
+        ids, offsets = _encode(tokenizer, prompt_text, add_special_tokens=False)
+    else:
+        ids, offsets = _encode_template_literal(
+            tokenizer, prompt_text, message_window, user_message, system_prompt
+        )
     prompt_len = len(ids)
     if question_placement == "generation":
         q_end = parts["question"][1]
@@ -382,7 +415,9 @@ def segment_chat(
         prompt_len = q_tokens[0]
     text = prompt_text
     if answer is not None:
-        text = _append_continuation(tokenizer, text, ids, offsets, parts, "answer", answer)
+        text = _append_continuation(
+            tokenizer, text, ids, offsets, parts, "answer", answer, literal=not allow_special_tokens
+        )
     return _build(ids, prompt_len, text, offsets, parts, max_length)
 
 
@@ -392,13 +427,16 @@ def segment_text(
     generation: str | None = None,
     *,
     max_length: int | None = None,
+    allow_special_tokens: bool = False,
 ) -> Segmented:
     """Tokenise raw text (no chat template) as ``prompt ⊕ generation``.
 
     The prompt is tokenised with the tokenizer's default special tokens
     (``add_special_tokens=True``: e.g. a BOS, which gets an empty character range), the
     generation with ``add_special_tokens=False``; the two id lists are concatenated (never
-    tokenised jointly). :attr:`Segmented.text` is ``prompt + generation``.
+    tokenised jointly). :attr:`Segmented.text` is ``prompt + generation``. Special-token
+    strings written inside the prompt or the generation are tokenised as literal text unless
+    `allow_special_tokens` is True; the special tokens the tokenizer adds itself (a BOS) stay.
 
     Parameters
     ----------
@@ -407,9 +445,13 @@ def segment_text(
     prompt : str
         Non-blank prompt text (``p``).
     generation : str or None, default None
-        Non-empty continuation to teacher-force (``g``); None gives the prompt only.
+        Non-blank continuation to teacher-force (``g``); None gives the prompt only.
     max_length : int or None, default None
         Maximum number of tokens; longer examples raise ``ValueError``.
+    allow_special_tokens : bool, default False
+        If True, special-token strings in the prompt and the generation become the
+        tokenizer's special tokens (its plain behaviour), so the text can forge turns or end
+        the sequence: use it only for trusted text meant to contain such markers.
 
     Returns
     -------
@@ -421,7 +463,8 @@ def segment_text(
     TypeError
         A non-``str`` input (rcstat analyses one example at a time) or a slow tokenizer.
     ValueError
-        Blank prompt, empty generation, or more than `max_length` tokens.
+        Blank prompt or generation (empty or whitespace only), a tokenizer that cannot encode
+        special-token strings literally, or more than `max_length` tokens.
 
     Examples
     --------
@@ -436,14 +479,18 @@ def segment_text(
     _check_fast(tokenizer)
     _check_text("prompt", prompt)
     if generation is not None:
-        _check_text("generation", generation, allow_blank=True)
+        _check_text("generation", generation, optional=True)
     _check_max_length(max_length)
-    ids, offsets = _encode(tokenizer, prompt, add_special_tokens=True)
+    _check_flag("allow_special_tokens", allow_special_tokens)
+    literal = not allow_special_tokens
+    ids, offsets = _encode(tokenizer, prompt, add_special_tokens=True, literal=literal)
     prompt_len = len(ids)
     parts = {"prompt": (0, len(prompt))}
     text = prompt
     if generation is not None:
-        text = _append_continuation(tokenizer, text, ids, offsets, parts, "generation", generation)
+        text = _append_continuation(
+            tokenizer, text, ids, offsets, parts, "generation", generation, literal=literal
+        )
     return _build(ids, prompt_len, text, offsets, parts, max_length)
 
 
@@ -458,10 +505,14 @@ def _append_continuation(
     parts: dict[str, tuple[int, int]],
     name: str,
     continuation: str,
+    *,
+    literal: bool,
 ) -> str:
     """Teacher-force ``continuation``: tokenise it alone (``add_special_tokens=False``),
     extend ``ids``/``offsets``/``parts`` in place and return the extended text."""
-    more_ids, more_offsets = _encode(tokenizer, continuation, add_special_tokens=False)
+    more_ids, more_offsets = _encode(
+        tokenizer, continuation, add_special_tokens=False, literal=literal
+    )
     base = len(text)
     ids.extend(more_ids)
     offsets.extend((base + s, base + e) for s, e in more_offsets)
@@ -483,7 +534,7 @@ def _check_fast(tokenizer: Any) -> None:
         )
 
 
-def _check_text(name: str, value: Any, *, allow_blank: bool = False) -> None:
+def _check_text(name: str, value: Any, *, optional: bool = False) -> None:
     if not isinstance(value, str):
         if isinstance(value, (list, tuple)) or hasattr(value, "__iter__"):
             raise TypeError(
@@ -491,11 +542,14 @@ def _check_text(name: str, value: Any, *, allow_blank: bool = False) -> None:
                 "example at a time (call it once per example)"
             )
         raise TypeError(f"{name}: expected a str, got {type(value).__name__}")
-    if allow_blank:
-        if not value:
-            raise ValueError(f"{name}: is empty (pass None to leave it out)")
-    elif not value.strip():
-        raise ValueError(f"{name}: is empty or whitespace only")
+    if not value.strip():
+        hint = " (pass None to leave it out)" if optional else ""
+        raise ValueError(f"{name}: is empty or whitespace only{hint}")
+
+
+def _check_flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
 
 
 def _check_max_length(max_length: int | None) -> None:
@@ -508,18 +562,144 @@ def _check_max_length(max_length: int | None) -> None:
 
 
 def _encode(
-    tokenizer: Any, text: str, *, add_special_tokens: bool
+    tokenizer: Any, text: str, *, add_special_tokens: bool, literal: bool = False
 ) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids and character offsets of `text`.
+
+    ``literal=True`` encodes special-token strings inside `text` as plain text
+    (``split_special_tokens=True``) and checks that no special token stands for characters of
+    `text` (those the tokenizer adds itself, e.g. a BOS, have an empty range and may stay).
+    """
+    # Without `literal` the tokenizer keeps its own default (no split_special_tokens argument).
+    extra = {"split_special_tokens": True} if literal else {}
     enc = tokenizer(
         text,
         add_special_tokens=add_special_tokens,
         return_offsets_mapping=True,
         return_attention_mask=False,
         verbose=False,
+        **extra,
     )
     ids = [int(i) for i in enc["input_ids"]]
     offsets = [(int(s), int(e)) for s, e in enc["offset_mapping"]]
+    if literal:
+        special = _special_ids(tokenizer)
+        leaked = [k for k, i in enumerate(ids) if i in special and offsets[k][0] < offsets[k][1]]
+        if leaked:
+            s, e = offsets[leaked[0]]
+            raise ValueError(
+                f"tokenizer: {type(tokenizer).__name__} encoded {text[s:e]!r} as a special token "
+                "although split_special_tokens=True was asked, so special-token strings in the "
+                "text cannot be kept literal; remove them from the text (or, for trusted text "
+                "only, pass allow_special_tokens=True)"
+            )
     return ids, offsets
+
+
+def _special_ids(tokenizer: Any) -> frozenset[int]:
+    """Ids of the tokenizer's special tokens (named ones and special added tokens)."""
+    ids = {int(i) for i in getattr(tokenizer, "all_special_ids", ())}
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids.update(int(i) for i, token in decoder.items() if getattr(token, "special", False))
+    return frozenset(ids)
+
+
+def _encode_template_literal(
+    tokenizer: Any,
+    rendered: str,
+    message_window: tuple[int, int],
+    user_message: str,
+    system_prompt: str | None,
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """Encode a rendered chat prompt so that only the template's markers are special tokens.
+
+    `rendered` is encoded in one piece (as ``apply_chat_template(tokenize=True)`` would).
+    Special tokens overlapping the user's text (`message_window`, and the system prompt's
+    window when one is given) came from that text: each run of tokens between two of the
+    template's own special tokens that holds one is re-encoded literally and spliced in.
+    The special tokens of the result must be those of the template rendered with
+    placeholders for the user's strings, in the same order.
+    """
+    special = _special_ids(tokenizer)
+    ids, offsets = _encode(tokenizer, rendered, add_special_tokens=False)
+    windows = [message_window]
+    if system_prompt is not None:
+        sentinel = _unused_sentinel(_SYSTEM_SENTINEL, rendered + system_prompt)
+        alt = _render(tokenizer, user_message, sentinel)
+        window = _field_window(rendered, alt, sentinel)
+        if window is not None:
+            windows.append(window)
+
+    def from_user(k: int) -> bool:
+        s, e = offsets[k]
+        return any(s < hi and e > lo for lo, hi in windows)
+
+    is_marker = [i in special and not from_user(k) for k, i in enumerate(ids)]
+    if any(i in special and not is_marker[k] for k, i in enumerate(ids)):
+        new_ids: list[int] = []
+        new_offsets: list[tuple[int, int]] = []
+        k, n = 0, len(ids)
+        while k < n:
+            j = k + 1 if is_marker[k] else next((m for m in range(k, n) if is_marker[m]), n)
+            if not is_marker[k] and any(i in special for i in ids[k:j]):
+                a = offsets[k - 1][1] if k > 0 else 0
+                b = offsets[j][0] if j < n else len(rendered)
+                piece_ids, piece_offsets = _encode(
+                    tokenizer, rendered[a:b], add_special_tokens=False, literal=True
+                )
+                new_ids.extend(piece_ids)
+                new_offsets.extend((a + s, a + e) for s, e in piece_offsets)
+            else:
+                new_ids.extend(ids[k:j])
+                new_offsets.extend(offsets[k:j])
+            k = j
+        ids, offsets = new_ids, new_offsets
+
+    # The template's own markers: render it with placeholders for every user string.
+    probe = rendered + (system_prompt or "")
+    placeholders = _render(
+        tokenizer,
+        _unused_sentinel(_SENTINEL, probe),
+        None if system_prompt is None else _unused_sentinel(_SYSTEM_SENTINEL, probe),
+    )
+    template_ids, _ = _encode(tokenizer, placeholders, add_special_tokens=False)
+    want = [i for i in template_ids if i in special]
+    got = [i for i in ids if i in special]
+    if got != want:
+        raise ValueError(
+            "context/question/system_prompt: the chat template's special tokens cannot be told "
+            "apart from special-token strings in the text (the template's markers would be "
+            f"{len(want)} special tokens, the prompt has {len(got)}); remove special-token "
+            "strings from the text (or, for trusted text only, pass allow_special_tokens=True)"
+        )
+    return ids, offsets
+
+
+def _unused_sentinel(sentinel: str, text: str) -> str:
+    """`sentinel`, lengthened until it does not occur in `text`."""
+    while sentinel in text:
+        sentinel += "_"
+    return sentinel
+
+
+def _field_window(rendered: str, alt: str, sentinel: str) -> tuple[int, int] | None:
+    """``[lo, hi)`` of `rendered` that holds what `alt` has as `sentinel`, or None if equal.
+
+    `alt` is the template rendered with `sentinel` in place of one of the user's strings.
+    The text before the sentinel's first occurrence and after its last one is matched against
+    `rendered` from the left and from the right, so the window holds every character that
+    came from that string (and, if the template transformed it, possibly a few more).
+    """
+    if alt == rendered:
+        return None
+    first = alt.find(sentinel)
+    if first < 0:  # the template changed or dropped the string: all that differs counts
+        head, tail = alt, alt
+    else:
+        head, tail = alt[:first], alt[alt.rfind(sentinel) + len(sentinel) :]
+    lo = _common_prefix_len(rendered, head)
+    hi = len(rendered) - _common_prefix_len(rendered[::-1], tail[::-1])
+    return min(lo, hi), max(lo, hi)
 
 
 def _render(tokenizer: Any, user_message: str, system_prompt: str | None) -> str:
@@ -534,8 +714,9 @@ def _render(tokenizer: Any, user_message: str, system_prompt: str | None) -> str
 
 def _locate_message(
     tokenizer: Any, rendered: str, context: str, question: str, system_prompt: str | None
-) -> tuple[int, int]:
-    """Character starts of `context` and `question` inside the rendered prompt.
+) -> tuple[int, int, tuple[int, int]]:
+    """Character starts of `context` and `question` inside the rendered prompt, and the
+    ``[lo, hi)`` window of the rendered prompt that holds the user message.
 
     The template is rendered again with a sentinel user message. Its text before the sentinel
     (``head``) and after it (``tail``) is matched against `rendered` from the left and from the
@@ -543,10 +724,8 @@ def _locate_message(
     (the usual case) the positions follow directly; otherwise the context and then the question
     are searched for inside that window only.
     """
-    sentinel = _SENTINEL
-    probe = rendered + (system_prompt or "")
-    while sentinel in probe:  # the sentinel must not occur in the real text
-        sentinel += "_"
+    # The sentinel must not occur in the real text.
+    sentinel = _unused_sentinel(_SENTINEL, rendered + (system_prompt or ""))
     with_sentinel = _render(tokenizer, sentinel, system_prompt)
     if with_sentinel.count(sentinel) != 1:
         raise ValueError(
@@ -558,7 +737,7 @@ def _locate_message(
     hi = len(rendered) - _common_prefix_len(rendered[::-1], tail[::-1])
     message = context + CHAT_SEPARATOR + question
     if hi - lo == len(message) and rendered[lo:hi] == message:
-        return lo, lo + len(context) + len(CHAT_SEPARATOR)
+        return lo, lo + len(context) + len(CHAT_SEPARATOR), (lo, hi)
     # The template changed the message (e.g. stripped it): search inside the message window.
     window_lo, window_hi = min(lo, hi), max(lo, hi)
     ctx = rendered.find(context, window_lo, window_hi)
@@ -569,7 +748,7 @@ def _locate_message(
             "leading/trailing whitespace) so they cannot be located in the rendered prompt; "
             "strip them first or use segment_text"
         )
-    return ctx, q
+    return ctx, q, (window_lo, window_hi)
 
 
 def _common_prefix_len(a: str, b: str) -> int:
