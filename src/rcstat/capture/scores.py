@@ -1,6 +1,6 @@
 """Capture pre-softmax attention scores of any Hugging Face causal LM, one layer at a time.
 
-Design (DESIGN.md §3 ``capture``, ecosystem notes §1): a named attention function ``"rcstat"``
+Design: a named attention function ``"rcstat"``
 is registered with transformers' ``AttentionInterface``. While a :class:`capture_scores`
 context is active the model is switched to it; for every requested layer the function
 computes the raw scores ``<q_j, k_i>`` of the requested query rows against all keys (post-RoPE

@@ -167,7 +167,7 @@ class AttributionExample:
     question : str
         The question the answer responds to.
     chunks : tuple of str
-        The candidate passages ``p_1..p_N`` (DESIGN.md §2.3).
+        The candidate passages ``p_1..p_N`` (paper eq. 10).
     answer : str
         The answer text with the span markup removed.
     units : tuple of AttributedSpan

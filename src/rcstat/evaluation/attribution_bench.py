@@ -11,7 +11,7 @@ gold chunk. From that single pass every method is scored:
 * ``attention``: mean post-softmax attention over all heads and layers (the standard
   attention attribution).
 
-A unit is correct when its argmax chunk is the gold one (DESIGN.md §2.4); a unit whose scores
+A unit is correct when its argmax chunk is the gold one (docs/definitions.md); a unit whose scores
 are all zero counts as wrong. The run folder holds ``predictions.jsonl`` (one line per
 example, resumable), ``units.csv``, ``accuracy.csv`` (per method and ``k``), ``table1.csv``
 (the rows of the paper's Table 1 rcstat produces) and ``accuracy_vs_k.png`` (Fig. 7).

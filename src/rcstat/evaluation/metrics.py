@@ -1,4 +1,4 @@
-"""Metrics of KV-cache compression (DESIGN.md §2.4, paper §5.2).
+"""Metrics of KV-cache compression (paper §5.2; docs/definitions.md).
 
 - **VER** (value error rate): at the model's last layer, for every query head and every
   generated position ``j``, ``||v*_j - v̂_j||² / ||v*_j||²`` where ``v*`` is the head's

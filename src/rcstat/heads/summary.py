@@ -2,7 +2,7 @@
 
 :func:`summarize` turns the long table of :func:`rcstat.heads.collect` into a
 :class:`HeadSummary`: each head's distribution over examples (min, 5th, 25th, 50th, 75th,
-95th percentile, max; heads ordered by median, DESIGN.md §2.1), the layers × heads median
+95th percentile, max; heads ordered by median; docs/definitions.md), the layers × heads median
 matrix, how many heads of each example contextualize (statistic above ``τ``, and above the
 dataset's own 95th percentile), where the top heads sit in depth, and how stable the head
 ranking is from one example to the next. :func:`compare` contrasts two datasets (the paper's

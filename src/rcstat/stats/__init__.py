@@ -1,6 +1,6 @@
 """Pure tensor statistics of Relative Contextualization (imports torch only).
 
-See DESIGN.md §2. Public functions take batched sample sets ``[..., n]`` with optional masks.
+See docs/definitions.md. Public functions take batched sample sets ``[..., n]`` with optional masks.
 """
 
 from rcstat.stats.blocks import block_statistics, cross_self_samples, iot_expected_rc

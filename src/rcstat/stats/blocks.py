@@ -1,4 +1,4 @@
-"""RC sample sets taken from a block of attention scores (DESIGN.md §2, §2.1).
+"""RC sample sets taken from a block of attention scores (docs/definitions.md).
 
 A *generation block* holds the pre-softmax scores of the generated queries against every key
 up to the end of the sequence: ``scores[..., j, i] = f(i, m + j)`` for generated query ``j``

@@ -1,4 +1,4 @@
-"""Public RC statistics on batched sample sets (DESIGN.md §2).
+"""Public RC statistics on batched sample sets (docs/definitions.md).
 
 Every function takes ``x`` (cross-contextualization samples) and ``y`` (self-contextualization
 samples) along the last axis, with any broadcastable leading batch shape (layers, heads, spans,
