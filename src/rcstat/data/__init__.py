@@ -8,18 +8,11 @@ developer slice under ``shared/data``. Malformed records raise :class:`DatasetFo
 This package imports the standard library only.
 """
 
-from rcstat.data.base import (
-    AttributedSpan,
-    AttributionExample,
-    DatasetFormatError,
-    MarkedSpan,
-    MarkupError,
-    QAExample,
-    find_shared_data,
-    parse_span_markup,
-)
+from rcstat.data.examples import AttributedSpan, AttributionExample, QAExample
+from rcstat.data.markup import MarkedSpan, MarkupError, parse_span_markup
 from rcstat.data.qmsum import load_qmsum
 from rcstat.data.quotesum import load_quotesum
+from rcstat.data.records import DatasetFormatError, find_shared_data
 from rcstat.data.registry import DATASETS, default_path, load_dataset
 from rcstat.data.squad import load_squad_v2
 from rcstat.data.verigran import load_verigran

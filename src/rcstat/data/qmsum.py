@@ -1,4 +1,4 @@
-"""QMSum loader: one :class:`~rcstat.data.base.QAExample` per query of a meeting.
+"""QMSum loader: one :class:`~rcstat.data.examples.QAExample` per query of a meeting.
 
 Reads the upstream JSON-lines files (``data/ALL/jsonl/{train,val,test}.jsonl``), one meeting per
 line::
@@ -25,7 +25,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from rcstat.data.base import QAExample, _Where, check_limit, iter_jsonl, resolve_file
+from rcstat.data.examples import QAExample
+from rcstat.data.records import _Where, check_limit, iter_jsonl, resolve_file
 
 __all__ = ["load_qmsum"]
 

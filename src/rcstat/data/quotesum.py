@@ -1,4 +1,4 @@
-"""QuoteSum loader: one :class:`~rcstat.data.base.AttributionExample` per summary.
+"""QuoteSum loader: one :class:`~rcstat.data.examples.AttributionExample` per summary.
 
 Reads the upstream JSON-lines files (``v1/{train,dev,test}.jsonl``), one record per line with
 string values: ``qid``, ``unique_id``, ``question``, ``summary``, ``covered_short_answers``,
@@ -26,14 +26,9 @@ from itertools import count, islice
 from pathlib import Path
 from typing import Any
 
-from rcstat.data.base import (
-    AttributedSpan,
-    AttributionExample,
-    check_limit,
-    iter_jsonl,
-    parse_record_markup,
-    resolve_file,
-)
+from rcstat.data.examples import AttributedSpan, AttributionExample
+from rcstat.data.markup import parse_record_markup
+from rcstat.data.records import check_limit, iter_jsonl, resolve_file
 
 __all__ = ["load_quotesum"]
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rcstat.data.base import AttributionExample, QAExample, find_shared_data
+from rcstat.data.examples import AttributionExample, QAExample
 from rcstat.data.qmsum import load_qmsum
 from rcstat.data.quotesum import load_quotesum
+from rcstat.data.records import find_shared_data
 from rcstat.data.squad import load_squad_v2
 from rcstat.data.verigran import load_verigran
 from rcstat.data.wiki2 import load_2wiki

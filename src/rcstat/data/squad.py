@@ -1,4 +1,4 @@
-"""SQuAD v2.0 loader: one :class:`~rcstat.data.base.QAExample` per question.
+"""SQuAD v2.0 loader: one :class:`~rcstat.data.examples.QAExample` per question.
 
 Reads the official ``dev-v2.0.json`` / ``train-v2.0.json`` structure::
 
@@ -19,7 +19,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from rcstat.data.base import QAExample, _Where, check_limit, read_json, resolve_file
+from rcstat.data.examples import QAExample
+from rcstat.data.records import _Where, check_limit, read_json, resolve_file
 
 __all__ = ["load_squad_v2"]
 

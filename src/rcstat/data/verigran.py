@@ -1,4 +1,4 @@
-"""VERI-GRAN loader: one :class:`~rcstat.data.base.AttributionExample` per statement.
+"""VERI-GRAN loader: one :class:`~rcstat.data.examples.AttributionExample` per statement.
 
 Reads the upstream JSON-lines files (``verifiability_granular_{dev,test}.jsonl``), one
 statement per line: ``question`` (str), ``summary`` (str, the whole engine answer with the
@@ -15,7 +15,7 @@ cleaned summary and every span lies inside its statement). So by default
 statement in it (the occurrence that contains the units). ``answer="statement"`` gives the
 statement itself as the answer, with the units shifted into it.
 
-Markers are removed exactly as in QuoteSum (:func:`~rcstat.data.base.parse_span_markup`):
+Markers are removed exactly as in QuoteSum (:func:`~rcstat.data.markup.parse_span_markup`):
 ``"geometry[ 1  is a branch. ] The"`` → ``"geometry is a branch. The"``, unit ``"is a
 branch."``. ``passages`` are kept as they are (no passage is dropped), so
 ``gold_chunk == N - 1``. Upstream 3 statements carry no markup; they load with ``units == ()``.
@@ -28,16 +28,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from rcstat.data.base import (
-    AttributedSpan,
-    AttributionExample,
-    MarkedSpan,
-    _Where,
-    check_limit,
-    iter_jsonl,
-    parse_record_markup,
-    resolve_file,
-)
+from rcstat.data.examples import AttributedSpan, AttributionExample
+from rcstat.data.markup import MarkedSpan, parse_record_markup
+from rcstat.data.records import _Where, check_limit, iter_jsonl, resolve_file
 
 __all__ = ["load_verigran"]
 

@@ -1,4 +1,4 @@
-"""2WikiMultihopQA loader: one :class:`~rcstat.data.base.QAExample` per question.
+"""2WikiMultihopQA loader: one :class:`~rcstat.data.examples.QAExample` per question.
 
 Reads the upstream ``data.zip`` files (``train.json``, ``dev.json``, ``test.json``): one JSON
 list of HotpotQA-style records::
@@ -21,7 +21,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from rcstat.data.base import QAExample, _Where, check_limit, read_json, resolve_file
+from rcstat.data.examples import QAExample
+from rcstat.data.records import _Where, check_limit, read_json, resolve_file
 
 __all__ = ["load_2wiki"]
 
