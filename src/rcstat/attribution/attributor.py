@@ -32,7 +32,13 @@ from rcstat.attribution.result import (
     SpanStatistic,
     _check_top_k,
 )
-from rcstat.attribution.spans import TextSpan, join_chunks, locate_spans, split_sentences
+from rcstat.attribution.spans import (
+    DEFAULT_LANGUAGE,
+    TextSpan,
+    join_chunks,
+    locate_spans,
+    split_sentences,
+)
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.defaults import DEFAULT_TOP_K
 from rcstat.generation import check_example, check_max_new_tokens, generate_answer, input_device
@@ -68,6 +74,10 @@ class Attributor:
         Encode special-token strings in the texts (e.g. ``<|im_start|>``) as special tokens.
         By default they are literal text and cannot open or close chat turns; enable this
         only for trusted text.
+    language : str, default "en"
+        Language code for sentence splitting (abbreviation lists); sentence ends of every
+        script (``。``, ``؟``, ``।`` …) split in any language (see
+        :func:`~rcstat.attribution.spans.split_sentences`).
 
     Examples
     --------
@@ -91,6 +101,7 @@ class Attributor:
         max_new_tokens: int = 64,
         rank_post_softmax: bool | None = None,
         allow_special_tokens: bool = False,
+        language: str = DEFAULT_LANGUAGE,
     ) -> None:
         layout = attention_layout(model)
         if head_ranking not in HEAD_RANKINGS:
@@ -107,6 +118,7 @@ class Attributor:
         self.statistic: SpanStatistic = statistic
         self.max_new_tokens = max_new_tokens
         self.allow_special_tokens = allow_special_tokens
+        self.language = language
         self.rank_post_softmax = (
             head_ranking.endswith("post_softmax")
             if rank_post_softmax is None
@@ -171,7 +183,7 @@ class Attributor:
             )
         answer_text = example.part_text("answer")
         unit_spans = (
-            split_sentences(answer_text)
+            split_sentences(answer_text, language=self.language)
             if units is None
             else locate_spans(answer_text, units, what="unit")
         )
@@ -209,7 +221,7 @@ class Attributor:
         if chosen == "chunk":
             return text, chunks
         if chosen == "sentence":
-            return text, split_sentences(text)
+            return text, split_sentences(text, language=self.language)
         return text, None
 
     def _run(

@@ -71,6 +71,9 @@ def register(sub: Any) -> None:
         "--statistic", choices=["expected", "upper"], default="expected", help="RC statistic"
     )
     at.add_argument("--max-new-tokens", type=int, default=64, help="length of a generated answer")
+    at.add_argument(
+        "--language", default="en", help="language code for sentence splitting (any script splits)"
+    )
     at.add_argument("--out", default="runs/attribute", help="output folder")
     add_special_tokens_option(at)
 
@@ -90,6 +93,7 @@ class AttributeArgs:
     max_new_tokens: int
     out: Path
     allow_special_tokens: bool = False
+    language: str = "en"
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> AttributeArgs:
@@ -121,6 +125,7 @@ class AttributeArgs:
             max_new_tokens=count("--max-new-tokens", ns.max_new_tokens),
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,
+            language=ns.language,
         )
 
 
@@ -152,6 +157,7 @@ def run(args: AttributeArgs) -> int:
         statistic=args.statistic,  # type: ignore[arg-type]
         max_new_tokens=args.max_new_tokens,
         allow_special_tokens=args.allow_special_tokens,
+        language=args.language,
     )
     with step("attributing (one forward pass)…"):
         result = attributor.attribute(
