@@ -4,13 +4,16 @@ eager attention weights and hand-checked properties of eq. (10)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import pytest
 import torch
 
+import rcstat.generation as generation_module
 from rcstat.analysis import analyze_segmented
-from rcstat.attribution import Attributor
+from rcstat.attribution import Attribution, Attributor
 from rcstat.attribution.spans import join_chunks
 from rcstat.segments import segment_chat
 from rcstat.stats import rc_upper_bound
@@ -230,3 +233,57 @@ def test_explicit_spans_read_the_context_columns_of_their_own_tokens(setup) -> N
         later.attention_scores()[0], mass / mass.sum(axis=1, keepdims=True), rtol=1e-5
     )
     np.testing.assert_allclose(later.per_head, chunks.per_head[..., 1:], rtol=1e-6)
+
+
+# ----------------------------------------------------------------------- result: files, cut
+
+
+def test_save_load_round_trip(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, _, attributor = setup
+    result = attributor.attribute(["The cat sat on the mat.", "Dogs bark."], "Who sat?", "The cat.")
+    result.gold = [0]
+    path = result.save(tmp_path / "a.npz")
+    back = Attribution.load(path)
+    for name in ("ranking", "per_head", "token_scores", "attention"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(result, name))
+    for name in (
+        "question",
+        "answer",
+        "context",
+        "spans",
+        "units",
+        "span_tokens",
+        "unit_tokens",
+        "context_tokens",
+        "context_start",
+        "statistic",
+        "head_ranking",
+        "top_k",
+        "gold",
+        "finished",
+    ):
+        assert getattr(back, name) == getattr(result, name), name
+    assert back.to_json() == result.to_json()
+    with pytest.raises(ValueError, match=r"\.npz"):
+        result.save(tmp_path / "a.pkl")
+    np.savez(tmp_path / "other.npz", header=np.array("{}"))
+    with pytest.raises(ValueError, match="not an rcstat attribution file"):
+        Attribution.load(tmp_path / "other.npz")
+
+
+def test_a_cut_answer_is_marked_everywhere(setup) -> None:  # type: ignore[no-untyped-def]
+    model, tok, _ = setup
+    attributor = Attributor(model, tok, top_k=5, max_new_tokens=3)
+    with patch.object(generation_module, "stop_token_ids", return_value=frozenset()):
+        result = attributor.attribute("The cat sat on the mat. Dogs bark.", "Who sat?")
+    assert result.finished is False
+    frame = result.to_frame()
+    last = len(result.units) - 1
+    assert not frame[frame["unit"] == last]["unit_complete"].any()
+    assert frame[frame["unit"] < last]["unit_complete"].all()
+    payload = json.loads(result.to_json())
+    assert payload["answer_finished"] is False and payload["units"][-1]["complete"] is False
+    assert "Answer cut at the token" in result.to_html()
+
+    given = attributor.attribute("The cat sat on the mat.", "Who sat?", "The cat.")
+    assert given.finished is True and "Answer cut at the token" not in given.to_html()

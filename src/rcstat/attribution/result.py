@@ -297,53 +297,18 @@ class Attribution:
         )
 
     def to_html(self, path: str | Path | None = None, *, unit: int = 0) -> str:
-        """Token shading per method (this configuration, all heads, mean attention).
+        """The attribution page: the context once, shaded per method (this configuration, all
+        heads, mean attention), with a colour legend, the spans ranked by score with jump links
+        and a warning when the answer was cut at the token limit.
 
         Returns the self-contained HTML document; also writes it to ``path`` when given.
         """
-        from rcstat.report.attribution_html import attribution_html
+        from rcstat.report.attribution_html import attribution_page
 
-        first = self.context_start
-        span_ranges = _drawable(
-            [(s - first, e - first) for s, e in self.span_tokens], len(self.context_tokens)
-        )
-        panels = {self.method: self.token_weights()}
-        attributed = {self.method: self.attributed}
-        if self.head_ranking != "all":
-            label = _method_name("all", None, self.statistic)
-            panels[label] = self.token_weights(self.heads_for("all", None))
-            attributed[label] = self.scores_for("all", None)[1]
-        panels["mean attention"] = _normalize(self.attention)[0]
-        attributed["mean attention"] = self.attention_scores()[1]
-        html = attribution_html(
-            self.context_tokens,
-            panels,
-            [u.text for u in self.units],
-            title="rcstat attribution",
-            question=self.question,
-            answer=self.answer,
-            spans=span_ranges,
-            attributed=attributed if span_ranges else None,
-            gold=self.gold,
-            selected=unit,
-        )
+        html = attribution_page(self, unit=unit)
         if path is not None:
             Path(path).write_text(html, encoding="utf-8")
         return html
-
-
-def _drawable(spans: list[tuple[int, int]], tokens: int) -> list[tuple[int, int]]:
-    """Span boxes for the HTML view: a token shared by two neighbouring spans goes to the
-    first; nothing is boxed when spans nest or are single tokens (token granularity)."""
-    if len(spans) >= tokens:
-        return []
-    drawn: list[tuple[int, int]] = []
-    for start, end in spans:
-        start = max(start, drawn[-1][1]) if drawn else start
-        if start >= end:
-            return []
-        drawn.append((start, end))
-    return drawn
 
 
 def _method_name(head_ranking: str, top_k: int | None, statistic: str) -> str:
