@@ -182,3 +182,11 @@ def test_press_api_refuses_bad_numbers(kwargs: dict[str, object], message: str) 
 
     with pytest.raises(ValueError, match=message):
         RCStatPress(**kwargs)  # type: ignore[arg-type]
+
+
+def test_package_version_is_the_metadata_version() -> None:
+    from importlib import metadata
+
+    import rcstat
+
+    assert rcstat.__version__ == metadata.version("rcstat")

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from rcstat.press.rcstat_press import RCStatPress
 
 __all__ = ["Attribution", "Attributor", "HeadAnalysis", "RCStatPress", "analyze", "load_model"]
-__version__ = "0.1.0"
 
 _HOMES = {
     "Attribution": "rcstat.attribution",
@@ -29,6 +28,10 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # one source: the installed package's metadata (pyproject.toml)
+        from importlib.metadata import version
+
+        return version("rcstat")
     if name in _HOMES:
         return getattr(import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'rcstat' has no attribute {name!r}")
