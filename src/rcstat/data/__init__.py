@@ -3,18 +3,28 @@
 Question answering (KV-cache compression, head analysis) → :class:`QAExample`:
 :func:`load_squad_v2`, :func:`load_qmsum`, :func:`load_2wiki`. Attribution →
 :class:`AttributionExample` with :class:`AttributedSpan` units: :func:`load_quotesum`,
-:func:`load_verigran`. :func:`load_dataset` dispatches by name; :func:`default_path` finds the
-developer slice under ``shared/data``. Malformed records raise :class:`DatasetFormatError`.
+:func:`load_verigran`. Grounding → :class:`GroundingExample` with :class:`LabeledSpan` spans:
+:func:`load_faithbench`, :func:`load_summedits` (a file, or a folder of files).
+:func:`load_dataset` dispatches by name; :func:`default_path` finds the developer slice under
+``shared/data``. Malformed records raise :class:`DatasetFormatError`.
 This package imports the standard library only.
 """
 
-from rcstat.data.examples import AttributedSpan, AttributionExample, QAExample
+from rcstat.data.examples import (
+    AttributedSpan,
+    AttributionExample,
+    GroundingExample,
+    LabeledSpan,
+    QAExample,
+)
+from rcstat.data.faithbench import load_faithbench
 from rcstat.data.markup import MarkedSpan, MarkupError, parse_span_markup
 from rcstat.data.qmsum import load_qmsum
 from rcstat.data.quotesum import load_quotesum
 from rcstat.data.records import DatasetFormatError, find_shared_data
 from rcstat.data.registry import DATASETS, default_path, load_dataset
 from rcstat.data.squad import load_squad_v2
+from rcstat.data.summedits import load_summedits
 from rcstat.data.verigran import load_verigran
 from rcstat.data.wiki2 import load_2wiki
 
@@ -23,6 +33,8 @@ __all__ = [
     "AttributedSpan",
     "AttributionExample",
     "DatasetFormatError",
+    "GroundingExample",
+    "LabeledSpan",
     "MarkedSpan",
     "MarkupError",
     "QAExample",
@@ -30,9 +42,11 @@ __all__ = [
     "find_shared_data",
     "load_2wiki",
     "load_dataset",
+    "load_faithbench",
     "load_qmsum",
     "load_quotesum",
     "load_squad_v2",
+    "load_summedits",
     "load_verigran",
     "parse_span_markup",
 ]

@@ -5,6 +5,10 @@
 * :class:`AttributionExample` — candidate passages (``chunks``), an ``answer`` text and the
   annotated spans of that answer with their gold chunk (:class:`AttributedSpan`); used by the
   attribution task (QuoteSum, VERI-GRAN).
+* :class:`GroundingExample` — a ``context`` (source document), a ``response`` written from it,
+  a binary ``label`` (``True`` = hallucinated / inconsistent), the cross-validation ``group``
+  and, where annotated, labelled character spans of the response (:class:`LabeledSpan`); used
+  by the grounding task (FaithBench, SummEdits).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AttributedSpan", "AttributionExample", "QAExample"]
+__all__ = ["AttributedSpan", "AttributionExample", "GroundingExample", "LabeledSpan", "QAExample"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +122,113 @@ class AttributionExample:
     def unit_texts(self) -> tuple[str, ...]:
         """The text of each unit, ``answer[start:end]``."""
         return tuple(self.answer[u.start : u.end] for u in self.units)
+
+
+# Span labels starting with this make a FaithBench response hallucinated (upstream "worst").
+_UNWANTED_PREFIX = "Unwanted"
+
+
+@dataclass(frozen=True)
+class LabeledSpan:
+    """One human-annotated span of a response, with its labels.
+
+    Parameters
+    ----------
+    start, end : int
+        ``[start, end)`` character offsets of the span in :attr:`GroundingExample.response`.
+    labels : tuple of str
+        The annotator's labels for the span, in upstream order (FaithBench: ``"Unwanted"``,
+        ``"Unwanted.Intrinsic"``, ``"Unwanted.Extrinsic"``, ``"Questionable"``, ``"Benign"``).
+    annotator : str
+        The annotator's id (``""`` when the record has none); several annotators may mark
+        overlapping spans of one response.
+    source_start, source_end : int or None
+        ``[source_start, source_end)`` in :attr:`GroundingExample.context` of the passage the
+        annotator linked to the span, or both ``None``.
+    """
+
+    start: int
+    end: int
+    labels: tuple[str, ...]
+    annotator: str = ""
+    source_start: int | None = None
+    source_end: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end:
+            raise ValueError(f"span needs 0 <= start < end, got [{self.start}, {self.end})")
+        if (self.source_start is None) != (self.source_end is None):
+            raise ValueError("source_start and source_end must both be set or both be None")
+        if self.source_start is not None and self.source_end is not None:
+            if not 0 <= self.source_start < self.source_end:
+                raise ValueError(
+                    "source span needs 0 <= source_start < source_end, got "
+                    f"[{self.source_start}, {self.source_end})"
+                )
+
+    def hallucinated(self, questionable: bool = False) -> bool:
+        """Whether a label is ``Unwanted*`` (or, with `questionable`, ``Questionable``)."""
+        return any(
+            label.startswith(_UNWANTED_PREFIX) or (questionable and label == "Questionable")
+            for label in self.labels
+        )
+
+
+@dataclass(frozen=True)
+class GroundingExample:
+    """A grounding example: is `response` supported by `context`?
+
+    Parameters
+    ----------
+    id : str
+        Unique within a load: ``"<batch>:<sample_id>"`` (FaithBench), ``"<domain>:<id>"``
+        (SummEdits).
+    context : str
+        The source document the response was written from.
+    response : str
+        The response (a summary) to judge; it may come from any model.
+    label : bool
+        ``True`` when the response is hallucinated / inconsistent with `context`.
+    group : str
+        Cross-validation group: examples that share it must stay in one fold (FaithBench: all
+        summaries of one source document; SummEdits: all edits of one seed summary). A short
+        hash of the grouping text, equal across files for equal texts.
+    dataset : str
+        The dataset name as used by :func:`rcstat.data.load_dataset`.
+    spans : tuple of LabeledSpan
+        Annotated spans of `response` in upstream order (``()`` when none or not annotated).
+    meta : dict
+        Dataset-specific extras (documented by each loader).
+
+    Raises
+    ------
+    ValueError
+        If a span lies outside `response` or its source span outside `context`.
+    """
+
+    id: str
+    context: str
+    response: str
+    label: bool
+    group: str
+    dataset: str
+    spans: tuple[LabeledSpan, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for span in self.spans:
+            if span.end > len(self.response):
+                raise ValueError(
+                    f"span [{span.start}, {span.end}) exceeds the response "
+                    f"({len(self.response)} chars)"
+                )
+            if span.source_end is not None and span.source_end > len(self.context):
+                raise ValueError(
+                    f"source span [{span.source_start}, {span.source_end}) exceeds the context "
+                    f"({len(self.context)} chars)"
+                )
+
+    @property
+    def span_texts(self) -> tuple[str, ...]:
+        """The text of each span, ``response[start:end]``."""
+        return tuple(self.response[s.start : s.end] for s in self.spans)

@@ -1,8 +1,9 @@
 """Dispatch by dataset name and locate the shared developer slices.
 
 :func:`load_dataset` maps a name to its loader; :func:`default_path` finds the slice of a
-dataset under the nearest ``shared/data`` folder , for demos and tests. Real
-evaluations pass the path of the full upstream file.
+dataset under the nearest ``shared/data`` folder, for demos and tests. Real evaluations pass
+the path of the full upstream file (or, for the grounding datasets, which ship as several
+files, of a folder of them).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rcstat.data.examples import AttributionExample, QAExample
+from rcstat.data.examples import AttributionExample, GroundingExample, QAExample
+from rcstat.data.faithbench import load_faithbench
 from rcstat.data.qmsum import load_qmsum
 from rcstat.data.quotesum import load_quotesum
 from rcstat.data.records import find_shared_data
 from rcstat.data.squad import load_squad_v2
+from rcstat.data.summedits import load_summedits
 from rcstat.data.verigran import load_verigran
 from rcstat.data.wiki2 import load_2wiki
 
@@ -36,13 +39,18 @@ class DatasetInfo:
     suffix : str
         File ending of its data files.
     task : str
-        ``"qa"`` (:class:`QAExample`) or ``"attribution"`` (:class:`AttributionExample`).
+        ``"qa"`` (:class:`QAExample`), ``"attribution"`` (:class:`AttributionExample`) or
+        ``"grounding"`` (:class:`GroundingExample`).
+    folder : bool, default False
+        The slice is a folder of several data files that the loader reads together, and
+        :func:`default_path` returns the folder; otherwise it holds exactly one data file.
     """
 
     loader: Callable[..., list[Any]]
     slice_folder: str
     suffix: str
     task: str
+    folder: bool = False
 
 
 #: The datasets :func:`load_dataset` knows, by canonical name.
@@ -52,6 +60,8 @@ DATASETS: dict[str, DatasetInfo] = {
     "2wiki": DatasetInfo(load_2wiki, "2wikimultihopqa", ".json", "qa"),
     "quotesum": DatasetInfo(load_quotesum, "quotesum", ".jsonl", "attribution"),
     "verigran": DatasetInfo(load_verigran, "veri_gran", ".jsonl", "attribution"),
+    "faithbench": DatasetInfo(load_faithbench, "faithbench", ".json", "grounding", folder=True),
+    "summedits": DatasetInfo(load_summedits, "summedits", ".json", "grounding", folder=True),
 }
 
 _ALIASES = {"squad": "squad_v2", "2wikimultihopqa": "2wiki", "veri_gran": "verigran"}
@@ -68,12 +78,13 @@ def canonical_name(name: str) -> str:
 
 
 def dataset_task(name: str) -> str:
-    """``"qa"`` or ``"attribution"``: what the examples of dataset ``name`` are for."""
+    """``"qa"``, ``"attribution"`` or ``"grounding"``: what the examples of dataset ``name``
+    are for."""
     return DATASETS[canonical_name(name)].task
 
 
 def default_path(name: str) -> Path:
-    """The data file of the shared developer slice of dataset `name`.
+    """The data file (or folder) of the shared developer slice of dataset `name`.
 
     Parameters
     ----------
@@ -84,7 +95,9 @@ def default_path(name: str) -> Path:
     -------
     Path
         The one data file in ``<ancestor>/shared/data/<slice folder>``, the first
-        ``shared/data`` found walking up from the package and from the working directory.
+        ``shared/data`` found walking up from the package and from the working directory; for
+        a dataset read from several files (:attr:`DatasetInfo.folder`: FaithBench, SummEdits),
+        the slice folder itself once it holds at least one data file.
 
     Raises
     ------
@@ -100,7 +113,9 @@ def default_path(name: str) -> Path:
         raise FileNotFoundError(f"no shared/data folder found for {key!r}; {hint}")
     folder = shared / info.slice_folder
     files = sorted(folder.glob(f"*{info.suffix}")) if folder.is_dir() else []
-    if len(files) != 1:
+    if info.folder and files:
+        return folder
+    if len(files) != 1 or info.folder:
         found = "no data file" if not files else f"{len(files)} data files"
         raise FileNotFoundError(f"{found} in {folder} for {key!r} (see its README); {hint}")
     return files[0]
@@ -108,28 +123,31 @@ def default_path(name: str) -> Path:
 
 def load_dataset(
     name: str, path: str | Path | None = None, *, limit: int | None = None, **options: Any
-) -> list[QAExample] | list[AttributionExample]:
+) -> list[QAExample] | list[AttributionExample] | list[GroundingExample]:
     """Load a dataset by name from a file in its upstream format.
 
     Parameters
     ----------
     name : str
-        ``"squad_v2"``, ``"qmsum"``, ``"2wiki"``, ``"quotesum"`` or ``"verigran"`` (also
-        ``"squad"``, ``"2wikimultihopqa"``, ``"veri_gran"``; case and ``-``/``_`` ignored).
+        ``"squad_v2"``, ``"qmsum"``, ``"2wiki"``, ``"quotesum"``, ``"verigran"``,
+        ``"faithbench"`` or ``"summedits"`` (also ``"squad"``, ``"2wikimultihopqa"``,
+        ``"veri_gran"``; case and ``-``/``_`` ignored).
     path : str or Path, optional
-        The upstream file, or a folder holding exactly one data file. Default:
-        :func:`default_path` (the shared slice).
+        The upstream file, or a folder holding exactly one data file (FaithBench and
+        SummEdits: a folder whose data files are all read). Default: :func:`default_path`
+        (the shared slice).
     limit : int, optional
         Return at most this many examples.
     **options
         Passed to the dataset's loader (``include_unanswerable``, ``context``,
-        ``allow_missing_answer``, ``answer``).
+        ``allow_missing_answer``, ``answer``, ``questionable``).
 
     Returns
     -------
-    list of QAExample or list of AttributionExample
+    list of QAExample, AttributionExample or GroundingExample
         See :func:`load_squad_v2`, :func:`load_qmsum`, :func:`load_2wiki`,
-        :func:`load_quotesum`, :func:`load_verigran`.
+        :func:`load_quotesum`, :func:`load_verigran`, :func:`load_faithbench`,
+        :func:`load_summedits`.
 
     Raises
     ------
@@ -144,7 +162,7 @@ def load_dataset(
     key = canonical_name(name)
     if path is None:
         path = default_path(key)
-    result: list[QAExample] | list[AttributionExample] = DATASETS[key].loader(
-        path, limit=limit, **options
-    )
+    loader = DATASETS[key].loader
+    result: list[QAExample] | list[AttributionExample] | list[GroundingExample]
+    result = loader(path, limit=limit, **options)
     return result
