@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import json
+import logging
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
 from rcstat.data import QAExample
 from rcstat.evaluation.kv_bench import KVBench, Setting, make_press, settings_grid
+from rcstat.runs import RowFileError, RunMismatchError
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
+
+kv_bench = importlib.import_module("rcstat.evaluation.kv_bench")
 
 pytestmark = pytest.mark.press  # needs the rcstat[press] extra (kvpress)
 
@@ -92,3 +100,118 @@ def test_a_failing_setting_is_recorded_and_the_run_goes_on(tmp_path: Path) -> No
     errors = pd.read_csv(tmp_path / "run" / "errors.csv")
     assert len(errors) == 2 and errors["error"].str.contains("window").all()
     assert list(summary["method"]) == ["knorm"]
+
+
+def _bench(out: Path, **changes: Any) -> KVBench:
+    fields: dict[str, Any] = {
+        "out": out,
+        "dataset": "toy",
+        "model_name": "tiny",
+        "settings": [Setting("knorm", ratio=0.5), Setting("tova", ratio=0.5)],
+        "max_new_tokens": 3,
+    }
+    return KVBench(**{**fields, **changes})
+
+
+def _lines(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(v) for v in (out / "predictions.jsonl").read_text().splitlines()]
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, interrupt_at: int | None = None) -> list[str]:
+    """Record the context of every evaluation; raise KeyboardInterrupt at call ``interrupt_at``."""
+    calls: list[str] = []
+    real = kv_bench.evaluate_example
+
+    def counting(model: Any, tokenizer: Any, context: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(context)
+        if len(calls) == interrupt_at:
+            raise KeyboardInterrupt
+        return real(model, tokenizer, context, *args, **kwargs)
+
+    monkeypatch.setattr(kv_bench, "evaluate_example", counting)
+    return calls
+
+
+def _comparable(out: Path) -> list[dict[str, Any]]:
+    return sorted(_lines(out), key=lambda line: line["work_id"])
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path: Path) -> None:
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    _bench(tmp_path).run(model, tok, EXAMPLES)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(RunMismatchError, match="max_new_tokens: 3 in the run, 5 now"):
+        _bench(tmp_path, max_new_tokens=5).run(model, tok, EXAMPLES)
+    with pytest.raises(RunMismatchError, match=r'settings: \["knorm\|r=0\.5'):
+        _bench(tmp_path, settings=[Setting("knorm", ratio=0.3)]).run(model, tok, EXAMPLES)
+    with pytest.raises(RunMismatchError, match=r"model\.weights"):
+        _bench(tmp_path).run(tiny_model("qwen2"), tok, EXAMPLES)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_changed_example_is_evaluated_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    _bench(tmp_path).run(model, tok, EXAMPLES)
+    old = {line["work_id"]: line for line in _lines(tmp_path)}
+    calls = _counting(monkeypatch)
+    changed = [EXAMPLES[0], dataclasses.replace(EXAMPLES[1], context="The dog is in the garden.")]
+    _bench(tmp_path).run(model, tok, changed)
+    assert calls == [changed[1].context] * 2  # both settings of the changed example
+    lines = _lines(tmp_path)
+    assert sorted(line["work_id"] for line in lines) == sorted(old)  # replaced, not added
+    for line in lines:
+        same = line["example"] == "ex0"
+        assert (line["example_hash"] == old[line["work_id"]]["example_hash"]) == same
+
+
+def test_failed_items_are_retried_unless_asked_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    settings = [Setting("rcstat", threshold=1.0, window=500), Setting("knorm", ratio=0.5)]
+    _bench(tmp_path, settings=settings).run(model, tok, EXAMPLES)  # window 500: fails
+    calls = _counting(monkeypatch)
+    _bench(tmp_path, settings=settings, retry_failed=False).run(model, tok, EXAMPLES)
+    assert calls == []
+    _bench(tmp_path, settings=settings).run(model, tok, EXAMPLES)
+    assert len(calls) == 2  # the two failed items, tried again
+    lines = _lines(tmp_path)
+    assert len(lines) == 4 and sum(line["error"] is not None for line in lines) == 2
+
+
+def test_cut_last_line_is_dropped_and_a_corrupt_one_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    _bench(tmp_path).run(model, tok, EXAMPLES)
+    path = tmp_path / "predictions.jsonl"
+    whole = _comparable(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[:-40])  # an interrupted write of the fourth line
+    calls = _counting(monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        _bench(tmp_path).run(model, tok, EXAMPLES)
+    assert f"{path}, line 4: cut-off last line" in caplog.text
+    assert len(calls) == 1
+    assert _comparable(tmp_path) == whole
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], lines[1][:30], *lines[2:]]) + "\n")
+    with pytest.raises(RowFileError, match=r"predictions\.jsonl, line 2"):
+        _bench(tmp_path).run(model, tok, EXAMPLES)
+
+
+def test_interrupted_run_resumes_to_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    _bench(tmp_path / "whole").run(model, tok, EXAMPLES)
+    _counting(monkeypatch, interrupt_at=2)
+    with pytest.raises(KeyboardInterrupt):
+        _bench(tmp_path / "cut").run(model, tok, EXAMPLES)
+    assert len(_lines(tmp_path / "cut")) == 1  # the first item, whole
+    calls = _counting(monkeypatch)
+    _bench(tmp_path / "cut").run(model, tok, EXAMPLES)
+    assert len(calls) == 3
+    assert _comparable(tmp_path / "cut") == _comparable(tmp_path / "whole")

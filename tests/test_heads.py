@@ -10,9 +10,12 @@ counting the analyses and comparing file bytes. Everything runs on the tiny rand
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import io
 import json
+import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from scipy.stats import mannwhitneyu, spearmanr
 
 import rcstat.heads
@@ -43,6 +47,7 @@ from rcstat.heads import (
     save_figure,
     summarize,
 )
+from rcstat.runs import RunMismatchError
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 from tests.test_data import _qmsum_record, _squad_doc, _write_json, _write_jsonl
@@ -155,38 +160,66 @@ def test_collect_rejects_duplicate_ids_and_unknown_types(model_tok: tuple[Any, A
         collect(model, tok, [{"context": "c"}], progress=False)
 
 
-def test_collect_resumes_and_records_failures(
-    model_tok: tuple[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model, tok = model_tok
+def _counting(monkeypatch: pytest.MonkeyPatch, fail: set[str] | None = None) -> list[str]:
+    """Record the question of every analysis; raise ``ValueError`` once for each question in
+    ``fail`` (a transient failure)."""
     calls: list[str] = []
     real = collect_module.analyze
+    pending = set(fail or ())
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs["question"])
+        if kwargs["question"] in pending:
+            pending.discard(kwargs["question"])
+            raise ValueError("transient failure")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(collect_module, "analyze", counting)
+    return calls
 
-    def make(i: int) -> JsonlExample:
-        return JsonlExample(f"e{i}", f"Fact number {i} is true.", f"Is fact {i} true?", "Yes.")
 
+def _fact(i: int, text: str = "true") -> JsonlExample:
+    return JsonlExample(f"e{i}", f"Fact number {i} is {text}.", f"Is fact {i} true?", "Yes.")
+
+
+def _log(out: Path) -> pd.DataFrame:
+    return pd.read_csv(out / "examples.csv", dtype=str, keep_default_na=False)
+
+
+def test_collect_resumes_and_records_failures(
+    model_tok: tuple[Any, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model, tok = model_tok
+    calls = _counting(monkeypatch)
+    make = _fact
     long = JsonlExample("long", TOO_LONG, "Is it long?", "Yes.")
     first = collect(model, tok, [make(0), long, make(1)], out=tmp_path, progress=False)
     assert len(calls) == 3
     assert list(pd.unique(first["example"])) == ["e0", "e1"]
     assert set(first.attrs["errors"]) == {"long"}
-    log = pd.read_csv(tmp_path / "examples.csv", dtype={"id": str}, keep_default_na=False)
-    assert list(log.columns) == ["id", "prompt_len", "gen_len", "seconds", "error"]
+    log = _log(tmp_path)
+    assert list(log.columns) == [
+        "id", "prompt_len", "gen_len", "finished", "seconds", "error", "hash",
+    ]  # fmt: skip
     assert log["id"].tolist() == ["e0", "long", "e1"]
     assert "ValueError" in log.loc[1, "error"] and "256" in log.loc[1, "error"]
     assert log.loc[0, "error"] == "" and float(log.loc[0, "seconds"]) > 0
+    assert log.loc[0, "finished"] == ""  # the answer was given, not generated
+    assert log["hash"].str.len().eq(64).all()
+    manifest = json.loads((tmp_path / "run.json").read_text())
+    assert manifest["kind"] == "heads" and manifest["options"]["max_new_tokens"] == 32
     before = (tmp_path / "heads.csv").read_bytes()
     assert before.count(b"example,layer") == 1  # one header
 
-    # Second run: only the new example is analysed (the failed one is not retried).
+    # Second run without retries: only the new example is analysed.
     calls.clear()
-    second = collect(model, tok, [make(0), long, make(1), make(2)], out=tmp_path, progress=False)
+    second = collect(
+        model, tok, [make(0), long, make(1), make(2)], out=tmp_path, progress=False,
+        retry_failed=False,
+    )  # fmt: skip
     assert calls == ["Is fact 2 true?"]
     after = (tmp_path / "heads.csv").read_bytes()
     assert after.startswith(before) and after.count(b"example,layer") == 1
@@ -206,24 +239,105 @@ def test_collect_resumes_and_records_failures(
     # A torn last example (write interrupted mid-line) is dropped and recomputed, nothing else.
     (tmp_path / "heads.csv").write_bytes(after[:-100])  # cut in the middle of a line
     calls.clear()
-    third = collect(model, tok, [make(0), make(1), make(2)], out=tmp_path, progress=False)
+    with caplog.at_level(logging.WARNING):
+        third = collect(model, tok, [make(0), make(1), make(2)], out=tmp_path, progress=False)
     assert calls == ["Is fact 2 true?"]
+    lines = after[:-100].count(b"\n") + 1
+    assert f"{tmp_path / 'heads.csv'}, line {lines}: cut-off last line" in caplog.text
     pd.testing.assert_frame_equal(third, second)
-    log = pd.read_csv(tmp_path / "examples.csv", dtype={"id": str}, keep_default_na=False)
-    assert log["id"].tolist() == ["e0", "long", "e1", "e2"]  # the torn example's line replaced
+    assert _log(tmp_path)["id"].tolist() == ["e0", "long", "e1", "e2"]  # e2's line replaced
+
+    # The failed example is retried by default (and fails again: one line, replaced).
+    calls.clear()
+    collect(model, tok, [make(0), long], out=tmp_path, progress=False)
+    assert calls == ["Is it long?"]
+    assert _log(tmp_path)["id"].tolist() == ["e0", "e1", "e2", "long"]
 
 
-def test_collect_refuses_a_folder_of_another_model(
+def test_collect_retries_a_failed_example(
+    model_tok: tuple[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, tok = model_tok
+    calls = _counting(monkeypatch, fail={"Is fact 1 true?"})
+    examples = [_fact(0), _fact(1), _fact(2)]
+    first = collect(model, tok, examples, out=tmp_path, progress=False)
+    assert first.attrs["errors"] == {"e1": "ValueError: transient failure"}
+    assert first["example"].nunique() == 2
+    calls.clear()
+    second = collect(model, tok, examples, out=tmp_path, progress=False)
+    assert calls == ["Is fact 1 true?"] and second.attrs["errors"] == {}
+    assert list(pd.unique(second["example"])) == ["e0", "e1", "e2"]
+    log = _log(tmp_path)
+    assert sorted(log["id"]) == ["e0", "e1", "e2"] and (log["error"] == "").all()
+    uninterrupted = collect(model, tok, examples, progress=False)
+    pd.testing.assert_frame_equal(second, uninterrupted)
+
+
+def test_collect_recomputes_a_changed_example(
+    model_tok: tuple[Any, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model, tok = model_tok
+    calls = _counting(monkeypatch)
+    collect(model, tok, [_fact(0), _fact(1)], out=tmp_path, progress=False)
+    old_hash = _log(tmp_path).set_index("id").loc["e1", "hash"]
+    calls.clear()
+    changed = [_fact(0), _fact(1, "false")]  # same id, new text
+    with caplog.at_level(logging.WARNING):
+        frame = collect(model, tok, changed, out=tmp_path, progress=False)
+    assert calls == ["Is fact 1 true?"]
+    assert "1 item(s) whose example changed" in caplog.text and "e1" in caplog.text
+    heads = read_heads(tmp_path)
+    assert (heads.groupby("example").size() == LAYERS * HEADS).all()  # replaced, not added
+    log = _log(tmp_path)
+    assert log["id"].tolist() == ["e0", "e1"] and log.loc[1, "hash"] != old_hash
+    direct = _direct(model, tok, {"context": changed[1].context, "question": changed[1].question,
+                                  "answer": "Yes."})  # fmt: skip
+    np.testing.assert_allclose(
+        frame[frame["example"] == "e1"]["upper"].to_numpy().reshape(LAYERS, HEADS),
+        direct.upper,
+        rtol=1e-6,
+    )
+
+
+def test_collect_records_whether_a_generated_answer_finished(
     model_tok: tuple[Any, Any], tmp_path: Path
 ) -> None:
     model, tok = model_tok
+    example = JsonlExample("gen", "The dog slept in the garden.", "Where did it sleep?")
+    collect(model, tok, [example], out=tmp_path, progress=False, max_new_tokens=2)
+    direct = analyze(model, tok, context=example.context, question=example.question,
+                     question_placement="generation", max_new_tokens=2)  # fmt: skip
+    assert direct.generation_finished is not None
+    assert _log(tmp_path).loc[0, "finished"] == str(direct.generation_finished)
+
+
+def test_collect_refuses_a_folder_of_another_model_or_setting(
+    model_tok: tuple[Any, Any], tmp_path: Path
+) -> None:
+    model, tok = model_tok
+    example = [JsonlExample("a", "Ice is cold.", "Is ice hot?", "No.")]
+    collect(model, tok, example, out=tmp_path / "run", progress=False, max_new_tokens=3)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+    with pytest.raises(RunMismatchError, match="max_new_tokens: 3 in the run, 4 now"):
+        collect(model, tok, example, out=tmp_path / "run", progress=False, max_new_tokens=4)
+    with pytest.raises(RunMismatchError, match=r"model\.weights: params:\w+… in the run"):
+        collect(tiny_model("qwen2"), tok, example, out=tmp_path / "run", progress=False,
+                max_new_tokens=3)  # fmt: skip
+    with pytest.raises(RunMismatchError, match='dataset: \\(absent\\) in the run, "x" now'):
+        collect(model, tok, example, out=tmp_path / "run", progress=False, max_new_tokens=3,
+                options={"dataset": "x"})  # fmt: skip
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
+    # Rows of an earlier rcstat, without a manifest, are not resumed.
     frame = pd.DataFrame(
         {"example": "x", "layer": [0, 0], "head": [0, 1], "expected": 1.0, "upper": 2.0,
          "prompt_len": 5, "gen_len": 3}
     )  # fmt: skip
     frame.to_csv(tmp_path / "heads.csv", index=False)
-    with pytest.raises(ValueError, match="2 heads per example but the model has 12"):
-        collect(model, tok, [JsonlExample("a", "c", "q", "a")], out=tmp_path, progress=False)
+    with pytest.raises(RunMismatchError, match=r"heads\.csv but no run\.json"):
+        collect(model, tok, example, out=tmp_path, progress=False)
 
 
 # -------------------------------------------------------------------------------- jsonl
@@ -517,7 +631,7 @@ def test_cli_collect_and_compare_write_all_files(model_dir: Path, tmp_path: Path
     text = " ".join(printed.getvalue().split())
     assert "1 example(s) failed" in text and "ranking stability" in text and "top 10 heads" in text
     for name in ("heads.csv", "examples.csv", "summary.json", "summary.md", "percentiles.csv",
-                 "counts.csv", "config.json"):  # fmt: skip
+                 "counts.csv", "run.json"):  # fmt: skip
         assert (run_a / name).is_file(), name
     for name in ("distributions.png", "percentile_bands.png", "median_heatmap.png"):
         assert (run_a / name).read_bytes()[:8] == PNG_MAGIC, name
@@ -555,10 +669,77 @@ def test_cli_squad_run_resumes(model_dir: Path, tmp_path: Path) -> None:
     assert _cli(io.StringIO(), *args[:-1], "3") == 0  # one more example
     assert (out / "heads.csv").read_bytes().startswith(before)
     assert json.loads((out / "summary.json").read_text())["n_examples"] == 3
-    # The folder belongs to this dataset: another one is refused.
+    # The folder belongs to this dataset: another one is refused before the model loads.
     printed = io.StringIO()
     assert _cli(printed, "--dataset", "jsonl", "--data", str(squad), "--out", str(out)) == 2
-    assert "use another --out" in " ".join(printed.getvalue().split())
+    text = " ".join(printed.getvalue().split())
+    assert 'dataset: "squad_v2" in the run, "jsonl" now' in text
+    assert "choose another output folder" in text
+    # So are another --max-new-tokens and other weights at the same path; nothing changes.
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    printed = io.StringIO()
+    assert _cli(printed, *args[:7], "5", *args[8:]) == 2
+    assert "max_new_tokens: 4 in the run, 5 now" in " ".join(printed.getvalue().split())
+    other = tmp_path / "model"
+    shutil.copytree(model_dir, other)
+    printed = io.StringIO()
+    swapped = [*args[:5], str(other), *args[6:]]
+    assert _cli(printed, *swapped) == 2  # another path: the name differs
+    assert "model.name" in " ".join(printed.getvalue().split())
+    out2 = tmp_path / "squad2"
+    assert _cli(io.StringIO(), *swapped[:-3], str(out2), "--n", "1") == 0
+    changed = copy.deepcopy(tiny_model("llama"))
+    with torch.no_grad():
+        changed.model.norm.weight[0] += 1.0
+    changed.save_pretrained(other, safe_serialization=True)  # new weights, same path
+    printed = io.StringIO()
+    assert _cli(printed, *swapped[:-3], str(out2), "--n", "1") == 2
+    text = " ".join(printed.getvalue().split())
+    assert "model.weights:" in text and "model.name" not in text
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+
+
+def test_cli_interrupted_run_resumes_to_the_same_rows(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    squad = _write_json(tmp_path / "dev-v2.0.json", _squad_doc())
+    common = ["--dataset", "squad", "--data", str(squad), "--model", str(model_dir),
+              "--max-new-tokens", "4", "--n", "3"]  # fmt: skip
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert _cli(io.StringIO(), *common, "--out", str(whole)) == 0
+    real = collect_module.analyze
+    calls: list[str] = []
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs["question"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C during the second example
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(collect_module, "analyze", interrupted)
+    printed = io.StringIO()
+    assert _cli(printed, *common, "--out", str(cut)) == 130
+    text = " ".join(printed.getvalue().split())
+    assert text.startswith("interrupted:") and "Traceback" not in text
+    assert f"kept in {cut}" in text and "run the same command to resume" in text
+    assert read_heads(cut)["example"].nunique() == 1 and len(_log(cut)) == 1
+    assert not (cut / "summary.json").exists()
+    monkeypatch.setattr(collect_module, "analyze", real)
+    assert _cli(io.StringIO(), *common, "--out", str(cut)) == 0
+    pd.testing.assert_frame_equal(read_heads(cut), read_heads(whole))
+    assert _log(cut)["id"].tolist() == _log(whole)["id"].tolist()  # no duplicates
+    assert (cut / "summary.md").read_text() == (whole / "summary.md").read_text()
+
+
+def test_cli_prints_plain_progress_lines_without_a_terminal(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    squad = _write_json(tmp_path / "dev-v2.0.json", _squad_doc())
+    args = ["heads", "--dataset", "squad", "--data", str(squad), "--model", str(model_dir),
+            "--max-new-tokens", "2", "--n", "2", "--out", str(tmp_path / "run")]  # fmt: skip
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    assert "heads: 0/2 example" in err and "heads: 2/2 example" in err and "\r" not in err
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ PACKAGE = SRC / "rcstat"
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"defaults", "checks"}),
     frozenset({"stats", "report"}),
-    frozenset({"segments", "models", "data"}),
+    frozenset({"segments", "models", "data", "runs"}),
     frozenset({"capture"}),
     frozenset({"generation"}),
     frozenset({"analysis", "press", "attribution"}),

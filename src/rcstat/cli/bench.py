@@ -1,4 +1,10 @@
-"""``rcstat bench kv`` and ``rcstat bench attribution``: resumable benchmarks over a dataset."""
+"""``rcstat bench kv`` and ``rcstat bench attribution``: resumable benchmarks over a dataset.
+
+Both grow their rows in ``--out`` one item at a time (see :mod:`rcstat.runs`): the options that
+change rows are compared with the run's manifest before the model loads, the model and the
+tokenizer after; the summaries are then rebuilt from every row through
+:func:`~rcstat.cli._common.staged_output`, so that a failed summary leaves the rows as they were.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from rich.markup import escape
 from rcstat.cli._common import (
     HelpFormatter,
     add_model_option,
+    check_output_folder,
     claim_output_folder,
     console,
     count,
@@ -20,12 +27,26 @@ from rcstat.cli._common import (
     load_model_quietly,
     optional_count,
     split_list,
+    staged_output,
     step,
 )
-from rcstat.defaults import DEFAULT_MODEL_NAME, DEFAULT_WINDOW
+from rcstat.defaults import DEFAULT_WINDOW
 
 NAME = "bench"
 _KV_PRESSES = "rcstat,knorm,snapkv,streaming_llm,tova,adakv_snapkv"
+# The row files of each benchmark (rcstat.evaluation.*_bench.ROW_FILES, named here so that
+# `rcstat --help` imports no torch).
+_KV_ROWS = ("run.json", "config.json", "predictions.jsonl")
+_ATTRIBUTION_ROWS = ("run.json", "predictions.jsonl")
+
+
+def _add_retry_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-retry-failed",
+        dest="retry_failed",
+        action="store_false",
+        help="when resuming, skip the items that failed instead of running them again",
+    )
 
 
 def register(sub: Any) -> None:
@@ -61,6 +82,7 @@ def register(sub: Any) -> None:
         default=None,
         help="skip examples longer than this (default: the model's window)",
     )
+    _add_retry_option(kv)
 
     ab = bench_sub.add_parser(
         "attribution", help="chunk-level attribution accuracy vs k", formatter_class=HelpFormatter
@@ -71,6 +93,7 @@ def register(sub: Any) -> None:
     ab.add_argument("--k", default="1,2,5,10,20,50,100,all", help="numbers of heads")
     ab.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
     ab.add_argument("--out", default="runs/bench_attribution", help="output folder (resumable)")
+    _add_retry_option(ab)
 
 
 def _dataset(name: str, task: str, what: str) -> str:
@@ -100,6 +123,7 @@ class BenchKVArgs:
     out: Path
     context: str | None = None
     max_tokens: int | None = None
+    retry_failed: bool = True
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> BenchKVArgs:
@@ -121,6 +145,7 @@ class BenchKVArgs:
             out=Path(ns.out),
             context=ns.context,
             max_tokens=optional_count("--max-tokens", ns.max_tokens, low=2),
+            retry_failed=getattr(ns, "retry_failed", True),
         )
 
 
@@ -138,13 +163,23 @@ def run_kv(args: BenchKVArgs) -> int:
     from rcstat.data import QAExample, load_dataset
     from rcstat.evaluation.head_scatter import head_scatter, plot_head_scatter
     from rcstat.evaluation.kv_bench import KVBench, settings_grid
+    from rcstat.runs import check_options, model_label
 
+    grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows)
+    # Not --n: a run grows by resuming with a larger --n.
+    run_options = {
+        "data": str(Path(args.data).resolve()) if args.data else None,
+        "context": args.context,
+        "max_tokens": args.max_tokens,
+    }
+    probe = KVBench(args.out, args.dataset, "", grid, args.max_new_tokens, options=run_options)
+    check_output_folder(args.out, "bench kv")
+    check_options(args.out, "bench kv", probe.manifest_options())
     options = {} if args.context is None else {"context": args.context}
     loaded = load_dataset(args.dataset, args.data, limit=args.n, **options)
     examples = [e for e in loaded if isinstance(e, QAExample)]
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
-    claim_output_folder(args.out, "bench kv")
     model, tokenizer = load_model_quietly(args.model)
     window = int(model.config.max_position_embeddings)
     if args.max_tokens is not None:
@@ -155,22 +190,26 @@ def run_kv(args: BenchKVArgs) -> int:
         console.print(f"skipping {len(skipped)} examples longer than {window} tokens")
     if not fitting:
         raise ValueError(f"every example is longer than the model's window ({window} tokens)")
-    grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows)
     bench = KVBench(
         args.out,
         args.dataset,
-        args.model or DEFAULT_MODEL_NAME,
+        model_label(args.model),
         grid,
         max_new_tokens=args.max_new_tokens,
-        config={"skipped_too_long": skipped, "context": args.context, "max_tokens": window},
+        config={"skipped_too_long": skipped, "window": window},
+        options=run_options,
+        retry_failed=args.retry_failed,
     )
-    summary = bench.run(model, tokenizer, fitting)
+    claim_output_folder(args.out, "bench kv")
+    bench.collect(model, tokenizer, fitting)
+    with step("summarising…"), staged_output(args.out, "bench kv", keep=_KV_ROWS) as stage:
+        summary = bench.summarize(stage)
+        if "rcstat" in args.presses:
+            scatter = head_scatter(model, tokenizer, fitting[:10], window=args.windows[0])
+            scatter.to_csv(stage / "head_scatter.csv", index=False)
+            plot_head_scatter(scatter, stage / "head_scatter.png")
     console.print(summary.to_string(index=False), markup=False)
     if "rcstat" in args.presses:
-        with step("per-head ratio vs RC (Fig. 4a)…"):
-            scatter = head_scatter(model, tokenizer, fitting[:10], window=args.windows[0])
-        scatter.to_csv(args.out / "head_scatter.csv", index=False)
-        plot_head_scatter(scatter, args.out / "head_scatter.png")
         console.print(
             f"per-head ratio vs RC: Spearman rho = {scatter.attrs['spearman_rho']:.2f} "
             f"(p = {scatter.attrs['spearman_p']:.1e}, {scatter.attrs['examples']} examples)"
@@ -189,6 +228,7 @@ class BenchAttributionArgs:
     ks: list[str] = field(default_factory=list)
     n: int | None = None
     out: Path = Path("runs/bench_attribution")
+    retry_failed: bool = True
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> BenchAttributionArgs:
@@ -205,6 +245,7 @@ class BenchAttributionArgs:
             ks=ks,
             n=optional_count("--n", ns.n),
             out=Path(ns.out),
+            retry_failed=getattr(ns, "retry_failed", True),
         )
 
 
@@ -214,14 +255,18 @@ def run_attribution(args: BenchAttributionArgs) -> int:
     from rcstat.capture import attention_layout
     from rcstat.data import AttributionExample, load_dataset
     from rcstat.evaluation.attribution_bench import AttributionBench, parse_ks
+    from rcstat.runs import check_options, model_label
 
+    # The k values are resolved against the model's head count; they are compared later.
+    run_options = {"data": str(Path(args.data).resolve()) if args.data else None}
+    check_output_folder(args.out, "bench attribution")
+    check_options(args.out, "bench attribution", {"dataset": args.dataset, **run_options})
     loaded = load_dataset(args.dataset, args.data, limit=args.n)
     examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]
     if len(examples) != len(loaded):
         console.print(f"skipping {len(loaded) - len(examples)} examples without annotated spans")
     if not examples:
         raise ValueError(f"no annotated example in {args.dataset} ({args.data or 'slice'})")
-    claim_output_folder(args.out, "bench attribution")
     model, tokenizer = load_model_quietly(args.model)
     layout = attention_layout(model)
     attributor = Attributor(  # k is set per accuracy row
@@ -229,9 +274,17 @@ def run_attribution(args: BenchAttributionArgs) -> int:
     )
     heads = layout.num_layers * layout.num_heads
     bench = AttributionBench(
-        args.out, args.dataset, args.model or DEFAULT_MODEL_NAME, parse_ks(",".join(args.ks), heads)
+        args.out,
+        args.dataset,
+        model_label(args.model),
+        parse_ks(",".join(args.ks), heads),
+        options=run_options,
+        retry_failed=args.retry_failed,
     )
-    accuracy = bench.run(attributor, examples)
+    claim_output_folder(args.out, "bench attribution")
+    bench.collect(attributor, examples)
+    with staged_output(args.out, "bench attribution", keep=_ATTRIBUTION_ROWS) as stage:
+        accuracy = bench.summarize(stage)
     console.print(accuracy.to_string(index=False), markup=False)
     console.print(f"results written to {escape(str(args.out))}/")
     return 0

@@ -1,8 +1,9 @@
 """``rcstat heads``: dataset-scale head analysis from the command line.
 
 Two modes. **Collect** (default): analyse ``--n`` examples of ``--dataset`` with ``--model``
-into ``--out`` (resumable: ``heads.csv`` and ``examples.csv`` grow one example at a time and
-a rerun skips what is there), then rebuild from the whole ``heads.csv`` the summary
+into ``--out`` (resumable, see :mod:`rcstat.runs`: ``run.json`` records the model and the
+options, ``heads.csv`` and ``examples.csv`` grow one example at a time, and a rerun with the
+same settings skips what is there), then rebuild from the whole ``heads.csv`` the summary
 (``summary.json``, ``summary.md``, ``percentiles.csv``, ``counts.csv``) and the figures
 (``distributions.png``, ``percentile_bands.png``, ``median_heatmap.png``).
 **Compare** (``--compare RUN_A RUN_B``): read the ``heads.csv`` of two earlier runs and write
@@ -26,6 +27,7 @@ from rich.table import Table
 from rcstat.cli._common import (
     HelpFormatter,
     add_model_option,
+    check_output_folder,
     claim_output_folder,
     console,
     count,
@@ -35,7 +37,7 @@ from rcstat.cli._common import (
     staged_output,
     step,
 )
-from rcstat.defaults import DEFAULT_MODEL_NAME, DEFAULT_TAU
+from rcstat.defaults import DEFAULT_TAU
 
 if TYPE_CHECKING:
     from rcstat.heads.summary import Comparison, HeadSummary
@@ -46,8 +48,9 @@ NAME = "heads"
 DATASET_CHOICES = ("squad_v2", "qmsum", "2wiki", "quotesum", "verigran", "jsonl")
 DEFAULT_OUT = "runs/heads"
 DEFAULT_COMPARE_OUT = "runs/heads_compare"
-# Files a collect run grows example by example (kept when the summary is rewritten).
-_ROWS = ("config.json", "heads.csv", "examples.csv")
+# Files a collect run grows example by example (kept when the summary is rewritten);
+# rcstat.heads.collection.ROW_FILES, named here so that `rcstat --help` imports no torch.
+_ROWS = ("run.json", "heads.csv", "examples.csv")
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
@@ -95,6 +98,12 @@ def register(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--top", type=int, default=10, help="rows of the top-heads table")
     p.add_argument(
+        "--no-retry-failed",
+        dest="retry_failed",
+        action="store_false",
+        help="when resuming, skip the examples that failed instead of analysing them again",
+    )
+    p.add_argument(
         "--compare",
         nargs=2,
         metavar=("RUN_A", "RUN_B"),
@@ -123,6 +132,7 @@ class HeadsArgs:
     top: int
     compare: tuple[Path, Path] | None
     labels: tuple[str, str] | None
+    retry_failed: bool = True
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> HeadsArgs:
@@ -188,6 +198,7 @@ class HeadsArgs:
             top=ns.top,
             compare=compare,
             labels=labels,
+            retry_failed=getattr(ns, "retry_failed", True),
         )
 
 
@@ -214,18 +225,15 @@ def _load_examples(args: HeadsArgs) -> list[Any]:
     return list(load_dataset(args.dataset, args.data, limit=args.n, **options))
 
 
-def _check_config(out: Path, config: dict[str, Any]) -> None:
-    """Refuse to resume a folder written with another model or dataset."""
-    path = out / "config.json"
-    if not path.is_file():
-        return
-    old = json.loads(path.read_text(encoding="utf-8"))
-    for key in ("model", "dataset", "data", "context"):
-        if old.get(key) != config[key]:
-            raise ValueError(
-                f"{out} holds a run with {key} = {old.get(key)!r}, not {config[key]!r}; "
-                "use another --out (a run folder is resumed, never mixed)"
-            )
+def _run_options(args: HeadsArgs) -> dict[str, Any]:
+    """The options recorded in the run's manifest besides ``max_new_tokens`` (not --n: a run
+    grows by resuming with a larger --n; not --tau, --statistic, --top: they shape the summary,
+    which is rewritten from every row each time)."""
+    return {
+        "dataset": args.dataset,
+        "data": str(Path(args.data).resolve()) if args.data else None,
+        "context": args.context,
+    }
 
 
 def _run_collect(args: HeadsArgs) -> int:
@@ -237,22 +245,26 @@ def _run_collect(args: HeadsArgs) -> int:
     )
     from rcstat.heads.summary import summarize
     from rcstat.report.plots import save_figure
+    from rcstat.runs import check_options, model_label
 
-    config = {
-        "model": args.model or DEFAULT_MODEL_NAME,
-        "dataset": args.dataset,
-        "data": str(Path(args.data).resolve()) if args.data else None,
-        "context": args.context,
-        "max_new_tokens": args.max_new_tokens,
-    }
-    _check_config(args.out, config)
+    options = _run_options(args)
+    check_output_folder(args.out, NAME)
+    check_options(args.out, NAME, {**options, "max_new_tokens": args.max_new_tokens})
     examples = _load_examples(args)
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
-    claim_output_folder(args.out, NAME)
     model, tokenizer = load_model_quietly(args.model)
-    (args.out / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
-    frame = collect(model, tokenizer, examples, out=args.out, max_new_tokens=args.max_new_tokens)
+    claim_output_folder(args.out, NAME)
+    frame = collect(
+        model,
+        tokenizer,
+        examples,
+        out=args.out,
+        max_new_tokens=args.max_new_tokens,
+        retry_failed=args.retry_failed,
+        model_name=model_label(args.model),
+        options=options,
+    )
     failed = frame.attrs.get("errors", {})
     if failed:
         console.print(
@@ -351,13 +363,19 @@ def _print_timing(out: Path) -> None:
     path = out / "examples.csv"
     if not path.is_file():
         return
-    log = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
+    log = pd.read_csv(path, dtype=str, keep_default_na=False)
     ok = log[log["error"] == ""]
     if len(ok):
         seconds = pd.to_numeric(ok["seconds"])
         console.print(
             f"{len(ok)} examples analysed ({len(log) - len(ok)} failed): "
             f"{seconds.mean():.2f} s per example on average"
+        )
+    cut = int((ok["finished"] == "False").sum())
+    if cut:
+        console.print(
+            f"[yellow]{cut} generated answer(s) were cut at --max-new-tokens[/yellow] "
+            f"(finished = False in {escape(str(path))})"
         )
 
 

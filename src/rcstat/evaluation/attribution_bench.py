@@ -12,28 +12,46 @@ gold chunk. From that single pass every method is scored:
   attention attribution).
 
 A unit is correct when its argmax chunk is the gold one (docs/definitions.md); a unit whose scores
-are all zero counts as wrong. The run folder holds ``predictions.jsonl`` (one line per
-example, resumable), ``units.csv``, ``accuracy.csv`` (per method and ``k``), ``table1.csv``
-(the rows of the paper's Table 1 rcstat produces) and ``accuracy_vs_k.png`` (Fig. 7).
+are all zero counts as wrong. The run folder holds ``run.json`` (the manifest: model,
+tokenizer, rcstat version, dataset, ``k`` values, the attributor's statistic; see
+:mod:`rcstat.runs`) and ``predictions.jsonl`` (one line per example with its content hash,
+resumable: a changed example is scored again, a failed one retried unless
+``retry_failed=False``), and the summaries rebuilt from every line: ``units.csv``,
+``errors.csv``, ``accuracy.csv`` (per method and ``k``), ``table1.csv`` (the rows of the
+paper's Table 1 rcstat produces) and ``accuracy_vs_k.png`` (Fig. 7).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm import tqdm
 
 from rcstat.attribution import Attribution, Attributor
 from rcstat.data import AttributionExample
-from rcstat.evaluation.resume import done_keys
+from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
+from rcstat.runs import (
+    EXAMPLE_HASH,
+    MANIFEST_FILE,
+    RunManifest,
+    append_jsonl,
+    content_hash,
+    open_run,
+    read_jsonl,
+    resume_plan,
+    write_jsonl,
+)
 
-__all__ = ["RANKED_METHODS", "AttributionBench", "parse_ks", "score_example"]
+__all__ = ["RANKED_METHODS", "AttributionBench", "example_hash", "parse_ks", "score_example"]
+
+#: The kind of run recorded in the manifest.
+KIND = "bench attribution"
+#: The files a run grows example by example (kept when the summaries are rewritten).
+ROW_FILES = (MANIFEST_FILE, "predictions.jsonl")
 
 RANKED_METHODS = ("top", "bottom", "top_post_softmax", "bottom_post_softmax")
 ALL = "all"
@@ -85,61 +103,111 @@ def score_example(result: Attribution, gold: Sequence[int], ks: Sequence[int]) -
     return rows
 
 
+def example_hash(example: AttributionExample) -> str:
+    """The content hash of what determines an example's rows: chunks, question, answer and
+    the annotated units with their gold chunks."""
+    return content_hash(
+        {
+            "chunks": example.chunks,
+            "question": example.question,
+            "answer": example.answer,
+            "units": [(u.start, u.end, u.gold_chunk) for u in example.units],
+        }
+    )
+
+
 @dataclass
 class AttributionBench:
-    """A resumable attribution benchmark run writing into ``out``."""
+    """A resumable attribution benchmark run writing into ``out``.
+
+    ``dataset``, ``model_name``, ``ks`` and ``options`` (e.g. the data file) are recorded in
+    the run's manifest with the model, the tokenizer and the attributor's settings, and
+    compared on resume; ``table_k`` only shapes ``table1.csv``. ``retry_failed`` scores again
+    the examples recorded with an error.
+    """
 
     out: Path
     dataset: str
     model_name: str
     ks: list[int]
     table_k: int = 20
+    options: dict[str, Any] = field(default_factory=dict)
+    retry_failed: bool = True
 
     @property
     def predictions(self) -> Path:
         return self.out / "predictions.jsonl"
 
-    def done(self) -> set[str]:
-        return done_keys(self.predictions, "example")
+    def manifest_options(self, attributor: Attributor) -> dict[str, Any]:
+        """The options of the manifest (besides model, tokenizer and rcstat version)."""
+        return {
+            "dataset": self.dataset,
+            "ks": list(self.ks),
+            "statistic": attributor.statistic,
+            "allow_special_tokens": attributor.allow_special_tokens,
+            **self.options,
+        }
 
     def run(self, attributor: Attributor, examples: Sequence[AttributionExample]) -> pd.DataFrame:
-        """Attribute every example not yet done; write and return the accuracy table."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        config = {
-            "dataset": self.dataset,
-            "model": self.model_name,
-            "ks": self.ks,
-            "examples": len(examples),
-        }
-        (self.out / "config.json").write_text(json.dumps(config, indent=1))
-        finished = self.done()
-        todo = [e for e in examples if e.id not in finished]
-        with self.predictions.open("a") as sink:
-            for example in tqdm(todo, desc=f"bench attribution {self.dataset}", unit="example"):
-                line: dict[str, Any] = {"example": example.id, "chunks": len(example.chunks)}
-                try:
-                    result = attributor.attribute(
-                        list(example.chunks),
-                        example.question,
-                        example.answer,
-                        units=[(u.start, u.end) for u in example.units],
-                    )
-                    gold = [u.gold_chunk for u in example.units]
-                    line["rows"] = score_example(result, gold, self.ks)
-                    line["error"] = None
-                except ValueError as err:  # recorded (e.g. longer than the window)
-                    line["rows"], line["error"] = [], f"{type(err).__name__}: {err}"
-                sink.write(json.dumps(line) + "\n")
-                sink.flush()
+        """:meth:`collect`, then :meth:`summarize` into ``out``; return the accuracy table."""
+        self.collect(attributor, examples)
         return self.summarize()
 
-    def summarize(self) -> pd.DataFrame:
-        """Write ``units.csv``, ``accuracy.csv``, ``table1.csv`` and the Fig. 7 plot."""
-        lines = [json.loads(v) for v in self.predictions.read_text().splitlines()]
-        errors = [(v["example"], v["error"]) for v in lines if v["error"]]
-        pd.DataFrame(errors, columns=["example", "error"]).to_csv(
-            self.out / "errors.csv", index=False
+    def collect(self, attributor: Attributor, examples: Sequence[AttributionExample]) -> int:
+        """Attribute every example not yet done (see the module notes); return how many.
+
+        Raises
+        ------
+        RunMismatchError
+            ``out`` holds a run with other settings (each difference named) or rows without a
+            manifest.
+        RowFileError
+            A line of ``predictions.jsonl`` before the last is malformed.
+        """
+        manifest = RunManifest.build(
+            self.out,
+            KIND,
+            attributor.model,
+            attributor.tokenizer,
+            self.manifest_options(attributor),
+            model_name=self.model_name,
         )
+        open_run(self.out, manifest, rows=ROW_FILES[1:])
+        hashes = {e.id: example_hash(e) for e in examples}
+        plan = resume_plan(
+            read_jsonl(self.predictions), hashes, key="example", retry_failed=self.retry_failed
+        )
+        if plan.dropped:
+            write_jsonl(self.predictions, plan.keep)
+        todo = [e for e in examples if e.id not in plan.done]
+        for example in progress(todo, desc=f"bench attribution {self.dataset}", unit="example"):
+            line: dict[str, Any] = {
+                "example": example.id,
+                EXAMPLE_HASH: hashes[example.id],
+                "chunks": len(example.chunks),
+            }
+            try:
+                result = attributor.attribute(
+                    list(example.chunks),
+                    example.question,
+                    example.answer,
+                    units=[(u.start, u.end) for u in example.units],
+                )
+                gold = [u.gold_chunk for u in example.units]
+                line["rows"] = score_example(result, gold, self.ks)
+                line["error"] = None
+            except ValueError as err:  # recorded (e.g. longer than the window)
+                line["rows"], line["error"] = [], f"{type(err).__name__}: {err}"
+            append_jsonl(self.predictions, line)
+        return len(todo)
+
+    def summarize(self, into: Path | None = None) -> pd.DataFrame:
+        """Write ``units.csv``, ``errors.csv``, ``accuracy.csv``, ``table1.csv`` and the Fig. 7
+        plot of every line of ``predictions.jsonl`` into ``into`` (default ``out``)."""
+        into = self.out if into is None else into
+        lines = read_jsonl(self.predictions)
+        errors = [(v["example"], v["error"]) for v in lines if v["error"]]
+        pd.DataFrame(errors, columns=["example", "error"]).to_csv(into / "errors.csv", index=False)
         units = pd.DataFrame(
             [
                 {"example": v["example"], "chunks": v["chunks"], **r}
@@ -148,8 +216,8 @@ class AttributionBench:
             ]
         )
         if units.empty:
-            raise ValueError(f"no example could be scored (see {self.out / 'errors.csv'})")
-        units.to_csv(self.out / "units.csv", index=False)
+            raise ValueError(f"no example could be scored (see {self.out / 'predictions.jsonl'})")
+        units.to_csv(into / "units.csv", index=False)
         accuracy = (
             units.groupby(["method", "k"])
             .agg(
@@ -161,9 +229,9 @@ class AttributionBench:
         )
         chance = float((1.0 / units.drop_duplicates(["example", "unit"])["chunks"]).mean())
         accuracy["chance"] = chance
-        accuracy.to_csv(self.out / "accuracy.csv", index=False)
-        self._table1(accuracy).to_csv(self.out / "table1.csv", index=False)
-        plot_accuracy_vs_k(accuracy, self.out / "accuracy_vs_k.png", title=self.dataset)
+        accuracy.to_csv(into / "accuracy.csv", index=False)
+        self._table1(accuracy).to_csv(into / "table1.csv", index=False)
+        plot_accuracy_vs_k(accuracy, into / "accuracy_vs_k.png", title=self.dataset)
         return accuracy
 
     def _table1(self, accuracy: pd.DataFrame) -> pd.DataFrame:

@@ -1,13 +1,18 @@
 """``rcstat bench kv``: KV-cache compression benchmark over a dataset (paper §5.2).
 
-A run is a self-describing folder: ``config.json``; ``predictions.jsonl`` with one line per
-(example, method, setting), keyed by a work id so that an interrupted run resumes where it
-stopped (a setting that fails on an example is recorded with its error, listed in
-``errors.csv`` and left out of the summaries); ``results.csv`` (per example);
-``summary.csv``; the paper-shaped ``<dataset>_<model>_baseline_df.csv`` (mean/std VER per
-method and ratio) and
+A run is a self-describing folder. Rows: ``run.json``, the manifest of everything that
+determines them (model, tokenizer, rcstat version, dataset, settings grid, ``max_new_tokens``,
+cache; see :mod:`rcstat.runs`), ``config.json`` (the last call's settings and the examples it
+skipped as too long) and ``predictions.jsonl`` with one line per (example, method, setting),
+keyed by a work id and carrying the example's content hash, so that an interrupted run
+resumes where it stopped, an example whose content changed is evaluated again and a setting
+that failed on an example is retried (unless ``retry_failed=False``; failures are listed in
+``errors.csv`` and left out of the summaries). Summaries, rebuilt from every row by
+:meth:`KVBench.summarize`: ``results.csv`` (per example, with whether each answer finished
+or was cut at ``max_new_tokens``), ``summary.csv``, the paper-shaped
+``<dataset>_<model>_baseline_df.csv`` (mean/std VER per method and ratio) and
 ``<dataset>_<model>_proposed_df.csv`` (mean/std VER and realized ratio per threshold ``c``
-and window); and ``ver_vs_ratio.png`` / ``rougeL_vs_ratio.png`` (the paper's Fig. 5/6).
+and window), and ``ver_vs_ratio.png`` / ``rougeL_vs_ratio.png`` (the paper's Fig. 5/6).
 """
 
 from __future__ import annotations
@@ -20,14 +25,29 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from rcstat.data import QAExample
 from rcstat.defaults import DEFAULT_WINDOW
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
-from rcstat.evaluation.resume import done_keys
 from rcstat.press.registry import make_press as build_press
+from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
+from rcstat.runs import (
+    EXAMPLE_HASH,
+    MANIFEST_FILE,
+    RunManifest,
+    append_jsonl,
+    content_hash,
+    open_run,
+    read_jsonl,
+    resume_plan,
+    write_jsonl,
+)
+
+#: The kind of run recorded in the manifest.
+KIND = "bench kv"
+#: The files a run grows item by item (kept when the summaries are rewritten).
+ROW_FILES = (MANIFEST_FILE, "config.json", "predictions.jsonl")
 
 
 @dataclass(frozen=True)
@@ -79,9 +99,42 @@ def settings_grid(
     return grid
 
 
+def example_hash(example: QAExample) -> str:
+    """The content hash of what determines an example's rows: context, question, answers."""
+    return content_hash(
+        {"context": example.context, "question": example.question, "answers": example.answers}
+    )
+
+
+def _factory_name(factory: CacheFactory | None) -> str:
+    if factory is None:
+        return "default"
+    inner = getattr(factory, "func", factory)  # functools.partial
+    return f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', repr(inner))}"
+
+
 @dataclass
 class KVBench:
-    """A resumable benchmark run writing into ``out``."""
+    """A resumable benchmark run writing into ``out``.
+
+    Parameters
+    ----------
+    out : Path
+        The run folder.
+    dataset, model_name : str
+        Recorded in the manifest (the model's weights and tokenizer are hashed as well).
+    settings : list of Setting
+        The grid; part of the manifest.
+    max_new_tokens : int, default 32
+        Answer length limit; part of the manifest.
+    config : dict
+        Written to ``config.json`` as it is (not compared on resume).
+    options : dict
+        More settings that change rows (data file, context mode, token budget); recorded in the
+        manifest and compared on resume.
+    retry_failed : bool, default True
+        Evaluate again the items recorded with an error.
+    """
 
     out: Path
     dataset: str
@@ -89,13 +142,22 @@ class KVBench:
     settings: list[Setting]
     max_new_tokens: int = 32
     config: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    retry_failed: bool = True
 
     @property
     def predictions(self) -> Path:
         return self.out / "predictions.jsonl"
 
-    def done(self) -> set[str]:
-        return done_keys(self.predictions, "work_id")
+    def manifest_options(self, cache_factory: CacheFactory | None = None) -> dict[str, Any]:
+        """The options of the manifest (besides model, tokenizer and rcstat version)."""
+        return {
+            "dataset": self.dataset,
+            "settings": [s.key for s in self.settings],
+            "max_new_tokens": self.max_new_tokens,
+            "cache": _factory_name(cache_factory),
+            **self.options,
+        }
 
     def run(
         self,
@@ -104,69 +166,110 @@ class KVBench:
         examples: Sequence[QAExample],
         cache_factory: CacheFactory | None = None,
     ) -> pd.DataFrame:
-        """Evaluate every (example, setting) not yet in ``predictions.jsonl``; summarise.
+        """:meth:`collect`, then :meth:`summarize` into ``out``; return the summary."""
+        self.collect(model, tokenizer, examples, cache_factory)
+        return self.summarize()
+
+    def collect(
+        self,
+        model: Any,
+        tokenizer: Any,
+        examples: Sequence[QAExample],
+        cache_factory: CacheFactory | None = None,
+    ) -> int:
+        """Evaluate every (example, setting) not yet in ``predictions.jsonl``.
 
         ``cache_factory`` overrides :func:`cache_for` (e.g. ``DynamicCache`` to run RCStat in
-        kvpress's masking mode, the memory-keeping reference)."""
-        self.out.mkdir(parents=True, exist_ok=True)
+        kvpress's masking mode, the memory-keeping reference). Returns the number of items
+        evaluated now.
+
+        Raises
+        ------
+        RunMismatchError
+            ``out`` holds a run with other settings (each difference named) or rows without a
+            manifest.
+        RowFileError
+            A line of ``predictions.jsonl`` before the last is malformed (a cut last line is
+            dropped with a warning naming file and line).
+        """
+        manifest = RunManifest.build(
+            self.out,
+            KIND,
+            model,
+            tokenizer,
+            self.manifest_options(cache_factory),
+            model_name=self.model_name,
+        )
+        open_run(self.out, manifest, rows=ROW_FILES[1:])
         config = {
             "dataset": self.dataset,
             "model": self.model_name,
             "settings": [asdict(s) for s in self.settings],
             "max_new_tokens": self.max_new_tokens,
+            **self.options,
             **self.config,
         }
-        (self.out / "config.json").write_text(json.dumps(config, indent=1))
-        finished = self.done()
+        (self.out / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+        hashes = {e.id: example_hash(e) for e in examples}
+        wanted = {f"{e.id}|{s.key}": hashes[e.id] for e in examples for s in self.settings}
+        records = read_jsonl(self.predictions)
+        plan = resume_plan(records, wanted, key="work_id", retry_failed=self.retry_failed)
+        if plan.dropped:
+            write_jsonl(self.predictions, plan.keep)
         work = [
-            (e, s) for e in examples for s in self.settings if f"{e.id}|{s.key}" not in finished
+            (e, s) for e in examples for s in self.settings if f"{e.id}|{s.key}" not in plan.done
         ]
         reference: tuple[str, FullReference] | None = None  # one example's work is contiguous
-        with self.predictions.open("a") as sink:
-            for example, setting in tqdm(work, desc=f"bench kv {self.dataset}", unit="run"):
-                row: dict[str, Any] = {
-                    "work_id": f"{example.id}|{setting.key}",
-                    "example": example.id,
-                    **asdict(setting),
-                }
-                try:
-                    if reference is None or reference[0] != example.id:
-                        reference = (
-                            example.id,
-                            full_reference(
-                                model,
-                                tokenizer,
-                                example.context,
-                                example.question,
-                                max_new_tokens=self.max_new_tokens,
-                            ),
-                        )
-                    result = evaluate_example(
-                        model,
-                        tokenizer,
-                        example.context,
-                        example.question,
-                        example.answers,
-                        make_press(setting),
-                        max_new_tokens=self.max_new_tokens,
-                        cache_factory=cache_factory or partial(cache_for, setting),
-                        full=reference[1],
+        for example, setting in progress(work, desc=f"bench kv {self.dataset}", unit="run"):
+            row: dict[str, Any] = {
+                "work_id": f"{example.id}|{setting.key}",
+                "example": example.id,
+                EXAMPLE_HASH: hashes[example.id],
+                **asdict(setting),
+            }
+            try:
+                if reference is None or reference[0] != example.id:
+                    reference = (
+                        example.id,
+                        full_reference(
+                            model,
+                            tokenizer,
+                            example.context,
+                            example.question,
+                            max_new_tokens=self.max_new_tokens,
+                        ),
                     )
-                    row.update(result.to_dict(), error=None)
-                except (ValueError, RuntimeError) as err:  # recorded; the run goes on
-                    row["error"] = f"{type(err).__name__}: {err}"
-                sink.write(json.dumps(row) + "\n")
-                sink.flush()
-        return self.summarize()
+                result = evaluate_example(
+                    model,
+                    tokenizer,
+                    example.context,
+                    example.question,
+                    example.answers,
+                    make_press(setting),
+                    max_new_tokens=self.max_new_tokens,
+                    cache_factory=cache_factory or partial(cache_for, setting),
+                    full=reference[1],
+                )
+                row.update(result.to_dict(), error=None)
+            except (ValueError, RuntimeError) as err:  # recorded; the run goes on
+                row["error"] = f"{type(err).__name__}: {err}"
+            append_jsonl(self.predictions, row)
+        return len(work)
 
-    def summarize(self) -> pd.DataFrame:
-        """Write the per-example table, the summaries and the plots; return the summary."""
-        frame = pd.read_json(self.predictions, lines=True)
-        frame.to_csv(self.out / "results.csv", index=False)
+    def summarize(self, into: Path | None = None) -> pd.DataFrame:
+        """Write the per-example table, the summaries and the plots of every row of
+        ``predictions.jsonl`` into ``into`` (default ``out``); return the summary."""
+        into = self.out if into is None else into
+        frame = pd.DataFrame(read_jsonl(self.predictions))
+        if frame.empty:
+            raise ValueError(f"{self.predictions} holds no rows")
+        frame.to_csv(into / "results.csv", index=False)
         if "error" in frame:
             failed = frame[frame["error"].notna()]
-            failed[["work_id", "error"]].to_csv(self.out / "errors.csv", index=False)
+            failed[["work_id", "error"]].to_csv(into / "errors.csv", index=False)
             frame = frame[frame["error"].isna()]
+        if frame.empty:
+            raise ValueError(f"every item failed (see {into / 'errors.csv'})")
         keys = ["method", "ratio", "threshold", "window"]
         summary = (
             frame.groupby(keys, dropna=False)
@@ -182,20 +285,20 @@ class KVBench:
             )
             .reset_index()
         )
-        summary.to_csv(self.out / "summary.csv", index=False)
+        summary.to_csv(into / "summary.csv", index=False)
         stem = f"{self.dataset}_{Path(self.model_name).name or 'model'}"
         baselines = summary[summary["method"] != "rcstat"]
         baselines[["method", "ratio", "ver_mean", "ver_std"]].to_csv(
-            self.out / f"{stem}_baseline_df.csv", index=False
+            into / f"{stem}_baseline_df.csv", index=False
         )
         proposed = summary[(summary["method"] == "rcstat") & summary["threshold"].notna()]
         proposed[["threshold", "window", "ver_mean", "ver_std", "ratio_mean", "ratio_std"]].to_csv(
-            self.out / f"{stem}_proposed_df.csv", index=False
+            into / f"{stem}_proposed_df.csv", index=False
         )
-        self._plot(summary)
+        self._plot(summary, into)
         return summary
 
-    def _plot(self, summary: pd.DataFrame) -> None:
+    def _plot(self, summary: pd.DataFrame, into: Path) -> None:
         import matplotlib
 
         matplotlib.use("Agg", force=False)
@@ -219,4 +322,4 @@ class KVBench:
             ax.set_xlabel("realized compression ratio")
             ax.set_ylabel(label)
             ax.legend(fontsize=8)
-            save_figure(fig, self.out / f"{metric.split('_')[0]}_vs_ratio.png")
+            save_figure(fig, into / f"{metric.split('_')[0]}_vs_ratio.png")

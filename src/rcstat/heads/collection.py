@@ -12,18 +12,21 @@ Design
   (the chunks joined by blank lines are the context, its ``answer`` the answer), and plain
   records (a mapping or :class:`JsonlExample`, see :func:`load_jsonl`) are reduced to one
   private ``(id, context, question, answer)`` form first.
-* **Resumable runs.** With ``out``, each finished example's rows are appended to
-  ``out/heads.csv`` in one write (header once) and its timing / error to
-  ``out/examples.csv``; a later call skips every example already done or failed. An example
-  that raises ``ValueError`` (e.g. longer than the model's window) is recorded with its error
-  and skipped, never aborting the run.
+* **Resumable runs** (:mod:`rcstat.runs`). With ``out``, the run's manifest ``out/run.json``
+  records the model, the tokenizer, the rcstat version and the options; a later call with any
+  difference is refused. Each finished example's rows are appended to ``out/heads.csv`` in
+  one write (header once), then its line — content hash, token counts, whether a generated
+  answer finished, time, error — to ``out/examples.csv``, which commits the rows. A later call
+  skips every example done with the same content, recomputes one whose content changed under
+  the same id (its old rows are dropped) and retries failed ones (unless
+  ``retry_failed=False``). An example that raises ``ValueError`` (e.g. longer than the
+  model's window) is recorded with its error, never aborting the run.
 * **Compact.** Statistics are float32, indices small integers; the example's token counts are
   repeated on its rows so that the table stands alone.
 """
 
 from __future__ import annotations
 
-import csv
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -33,12 +36,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from rcstat.analysis import analyze
 from rcstat.capture import attention_layout
 from rcstat.data import AttributionExample, QAExample
-from rcstat.data.base import check_limit, iter_jsonl
+from rcstat.data.records import check_limit, iter_jsonl
+from rcstat.report.console import progress as show_progress
+from rcstat.runs import (
+    MANIFEST_FILE,
+    RowFileError,
+    RunManifest,
+    append_csv_row,
+    content_hash,
+    drop_cut_last_line,
+    open_run,
+    read_csv_rows,
+    replace_file,
+    resume_plan,
+    write_csv_rows,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -47,8 +63,10 @@ __all__ = ["COLUMNS", "EXAMPLE_COLUMNS", "JsonlExample", "collect", "load_jsonl"
 
 #: Columns of the long table returned by :func:`collect` and stored in ``heads.csv``.
 COLUMNS = ("example", "layer", "head", "expected", "upper", "prompt_len", "gen_len")
-#: Columns of ``examples.csv`` (one line per attempted example).
-EXAMPLE_COLUMNS = ("id", "prompt_len", "gen_len", "seconds", "error")
+#: Columns of ``examples.csv`` (one line per attempted example). ``finished``: whether the
+#: answer the model generated ended by itself (``False``: cut at ``max_new_tokens``), empty when
+#: the answer was given; ``hash``: :func:`rcstat.runs.content_hash` of the example's texts.
+EXAMPLE_COLUMNS = ("id", "prompt_len", "gen_len", "finished", "seconds", "error", "hash")
 _DTYPES = {
     "example": str,
     "layer": np.int16,
@@ -60,6 +78,10 @@ _DTYPES = {
 }
 _HEADS_FILE = "heads.csv"
 _EXAMPLES_FILE = "examples.csv"
+#: The kind of run recorded in the manifest.
+KIND = "heads"
+#: The files a run grows example by example.
+ROW_FILES = (MANIFEST_FILE, _HEADS_FILE, _EXAMPLES_FILE)
 
 
 @dataclass(frozen=True)
@@ -149,6 +171,13 @@ class _Item:
     question: str
     answer: str | None
 
+    @property
+    def hash(self) -> str:
+        """The content hash of the texts that determine the example's rows."""
+        return content_hash(
+            {"context": self.context, "question": self.question, "answer": self.answer}
+        )
+
 
 def _as_item(example: Any, index: int) -> _Item:
     """Reduce any supported example to ``(id, context, question, answer)``."""
@@ -228,67 +257,53 @@ def read_heads(path: str | Path) -> pd.DataFrame:
     return frame.astype(_DTYPES)[list(COLUMNS)]
 
 
-def _read_examples(path: Path) -> dict[str, dict[str, str]]:
-    if not path.is_file():
-        return {}
-    with path.open(newline="", encoding="utf-8") as handle:
-        return {row["id"]: row for row in csv.DictReader(handle)}
-
-
 class _Run:
-    """The files of a resumable run folder."""
+    """The files of a resumable run folder (see the module notes)."""
 
-    def __init__(self, out: Path, grid: int) -> None:
-        out.mkdir(parents=True, exist_ok=True)
+    def __init__(self, out: Path, grid: int, wanted: dict[str, str], *, retry_failed: bool) -> None:
         self.heads = out / _HEADS_FILE
         self.examples = out / _EXAMPLES_FILE
         self.grid = grid  # rows per example: layers × heads
-        self.done = self._check_heads()
-        log = _read_examples(self.examples)
-        failed = {key for key, row in log.items() if row.get("error")}
-        self.attempted = self.done | failed
-        stale = [key for key in log if key not in self.attempted]  # rows lost in a torn write
+        log = read_csv_rows(self.examples, EXAMPLE_COLUMNS)
+        sizes = self._heads_sizes()
+        plan = resume_plan(log, wanted, key="id", hash_field="hash", retry_failed=retry_failed)
+        # A success line whose rows were cut short by an interruption is dropped too.
+        keep = [row for row in plan.keep if row["error"] or sizes.get(row["id"]) == grid]
+        self.attempted = {row["id"] for row in keep}
+        self.done = {row["id"] for row in keep if not row["error"]}
+        if len(keep) != len(log):
+            write_csv_rows(self.examples, EXAMPLE_COLUMNS, keep)
+        stale = set(sizes) - self.done  # rows of changed, torn or uncommitted examples
         if stale:
-            with self.examples.open("w", encoding="utf-8", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=EXAMPLE_COLUMNS)
-                writer.writeheader()
-                writer.writerows(row for key, row in log.items() if key in self.attempted)
+            self._drop_heads(stale)
 
-    def _check_heads(self) -> set[str]:
-        """Ids in heads.csv; drops a torn last example (interrupted write), refuses a file of
-        a model with another number of heads."""
+    def _heads_sizes(self) -> dict[str, int]:
+        """Rows per example in heads.csv (after dropping a line cut by an interruption)."""
         if not self.heads.is_file() or self.heads.stat().st_size == 0:
-            return set()
-        data = self.heads.read_bytes()
-        if not data.endswith(b"\n"):  # a write cut mid-line: drop the partial line
-            self.heads.write_bytes(data[: data.rfind(b"\n") + 1])
-        try:
-            frame = read_heads(self.heads)
-        except (ValueError, pd.errors.ParserError) as err:
-            raise ValueError(f"{self.heads} cannot be resumed: {err}") from err
+            return {}
+        drop_cut_last_line(self.heads)
+        frame = self._read()
         sizes = frame.groupby("example", sort=False).size()
-        if len(sizes) and int(sizes.max()) != self.grid:
-            raise ValueError(
-                f"{self.heads} holds {int(sizes.max())} heads per example but the model has "
-                f"{self.grid}: use another output folder for another model"
-            )
-        torn = sizes.index[sizes != self.grid]
-        if len(torn):
-            frame[~frame["example"].isin(torn)].to_csv(self.heads, index=False)
-        return set(sizes.index[sizes == self.grid])
+        return {str(k): int(v) for k, v in sizes.items()}
+
+    def _read(self) -> pd.DataFrame:
+        try:
+            return read_heads(self.heads)
+        except (ValueError, pd.errors.ParserError) as err:
+            raise RowFileError(f"{self.heads} cannot be resumed: {err}") from err
+
+    def _drop_heads(self, stale: set[str]) -> None:
+        frame = self._read()
+        replace_file(self.heads, frame[~frame["example"].isin(stale)].to_csv(index=False))
 
     def add(self, rows: pd.DataFrame | None, record: dict[str, Any]) -> None:
+        """Append an example's rows (one write), then its line in examples.csv (the commit)."""
         if rows is not None:
             header = not self.heads.is_file() or self.heads.stat().st_size == 0
             with self.heads.open("a", encoding="utf-8", newline="") as handle:
-                handle.write(rows.to_csv(index=False, header=header))  # one write per example
+                handle.write(rows.to_csv(index=False, header=header))
                 handle.flush()
-        new = not self.examples.is_file() or self.examples.stat().st_size == 0
-        with self.examples.open("a", encoding="utf-8", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=EXAMPLE_COLUMNS)
-            if new:
-                writer.writeheader()
-            writer.writerow(record)
+        append_csv_row(self.examples, EXAMPLE_COLUMNS, record)
 
 
 def collect(
@@ -299,6 +314,9 @@ def collect(
     out: str | Path | None = None,
     max_new_tokens: int = 32,
     progress: bool = True,
+    retry_failed: bool = True,
+    model_name: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Per-(example, layer, head) expected RC and upper bound over a dataset.
 
@@ -312,15 +330,23 @@ def collect(
         answer), :class:`JsonlExample` or mappings with ``context``, ``question`` and optional
         ``answer`` / ``id`` (default id: the position in `examples`). Ids must be unique.
     out : str or Path, optional
-        Run folder. Each finished example's rows are appended to ``out/heads.csv`` and one line
-        ``id, prompt_len, gen_len, seconds, error`` to ``out/examples.csv``. Examples already
-        in ``heads.csv``, or recorded as failed in ``examples.csv``, are skipped (not
-        recomputed), so an interrupted run resumes; an example whose rows were cut short by an
-        interruption is analysed again.
+        Run folder (resumable, see :mod:`rcstat.runs`). ``out/run.json`` records the model,
+        the tokenizer, the rcstat version, `max_new_tokens` and `options`; a folder written
+        with any other value is refused. Each finished example's rows are appended to
+        ``out/heads.csv`` and one line (:data:`EXAMPLE_COLUMNS`) to ``out/examples.csv``.
+        Examples already there with the same content are skipped; one whose content changed
+        under the same id is analysed again and its old rows dropped; an example whose rows
+        were cut short by an interruption is analysed again.
     max_new_tokens : int, default 32
         Length of the greedy answer generated for an example without an answer.
     progress : bool, default True
-        Show a tqdm progress bar.
+        Show progress on standard error (a bar on a terminal, plain lines otherwise).
+    retry_failed : bool, default True
+        With `out`, analyse again the examples recorded as failed; ``False`` skips them.
+    model_name : str, optional
+        The model's name in the manifest (default: ``model.name_or_path``).
+    options : mapping, optional
+        More settings to record in the manifest and compare on resume (e.g. the dataset).
 
     Returns
     -------
@@ -335,9 +361,12 @@ def collect(
     Raises
     ------
     ValueError
-        Duplicate ids, or an ``out`` holding results of a model with another number of heads.
-        A ``ValueError`` raised by one example (too long for the model's window, an empty
-        generated answer, a blank text) is recorded and the example skipped.
+        Duplicate ids; a :class:`~rcstat.runs.RunMismatchError` when ``out`` holds a run with
+        other settings (the message names each difference) or rows without a manifest; a
+        :class:`~rcstat.runs.RowFileError` for a malformed row that is not the last one (a cut
+        last row is dropped with a warning). A ``ValueError`` raised by one example (too long
+        for the model's window, an empty generated answer, a blank text) is recorded and the
+        example skipped.
 
     Notes
     -----
@@ -345,16 +374,28 @@ def collect(
     ``question_placement="generation"``: the prompt ``p`` is the context (with the chat
     template's opening), the generation ``g`` the question, the rest of the template and the
     answer — the paper's §5.1 set-up. ``E_h = E(X(p, g), Y(g, g))`` and ``A_h`` the overlap
-    area (Theorem 3.6), per DESIGN.md §2.1. ``seconds`` in ``examples.csv`` is the wall time
+    area (Theorem 3.6), per docs/definitions.md. ``seconds`` in ``examples.csv`` is the wall time
     of the call (generation included when the example has no answer).
     """
     items = _items(examples)
     layout = attention_layout(model)
-    run = None if out is None else _Run(Path(out), layout.num_layers * layout.num_heads)
+    run = None
+    if out is not None:
+        out = Path(out)
+        settings = {
+            "max_new_tokens": max_new_tokens,
+            "question_placement": "generation",
+            **(options or {}),
+        }
+        manifest = RunManifest.build(out, KIND, model, tokenizer, settings, model_name=model_name)
+        open_run(out, manifest, rows=ROW_FILES[1:])
+        wanted = {item.id: item.hash for item in items}
+        grid = layout.num_layers * layout.num_heads
+        run = _Run(out, grid, wanted, retry_failed=retry_failed)
     todo = [item for item in items if run is None or item.id not in run.attempted]
     frames: list[pd.DataFrame] = []
     errors: dict[str, str] = {}
-    for item in tqdm(todo, desc="heads", unit="example", disable=not progress):
+    for item in show_progress(todo, desc="heads", unit="example", enabled=progress):
         start = time.perf_counter()
         try:
             result = analyze(
@@ -372,18 +413,26 @@ def collect(
             message = f"{type(err).__name__}: {err}"
             errors[item.id] = message
             failure: dict[str, Any] = dict.fromkeys(EXAMPLE_COLUMNS, "")
-            failure.update(id=item.id, seconds=f"{time.perf_counter() - start:.3f}", error=message)
+            failure.update(
+                id=item.id,
+                seconds=f"{time.perf_counter() - start:.3f}",
+                error=message,
+                hash=item.hash,
+            )
             if run is not None:
                 run.add(None, failure)
             continue
         seconds = time.perf_counter() - start
         rows = _rows(item.id, result)
+        finished = result.generation_finished
         record = {
             "id": item.id,
             "prompt_len": result.prompt_len,
             "gen_len": result.gen_len,
+            "finished": "" if finished is None else finished,
             "seconds": f"{seconds:.3f}",
             "error": "",
+            "hash": item.hash,
         }
         if run is None:
             frames.append(rows)
