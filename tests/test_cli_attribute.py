@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
 from rcstat import cli
+from rcstat.attribution import Attributor
 from tests.test_data import _quotesum_record, _squad_doc, _write_json, _write_jsonl
 
 CHUNKS = ["The cat sat on the warm mat near the door.", "The dog slept in the garden all day."]
@@ -66,7 +69,10 @@ def test_attribute_paragraph_file_and_token_granularity(model_dir: Path, tmp_pat
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--context", "x", "--answer", ANSWER], "top_k must be an integer in [1, 12]"),  # default k = 20
+        (
+            ["--context", "x", "--answer", ANSWER],
+            "top_k must be an integer in [1, 12]",
+        ),  # default k = 20
         (["--answer", ANSWER, "--top-k", "2"], "attribute needs a context"),
         (["--context", "Some text.", "--answer", "  ", "--top-k", "2"], "answer is empty"),
     ],
@@ -116,3 +122,76 @@ def test_bench_attribution_refuses_a_qa_dataset(model_dir: Path, tmp_path: Path,
     args = ["bench", "attribution", "--model", str(model_dir), "--dataset", "squad_v2"]
     assert cli.main([*args, "--data", str(data), "--out", str(tmp_path / "out")]) == 2
     assert "needs quotesum or verigran" in capsys.readouterr().out
+
+
+def _sorted_lines(out: Path) -> list[dict[str, Any]]:
+    lines = [json.loads(v) for v in (out / "predictions.jsonl").read_text().splitlines()]
+    return sorted(lines, key=lambda line: line["example"])
+
+
+def test_bench_attribution_resumes_safely(
+    model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    records = [_quotesum_record(qid=f"AMBIG_x_{i}", unique_id=f"AMBIG_x_{i}_0") for i in range(3)]
+    data = _write_jsonl(tmp_path / "dev.jsonl", records)
+    args = ["bench", "attribution", "--model", str(model_dir), "--dataset", "quotesum"]
+    args += ["--data", str(data), "--k", "1,5,all"]
+    whole, out = tmp_path / "whole", tmp_path / "cut"
+    assert cli.main([*args, "--out", str(whole)]) == 0
+
+    # Ctrl-C during the second example: one line, the first example's row kept.
+    calls: list[str] = []
+    real = Attributor.attribute
+
+    def counting(self: Attributor, *a: Any, **k: Any) -> Any:
+        calls.append(a[1])  # the question
+        if interrupt and len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, *a, **k)
+
+    interrupt = True
+    monkeypatch.setattr(Attributor, "attribute", counting)
+    capsys.readouterr()
+    assert cli.main([*args, "--out", str(out)]) == 130
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (
+        printed
+        == f"interrupted: rows finished so far are kept in {out}; run the same command to resume"
+    )
+    assert len(_sorted_lines(out)) == 1 and not (out / "accuracy.csv").exists()
+    interrupt = False
+    calls.clear()
+    assert cli.main([*args, "--out", str(out)]) == 0
+    assert len(calls) == 2  # only the two examples left
+    assert _sorted_lines(out) == _sorted_lines(whole)
+    assert (out / "accuracy.csv").read_text() == (whole / "accuracy.csv").read_text()
+
+    # Other k values: refused, naming the field; nothing changes.
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert cli.main([*args[:-1], "1,all", "--out", str(out)]) == 2
+    assert "ks: [1, 5, 12] in the run, [1, 12] now" in " ".join(capsys.readouterr().out.split())
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+
+    # A changed example (same id) is scored again and its line replaced.
+    changed = [*records[:2], {**records[2], "question": "Who won the cup?"}]
+    _write_jsonl(data, changed)
+    calls.clear()
+    assert cli.main([*args, "--out", str(out)]) == 0
+    assert calls == ["Who won the cup?"]
+    lines = _sorted_lines(out)
+    assert [line["example"] for line in lines] == [line["example"] for line in _sorted_lines(whole)]
+    assert lines[2]["example_hash"] != _sorted_lines(whole)[2]["example_hash"]
+
+    # A cut last line is reported (file, line) and its example scored again.
+    path = out / "predictions.jsonl"
+    path.write_bytes(path.read_bytes()[:-25])
+    calls.clear()
+    with caplog.at_level(logging.WARNING):
+        assert cli.main([*args, "--out", str(out)]) == 0
+    assert f"{path}, line 3: cut-off last line" in caplog.text and len(calls) == 1
+    assert len(_sorted_lines(out)) == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rcstat import cli
@@ -12,7 +13,9 @@ from rcstat import cli
 pytestmark = pytest.mark.press
 
 
-def test_bench_kv_on_a_squad_file(model_dir: Path, tmp_path: Path) -> None:
+def test_bench_kv_on_a_squad_file(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     context = "The cat sat on the warm mat near the door. " * 4
     data = {
         "version": "v2.0",
@@ -49,28 +52,40 @@ def test_bench_kv_on_a_squad_file(model_dir: Path, tmp_path: Path) -> None:
     path = tmp_path / "dev.json"
     path.write_text(json.dumps(data))
     out = tmp_path / "bench"
-    code = cli.main(
-        [
-            "bench",
-            "kv",
-            "--model",
-            str(model_dir),
-            "--dataset",
-            "squad_v2",
-            "--data",
-            str(path),
-            "--presses",
-            "knorm,tova",
-            "--ratios",
-            "0.5",
-            "--max-new-tokens",
-            "3",
-            "--out",
-            str(out),
-        ]
-    )
+    args = ["bench", "kv", "--model", str(model_dir), "--dataset", "squad_v2"]
+    args += ["--data", str(path), "--ratios", "0.5", "--out", str(out)]
+    code = cli.main([*args, "--presses", "knorm,tova", "--max-new-tokens", "3"])
     assert code == 0
-    results = (out / "results.csv").read_text().splitlines()
-    assert len(results) == 1 + 2 * 2  # header + 2 examples × 2 presses
+    results = pd.read_csv(out / "results.csv")
+    assert len(results) == 2 * 2  # 2 examples × 2 presses
+    assert {"finished", "full_finished", "example_hash"} <= set(results.columns)
     assert (out / f"squad_v2_{model_dir.name}_baseline_df.csv").exists()
     assert (out / "ver_vs_ratio.png").exists()
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["kind"] == "bench kv" and manifest["options"]["max_new_tokens"] == 3
+    assert manifest["model"]["name"] == str(model_dir.resolve())
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    # The finding: another --max-new-tokens did no work and printed the old results (and
+    # rewrote config.json). Now it is refused before the model loads, naming the field.
+    capsys.readouterr()
+    assert cli.main([*args, "--presses", "knorm,tova", "--max-new-tokens", "5"]) == 2
+    captured = capsys.readouterr()
+    assert "max_new_tokens: 3 in the run, 5 now" in " ".join(captured.out.split())
+    assert "loading model" not in captured.err
+    assert cli.main([*args, "--presses", "knorm", "--max-new-tokens", "3"]) == 2
+    assert 'settings: ["knorm|r=0.5|c=None|w=8", "tova|r=0.5|c=None|w=8"] in the run' in " ".join(
+        capsys.readouterr().out.split()
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+
+    # The same settings resume: nothing is computed again, the summaries are rebuilt.
+    assert cli.main([*args, "--presses", "knorm,tova", "--max-new-tokens", "3"]) == 0
+    assert (out / "predictions.jsonl").read_bytes() == files["predictions.jsonl"]
+    assert "bench kv squad_v2: 0/0 run" in capsys.readouterr().err  # plain progress lines
+    # A folder of another command is refused.
+    heads = tmp_path / "heads"
+    heads.mkdir()
+    (heads / ".rcstat-output.json").write_text(json.dumps({"command": "heads", "files": []}))
+    assert cli.main([*args[:-1], str(heads), "--presses", "knorm"]) == 2
+    assert "holds the output of `rcstat heads`" in capsys.readouterr().out
