@@ -638,6 +638,13 @@ def test_cli_collect_and_compare_write_all_files(model_dir: Path, tmp_path: Path
     summary = json.loads((run_a / "summary.json").read_text())
     assert summary["n_examples"] == 2 and len(summary["percentiles"]) == LAYERS * HEADS
     assert pd.read_csv(run_a / "percentiles.csv").shape[0] == LAYERS * HEADS
+    # Resuming retries the failed example "b" unless --no-retry-failed (it fails again).
+    log = (run_a / "examples.csv").read_bytes()
+    again = ["--dataset", "jsonl", "--data", str(data), "--out", str(run_a), *common]
+    assert _cli(io.StringIO(), *again, "--no-retry-failed") == 0
+    assert (run_a / "examples.csv").read_bytes() == log
+    assert _cli(io.StringIO(), *again) == 0
+    assert _log(run_a)["id"].tolist() == ["a", "line-3", "b"]  # b's line replaced
 
     qmsum = _write_jsonl(tmp_path / "val.jsonl", [_qmsum_record()])
     assert _cli(io.StringIO(), "--dataset", "qmsum", "--data", str(qmsum), "--context", "relevant",

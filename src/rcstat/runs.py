@@ -158,7 +158,7 @@ def _file_record(path: Path, known: Mapping[str, Mapping[str, Any]]) -> dict[str
     """``{path, size, mtime_ns, sha256}`` of a file; the sha256 of ``known`` is reused when
     the size and modification time are unchanged (a resumed run does not hash again)."""
     stat = path.stat()
-    key = str(path.resolve())
+    key = str(path.absolute())  # symlinks kept: the file name is part of the identity
     old = known.get(key)
     if old and old.get("size") == stat.st_size and old.get("mtime_ns") == stat.st_mtime_ns:
         return dict(old)
