@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from rcstat import cli
+from rcstat.analysis import HeadAnalysis, analyze
 from rcstat.cli._common import OUTPUT_MARKER
 from rcstat.cli.analyze import parse_head
-from rcstat.analysis import HeadAnalysis, analyze
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.press
-
 from rcstat.press.answer import compress_and_answer
 from rcstat.press.rcstat_press import RCStatPress
 from rcstat.report.console import format_bytes
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
+
+pytestmark = pytest.mark.press
 
 
 def test_memory_follows_the_realized_ratio() -> None:

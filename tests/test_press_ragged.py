@@ -1,5 +1,5 @@
-"""rcstat.press.layout, ragged_cache and ragged_attention: the packed per-KV-head cache and
-its attention, against a plain DynamicCache (nothing evicted) and against a dense cache that masks the evicted entries."""
+"""rcstat.press.layout, cache and attention: the packed per-KV-head cache and its attention,
+against a plain DynamicCache (nothing evicted) and a dense cache that masks the evicted entries."""
 
 from __future__ import annotations
 

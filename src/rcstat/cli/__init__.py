@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from types import ModuleType
+from typing import Any
 
 from rich.markup import escape
 
@@ -66,12 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ns = build_parser().parse_args(argv)
     module = COMMANDS[ns.command]
+    args: Any = None
     try:
         args = module.from_namespace(ns)
         _quiet_transformers()
         return int(module.run(args))
     except KeyboardInterrupt:
-        out = getattr(ns, "out", None)
+        out = getattr(args, "out", None) or getattr(ns, "out", None)
         if ns.command in _RESUMABLE and out is not None:
             kept = f"rows finished so far are kept in {out}; run the same command to resume"
         else:

@@ -248,7 +248,7 @@ def plot_comparison(comparison: Comparison, *, title: str | None = None) -> Figu
     la, lb = comparison.labels
     counts = comparison.counts
     fig = _figure((13.0, 4.2))
-    axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1, 1.6]})
+    axes: Any = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1, 1.6]})
     for ax, column, name, what in (
         (axes[0], "above_tau", "tau", f"> τ = {comparison.tau:g}"),
         (axes[1], "above_common", "common", f"> {comparison.common_threshold:.2f} (pooled p95)"),

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rcstat.press.answer import CompressionReport, answer_full, compress_and_answer
-    from rcstat.press.layout import PackedKV
     from rcstat.press.attention import packed_attention, ragged_attention
     from rcstat.press.cache import RaggedCache, RaggedLayer
+    from rcstat.press.layout import PackedKV
     from rcstat.press.rcstat_press import RCStatPress
     from rcstat.press.registry import PRESS_NAMES, make_press
 
