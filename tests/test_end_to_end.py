@@ -6,6 +6,7 @@ Every test is ``slow``: it needs the embedded model, converted and cached by
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import time
@@ -123,6 +124,7 @@ def test_demo_writes_a_self_contained_report(
     out = tmp_path / "demo"
     assert cli.main(["demo", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
+        ".rcstat-output.json",
         "attribution.html",
         "attribution.json",
         "report.html",
@@ -137,7 +139,9 @@ def test_demo_writes_a_self_contained_report(
     report = (out / "report.html").read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)\s*=\s*['"]?\s*(https?:)?//""", report)
     images = re.findall(r"<img [^>]*src='data:image/png;base64,([A-Za-z0-9+/=]+)'", report)
-    assert len(images) == 5  # sorted RC curves + (upper, normalized) maps × 2 contexts
+    # sorted RC curves + (upper, normalized) × (supporting − unrelated, 2 contexts)
+    assert len(images) == 7
+    assert "<a href='attribution.html'>" in report
     assert len(re.findall(r"<img ", report)) == len(images)
     assert all(len(data) > 10_000 for data in images)
 
@@ -156,7 +160,8 @@ def test_demo_writes_a_self_contained_report(
         "unrelated": int((unrelated["upper"] > 1.5).sum()),
     }
     # The counts printed by the CLI are those of summary.json.
-    printed = _table_rows(capsys.readouterr().out)
+    printed_text = capsys.readouterr().out
+    printed = _table_rows(printed_text)
     for row, values in summary["rows"].items():
         assert printed[row] == [f"{values['supporting']:g}", f"{values['unrelated']:g}"], row
     # The paper's contrast (§5.1): the supporting context is used more. On this small model
@@ -172,6 +177,27 @@ def test_demo_writes_a_self_contained_report(
     (unit,) = attribution["units"]
     assert attribution["spans"][unit["attributed"]]["text"].startswith("In 1962 the light")
     assert 'data-method="mean attention"' in (out / "attribution.html").read_text()
+    # Compression: the faithful setting answers exactly as the full cache (the context says
+    # 1962); the strong one is shown with its ROUGE-L and, when it differs, a warning.
+    from rcstat.press.extra import has_kvpress
+
+    compression = summary["compression"]
+    full = compression["full"]
+    assert full["finished"] and "1962" in full["answer"]
+    assert html.escape(full["answer"]) in report
+    if not has_kvpress():  # the core environment: the demo says how to add the press
+        assert compression["settings"] == [] and "rcstat[press]" in compression["missing_extra"]
+        pytest.skip("compressed answers need the rcstat[press] extra (kvpress)")
+    faithful, strong = compression["settings"]
+    assert (faithful["name"], strong["name"]) == ("faithful", "strong")
+    assert faithful["answer"] == full["answer"] and faithful["same_as_full"]
+    assert faithful["rougeL_vs_full"] == 1.0 and 0.15 < faithful["ratio"] < 0.35
+    assert strong["ratio"] > faithful["ratio"] + 0.15
+    warnings = re.findall(r"<p class='warning' role='alert'>([^<]*)</p>", report)
+    assert len(warnings) == (0 if strong["same_as_full"] else 1)
+    printed_flat = " ".join(printed_text.split())
+    assert f"ROUGE-L vs full {strong['rougeL_vs_full']:.2f}" in printed_flat
+    assert ("WARNING: strong" in printed_flat) != strong["same_as_full"]
 
 
 def test_analyze_cli_plots_a_head(tmp_path: Path) -> None:

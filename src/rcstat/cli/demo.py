@@ -3,15 +3,23 @@
 The same question and answer are analysed after a context that supports them and after an
 unrelated context. As in the paper, the context is the prompt and question + answer form the
 generation (``question_placement="generation"``). The demo prints the head counts above τ
-side by side and writes an HTML report with both heatmaps; it then compresses the supporting
-context with RCStatPress and attributes the answer to the sentences of both contexts.
+side by side and writes an HTML report with both heatmaps and their per-head difference.
+
+It then answers the question on the full KV cache of the supporting context and on caches
+compressed by RCStatPress at two settings (:data:`SETTINGS`): a *faithful* one, whose answer
+equals the full-cache answer on the default model, and a *strong* one, whose answer may not.
+Each compressed answer is shown beside the full-cache one with its ROUGE-L against it, and a
+warning when the two differ — a compressed answer alone cannot tell whether the compression
+changed it. Without the ``rcstat[press]`` extra the full-cache answer is still shown and the
+compression part says how to install the extra. Finally the answer is attributed to the
+sentences of both contexts (``attribution.html``, linked from the report).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +28,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from rcstat.cli._common import (
+    CUT_MARK,
     HelpFormatter,
     add_model_option,
+    answer_line,
     check_output_folder,
     console,
     load_model_quietly,
@@ -29,14 +39,15 @@ from rcstat.cli._common import (
     staged_output,
     step,
 )
-from rcstat.defaults import DEFAULT_TAU
+from rcstat.defaults import DEFAULT_TAU, DEFAULT_TOP_K, DEFAULT_WINDOW, INSTALL_PRESS
 from rcstat.report.console import format_bytes
-from rcstat.report.html import Panel, Section, figure_png, render_report
-from rcstat.report.plots import heatmap
+from rcstat.report.html import Panel, Section, figure_png, html_table, render_report
+from rcstat.report.plots import difference_heatmap, heatmap
 
 if TYPE_CHECKING:
     from rcstat.analysis import HeadAnalysis, Statistic
     from rcstat.attribution import Attribution
+    from rcstat.press.answer import CompressionReport
 
 NAME = "demo"
 
@@ -64,6 +75,261 @@ UNRELATED = (
     "A long, cool fermentation overnight develops more flavour than a short, warm one, and "
     "steam in the first minutes of baking lets the loaf expand before the crust sets. The "
     "finished crumb should be open and glossy, with irregular holes of different sizes."
+)
+
+
+@dataclass(frozen=True)
+class DemoTexts:
+    """The demo's question, answer and two contexts."""
+
+    question: str
+    answer: str
+    supporting: str
+    unrelated: str
+
+
+DEMO_TEXTS = DemoTexts(QUESTION, ANSWER, SUPPORTING, UNRELATED)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One RCStatPress setting the demo compresses the supporting context with."""
+
+    name: str
+    threshold: float  # c of eq. (9): a token is evicted from a head when s_i <= c · mean s_i
+
+
+#: Chosen by measuring c = 0.2 … 1.5 on the default model (README, "The demo"): every c up to
+#: 0.6 answers exactly as the full cache, and c = 0.5 (23 % of the KV entries evicted) sits
+#: inside that range, not at its edge; c = 1 (the paper's setting) evicts 49 % and answers
+#: "… in 2022" where the context says 1962.
+SETTINGS = (Setting("faithful", 0.5), Setting("strong", 1.0))
+#: Token limit of the full-cache and compressed answers (the full answer needs 28).
+MAX_NEW_TOKENS = 40
+
+
+def _same_text(a: str, b: str) -> bool:
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+@dataclass(frozen=True)
+class CompressedAnswer:
+    """The answer on a cache compressed at one setting, compared with the full-cache answer."""
+
+    setting: Setting
+    report: CompressionReport
+    rouge_l: float  # ROUGE-L F1 against the full-cache answer
+    same_as_full: bool  # the same text (up to white space), finished or cut alike
+
+    def label(self) -> str:
+        return f"{self.setting.name} (c = {self.setting.threshold:g})"
+
+    def warning(self) -> str:
+        """Why this answer must not be trusted as the model's answer ("" when it agrees)."""
+        if self.same_as_full:
+            return ""
+        return (
+            f"{self.label()}: the compressed-cache answer differs from the full-cache answer "
+            f"(ROUGE-L {self.rouge_l:.2f}); the compression changed what the model says."
+        )
+
+
+@dataclass(frozen=True)
+class AnswerComparison:
+    """The full-cache answer and the compressed-cache answers of the supporting context."""
+
+    full_answer: str
+    full_finished: bool
+    context_tokens: int
+    max_new_tokens: int
+    compressed: list[CompressedAnswer] = field(default_factory=list)
+    missing_extra: str = ""  # why there are no compressed answers (kvpress not installed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "context_tokens": self.context_tokens,
+            "max_new_tokens": self.max_new_tokens,
+            "window": DEFAULT_WINDOW,
+            "full": {"answer": self.full_answer, "finished": self.full_finished},
+            "settings": [
+                {
+                    "name": c.setting.name,
+                    "threshold": c.setting.threshold,
+                    "rougeL_vs_full": c.rouge_l,
+                    "same_as_full": c.same_as_full,
+                    **asdict(c.report),
+                }
+                for c in self.compressed
+            ],
+            "missing_extra": self.missing_extra,
+        }
+
+
+def compare_answers(
+    model: Any,
+    tokenizer: Any,
+    context: str,
+    question: str,
+    settings: tuple[Setting, ...] = SETTINGS,
+    *,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+) -> AnswerComparison:
+    """Answer on the full cache, then on a cache compressed at each of ``settings``.
+
+    Both use the same prompt split and greedy decoding (:mod:`rcstat.press.answer`). Without
+    kvpress only the full-cache answer is computed and ``missing_extra`` says what to install.
+    """
+    from rcstat.press.answer import answer_full, split_context_question
+    from rcstat.press.extra import has_kvpress
+
+    with step("answering on the full KV cache…"):
+        full = answer_full(model, tokenizer, context, question, max_new_tokens=max_new_tokens)
+    full_answer = tokenizer.decode(full.ids, skip_special_tokens=True)
+    context_tokens = int(split_context_question(tokenizer, context, question)[0].shape[1])
+    if not has_kvpress():
+        missing = (
+            "KV-cache compression needs the rcstat[press] extra (kvpress), which is not "
+            f"installed; install it with: {INSTALL_PRESS}"
+        )
+        return AnswerComparison(
+            full_answer, full.finished, context_tokens, max_new_tokens, missing_extra=missing
+        )
+    from rcstat.evaluation.metrics import rouge_f1
+    from rcstat.press.answer import compress_and_answer
+    from rcstat.press.rcstat_press import RCStatPress
+
+    compressed = []
+    for setting in settings:
+        what = f"{setting.name}: RCStatPress, c = {setting.threshold:g}"
+        with step(f"compressing the context and answering ({what})…"):
+            report = compress_and_answer(
+                model,
+                tokenizer,
+                context,
+                question,
+                RCStatPress(threshold=setting.threshold),
+                max_new_tokens=max_new_tokens,
+            )
+        rouge_l = rouge_f1(report.answer, [full_answer])["rougeL"]
+        same = _same_text(report.answer, full_answer) and report.finished == full.finished
+        compressed.append(CompressedAnswer(setting, report, rouge_l, same))
+    return AnswerComparison(full_answer, full.finished, context_tokens, max_new_tokens, compressed)
+
+
+def print_answers(comparison: AnswerComparison) -> None:
+    """The full-cache answer, each compressed answer with its agreement, and the warnings."""
+    console.print(
+        f"Answers on the supporting context ({comparison.context_tokens} tokens, greedy, at "
+        f"most {comparison.max_new_tokens} new tokens):",
+        markup=False,
+    )
+    console.print(
+        answer_line("  full cache", comparison.full_answer, comparison.full_finished), markup=False
+    )
+    if comparison.missing_extra:
+        console.print(f"  {comparison.missing_extra}", markup=False)
+        return
+    for item in comparison.compressed:
+        report = item.report
+        console.print(
+            answer_line(f"  {item.label()}", report.answer, report.finished), markup=False
+        )
+        agreement = "same answer as the full cache" if item.same_as_full else "DIFFERS"
+        console.print(
+            f"    {report.ratio:.1%} of the KV entries evicted (KV cache "
+            f"{format_bytes(report.dense_bytes)} → {format_bytes(report.live_bytes)} live); "
+            f"ROUGE-L vs full {item.rouge_l:.2f}: {agreement}",
+            markup=False,
+        )
+        if not item.same_as_full:
+            console.print(f"  [bold red]⚠ WARNING: {escape(item.warning())}[/]")
+
+
+def _answers_panel(comparison: AnswerComparison) -> Panel:
+    def shown(text: str, finished: bool) -> str:
+        return text + ("" if finished else CUT_MARK)
+
+    dense = comparison.compressed[0].report.dense_bytes if comparison.compressed else None
+    header = ["cache", "KV entries evicted", "KV cache live", "answer", "ROUGE-L vs full", ""]
+    rows: list[list[object]] = [
+        [
+            "full",
+            "0 %",
+            "—" if dense is None else format_bytes(dense),
+            shown(comparison.full_answer, comparison.full_finished),
+            "",
+            "reference",
+        ]
+    ]
+    classes = [""]
+    notices = []
+    for item in comparison.compressed:
+        report = item.report
+        rows.append(
+            [
+                item.label(),
+                f"{report.ratio:.1%}",
+                f"{format_bytes(report.live_bytes)} of {format_bytes(report.dense_bytes)}",
+                shown(report.answer, report.finished),
+                f"{item.rouge_l:.2f}",
+                "same answer" if item.same_as_full else "⚠ differs",
+            ]
+        )
+        classes.append("" if item.same_as_full else "differs")
+        if item.same_as_full:
+            notices.append(
+                f"✓ {item.label()}: the same answer as the full cache with {report.ratio:.0%} "
+                "of the KV entries evicted."
+            )
+    texts = [comparison.missing_extra] if comparison.missing_extra else []
+    return Panel(
+        "full cache vs compressed caches",
+        texts=texts,
+        preformatted=[INSTALL_PRESS] if comparison.missing_extra else [],
+        table_html=html_table(header, rows, text_columns=[0, 3], row_classes=classes),
+        warnings=[item.warning() for item in comparison.compressed if not item.same_as_full],
+        notices=notices,
+    )
+
+
+def _answers_intro(comparison: AnswerComparison) -> str:
+    return (
+        f"The question answered greedily (at most {comparison.max_new_tokens} new tokens) after "
+        f"the {comparison.context_tokens}-token supporting context, on its full KV cache and on "
+        f"caches compressed by RCStatPress (paper eq. 9, window w = {DEFAULT_WINDOW}; c: the "
+        "eviction threshold relative to the mean score). ROUGE-L is measured against the "
+        "full-cache answer. The settings were chosen on the default model, where the faithful "
+        "one keeps the full-cache answer and the strong one, evicting more, changes it."
+    )
+
+
+def _difference_panel(results: dict[str, HeadAnalysis]) -> Panel:
+    import matplotlib.pyplot as plt
+
+    supporting, unrelated = results["supporting"], results["unrelated"]
+    images, texts = [], []
+    for by in _MAPS:
+        fig, ax = plt.subplots(figsize=(5, 6))
+        difference_heatmap(
+            supporting.values(by),
+            unrelated.values(by),
+            ax=ax,
+            label=f"{by}: supporting − unrelated",
+            title=f"{by}: supporting − unrelated",
+        )
+        images.append(figure_png(fig))
+        higher = int((supporting.values(by) > unrelated.values(by)).sum())
+        texts.append(
+            f"{by}: {higher} of {supporting.values(by).size} heads are higher after the "
+            "supporting context."
+        )
+    return Panel("per-head difference", texts=texts, images=images)
+
+
+_DIFFERENCE_INTRO = (
+    "Per head, the statistic after the supporting context minus the same statistic after the "
+    "unrelated one, on a diverging colour map centred at 0: red heads contextualize more with "
+    "the supporting context, blue heads with the unrelated one, white heads do not change."
 )
 
 
@@ -126,19 +392,15 @@ def _sorted_heads_png(results: dict[str, HeadAnalysis], tau: float) -> bytes:
 
 
 def _table_html(rows: dict[str, dict[str, float]]) -> str:
-    names = next(iter(rows.values())).keys()
-    head = "<tr><th>statistic</th>" + "".join(f"<th>{n}</th>" for n in names) + "</tr>"
-    body = "".join(
-        f"<tr><td>{label}</td>" + "".join(f"<td>{v:g}</td>" for v in values.values()) + "</tr>"
-        for label, values in rows.items()
-    )
-    return f"<table>{head}{body}</table>"
+    names = list(next(iter(rows.values())).keys())
+    body = [[label, *(f"{v:g}" for v in values.values())] for label, values in rows.items()]
+    return html_table(["statistic", *names], body, text_columns=[0])
 
 
 _ATTRIBUTION_NOTE = (
-    "Context: the unrelated text followed by the supporting one, split into sentences. "
-    "attribution.html shades every context token by its attribution to the answer, one panel "
-    "per method."
+    "Context: the unrelated text followed by the supporting one, split into sentences. The "
+    "attribution page shades every context token by its attribution to the answer (this "
+    "method, all heads, mean attention) and ranks the sentences by score."
 )
 
 
@@ -156,54 +418,94 @@ def attribution_summary(result: Attribution) -> str:
     return "Attribution of the answer: " + "; ".join(parts)
 
 
-def run_contrast(model_name: str | None, out: Path, tau: float) -> int:
-    """Analyse both examples, print the counts side by side, write ``report.html``."""
+def run_contrast(
+    model_name: str | None,
+    out: Path,
+    tau: float,
+    *,
+    texts: DemoTexts | None = None,
+    settings: tuple[Setting, ...] | None = None,
+    max_new_tokens: int | None = None,
+) -> int:
+    """Analyse both examples, compare full-cache and compressed answers, attribute the answer,
+    print the results and write ``report.html`` (linking ``attribution.html``) into ``out``.
+
+    ``texts``, ``settings`` and ``max_new_tokens`` default to :data:`DEMO_TEXTS`,
+    :data:`SETTINGS` and :data:`MAX_NEW_TOKENS` (tests give shorter texts to tiny models).
+    """
     from rcstat.analysis import analyze
     from rcstat.attribution import Attributor
+
+    texts = DEMO_TEXTS if texts is None else texts
+    settings = SETTINGS if settings is None else settings
+    max_new_tokens = MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
 
     check_output_folder(out, NAME)
     model, tokenizer = load_model_quietly(model_name)
     results = {}
-    for name, context in (("supporting", SUPPORTING), ("unrelated", UNRELATED)):
+    for name, context in (("supporting", texts.supporting), ("unrelated", texts.unrelated)):
         with step(f"analysing the {name} example…"):
             results[name] = analyze(
                 model,
                 tokenizer,
                 context=context,
-                question=QUESTION,
-                answer=ANSWER,
+                question=texts.question,
+                answer=texts.answer,
                 question_placement="generation",
             )
-    from rcstat.press.answer import compress_and_answer
-    from rcstat.press.rcstat_press import RCStatPress
-
-    with step("compressing the supporting context (RCStatPress, c = 1)…"):
-        compression = compress_and_answer(
-            model, tokenizer, SUPPORTING, QUESTION, RCStatPress(threshold=1.0), max_new_tokens=40
-        )
-    memory = (
-        f"RCStatPress (c = 1, w = 8) evicted {compression.ratio:.1%} of the KV entries of the "
-        f"{compression.context_tokens}-token context; KV cache "
-        f"{format_bytes(compression.dense_bytes)} → {format_bytes(compression.live_bytes)} live. "
-        "Answer on the compressed cache: "
-        f"{compression.answer!r}"
+    comparison = compare_answers(
+        model, tokenizer, texts.supporting, texts.question, settings, max_new_tokens=max_new_tokens
     )
+    heads = results["supporting"].expected.size
     with step("attributing the answer to the sentences of both contexts…"):
-        attribution = Attributor(model, tokenizer).attribute(
-            UNRELATED + " " + SUPPORTING, QUESTION, ANSWER, granularity="sentence"
+        attribution = Attributor(model, tokenizer, top_k=min(DEFAULT_TOP_K, heads)).attribute(
+            texts.unrelated + " " + texts.supporting,
+            texts.question,
+            texts.answer,
+            granularity="sentence",
         )
     grounding = attribution_summary(attribution)
     rows = summary_rows(results, tau)
-    table = Table(title=f"{results['supporting'].expected.size} heads, τ = {tau}")
+    lengths = ", ".join(f"{n} {r.prompt_len}" for n, r in results.items())
+    table = Table(title=f"{heads} heads, τ = {tau}", caption=f"prompt tokens: {lengths}")
     table.add_column("statistic")
     for name in results:
         table.add_column(name, justify="right")
     for label, values in rows.items():
         table.add_row(label, *(f"{v:g}" for v in values.values()))
     console.print(table)
-    console.print(escape(memory))
-    console.print(escape(grounding))
+    print_answers(comparison)
+    console.print(grounding, markup=False)
 
+    with step("writing the report…"):
+        report = _report(results, rows, tau, comparison, grounding, lengths)
+        with staged_output(out, NAME) as stage:
+            for name, result in results.items():
+                result.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
+                result.save(stage / f"scores_{name}.json")
+            (stage / "report.html").write_text(report, encoding="utf-8")
+            attribution.to_html(stage / "attribution.html")
+            (stage / "attribution.json").write_text(attribution.to_json(), encoding="utf-8")
+            summary = {
+                "tau": tau,
+                "prompt_tokens": {n: r.prompt_len for n, r in results.items()},
+                "rows": rows,
+                "compression": comparison.to_dict(),
+                "attribution": grounding,
+            }
+            (stage / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    console.print(f"report written to {escape(str(out / 'report.html'))}")
+    return 0
+
+
+def _report(
+    results: dict[str, HeadAnalysis],
+    rows: dict[str, dict[str, float]],
+    tau: float,
+    comparison: AnswerComparison,
+    grounding: str,
+    lengths: str,
+) -> str:
     limits = {
         by: (
             min(float(r.values(by).min()) for r in results.values()),
@@ -211,7 +513,7 @@ def run_contrast(model_name: str | None, out: Path, tau: float) -> int:
         )
         for by in _MAPS
     }
-    report = render_report(
+    return render_report(
         "rcstat demo: supporting vs unrelated context",
         [
             Section(
@@ -219,21 +521,40 @@ def run_contrast(model_name: str | None, out: Path, tau: float) -> int:
                 [
                     Panel(
                         "summary",
+                        texts=[f"Prompt tokens: {lengths}."],
                         table_html=_table_html(rows),
                         images=[_sorted_heads_png(results, tau)],
                     )
                 ],
                 intro="Same question and answer (the generation) after two contexts (the "
                 "prompt). The paper (§5.1) reports 130 vs 12 heads with A > 1.5 on "
-                "LLaMA-3.2-3B.",
+                "LLaMA-3.2-3B. Raw counts depend on the model's score scale and on the "
+                "prompt length, so compare them only between prompts of similar length.",
             ),
             Section(
-                "KV-cache compression",
-                [Panel("RCStatPress on the ragged cache", texts=[memory])],
+                "Answers: full KV cache vs compressed",
+                [_answers_panel(comparison)],
+                intro=_answers_intro(comparison),
+            ),
+            Section(
+                "Supporting − unrelated, per head",
+                [_difference_panel(results)],
+                intro=_DIFFERENCE_INTRO,
             ),
             Section(
                 "Attribution",
-                [Panel("eq. 10, sentence level", texts=[grounding, _ATTRIBUTION_NOTE])],
+                [
+                    Panel(
+                        "eq. 10, sentence level",
+                        texts=[grounding, _ATTRIBUTION_NOTE],
+                        links=[
+                            (
+                                "attribution.html",
+                                "Open the attribution page (attribution.html, next to this report)",
+                            )
+                        ],
+                    )
+                ],
             ),
             Section(
                 "Per-head maps (shared colour scale)",
@@ -241,22 +562,6 @@ def run_contrast(model_name: str | None, out: Path, tau: float) -> int:
             ),
         ],
     )
-    with staged_output(out, NAME) as stage:
-        for name, result in results.items():
-            result.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
-            result.save(stage / f"scores_{name}.json")
-        (stage / "report.html").write_text(report, encoding="utf-8")
-        attribution.to_html(stage / "attribution.html")
-        (stage / "attribution.json").write_text(attribution.to_json(), encoding="utf-8")
-        summary = {
-            "tau": tau,
-            "rows": rows,
-            "compression": asdict(compression),
-            "attribution": grounding,
-        }
-        (stage / "summary.json").write_text(json.dumps(summary, indent=1))
-    console.print(f"report written to {escape(str(out / 'report.html'))}")
-    return 0
 
 
 def register(sub: Any) -> None:

@@ -1,10 +1,17 @@
-"""Self-contained HTML reports (figures embedded as base64 PNG; no network)."""
+"""Self-contained HTML reports (figures embedded as base64 PNG; no network).
+
+A report is a list of :class:`Section` s, each a row of :class:`Panel` s. A panel holds, in
+this order: warnings (a red box each, for results the reader must not miss), notices (a green
+box each), texts, preformatted texts, an HTML table (:func:`html_table` escapes its cells),
+links to files written next to the report, and figures. All text is escaped.
+"""
 
 from __future__ import annotations
 
 import base64
 import html
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +21,10 @@ table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:
 text-align:right}th{background:#f3f3f3}.row{display:flex;gap:1em;flex-wrap:wrap}
 .panel{flex:1 1 480px}img{max-width:100%}pre{white-space:pre-wrap;background:#f7f7f7;
 padding:.6em;font-size:.85em;max-height:14em;overflow:auto}
+td.text,th.text{text-align:left}tr.differs td{background:#fdecea}
+.warning{background:#fdecea;border-left:6px solid #c62828;padding:.5em .8em;margin:.6em 0;
+font-weight:600;color:#7f1d1d}.notice{background:#e8f5e9;border-left:6px solid #2e7d32;
+padding:.5em .8em;margin:.6em 0}a{color:#1565c0}
 """
 
 
@@ -36,12 +47,21 @@ class Panel:
     preformatted: list[str] = field(default_factory=list)
     table_html: str = ""
     images: list[bytes] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)  # (relative href, text)
 
     def render(self) -> str:
         parts = [f"<div class='panel'><h3>{html.escape(self.heading)}</h3>"]
+        parts += [f"<p class='warning' role='alert'>⚠ {html.escape(t)}</p>" for t in self.warnings]
+        parts += [f"<p class='notice'>{html.escape(t)}</p>" for t in self.notices]
         parts += [f"<p>{html.escape(t)}</p>" for t in self.texts]
         parts += [f"<pre>{html.escape(t)}</pre>" for t in self.preformatted]
         parts.append(self.table_html)
+        parts += [
+            f"<p><a href='{html.escape(href, quote=True)}'>{html.escape(text)}</a></p>"
+            for href, text in self.links
+        ]
         for png in self.images:
             data = base64.b64encode(png).decode("ascii")
             parts.append(
@@ -64,6 +84,37 @@ class Section:
         body = "".join(p.render() for p in self.panels)
         title = f"<h2>{html.escape(self.title)}</h2>"
         return f"<section>{title}{intro}<div class='row'>{body}</div></section>"
+
+
+def html_table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    text_columns: Sequence[int] = (),
+    row_classes: Sequence[str] = (),
+) -> str:
+    """An HTML table with escaped cells.
+
+    Numbers are right-aligned; the columns in ``text_columns`` (e.g. answers) are
+    left-aligned; ``row_classes[i]`` (e.g. ``"differs"``) is the class of row ``i``.
+
+    >>> page = html_table(["x", "n"], [["a<b", 2]], text_columns=[0], row_classes=["differs"])
+    >>> page.split("</tr>")[1]
+    "<tr class='differs'><td class='text'>a&lt;b</td><td>2</td>"
+    """
+
+    def cell(tag: str, column: int, value: object) -> str:
+        align = " class='text'" if column in text_columns else ""
+        return f"<{tag}{align}>{html.escape(str(value))}</{tag}>"
+
+    head = "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(header)) + "</tr>"
+    body = []
+    for r, row in enumerate(rows):
+        name = row_classes[r] if r < len(row_classes) else ""
+        kind = f" class='{html.escape(name, quote=True)}'" if name else ""
+        cells = "".join(cell("td", i, v) for i, v in enumerate(row))
+        body.append(f"<tr{kind}>{cells}</tr>")
+    return f"<table>{head}{''.join(body)}</table>"
 
 
 def render_report(title: str, sections: list[Section]) -> str:

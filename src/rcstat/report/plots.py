@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -57,7 +57,7 @@ def heatmap(
     ax.set_ylabel("layer")
     ax.set_xticks(range(0, heads, max(1, heads // 12)))
     ax.set_yticks(range(0, layers, max(1, layers // 15)))
-    ax.figure.colorbar(image, ax=ax, label=label)
+    cast(Any, ax.figure).colorbar(image, ax=ax, label=label)
     if title:
         ax.set_title(title)
     return ax
@@ -114,3 +114,31 @@ def save_figure(fig_or_ax: Any, path: str | Path, *, dpi: int = 120) -> Path:
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def difference_heatmap(
+    first: np.ndarray,
+    second: np.ndarray,
+    ax: Axes | None = None,
+    *,
+    label: str = "",
+    title: str = "",
+    cmap: str = "RdBu_r",
+) -> Axes:
+    """Layers × heads heatmap of ``first − second`` on a diverging colour map centred at 0.
+
+    The colour limits are ``±max |first − second|``, so white is "no difference" and the two
+    signs get the same scale (with the default map, red: ``first`` is larger).
+
+    Parameters
+    ----------
+    first, second
+        ``[layers, heads]`` arrays of the same statistic (e.g. two contexts' upper bounds).
+    """
+    first, second = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
+    if first.shape != second.shape:
+        raise ValueError(f"shapes differ: {first.shape} vs {second.shape}")
+    difference = first - second
+    bound = float(np.abs(difference).max()) if difference.size else 0.0
+    bound = bound if bound > 0 else 1.0
+    return heatmap(difference, ax, label=label, title=title, vmin=-bound, vmax=bound, cmap=cmap)
