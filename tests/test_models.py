@@ -555,6 +555,34 @@ def test_damaged_gguf_file_is_refused(tiny_gguf: types.SimpleNamespace, tmp_path
 
 
 @pytest.mark.parametrize(
+    ("tokenizer_model", "flag", "add_bos"),
+    [("gpt2", None, False), ("llama", None, True), ("llama", False, False), ("gpt2", True, True)],
+)
+def test_gguf_bos_flag_defaults_as_llama_cpp(
+    tmp_path: Path, tokenizer_model: str, flag: bool | None, add_bos: bool
+) -> None:
+    # An absent add_bos_token means: a BOS for SentencePiece vocabularies, none for byte-level BPE.
+    writer = gguf.GGUFWriter(tmp_path / "vocab.gguf", "llama")
+    writer.add_tokenizer_model(tokenizer_model)
+    writer.add_token_list(["<unk>", "<s>", "</s>", "a"])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    if flag is not None:
+        writer.add_add_bos_token(flag)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    facts = models._read_gguf_tokenizer_facts(tmp_path / "vocab.gguf")
+    assert (facts.add_bos, facts.bos_id, facts.unk_id, facts.pad_id) == (add_bos, 1, None, None)
+    assert (facts.tokenizer_model, facts.chat_template, facts.context_length) == (
+        tokenizer_model,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
     ("architecture", "match"),
     [
         ("nosucharch", r"architecture 'nosucharch', which transformers .* cannot convert"),

@@ -488,7 +488,7 @@ def _check_architecture(gguf_path: Path) -> None:
 
 
 def _read_gguf_tokenizer_facts(gguf_path: Path) -> _GGUFTokenizerFacts:
-    """Read the tokenizer metadata of a GGUF file (absent flags default to False)."""
+    """Read the tokenizer metadata of a GGUF file (absent flags default as in llama.cpp)."""
     reader = _gguf_reader(gguf_path)
 
     def field(name: str, default: Any = None) -> Any:
@@ -504,17 +504,19 @@ def _read_gguf_tokenizer_facts(gguf_path: Path) -> _GGUFTokenizerFacts:
     architecture = field("general.architecture")
     context_length = field(f"{architecture}.context_length")
     chat_template = field("tokenizer.chat_template")
+    tokenizer_model = str(field("tokenizer.ggml.model", "gpt2"))
     return _GGUFTokenizerFacts(
         tokens=list(tokens),
         bos_id=token_id("bos_token_id"),
         eos_id=token_id("eos_token_id"),
         unk_id=token_id("unknown_token_id"),
         pad_id=token_id("padding_token_id"),
-        add_bos=bool(field("tokenizer.ggml.add_bos_token", False)),
+        # Without the flag, llama.cpp adds a BOS to a SentencePiece ("llama") vocabulary only.
+        add_bos=bool(field("tokenizer.ggml.add_bos_token", tokenizer_model == "llama")),
         add_eos=bool(field("tokenizer.ggml.add_eos_token", False)),
         context_length=None if context_length is None else int(context_length),
         chat_template=None if chat_template is None else str(chat_template),
-        tokenizer_model=str(field("tokenizer.ggml.model", "gpt2")),
+        tokenizer_model=tokenizer_model,
     )
 
 
