@@ -127,9 +127,7 @@ def test_text_option_conflicts_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--context or --context-file"):
         read_texts(_text_namespace(context="a", context_file="b"), ["context", "question"])
     with pytest.raises(ValueError, match="only one option can read standard input"):
-        read_texts(
-            _text_namespace(context_file="-", question_file="-"), ["context", "question"]
-        )
+        read_texts(_text_namespace(context_file="-", question_file="-"), ["context", "question"])
     with pytest.raises(ValueError, match="cannot read --context-file"):
         read_texts(_text_namespace(context_file=str(tmp_path / "nope")), ["context"])
 
