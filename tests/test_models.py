@@ -800,3 +800,15 @@ def test_default_model_answers(default_cache: types.SimpleNamespace) -> None:
         out = default_cache.model.generate(**inputs, max_new_tokens=12, do_sample=False)
     answer = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer
+
+
+def test_loading_a_local_model_prints_no_per_tensor_bars(
+    model_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()
+    models.load_model(model_dir)
+    captured = capfd.readouterr()
+    assert "Loading weights" not in captured.err + captured.out
+    assert hf_logging.is_progress_bar_enabled()  # the user's setting is restored

@@ -41,6 +41,8 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -223,6 +225,35 @@ def load_model(
             raise ValueError("device, device_map: pass one of them, not both.")
         from_pretrained_kwargs["device_map"] = device
     resolved_dtype = _resolve_dtype(dtype, device)
+    # Local sources load without transformers' per-tensor bars; a hub id keeps its download bars.
+    local = model is None or Path(model).exists() or os.fspath(model).endswith(".gguf")
+    with _no_loading_bars(local):
+        return _load(model, resolved_dtype, attn_implementation, cache_dir, from_pretrained_kwargs)
+
+
+@contextmanager
+def _no_loading_bars(active: bool = True) -> Iterator[None]:
+    """Silence transformers' progress bars while active (and restore the user's setting)."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    if active:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _load(
+    model: str | os.PathLike[str] | None,
+    resolved_dtype: torch.dtype | str,
+    attn_implementation: str,
+    cache_dir: str | os.PathLike[str] | None,
+    from_pretrained_kwargs: dict[str, Any],
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The body of :func:`load_model` once its arguments are checked."""
     if model is None:
         source = str(_ensure_cache(_find_default_gguf(), _default_cache_path(cache_dir)))
     elif (gguf_path := _gguf_file(model)) is not None:
