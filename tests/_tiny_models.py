@@ -6,7 +6,9 @@ import sys
 from functools import cache
 from typing import Any
 
+import pytest
 import torch
+import transformers
 from transformers import (
     Gemma2Config,
     Gemma2ForCausalLM,
@@ -55,8 +57,16 @@ def _build(arch: str, attn_implementation: str) -> PreTrainedModel:
 
 
 def tiny_model(arch: str = "llama", attn_implementation: str = "sdpa") -> PreTrainedModel:
-    """A 3-layer, 4-query-head, 2-KV-head model of ``arch`` with fixed random weights."""
-    return _build(arch, attn_implementation)
+    """A 3-layer, 4-query-head, 2-KV-head model of ``arch`` with fixed random weights.
+
+    A combination the installed transformers refuses (newer releases have no sdpa for Gemma2)
+    skips the calling test: there is nothing to test."""
+    try:
+        return _build(arch, attn_implementation)
+    except ValueError as err:
+        if "does not support an attention implementation" not in str(err):
+            raise
+        pytest.skip(f"transformers {transformers.__version__}: {arch} has no {attn_implementation}")
 
 
 def reference_scores(model: Any, input_ids: torch.Tensor) -> list[torch.Tensor]:

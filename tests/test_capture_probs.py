@@ -24,7 +24,7 @@ def test_probs_of_generated_rows_equal_eager_attention(arch: str) -> None:
 
 
 def test_gemma2_softcap_is_read_from_the_model() -> None:
-    model = tiny_model("gemma2")
+    model = tiny_model("gemma2", "eager")
     params = softmax_params(model)
     assert params[0].softcap == model.config.attn_logit_softcapping == 50.0
     assert params[0].scaling == pytest.approx(model.config.query_pre_attn_scalar**-0.5)

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from transformers.masking_utils import causal_mask_function, sdpa_mask
+from transformers.masking_utils import sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.switch import switched_attention
@@ -101,6 +101,7 @@ def packed_attention(
 
     Examples
     --------
+    >>> from rcstat.press.cache import RaggedCache
     >>> cache = RaggedCache(slack=4)
     >>> kv = torch.randn(1, 2, 5, 8)  # [batch, kv_head, T, dim]
     >>> _ = cache.update(kv, kv.clone(), 0)
@@ -273,29 +274,19 @@ def _attention(
     return out, None
 
 
-def _mask(
-    batch_size: int,
-    cache_position: torch.Tensor,
-    kv_length: int,
-    kv_offset: int = 0,
-    mask_function: Callable[..., Any] = causal_mask_function,
-    attention_mask: torch.Tensor | None = None,
-    **kwargs: Any,
-) -> torch.Tensor | None:
+def _mask(**kwargs: Any) -> torch.Tensor | None:
     """``None`` when the pattern is plain causal without padding (like flash's mask function),
-    else sdpa's boolean ``[batch, 1, q, kv_length]`` mask over logical positions."""
+    else sdpa's boolean ``[batch, 1, q, kv_length]`` mask over logical positions.
+
+    transformers calls mask functions with keywords only, and their names changed across
+    releases (``cache_position`` in 5.2; ``q_length`` / ``q_offset`` later): everything is
+    passed on to sdpa's own mask function unchanged."""
+    attention_mask = kwargs.get("attention_mask")
+    kv_length = int(kwargs["kv_length"])
     unpadded = attention_mask is None or bool(attention_mask[:, -kv_length:].all())
     if unpadded and kwargs.get("allow_is_causal_skip", True):
         return None
-    return sdpa_mask(
-        batch_size=batch_size,
-        cache_position=cache_position,
-        kv_length=kv_length,
-        kv_offset=kv_offset,
-        mask_function=mask_function,
-        attention_mask=attention_mask,
-        **kwargs,
-    )
+    return sdpa_mask(**kwargs)
 
 
 @contextmanager

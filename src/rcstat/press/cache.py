@@ -30,14 +30,14 @@ class RaggedLayer(DynamicLayer):
 
     # -- transformers' layer interface -------------------------------------------------------
     def update(
-        self,
-        key_states: torch.Tensor,
-        value_states: torch.Tensor,
-        cache_kwargs: dict[str, Any] | None = None,
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``[batch, kv_heads, q, dim]`` states; returns the dense or packed buffers."""
+        """Append ``[batch, kv_heads, q, dim]`` states; returns the dense or packed buffers.
+
+        Extra arguments (``cache_kwargs`` in transformers 5.2, ``kwargs`` later) go to
+        ``DynamicLayer.update`` for a dense layer; a packed layer needs none of them."""
         if self.packed is None:
-            return super().update(key_states, value_states, cache_kwargs)
+            return super().update(key_states, value_states, *args, **kwargs)
         packed = self._append(key_states, value_states)
         return packed.keys, packed.values
 
@@ -281,7 +281,8 @@ class RaggedCache(DynamicCache):
         key_states: torch.Tensor,
         value_states: torch.Tensor,
         layer_idx: int,
-        cache_kwargs: dict[str, Any] | None = None,
+        *args: Any,
+        **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new states; for a packed layer, also hand its layout to the attention."""
         session = _SESSION.get()
@@ -290,7 +291,7 @@ class RaggedCache(DynamicCache):
                 f"layer {layer_idx} of the RaggedCache is compressed: run the model inside "
                 "rcstat.press.ragged_attention(model) so that its attention reads the packed cache"
             )
-        keys, values = super().update(key_states, value_states, layer_idx, cache_kwargs)
+        keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         packed = self.layer(layer_idx).packed
         if packed is not None:
             assert session is not None
