@@ -129,29 +129,30 @@ def split_list(text: str) -> list[str]:
 
 def float_list(option: str, values: Sequence[str], **bounds: Any) -> list[float]:
     """Comma-separated numbers of ``option``, each checked; an empty list is an error."""
-    if not values:
-        raise ValueError(f"{option} needs at least one value")
-    out = []
-    for value in values:
-        try:
-            parsed = float(value)
-        except ValueError as err:
-            raise ValueError(f"{option}: {value!r} is not a number") from err
-        out.append(check_number(option, parsed, **bounds))
-    return out
+    return _checked_list(
+        option, values, float, "a number", lambda v: check_number(option, v, **bounds)
+    )
 
 
 def int_list(option: str, values: Sequence[str], *, low: int = 1) -> list[int]:
     """Comma-separated integers of ``option``, each ``>= low``."""
+    return _checked_list(
+        option, values, int, "an integer", lambda v: check_count(option, v, low=low)
+    )
+
+
+def _checked_list(
+    option: str, values: Sequence[str], parse: Any, what: str, check: Any
+) -> list[Any]:
     if not values:
         raise ValueError(f"{option} needs at least one value")
     out = []
     for value in values:
         try:
-            parsed = int(value)
+            parsed = parse(value)
         except ValueError as err:
-            raise ValueError(f"{option}: {value!r} is not an integer") from err
-        out.append(check_count(option, parsed, low=low))
+            raise ValueError(f"{option}: {value!r} is not {what}") from err
+        out.append(check(parsed))
     return out
 
 
