@@ -190,3 +190,14 @@ def test_package_version_is_the_metadata_version() -> None:
     import rcstat
 
     assert rcstat.__version__ == metadata.version("rcstat")
+
+
+@pytest.mark.parametrize("argv", [["compress", *CHAT], ["bench", "kv", "--model", NO_MODEL]])
+def test_press_commands_without_the_extra_name_the_install_command(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    import rcstat.press.extra as extra
+
+    monkeypatch.setattr(extra, "has_kvpress", lambda: False)
+    printed = _run(capsys, argv)
+    assert printed.startswith("error:") and 'pip install "rcstat[press]"' in printed
