@@ -53,6 +53,7 @@ CHAT = ["--model", NO_MODEL, "--context", CONTEXT, "--question", QUESTION]
         (["heads", "--model", NO_MODEL, "--tau", "nan"], "--tau must be a finite number"),
         (["heads", "--model", NO_MODEL, "--n", "0"], "--n must be an integer"),
         (["heads", "--model", NO_MODEL, "--dataset", "nope"], "unknown dataset 'nope'"),
+        (["heads", "--model", NO_MODEL, "--dataset", "faithbench"], "faithbench has none"),
         (["demo", "--model", NO_MODEL, "--tau=-inf"], "--tau must be a finite number"),
         (["compress", *CHAT, "--threshold", "nan"], "--threshold must be a finite number"),
         (["compress", *CHAT, "--threshold", "-1"], "--threshold must be in [0, ∞)"),

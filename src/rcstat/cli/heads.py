@@ -174,9 +174,14 @@ class HeadsArgs:
         dataset = (ns.dataset or "squad_v2").strip().lower()
         if compare is None:
             if dataset != "jsonl":
-                from rcstat.data.registry import canonical_name
+                from rcstat.data.registry import canonical_name, dataset_task
 
                 dataset = canonical_name(dataset)
+                if dataset_task(dataset) not in ("qa", "attribution"):
+                    raise ValueError(
+                        f"heads analyses examples with a question; {dataset} has none "
+                        f"(choose one of {', '.join(DATASET_CHOICES)})"
+                    )
             if dataset == "jsonl" and ns.data is None:
                 raise ValueError(
                     '--dataset jsonl needs --data FILE (one {"context", "question", '
