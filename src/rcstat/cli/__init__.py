@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from types import ModuleType
 from typing import Any
 
@@ -33,10 +32,9 @@ _RESUMABLE = {"heads", "bench"}
 
 def version() -> str:
     """The installed rcstat version (from the package metadata, the one source)."""
-    try:
-        return metadata.version("rcstat")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
+    from rcstat.runs import rcstat_version
+
+    return rcstat_version()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -107,16 +107,6 @@ def read_file_option(option: str, path: str) -> str:
         raise ValueError(f"cannot read {option} {path}: {err}") from err
 
 
-def number(option: str, value: float, **bounds: Any) -> float:
-    """``value`` of ``option`` checked by :func:`rcstat.checks.check_number`."""
-    return check_number(option, value, **bounds)
-
-
-def count(option: str, value: int | None, *, low: int = 1, high: int | None = None) -> int:
-    """``value`` of ``option`` checked by :func:`rcstat.checks.check_count`."""
-    return check_count(option, value, low=low, high=high)
-
-
 def optional_count(option: str, value: int | None, *, low: int = 1) -> int | None:
     """``None`` or a checked count."""
     return None if value is None else check_count(option, value, low=low)

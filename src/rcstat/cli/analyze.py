@@ -10,6 +10,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     HelpFormatter,
     add_model_option,
@@ -18,9 +19,7 @@ from rcstat.cli._common import (
     answer_line,
     check_output_folder,
     console,
-    count,
     load_model_quietly,
-    number,
     read_texts,
     staged_output,
     step,
@@ -128,10 +127,10 @@ class AnalyzeArgs:
             inputs=inputs,
             model=ns.model,
             out=Path(ns.out),
-            tau=number("--tau", ns.tau),
-            top=count("--top", ns.top),
+            tau=check_number("--tau", ns.tau),
+            top=check_count("--top", ns.top),
             heads=heads,
-            max_new_tokens=count("--max-new-tokens", ns.max_new_tokens),
+            max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             scaled=ns.scaled,
             allow_special_tokens=ns.allow_special_tokens,
         )

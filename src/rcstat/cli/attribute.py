@@ -11,6 +11,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from rcstat.checks import check_count
 from rcstat.cli._common import (
     CUT_MARK,
     HelpFormatter,
@@ -21,7 +22,6 @@ from rcstat.cli._common import (
     check_output_folder,
     clip,
     console,
-    count,
     load_model_quietly,
     read_file_option,
     read_texts,
@@ -119,10 +119,10 @@ class AttributeArgs:
             question=question,
             answer=texts["answer"],
             granularity=ns.granularity,
-            top_k=count("--top-k", ns.top_k),
+            top_k=check_count("--top-k", ns.top_k),
             ranking=ns.ranking,
             statistic=ns.statistic,
-            max_new_tokens=count("--max-new-tokens", ns.max_new_tokens),
+            max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,
             language=ns.language,

@@ -15,13 +15,13 @@ from typing import Any
 
 from rich.markup import escape
 
+from rcstat.checks import check_count
 from rcstat.cli._common import (
     HelpFormatter,
     add_model_option,
     check_output_folder,
     claim_output_folder,
     console,
-    count,
     float_list,
     int_list,
     load_model_quietly,
@@ -141,7 +141,7 @@ class BenchKVArgs:
             thresholds=float_list("--thresholds", split_list(ns.thresholds), low=0),
             windows=int_list("--window", split_list(ns.window)),
             n=optional_count("--n", ns.n),
-            max_new_tokens=count("--max-new-tokens", ns.max_new_tokens),
+            max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             out=Path(ns.out),
             context=ns.context,
             max_tokens=optional_count("--max-tokens", ns.max_tokens, low=2),

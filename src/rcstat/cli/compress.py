@@ -9,6 +9,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     HelpFormatter,
     add_model_option,
@@ -16,9 +17,7 @@ from rcstat.cli._common import (
     add_text_options,
     answer_line,
     console,
-    count,
     load_model_quietly,
-    number,
     read_texts,
     step,
 )
@@ -73,15 +72,15 @@ class CompressArgs:
             raise ValueError("compress needs --context (or --context-file) and --question")
         ratio = ns.ratio
         if ratio is not None:
-            ratio = number("--ratio", ratio, low=0, high=1, high_open=True)
+            ratio = check_number("--ratio", ratio, low=0, high=1, high_open=True)
         return cls(
             model=ns.model,
             context=context,
             question=question,
-            threshold=number("--threshold", ns.threshold, low=0),
+            threshold=check_number("--threshold", ns.threshold, low=0),
             ratio=ratio,
-            window=count("--window", ns.window),
-            max_new_tokens=count("--max-new-tokens", ns.max_new_tokens),
+            window=check_count("--window", ns.window),
+            max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             full=not ns.no_full,
             allow_special_tokens=ns.allow_special_tokens,
         )

@@ -27,6 +27,7 @@ import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
+from rcstat.checks import check_number
 from rcstat.cli._common import (
     CUT_MARK,
     HelpFormatter,
@@ -35,7 +36,6 @@ from rcstat.cli._common import (
     check_output_folder,
     console,
     load_model_quietly,
-    number,
     staged_output,
     step,
 )
@@ -589,7 +589,7 @@ class DemoArgs:
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> DemoArgs:
-        return cls(model=ns.model, out=Path(ns.out), tau=number("--tau", ns.tau))
+        return cls(model=ns.model, out=Path(ns.out), tau=check_number("--tau", ns.tau))
 
 
 def run(args: DemoArgs) -> int:

@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from rich.table import Table
 
+from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     HelpFormatter,
     add_model_option,
     check_output_folder,
     claim_output_folder,
     console,
-    count,
     load_model_quietly,
-    number,
     optional_count,
     staged_output,
     step,
 )
+from rcstat.data.registry import DATASETS
 from rcstat.defaults import DEFAULT_TAU
 
 if TYPE_CHECKING:
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["DATASET_CHOICES", "HeadsArgs", "from_namespace", "register", "run"]
 
 NAME = "heads"
-DATASET_CHOICES = ("squad_v2", "qmsum", "2wiki", "quotesum", "verigran", "jsonl")
+# The registry's datasets with a question (QA and attribution), plus the user's own JSONL.
+DATASET_CHOICES = (*(n for n, i in DATASETS.items() if i.task in ("qa", "attribution")), "jsonl")
 DEFAULT_OUT = "runs/heads"
 DEFAULT_COMPARE_OUT = "runs/heads_compare"
 # Files a collect run grows example by example (kept when the summary is rewritten);
@@ -138,9 +139,9 @@ class HeadsArgs:
     def from_namespace(cls, ns: argparse.Namespace) -> HeadsArgs:
         """Check the combination of options; raise ``ValueError`` with the fix."""
         optional_count("--n", ns.n)
-        count("--max-new-tokens", ns.max_new_tokens)
-        count("--top", ns.top)
-        number("--tau", ns.tau)
+        check_count("--max-new-tokens", ns.max_new_tokens)
+        check_count("--top", ns.top)
+        check_number("--tau", ns.tau)
         compare = None
         labels = None
         if ns.compare is not None:
@@ -174,10 +175,10 @@ class HeadsArgs:
         dataset = (ns.dataset or "squad_v2").strip().lower()
         if compare is None:
             if dataset != "jsonl":
-                from rcstat.data.registry import canonical_name, dataset_task
+                from rcstat.data.registry import canonical_name
 
                 dataset = canonical_name(dataset)
-                if dataset_task(dataset) not in ("qa", "attribution"):
+                if dataset not in DATASET_CHOICES:
                     raise ValueError(
                         f"heads analyses examples with a question; {dataset} has none "
                         f"(choose one of {', '.join(DATASET_CHOICES)})"
