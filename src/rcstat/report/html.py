@@ -4,6 +4,9 @@ A report is a list of :class:`Section` s, each a row of :class:`Panel` s. A pane
 this order: warnings (a red box each, for results the reader must not miss), notices (a green
 box each), texts, preformatted texts, an HTML table (:func:`html_table` escapes its cells),
 links to files written next to the report, and figures. All text is escaped.
+
+Helpers shared by the interactive pages (``grounding_html``): :func:`script_json` embeds data
+for a page's script, :func:`write_atomic` writes a page without a half-written file.
 """
 
 from __future__ import annotations
@@ -11,8 +14,12 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _STYLE = """
@@ -26,6 +33,11 @@ td.text,th.text{text-align:left}tr.differs td{background:#fdecea}
 font-weight:600;color:#7f1d1d}.notice{background:#e8f5e9;border-left:6px solid #2e7d32;
 padding:.5em .8em;margin:.6em 0}a{color:#1565c0}
 """
+
+# outside a JSON string none of these can occur, and inside one the \\uXXXX escape decodes back
+_SCRIPT_SAFE = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
 
 
 def figure_png(fig: Any) -> bytes:
@@ -125,3 +137,32 @@ def render_report(title: str, sections: list[Section]) -> str:
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>{html.escape(title)}</h1>{body}</body></html>"
     )
+
+
+def script_json(data: Any) -> str:
+    """``data`` as JSON that is safe as the content of a ``<script>`` element.
+
+    ``<``, ``>``, ``&`` and the line separators U+2028/U+2029 are written as ``\\uXXXX``
+    escapes (they only occur inside JSON strings, where the escape decodes back to them), so no
+    text can close the element (``</script>``) or open a comment; NaN and infinities raise.
+
+    >>> script_json({"t": "</script> & more"})
+    '{"t":"\\\\u003c/script\\\\u003e \\\\u0026 more"}'
+    """
+    text = json.dumps(data, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    return text.translate(_SCRIPT_SAFE)
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder moved
+    over ``path`` with :func:`os.replace`, so a reader never sees a half-written file."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,546 @@
+"""A self-contained HTML view of a grounding result (:class:`~rcstat.grounding.result.Grounding`).
+
+The page has a header (the verdict, the response's score against the threshold, the model,
+the probe's score, a warning when the response was cut at the model's window, the same-pass
+baselines), a legend, and the response beside its context.
+
+* Every response token is a ``<span>`` coloured by its grounding score on a diverging scale
+  (red = unsupported, yellow, green = supported): class ``g0`` .. ``g9`` for the
+  :data:`BINS` equal bins of [0, 1] (scores clamped to [0, 1] first), ``gx`` (grey) for NaN;
+  its ``title`` gives the score.
+* The tokens of each sentence sit inside one focusable ``<span class="sent">``; tokens outside
+  every sentence (whitespace between sentences) sit between them. An unsupported sentence has
+  the class ``unsupported`` and ``data-supported="false"``, a dashed red outline and a
+  "⚠ unsupported" badge.
+* The context is shown once, cut at the boundaries of every supporting span into pieces
+  (``<span class="seg" data-start data-end>``), so each span is a run of whole pieces. A click
+  on a sentence (or Enter / Space while it has focus) marks the pieces of its support (class
+  ``hl``; one sentence at a time), scrolls the first into view and shows the sentence's score
+  and support share above the context; a sentence without support says "no supporting span".
+  The per-sentence data ride in one JSON blob (:func:`~rcstat.report.html.script_json`); the
+  script writes user text with ``textContent`` only.
+
+Nothing is fetched: CSS and JS are inline. Every user text is HTML-escaped, carriage returns as
+``&#13;`` (a browser would drop them from the text and shift the character offsets of the
+supporting spans). The grounding is read by duck typing (no import of
+:mod:`rcstat.grounding` at run time).
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rcstat.report.html import html_table, script_json, write_atomic
+
+if TYPE_CHECKING:
+    from rcstat.attribution.spans import TextSpan
+    from rcstat.grounding.result import Grounding, SentenceGrounding
+
+__all__ = ["BINS", "PALETTE", "grounding_page", "save_grounding_html", "score_bins"]
+
+BINS = 10
+"""Colour bins of a token score ``s``: bin ``min(floor(10 · clamp(s, 0, 1)), 9)``, i.e. bin ``b``
+holds ``b/10 <= s < (b + 1)/10`` and the last one also ``s >= 1``; NaN gets no bin (grey)."""
+
+PALETTE = (
+    "#a50026",
+    "#d73027",
+    "#f46d43",
+    "#fdae61",
+    "#fee08b",
+    "#d9ef8b",
+    "#a6d96a",
+    "#66bd63",
+    "#1a9850",
+    "#006837",
+)
+"""One colour per bin, low to high (ColorBrewer "RdYlGn": red = unsupported, green = supported)."""
+
+_WHITE_TEXT = frozenset({0, 1, 9})  # bins dark enough for white text (contrast >= 4.5)
+_NAN_COLOUR = "#d0d7de"
+_DATA_ID = "rcstat-grounding-data"
+_CUT = "the response was cut at the model's window"
+
+_STYLE = """
+:root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--soft:#f6f8fa;--accent:#0969da;
+--bad:#cf222e;--bad-bg:#ffebe9;--ok:#1a7f37;--ok-bg:#dafbe1;--warn:#9a6700;--warn-bg:#fff8c5;
+--hl:#ffd33d;color-scheme:light}
+*{box-sizing:border-box}
+html,body{margin:0}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);
+background:#fff}
+main{max-width:1400px;margin:0 auto;padding:14px 18px;display:flex;flex-direction:column;gap:12px}
+h1{font-size:18px;margin:0 0 8px;display:flex;flex-wrap:wrap;align-items:center;gap:6px 12px}
+.verdict{font-size:13px;line-height:20px;padding:0 10px;border-radius:10px;font-weight:600;
+white-space:nowrap}
+.verdict.ok{background:var(--ok-bg);color:var(--ok);border:1px solid #4ac26b}
+.verdict.bad{background:var(--bad-bg);color:var(--bad);border:1px solid #ff8182}
+.verdict.none{background:var(--soft);color:var(--muted);border:1px solid var(--line)}
+dl.facts{display:flex;flex-wrap:wrap;gap:2px 22px;margin:0}
+dl.facts>div{display:flex;gap:6px;align-items:baseline;min-width:0}
+dl.facts dt,dl.qa dt{color:var(--muted);font-weight:600}
+dl.facts dd{margin:0;font-variant-numeric:tabular-nums;overflow-wrap:anywhere}
+dl.qa{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:2px 12px;margin:6px 0 0}
+dl.qa dd{margin:0;white-space:pre-wrap;overflow-wrap:anywhere}
+.warn{margin:8px 0 0;padding:6px 10px;border:1px solid #d4a72c;border-radius:6px;
+background:var(--warn-bg);color:#4d3800}
+.warn b{color:var(--warn)}
+.extras{display:flex;flex-wrap:wrap;gap:8px 28px;align-items:flex-start;margin-top:8px}
+.extras h2{font-size:12px;font-weight:600;letter-spacing:.03em;text-transform:uppercase;
+color:var(--muted);margin:0 0 2px}
+.baselines table{border-collapse:collapse;font-size:13px}
+.baselines td,.baselines th{border:1px solid var(--line);padding:1px 8px;text-align:right;
+font-variant-numeric:tabular-nums}
+.baselines th{background:var(--soft)}
+.baselines .text{text-align:left}
+details summary{cursor:pointer;color:var(--muted);font-weight:600}
+details pre{margin:4px 0 0;padding:6px 8px;background:var(--soft);border-radius:6px;
+font-size:12px;max-height:12em;overflow:auto;white-space:pre-wrap;overflow-wrap:anywhere}
+.legend{display:flex;flex-wrap:wrap;align-items:center;gap:6px 18px;font-size:12px;
+color:var(--muted);padding:6px 10px;border:1px solid var(--line);border-radius:8px;
+background:var(--soft)}
+.legend .lbl{font-weight:600;color:var(--fg)}
+.legend .scale{display:inline-flex;align-items:center;gap:6px}
+.legend .sw{position:relative;display:inline-flex;border:1px solid var(--line)}
+.legend .sw i{width:18px;height:12px}
+.legend .tick{position:absolute;top:-4px;bottom:-4px;width:2px;margin-left:-1px;
+background:var(--fg)}
+.legend .key{display:inline-flex;align-items:center;gap:5px}
+.legend .key i.gx{width:18px;height:12px;border:1px solid var(--line)}
+.legend .mk{display:inline-block;padding:0 4px;border-radius:2px;color:var(--fg);line-height:16px}
+.legend .mk.sent.unsupported{outline:2px dashed var(--bad);outline-offset:1px;margin:0 4px}
+.legend .mk.hl{background:var(--hl);box-shadow:0 2px 0 #bf8700}
+.layout{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:14px;align-items:start}
+.card{border:1px solid var(--line);border-radius:8px;display:flex;flex-direction:column;
+min-width:0;overflow:hidden}
+.card>h2{flex:none;font-size:12px;font-weight:600;letter-spacing:.03em;text-transform:uppercase;
+color:var(--muted);margin:0;padding:7px 12px;border-bottom:1px solid var(--line);
+background:var(--soft)}
+.card>h2 .what{text-transform:none;letter-spacing:0;color:var(--fg)}
+.pane{max-height:70vh;overflow:auto;padding:12px 16px;white-space:pre-wrap;
+overflow-wrap:anywhere;font-size:15px;line-height:1.9}
+.resp .sent{cursor:pointer;border-radius:3px;box-decoration-break:clone;
+-webkit-box-decoration-break:clone}
+.resp .sent:hover{box-shadow:0 0 0 1px #8c959f}
+.resp .sent.unsupported{outline:2px dashed var(--bad);outline-offset:1px}
+.resp .sent.active{box-shadow:0 0 0 3px rgba(9,105,218,.55)}
+.resp .sent:focus-visible{outline:2px solid var(--accent);outline-offset:2px}
+.badge{display:inline-block;font-size:11px;line-height:16px;padding:0 6px;margin:0 2px 0 4px;
+border-radius:8px;font-weight:600;white-space:nowrap;vertical-align:1px;user-select:none;
+background:var(--bad);color:#fff}
+.detail{flex:none;padding:8px 12px;border-bottom:1px solid var(--line);min-height:3.2em}
+.detail p{margin:0}
+.detail .hint{color:var(--muted)}
+.detail .d-head{display:flex;gap:8px;align-items:center}
+.detail .pill{font-size:11px;line-height:16px;padding:0 6px;border-radius:8px;font-weight:600}
+.detail .pill.ok{background:var(--ok-bg);color:var(--ok)}
+.detail .pill.bad{background:var(--bad-bg);color:var(--bad)}
+.detail blockquote{margin:4px 0;padding:0 0 0 8px;border-left:3px solid var(--line);
+white-space:pre-wrap;overflow-wrap:anywhere;max-height:6em;overflow:auto}
+.detail dl{display:flex;flex-wrap:wrap;gap:2px 18px;margin:0}
+.detail dl>div{display:flex;gap:6px}
+.detail dt{color:var(--muted);font-weight:600}
+.detail dd{margin:0;font-variant-numeric:tabular-nums}
+.detail .nosupport{color:var(--bad);font-weight:600}
+.ctx .seg{border-radius:2px;scroll-margin:3em 0}
+.ctx .seg.hl{background:var(--hl);box-shadow:0 2px 0 #bf8700}
+noscript p{margin:0;padding:4px 12px;font-size:12px;color:var(--muted)}
+@media (max-width:820px){.layout{grid-template-columns:1fr}}
+"""
+
+# Selects a sentence on click, Enter or Space: marks its sentence element and the context
+# pieces of its support, fills the detail panel (textContent only), scrolls the span into view.
+_SCRIPT = """
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("__DATA_ID__").textContent);
+  var root = document.getElementById("rcstat-grounding");
+  var resp = document.getElementById("response");
+  var ctx = document.getElementById("ctx");
+  var detail = document.getElementById("detail");
+  var sents = Array.from(resp.querySelectorAll(".sent"));
+  var segs = Array.from(ctx.querySelectorAll(".seg"));
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) { e.className = cls; }
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+  function fact(dl, name, cls, text) {
+    var d = el("div");
+    d.appendChild(el("dt", "", name));
+    d.appendChild(el("dd", cls, text));
+    dl.appendChild(d);
+  }
+  function select(i) {
+    var s = data.sentences[i], first = null;
+    sents.forEach(function (e) {
+      var on = Number(e.dataset.sentence) === i;
+      e.classList.toggle("active", on);
+      e.setAttribute("aria-pressed", on ? "true" : "false");
+    });
+    segs.forEach(function (g) {
+      var on = s.support !== null && Number(g.dataset.start) >= s.support[0] &&
+        Number(g.dataset.end) <= s.support[1];
+      g.classList.toggle("hl", on);
+      if (on && first === null) { first = g; }
+    });
+    var head = el("p", "d-head");
+    head.appendChild(el("b", "", "Sentence " + (i + 1)));
+    head.appendChild(el("span", "pill " + (s.supported ? "ok" : "bad"),
+      s.supported ? "supported" : "\\u26a0 unsupported"));
+    var dl = el("dl");
+    fact(dl, "Score", "d-score", s.score + " (threshold " + data.threshold + ")");
+    var parts = [head, el("blockquote", "d-text", s.text), dl];
+    if (s.support === null) {
+      parts.push(el("p", "nosupport", "no supporting span"));
+    } else {
+      fact(dl, "Support share", "d-share", s.share);
+      fact(dl, "Context characters", "d-where", s.support[0] + "\\u2013" + s.support[1]);
+    }
+    detail.replaceChildren.apply(detail, parts);
+    root.dataset.sentence = String(i);
+    if (first !== null) { first.scrollIntoView({block: "center", inline: "nearest"}); }
+  }
+  function target(event) {
+    var t = event.target;
+    return t instanceof Element ? t.closest(".sent") : null;
+  }
+  resp.addEventListener("click", function (event) {
+    var t = target(event);
+    if (t !== null) { select(Number(t.dataset.sentence)); }
+  });
+  resp.addEventListener("keydown", function (event) {
+    var t = target(event);
+    if (t === null || (event.key !== "Enter" && event.key !== " ")) { return; }
+    event.preventDefault();
+    select(Number(t.dataset.sentence));
+  });
+})();
+""".replace("__DATA_ID__", _DATA_ID)
+
+
+def score_bins(scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Colour bin of each token score: ``min(floor(BINS · clamp(s, 0, 1)), BINS - 1)``, -1 for NaN.
+
+    >>> score_bins([0.0, 0.05, 0.5, 0.999, 1.0, -0.3, 1.7, float("nan")]).tolist()
+    [0, 0, 5, 9, 9, 0, 9, -1]
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    nan = np.isnan(s)
+    clamped = np.clip(np.where(nan, 0.0, s), 0.0, 1.0)
+    bins = np.minimum(np.floor(clamped * BINS), BINS - 1).astype(np.int64)
+    return np.where(nan, -1, bins)
+
+
+def grounding_page(grounding: Grounding, *, title: str = "rcstat grounding") -> str:
+    """A complete, self-contained HTML document of a grounding result.
+
+    Parameters
+    ----------
+    grounding
+        The result (read by duck typing: ``context``, ``question``, ``response``,
+        ``token_texts``, ``token_scores``, ``sentences``, ``score``, ``threshold``,
+        ``supported``, ``baselines``, ``probe_score``, ``method``, ``model``, ``finished``).
+    title
+        The page's title.
+
+    Returns
+    -------
+    str
+        The HTML document: inline CSS and JS, no network references.
+
+    Raises
+    ------
+    ValueError
+        When ``token_scores`` does not have one score per token, a sentence's token range is
+        out of ``[0, len(token_texts)]``, reversed or overlaps the previous sentence's, or a
+        supporting span is out of the context.
+
+    Notes
+    -----
+    A token with score ``s`` is coloured by bin ``min(floor(10 · clamp(s, 0, 1)), 9)`` of
+    :data:`PALETTE` (:func:`score_bins`), grey when ``s`` is NaN.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from types import SimpleNamespace
+    >>> g = SimpleNamespace(context="Cats purr.", question="", response="Cats purr.",
+    ...     token_texts=["Cats", " purr", "."], token_scores=np.array([0.92, 0.15, np.nan]),
+    ...     sentences=[], score=float("nan"), threshold=0.5, supported=False, baselines={},
+    ...     probe_score=None, method={}, model="m", finished=True)
+    >>> page = grounding_page(g)
+    >>> '<span class="tok g9" title="score 0.920">Cats</span>' in page
+    True
+    >>> '<span class="tok g1" title="score 0.150"> purr</span>' in page, 'class="tok gx"' in page
+    (True, True)
+    """
+    g = grounding
+    tokens = [str(t) for t in g.token_texts]
+    scores = np.asarray(g.token_scores, dtype=np.float64).reshape(-1)
+    sentences = list(g.sentences)
+    _validate(tokens, scores, sentences, g.context)
+    score = float(g.score)
+    threshold = float(g.threshold)
+    data = {
+        "threshold": _score(threshold),
+        "sentences": [
+            {
+                "text": s.text,
+                "score": _score(float(s.score)),
+                "supported": bool(s.supported),
+                "support": _offsets(s.support),
+                "share": "n/a" if s.support_share is None else _share(float(s.support_share)),
+            }
+            for s in sentences
+        ],
+    }
+    n_unsupported = sum(not s.supported for s in sentences)
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{_esc(title)}</title><style>{_STYLE}{_palette_css()}</style></head>"
+        '<body><main id="rcstat-grounding">'
+        f"{_render_header(g, title, score, threshold, len(sentences), n_unsupported)}"
+        f"{_render_legend(threshold)}"
+        '<div class="layout"><section class="card"><h2>Response <span class="what">· '
+        f"{_count(len(tokens), 'token')} · {_count(len(sentences), 'sentence')}"
+        f"{f' · {n_unsupported} unsupported' if n_unsupported else ''}</span></h2>"
+        '<div class="pane resp" id="response">'
+        f"{_render_response(tokens, scores, sentences)}</div></section>"
+        '<section class="card"><h2>Context <span class="what">· '
+        f"{_count(len(g.context), 'character')}</span></h2>"
+        '<div class="detail" id="detail" aria-live="polite"><p class="hint">Click a sentence '
+        "of the response (or focus it and press Enter) to show the context span that supports "
+        "it.</p></div>"
+        "<noscript><p>JavaScript is off: the supporting spans are not shown.</p></noscript>"
+        f'<div class="pane ctx" id="ctx" tabindex="0">{_render_context(g.context, sentences)}'
+        "</div></section></div></main>"
+        f'<script type="application/json" id="{_DATA_ID}">{script_json(data)}</script>'
+        f"<script>{_SCRIPT}</script></body></html>"
+    )
+
+
+def save_grounding_html(
+    path: str | os.PathLike[str], grounding: Grounding, *, title: str = "rcstat grounding"
+) -> Path:
+    """Write :func:`grounding_page` to ``path`` atomically (a temporary file in the same folder,
+    moved over ``path``), as ``save_attribution_html`` does.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    return write_atomic(path, grounding_page(grounding, title=title))
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _esc(text: str) -> str:
+    """HTML-escaped text, quotes included; CR as a character reference (a browser drops a raw
+    one) and NUL as U+FFFD (as a browser would read it), so character offsets stay right."""
+    return html.escape(text, quote=True).replace("\r", "&#13;").replace("\x00", "\ufffd")
+
+
+def _score(value: float) -> str:
+    """A grounding score in [0, 1] with 3 decimals; ``n/a`` for NaN."""
+    return "n/a" if math.isnan(value) else f"{value:.3f}"
+
+
+def _offsets(span: TextSpan | None) -> list[int] | None:
+    return None if span is None else [int(span.start), int(span.end)]
+
+
+def _share(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{100 * value:.0f}%"
+
+
+def _value(value: float | None) -> str:
+    """A baseline's value (any range) with 4 significant digits; ``n/a`` for None or NaN."""
+    return "n/a" if value is None or math.isnan(value) else f"{value:.4g}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _palette_css() -> str:
+    rules = [
+        f".g{b}{{background:{c}{';color:#fff' if b in _WHITE_TEXT else ''}}}"
+        for b, c in enumerate(PALETTE)
+    ]
+    return "".join(rules) + f".gx{{background:{_NAN_COLOUR}}}"
+
+
+def _render_header(
+    g: Grounding, title: str, score: float, threshold: float, n: int, n_unsupported: int
+) -> str:
+    if math.isnan(score):
+        verdict = '<span class="verdict none" id="verdict" data-verdict="none">no score</span>'
+    elif g.supported:
+        verdict = (
+            '<span class="verdict ok" id="verdict" data-verdict="supported">✓ supported</span>'
+        )
+    else:
+        verdict = (
+            '<span class="verdict bad" id="verdict" data-verdict="unsupported">⚠ unsupported</span>'
+        )
+    facts = [
+        ("score", "Score", _score(score)),
+        ("threshold", "Threshold", _score(threshold)),
+        ("sentences", "Sentences", f"{n} · {n_unsupported} unsupported"),
+        ("model", "Model", g.model or "unknown"),
+    ]
+    if g.probe_score is not None:
+        facts.append(("probe", "Probe P(unsupported)", _score(float(g.probe_score))))
+    dl = "".join(
+        f'<div><dt>{_esc(name)}</dt><dd data-fact="{key}">{_esc(text)}</dd></div>'
+        for key, name, text in facts
+    )
+    warning = (
+        ""
+        if g.finished
+        else '<p class="warn" id="cut-warning" role="alert"><b>⚠ Incomplete response:</b> '
+        f"{_CUT}; its last sentence is incomplete and the scores cover only what fit.</p>"
+    )
+    question = (
+        f'<dl class="qa"><dt>Question</dt><dd>{_esc(g.question)}</dd></dl>' if g.question else ""
+    )
+    extras = []
+    if g.baselines:
+        rows = [[name, _value(v)] for name, v in g.baselines.items()]
+        extras.append(
+            '<div class="baselines" id="baselines"><h2>Baselines (higher = supported)</h2>'
+            f"{html_table(['baseline', 'score'], rows, text_columns=[0])}</div>"
+        )
+    if g.method:
+        config = json.dumps(g.method, indent=1, ensure_ascii=False, default=str)
+        extras.append(
+            f"<details><summary>Configuration</summary><pre>{_esc(config)}</pre></details>"
+        )
+    more = f'<div class="extras">{"".join(extras)}</div>' if extras else ""
+    return (
+        f"<header><h1><span>{_esc(title)}</span>{verdict}</h1>"
+        f'<dl class="facts">{dl}</dl>{warning}{question}{more}</header>'
+    )
+
+
+def _render_legend(threshold: float) -> str:
+    swatches = "".join(
+        f'<i class="g{b}" title="{b / BINS:.1f}–{(b + 1) / BINS:.1f}"></i>' for b in range(BINS)
+    )
+    tick = (
+        f'<b class="tick" style="left:{100 * min(max(threshold, 0.0), 1.0):.1f}%" '
+        f'title="threshold {_score(threshold)}"></b>'
+        if not math.isnan(threshold)
+        else ""
+    )
+    return (
+        '<div class="legend" id="legend" aria-label="legend">'
+        '<span class="scale" title="Colour: a response token\'s grounding score, in '
+        f"{BINS} equal steps from 0 (unsupported) to 1 (supported); the bar marks the "
+        'threshold"><span class="lbl">Token score</span><span class="end">0 unsupported</span>'
+        f'<span class="sw">{swatches}{tick}</span><span class="end">1 supported</span></span>'
+        '<span class="key"><i class="gx"></i>no score</span>'
+        '<span class="key"><span class="mk sent unsupported">sentence</span>'
+        '<span class="badge">⚠ unsupported</span>sentence score below the threshold '
+        f"{_esc(_score(threshold))}</span>"
+        '<span class="key"><span class="mk hl">span</span>context span supporting the '
+        "selected sentence</span></div>"
+    )
+
+
+def _render_response(
+    tokens: list[str], scores: np.ndarray, sentences: Sequence[SentenceGrounding]
+) -> str:
+    """Token spans, those of each sentence inside its focusable sentence element."""
+    bins = score_bins(scores)
+
+    def toks(start: int, end: int) -> str:
+        out = []
+        for t in range(start, end):
+            b = int(bins[t])
+            cls = f"g{b}" if b >= 0 else "gx"
+            out.append(
+                f'<span class="tok {cls}" title="score {_score(float(scores[t]))}">'
+                f"{_esc(tokens[t])}</span>"
+            )
+        return "".join(out)
+
+    parts, cursor = [], 0
+    for i, s in enumerate(sentences):
+        first, last = s.tokens
+        parts.append(toks(cursor, first))
+        supported = bool(s.supported)
+        badge = "" if supported else '<span class="badge">⚠ unsupported</span>'
+        parts.append(
+            f'<span class="sent{"" if supported else " unsupported"}" id="sent-{i}" '
+            f'data-sentence="{i}" data-supported="{"true" if supported else "false"}" '
+            f'tabindex="0" role="button" aria-pressed="false" aria-controls="detail">'
+            f"{toks(first, last)}{badge}</span>"
+        )
+        cursor = last
+    parts.append(toks(cursor, len(tokens)))
+    return "".join(parts)
+
+
+def _render_context(context: str, sentences: Sequence[SentenceGrounding]) -> str:
+    """The context once, cut at every support boundary; pieces inside a support are spans."""
+    supports = [
+        (int(s.support.start), int(s.support.end)) for s in sentences if s.support is not None
+    ]
+    cuts = sorted({0, len(context)} | {x for span in supports for x in span})
+    parts = []
+    for a, b in itertools.pairwise(cuts):
+        text = _esc(context[a:b])
+        if any(start <= a and b <= end for start, end in supports):
+            parts.append(f'<span class="seg" data-start="{a}" data-end="{b}">{text}</span>')
+        else:
+            parts.append(text)
+    return "".join(parts)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _validate(
+    tokens: list[str], scores: np.ndarray, sentences: Sequence[SentenceGrounding], context: str
+) -> None:
+    """Check what the page relies on; ``ValueError`` naming the field and the problem."""
+    if scores.shape != (len(tokens),):
+        raise ValueError(
+            f"grounding.token_scores has shape {scores.shape}, expected one score per token "
+            f"({len(tokens)},)"
+        )
+    previous = 0
+    for i, s in enumerate(sentences):
+        first, last = (int(x) for x in s.tokens)
+        if not 0 <= first <= last <= len(tokens):
+            raise ValueError(
+                f"grounding.sentences[{i}].tokens = ({first}, {last}) must satisfy "
+                f"0 <= first <= last <= len(token_texts) = {len(tokens)}"
+            )
+        if first < previous:
+            raise ValueError(
+                f"grounding.sentences[{i}].tokens = ({first}, {last}) overlaps or precedes the "
+                f"previous sentence (which ends at token {previous})"
+            )
+        previous = last
+        support = s.support
+        if support is not None and not 0 <= support.start <= support.end <= len(context):
+            raise ValueError(
+                f"grounding.sentences[{i}].support = ({support.start}, {support.end}) must "
+                f"satisfy 0 <= start <= end <= len(context) = {len(context)}"
+            )

@@ -1,0 +1,628 @@
+"""Tests of rcstat.report.grounding_html: the grounding page as HTML and in a real browser.
+
+Groundings are built by hand (tokens and contexts with HTML specials, a carriage return, a
+sentence without support, overlapping supports, NaN and out-of-range token scores). The
+document is parsed back with ``html.parser`` (an independent decoder for the escaping: the token
+texts must join to the response, the context must decode to itself), colour bins are checked
+against ``floor(10 · s)`` computed here one Python float at a time. The browser tests drive a
+headless Chromium (skipped when none is on PATH): a script appended to the page clicks and
+presses keys, reads computed styles and layout boxes, and writes what it saw into the DOM that
+``--dump-dom`` returns.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rcstat.attribution.spans import TextSpan
+from rcstat.grounding.result import Grounding, SentenceGrounding
+from rcstat.report import grounding_html as module
+from rcstat.report.grounding_html import (
+    BINS,
+    PALETTE,
+    grounding_page,
+    save_grounding_html,
+    score_bins,
+)
+
+HOSTILE = '<img src=x onerror="window.__pwned = 9"><script>window.__pwned = 8</script>'
+CONTEXT = (
+    'The <b>Eiffel</b> Tower & "friends" was built in 1889.\r\n'
+    "It is 330 m tall.</script><script>window.__pwned = 1</script> "
+    "Gustave Eiffel's company built it.\n\nParis <!-- is --> in France."
+)
+# (token texts, index of the sentence it belongs to or None) in response order
+_TOKENS: list[tuple[str, int | None]] = [
+    ("The", 0),
+    (" <b>tower</b>", 0),
+    (" was", 0),
+    (" built", 0),
+    (" in", 0),
+    (" 1889", 0),
+    (".", 0),
+    (" ", None),
+    ("It", 1),
+    (" is", 1),
+    (' 330 m & "tall"', 1),
+    (".", 1),
+    ("  ", None),
+    ("</script><script>window.__pwned = 2</script>", 2),
+    (" It", 2),
+    (" glows", 2),
+    (".", 2),
+    ("\r\n", None),
+    ("Eiffel's", 3),
+    (" firm", 3),
+    (" '", 3),
+    ("built", 3),
+    ("' it", 3),
+]
+TOKENS = [t for t, _ in _TOKENS]
+RESPONSE = "".join(TOKENS)
+# NaN, exact bin edges, below 0 and above 1 among them
+SCORES = [
+    0.95, 0.91, 0.9, 1.0, 0.87, 0.5, 0.72, math.nan, 0.66, 0.61, 0.55, 0.6,
+    0.3, 0.04, 0.1, -0.2, 0.0, math.nan, 0.35, 1.3, 0.29, 0.999, 0.45,
+]  # fmt: skip
+# per sentence: (supported, support text located in CONTEXT or None, share, score)
+_SUPPORT = "It is 330 m tall.</script><script>window.__pwned = 1</script> Gustave"
+_SENTENCES: list[tuple[bool, tuple[int, int] | None, float | None, float]] = [
+    (True, (0, CONTEXT.index("\r\n")), 0.61, 0.81),
+    (True, (CONTEXT.index(_SUPPORT), CONTEXT.index(_SUPPORT) + len(_SUPPORT)), 0.47, 0.58),
+    (False, None, None, 0.07),
+    # overlaps the support of sentence 1 (the page cuts the context at every boundary)
+    (False, (CONTEXT.index("Gustave"), CONTEXT.index("\n\n")), 0.33, 0.31),
+]
+THRESHOLD = 0.5
+BASELINES = {"lookback": 0.42, "attention_score": -3.25, "neg_nll": math.nan, HOSTILE: 0.5}
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def _grounding(**changes: Any) -> Grounding:
+    starts = np.cumsum([0] + [len(t) for t in TOKENS])
+    spans = np.stack([starts[:-1], starts[1:]], axis=1).astype(np.int64)  # [G, 2]
+    sentences = []
+    for i, (supported, support, share, score) in enumerate(_SENTENCES):
+        members = [t for t, (_, s) in enumerate(_TOKENS) if s == i]
+        first, last = members[0], members[-1] + 1
+        start, end = int(spans[first, 0]), int(spans[last - 1, 1])
+        sentences.append(
+            SentenceGrounding(
+                start=start,
+                end=end,
+                text=RESPONSE[start:end],
+                tokens=(first, last),
+                score=score,
+                supported=supported,
+                support=None if support is None else TextSpan(*support, CONTEXT[slice(*support)]),
+                support_share=share,
+            )
+        )
+    arguments: dict[str, Any] = {
+        "context": CONTEXT,
+        "question": f"How tall is it? {HOSTILE}",
+        "response": RESPONSE,
+        "token_texts": list(TOKENS),
+        "token_spans": spans,
+        "token_scores": np.array(SCORES, dtype=np.float64),
+        "sentences": sentences,
+        "score": min(s.score for s in sentences),
+        "threshold": THRESHOLD,
+        "baselines": dict(BASELINES),
+        "probe_score": 0.83,
+        "method": {"window": 4, "note": HOSTILE},
+        "model": f"tiny-llama {HOSTILE}",
+        "finished": False,
+    }
+    arguments.update(changes)
+    return Grounding(**arguments)
+
+
+def _bin(score: float) -> int | None:
+    """The oracle: bin ``floor(10 · s)`` of ``s`` clamped to [0, 1], the top edge in bin 9."""
+    if math.isnan(score):
+        return None
+    return min(math.floor(BINS * min(max(score, 0.0), 1.0)), BINS - 1)
+
+
+class _Parsed(HTMLParser):
+    """What the tests read back from a page (or from a DOM dumped by Chromium)."""
+
+    _VOID = frozenset({"input", "meta", "br", "img", "link"})
+
+    def __init__(self, document: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tokens: list[dict[str, Any]] = []  # classes, title, text, sentence
+        self.sentences: list[dict[str, Any]] = []  # attributes, classes, badge
+        self.between: list[int] = []  # token indices outside any sentence element
+        self.context = ""
+        self.contexts = 0
+        self.segments: list[dict[str, Any]] = []  # start, end, classes, text
+        self.facts: dict[str, str] = {}
+        self.verdict = ""
+        self.warning = ""
+        self.baselines: list[list[str]] = []
+        self.legend_swatches: list[set[str]] = []
+        self.legend_text = ""
+        self.blob = ""
+        self.scripts = 0
+        self.detail = ""
+        self.test_out = ""
+        self.images = 0
+        self._stack: list[tuple[str, str]] = []  # (tag, role)
+        self.feed(document)
+        self.close()
+
+    def _role(self, tag: str, a: dict[str, str], classes: set[str]) -> str:
+        roles = {r for _, r in self._stack}
+        if a.get("id") == "response":
+            return "response"
+        if "response" in roles and "sent" in classes:
+            self.sentences.append({"attrs": a, "classes": classes, "badge": ""})
+            return "sent"
+        if "response" in roles and "tok" in classes:
+            sentence = len(self.sentences) - 1 if "sent" in roles else None
+            if sentence is None:
+                self.between.append(len(self.tokens))
+            self.tokens.append(
+                {"classes": classes, "title": a.get("title"), "text": "", "sentence": sentence}
+            )
+            return "tok"
+        if "sent" in roles and "badge" in classes:
+            return "badge"
+        if a.get("id") == "ctx":
+            self.contexts += 1
+            return "ctx"
+        if "ctx" in roles and tag == "span":
+            self.segments.append(
+                {
+                    "start": int(a["data-start"]),
+                    "end": int(a["data-end"]),
+                    "classes": classes,
+                    "text": "",
+                }
+            )
+            return "seg"
+        if "data-fact" in a:
+            self.facts[a["data-fact"]] = ""
+            return "fact"
+        if a.get("id") == "verdict":
+            return "verdict"
+        if a.get("id") == "cut-warning":
+            return "warning"
+        if "baselines" in roles and tag == "tr":
+            self.baselines.append([])
+        if "baselines" in roles and tag in ("td", "th"):
+            self.baselines[-1].append("")
+            return "cell"
+        if a.get("id") == "baselines":
+            return "baselines"
+        if a.get("id") == "legend":
+            return "legend"
+        if "legend" in roles and tag == "i":
+            self.legend_swatches.append(classes)
+        if a.get("id") == "detail":
+            return "detail"
+        if tag == "script" and a.get("type") == "application/json":
+            return "json"
+        if a.get("id") == "rcstat-test-out":
+            return "test-out"
+        return ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        classes = set(a.get("class", "").split())
+        if tag == "script" and a.get("id") != "rcstat-test-probe":
+            self.scripts += 1
+        if tag == "img":
+            self.images += 1
+        if tag in self._VOID:
+            return
+        self._stack.append((tag, self._role(tag, a, classes)))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._stack:
+            done, _ = self._stack.pop()
+            if done == tag:
+                return
+
+    def handle_data(self, data: str) -> None:
+        roles = [r for _, r in self._stack if r]
+        role = roles[-1] if roles else ""
+        if "ctx" in roles:
+            self.context += data
+        if "legend" in roles:
+            self.legend_text += data
+        if "detail" in roles:
+            self.detail += data
+        if role == "tok":
+            self.tokens[-1]["text"] += data
+        elif role == "badge":
+            self.sentences[-1]["badge"] += data
+        elif role == "seg":
+            self.segments[-1]["text"] += data
+        elif role == "fact":
+            self.facts[list(self.facts)[-1]] += data
+        elif role == "verdict":
+            self.verdict += data
+        elif role == "warning":
+            self.warning += data
+        elif role == "cell":
+            self.baselines[-1][-1] += data
+        elif role == "json":
+            self.blob += data
+        elif role == "test-out":
+            self.test_out += data
+
+    def bins(self) -> list[int | None]:
+        """Per token, its colour bin (None: the NaN class)."""
+        out: list[int | None] = []
+        for token in self.tokens:
+            (cls,) = (c for c in token["classes"] if re.fullmatch(r"g(\d+|x)", c))
+            out.append(None if cls == "gx" else int(cls[1:]))
+        return out
+
+
+# --------------------------------------------------------------------------- the document
+
+
+def test_is_self_contained_without_network_references():
+    page = grounding_page(_grounding(question="q", model="m", method={}, baselines={"x": 1.0}))
+    assert page.startswith("<!doctype html>") and page.endswith("</html>")
+    assert "http://" not in page and "https://" not in page and "url(" not in page
+    assert re.search(r"\b(src|href)\s*=", page) is None
+    assert "<style>" in page and "<script>" in page
+
+
+def test_tokens_join_to_the_response_grouped_by_sentence():
+    parsed = _Parsed(grounding_page(_grounding()))
+    assert [t["text"] for t in parsed.tokens] == TOKENS  # every token once, \r kept
+    assert "".join(t["text"] for t in parsed.tokens) == RESPONSE
+    assert [t["sentence"] for t in parsed.tokens] == [s for _, s in _TOKENS]
+    assert parsed.between == [7, 12, 17]  # whitespace between sentences sits between them
+    assert [int(s["attrs"]["data-sentence"]) for s in parsed.sentences] == [0, 1, 2, 3]
+    for s in parsed.sentences:  # focusable, announced as a button
+        assert s["attrs"]["tabindex"] == "0" and s["attrs"]["role"] == "button"
+
+
+def test_colour_bins_and_tooltips():
+    parsed = _Parsed(grounding_page(_grounding()))
+    assert parsed.bins() == [_bin(s) for s in SCORES]
+    # the edges by hand: 0.9 -> 9, 0.5 -> 5, 0.6 -> 6, 0.1 -> 1, 1.0 and 1.3 -> 9, -0.2 -> 0
+    assert [parsed.bins()[i] for i in (2, 5, 11, 14, 3, 19, 15)] == [9, 5, 6, 1, 9, 9, 0]
+    for token, score in zip(parsed.tokens, SCORES, strict=True):
+        value = token["title"].removeprefix("score ")
+        if math.isnan(score):
+            assert value == "n/a"
+        else:
+            assert float(value) == pytest.approx(score, abs=5e-4)
+
+
+def test_score_bins_matches_the_oracle_on_random_scores():
+    rng = np.random.default_rng(0)
+    scores = np.concatenate([rng.uniform(-0.5, 1.5, 2000), np.arange(11) / 10, [np.nan, np.inf]])
+    expected = [-1 if _bin(float(s)) is None else _bin(float(s)) for s in scores]
+    assert score_bins(scores).tolist() == expected
+
+
+def test_unsupported_sentences_are_marked():
+    parsed = _Parsed(grounding_page(_grounding()))
+    for s, (supported, *_) in zip(parsed.sentences, _SENTENCES, strict=True):
+        assert s["attrs"]["data-supported"] == ("true" if supported else "false")
+        assert ("unsupported" in s["classes"]) is not supported
+        assert s["badge"] == ("" if supported else "⚠ unsupported")
+
+
+def test_context_appears_once_and_decodes_to_itself():
+    page = grounding_page(_grounding())
+    parsed = _Parsed(page)
+    assert parsed.contexts == 1
+    assert parsed.context == CONTEXT  # \r, <b>, </script>, &, quotes, <!-- --> all survive
+    assert page.count("company built it") == 1
+    # pieces tile the context, cut at every support boundary; each piece is its slice
+    for seg in parsed.segments:
+        assert seg["text"] == CONTEXT[seg["start"] : seg["end"]]
+    covered = {
+        (seg["start"], seg["end"]) for seg in parsed.segments
+    }  # pieces of the overlapping supports: before, shared, after
+    first, second = _SENTENCES[1][1], _SENTENCES[3][1]
+    assert first is not None and second is not None
+    assert covered == {(first[0], second[0]), (second[0], first[1]), (first[1], second[1]),
+                       (_SENTENCES[0][1][0], _SENTENCES[0][1][1])}  # fmt: skip
+
+
+def test_no_user_text_becomes_markup():
+    page = grounding_page(_grounding(), title=f"grounding {HOSTILE}")
+    parsed = _Parsed(page)
+    assert parsed.scripts == 2  # the JSON blob and the page's own script
+    assert parsed.images == 0
+    assert "<b>Eiffel" not in page and "<b>tower" not in page and "<!--" not in page
+    assert page.count("</script>") == 2
+
+
+def test_json_blob_is_script_safe_and_parses_back():
+    g = _grounding()
+    g.sentences[0] = SentenceGrounding(**{**vars(g.sentences[0]), "text": "a\u2028b\u2029 </x>&"})
+    parsed = _Parsed(grounding_page(g))
+    blob = parsed.blob
+    for raw in ("<", ">", "&", "\u2028", "\u2029"):
+        assert raw not in blob
+    data = json.loads(blob)
+    assert [s["text"] for s in data["sentences"]] == [s.text for s in g.sentences]
+    assert data["sentences"][0]["text"] == "a\u2028b\u2029 </x>&"
+    assert [s["support"] for s in data["sentences"]] == [
+        None if s[1] is None else list(s[1]) for s in _SENTENCES
+    ]
+    assert [s["supported"] for s in data["sentences"]] == [s[0] for s in _SENTENCES]
+    assert [s["share"] for s in data["sentences"]] == ["61%", "47%", "n/a", "33%"]
+    assert data["threshold"] == "0.500"
+
+
+def test_header_shows_score_verdict_model_probe_warning_and_baselines():
+    parsed = _Parsed(grounding_page(_grounding()))
+    assert parsed.facts["score"] == "0.070" and parsed.facts["threshold"] == "0.500"
+    assert parsed.facts["model"] == f"tiny-llama {HOSTILE}"
+    assert parsed.facts["probe"] == "0.830"
+    assert parsed.facts["sentences"] == "4 · 2 unsupported"
+    assert parsed.verdict == "⚠ unsupported"
+    assert "the response was cut at the model's window" in parsed.warning
+    assert parsed.baselines == [
+        ["baseline", "score"],
+        ["lookback", "0.42"],
+        ["attention_score", "-3.25"],
+        ["neg_nll", "n/a"],
+        [HOSTILE, "0.5"],
+    ]
+
+
+def test_header_of_a_finished_supported_response_without_probe():
+    g = _grounding(finished=True, probe_score=None, score=0.81, baselines={}, model="")
+    parsed = _Parsed(grounding_page(g))
+    assert parsed.warning == "" and "probe" not in parsed.facts
+    assert parsed.verdict == "✓ supported"
+    assert parsed.facts["model"] == "unknown"
+    assert parsed.baselines == []
+    nan = _Parsed(grounding_page(_grounding(score=math.nan)))
+    assert nan.verdict == "no score" and nan.facts["score"] == "n/a"
+
+
+def test_legend_has_every_bin_nan_and_the_markers():
+    page = grounding_page(_grounding())
+    parsed = _Parsed(page)
+    assert [c for c in parsed.legend_swatches if c != {"gx"}] == [{f"g{b}"} for b in range(BINS)]
+    assert {"gx"} in parsed.legend_swatches
+    assert "⚠ unsupported" in parsed.legend_text and "no score" in parsed.legend_text
+    assert "below the threshold 0.500" in parsed.legend_text
+    for b, colour in enumerate(PALETTE):  # the CSS gives each bin its palette colour
+        assert f".g{b}{{background:{colour}" in page
+
+
+def test_invalid_groundings_raise():
+    with pytest.raises(ValueError, match="token_scores has shape"):
+        grounding_page(_grounding(token_scores=np.zeros(3)))
+    g = _grounding()
+    g.sentences[1] = SentenceGrounding(**{**vars(g.sentences[1]), "tokens": (5, 40)})
+    with pytest.raises(ValueError, match=r"sentences\[1\]\.tokens = \(5, 40\)"):
+        grounding_page(g)
+    g.sentences[1] = SentenceGrounding(**{**vars(g.sentences[1]), "tokens": (5, 9)})
+    with pytest.raises(ValueError, match="overlaps or precedes"):
+        grounding_page(g)
+    g = _grounding()
+    far = TextSpan(3, len(CONTEXT) + 1, "")
+    g.sentences[0] = SentenceGrounding(**{**vars(g.sentences[0]), "support": far})
+    with pytest.raises(ValueError, match=r"sentences\[0\]\.support"):
+        grounding_page(g)
+
+
+def test_save_and_to_html(tmp_path):
+    g = _grounding()
+    target = tmp_path / "grounding.html"
+    assert save_grounding_html(target, g) == target
+    assert target.read_text(encoding="utf-8") == grounding_page(g)
+    assert [p.name for p in tmp_path.iterdir()] == ["grounding.html"]  # no temporary left
+    assert g.to_html(tmp_path / "to.html") == grounding_page(g)
+
+
+def test_a_round_trip_through_save_load_renders_the_same(tmp_path):
+    g = _grounding()
+    loaded = Grounding.load(g.save(tmp_path / "g.json"))
+    assert grounding_page(loaded) == grounding_page(g)
+
+
+# --------------------------------------------------------------------------- in a browser
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    for name in CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    pytest.skip(f"no Chromium on PATH (looked for {', '.join(CHROMIUM_NAMES)})")
+
+
+def _run_chromium(binary: str, profile: Path, *flags: str) -> str:
+    """Run headless Chromium with its own profile folder; its stdout."""
+    command = [
+        binary,
+        "--headless=new",
+        "--no-sandbox",  # needed as root (CI containers)
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        *flags,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+_PROBE = """<script id="rcstat-test-probe">(function () {
+  var out;
+  try { out = (function () { %s })(); }
+  catch (e) { out = {error: String(e) + "\\n" + e.stack}; }
+  var pre = document.createElement("pre");
+  pre.id = "rcstat-test-out";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();</script></body>"""
+
+# helpers the probes share: the sentences, a click / a key on sentence i, what is highlighted
+_JS_HELPERS = """
+  var ctx = document.getElementById("ctx"), detail = document.getElementById("detail");
+  function sent(i) { return document.querySelectorAll("#response .sent")[i]; }
+  function click(i) { sent(i).querySelector(".tok").click(); }
+  function key(i, k) {
+    sent(i).focus();
+    sent(i).dispatchEvent(new KeyboardEvent("keydown", {key: k, bubbles: true,
+                                                        cancelable: true}));
+  }
+  function visible(e) {
+    var r = e.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && getComputedStyle(e).visibility !== "hidden";
+  }
+  function state() {
+    var hl = Array.from(ctx.querySelectorAll(".hl"));
+    var none = detail.querySelector(".nosupport");
+    var pane = ctx.getBoundingClientRect(), first = hl.length ? hl[0].getBoundingClientRect()
+                                                              : null;
+    return {
+      hl: hl.map(function (e) { return e.textContent; }).join(""),
+      hlPieces: hl.length,
+      active: Array.from(document.querySelectorAll("#response .sent.active")).map(
+        function (e) { return Number(e.dataset.sentence); }),
+      pressed: Array.from(document.querySelectorAll("#response .sent")).map(
+        function (e) { return e.getAttribute("aria-pressed"); }),
+      noSupport: none === null ? null : {text: none.textContent, visible: visible(none)},
+      share: (detail.querySelector(".d-share") || {}).textContent || null,
+      score: (detail.querySelector(".d-score") || {}).textContent || null,
+      quote: (detail.querySelector(".d-text") || {}).textContent || null,
+      inPane: first === null ? null : first.top >= pane.top && first.bottom <= pane.bottom,
+      scrollTop: ctx.scrollTop,
+      hlColour: hl.length ? getComputedStyle(hl[0]).backgroundColor : null
+    };
+  }
+"""
+
+
+def _probe(
+    chromium: str, tmp_path: Path, document: str, body: str, *flags: str, name: str = "page"
+) -> tuple[Any, _Parsed]:
+    """Open ``document`` with a probe script (a function body returning a JSON-able value)
+    appended after the page's own script; the value and the parsed DOM after it ran."""
+    assert document.count("</body>") == 1
+    path = tmp_path / f"{name}.html"
+    path.write_text(document.replace("</body>", _PROBE % (_JS_HELPERS + body)), encoding="utf-8")
+    dom = _run_chromium(chromium, tmp_path / f"profile-{name}", *flags, "--dump-dom", path.as_uri())
+    parsed = _Parsed(dom)
+    assert parsed.test_out, dom[-2000:]
+    value = json.loads(html.unescape(parsed.test_out))
+    assert not (isinstance(value, dict) and "error" in value), value
+    return value, parsed
+
+
+def _rgb(colour: str) -> str:
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
+
+
+def test_browser_clicks_show_one_support_at_a_time(chromium, tmp_path):
+    body = """var out = {before: state()};
+      click(1); out.second = state();
+      click(3); out.overlapping = state();
+      click(2); out.none = state();
+      sent(2).querySelector(".badge").click(); out.badge = state();
+      return out;"""
+    seen, _ = _probe(chromium, tmp_path, grounding_page(_grounding()), body)
+    assert seen["before"]["hl"] == "" and seen["before"]["active"] == []
+    assert seen["before"]["noSupport"] is None
+    second, overlapping = _SENTENCES[1][1], _SENTENCES[3][1]
+    assert second is not None and overlapping is not None
+    state = seen["second"]
+    assert state["hl"] == CONTEXT[second[0] : second[1]]
+    assert state["active"] == [1] and state["pressed"] == ["false", "true", "false", "false"]
+    assert state["share"] == "47%" and state["score"] == "0.580 (threshold 0.500)"
+    assert state["quote"] == RESPONSE[slice(*_sentence_chars(1))]
+    assert state["noSupport"] is None and state["inPane"] is True
+    assert state["hlColour"] == "rgb(255, 211, 61)"
+    # overlapping supports: only the clicked sentence's span is marked
+    assert seen["overlapping"]["hl"] == CONTEXT[overlapping[0] : overlapping[1]]
+    assert seen["overlapping"]["active"] == [3]
+    for state in (seen["none"], seen["badge"]):  # a click on the badge selects its sentence
+        assert state["hl"] == "" and state["hlPieces"] == 0 and state["active"] == [2]
+        assert state["noSupport"] == {"text": "no supporting span", "visible": True}
+        assert state["share"] is None and state["score"] == "0.070 (threshold 0.500)"
+
+
+def _sentence_chars(i: int) -> tuple[int, int]:
+    s = _grounding().sentences[i]
+    return s.start, s.end
+
+
+def test_browser_keyboard_enter_and_space_select(chromium, tmp_path):
+    body = """var out = {};
+      key(1, "Enter"); out.enter = state(); out.focused = document.activeElement === sent(1);
+      key(0, " "); out.space = state();
+      key(2, "a"); out.other = state();
+      return out;"""
+    seen, _ = _probe(chromium, tmp_path, grounding_page(_grounding()), body)
+    first, second = _SENTENCES[0][1], _SENTENCES[1][1]
+    assert first is not None and second is not None
+    assert seen["focused"]
+    assert seen["enter"]["hl"] == CONTEXT[second[0] : second[1]] and seen["enter"]["active"] == [1]
+    assert seen["space"]["hl"] == CONTEXT[first[0] : first[1]] and seen["space"]["active"] == [0]
+    assert seen["other"] == seen["space"]  # any other key changes nothing
+
+
+def test_browser_colours_legend_and_no_injected_script(chromium, tmp_path):
+    body = """var legend = document.getElementById("legend"), r = legend.getBoundingClientRect();
+      return {
+        pwned: window.__pwned === undefined ? null : window.__pwned,
+        colours: Array.from(document.querySelectorAll("#response .tok")).map(
+          function (t) { return getComputedStyle(t).backgroundColor; }),
+        response: Array.from(document.querySelectorAll("#response .tok")).map(
+          function (t) { return t.textContent; }).join(""),
+        context: ctx.textContent,
+        legend: visible(legend) && r.top >= 0 && r.bottom <= window.innerHeight,
+        outline: getComputedStyle(sent(2)).outlineStyle,
+        plain: getComputedStyle(sent(0)).outlineStyle,
+        badge: visible(sent(2).querySelector(".badge")),
+        imgs: document.querySelectorAll("img").length};"""
+    page = grounding_page(_grounding(), title=HOSTILE)
+    seen, _ = _probe(chromium, tmp_path, page, body, "--window-size=1280,900")
+    assert seen["pwned"] is None and seen["imgs"] == 0
+    assert seen["response"] == RESPONSE and seen["context"] == CONTEXT
+    expected = [
+        _rgb(module._NAN_COLOUR) if _bin(s) is None else _rgb(PALETTE[_bin(s)]) for s in SCORES
+    ]
+    assert seen["colours"] == expected
+    assert seen["legend"] and seen["badge"]
+    assert seen["outline"] == "dashed" and seen["plain"] == "none"
+
+
+def test_browser_scrolls_a_long_context_to_the_support(chromium, tmp_path):
+    filler = "".join(f"Filler sentence number {k} says nothing at all. " for k in range(400))
+    context = filler + CONTEXT
+    g = _grounding(context=context)
+    shift = len(filler)
+    for i, s in enumerate(g.sentences):
+        if s.support is not None:
+            moved = TextSpan(s.support.start + shift, s.support.end + shift, s.support.text)
+            g.sentences[i] = SentenceGrounding(**{**vars(s), "support": moved})
+    body = "var top = ctx.scrollTop; click(1); var out = state(); out.top = top; return out;"
+    seen, _ = _probe(chromium, tmp_path, grounding_page(g), body, "--window-size=1280,900")
+    second = _SENTENCES[1][1]
+    assert second is not None
+    assert seen["top"] == 0 and seen["scrollTop"] > 0 and seen["inPane"] is True
+    assert seen["hl"] == context[second[0] + shift : second[1] + shift]
