@@ -17,6 +17,7 @@ from rcstat.stats import (
     cross_self_samples,
     expected_rc,
     expected_rc_shared,
+    normalized_rc_shared,
     iot_expected_rc,
     markov_bound,
     normalized_rc,
@@ -340,3 +341,46 @@ def test_expected_rc_shared_batched_and_errors() -> None:
         expected_rc_shared(x, y[0])
     with pytest.raises(ValueError, match="non-finite"):
         expected_rc_shared(x, y.clone().fill_(float("nan")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 6)), elements=_values),
+    arrays(np.float64, st.integers(1, 7), elements=_values),
+    st.data(),
+)
+def test_expected_rc_shared_ragged_y_equals_pairwise(
+    x: np.ndarray, y: np.ndarray, data: st.DataObject
+) -> None:
+    """With ``y_valid`` only the marked self samples count (the masked ones may be anything)."""
+    valid = np.array(data.draw(st.lists(st.booleans(), min_size=len(y), max_size=len(y))))
+    valid[data.draw(st.integers(0, len(y) - 1))] = True
+    garbage = np.where(valid, y, 1e6)
+    got = expected_rc_shared(_t(x), _t(garbage), y_valid=torch.tensor(valid))
+    for row in range(x.shape[0]):
+        assert _close(float(got[row]), naive_expected_rc(x[row], y[valid]), 1e-9)
+
+
+def test_expected_rc_shared_ragged_rows_and_empty_set() -> None:
+    """Per-row causal masks (the grounding layout) and a set without a valid sample."""
+    gen = torch.Generator().manual_seed(5)
+    x, y = torch.randn(2, 6, 1, 40, generator=gen), torch.randn(2, 6, 6, generator=gen)
+    valid = torch.ones(6, 6, dtype=torch.bool).tril()  # row j sees y[:j+1]
+    got = expected_rc_shared(x, y, y_valid=valid.expand(2, 6, 6))
+    for row in range(6):
+        want = expected_rc(x[:, row], y[:, row, None, : row + 1])
+        torch.testing.assert_close(got[:, row], want, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="no valid sample"):
+        expected_rc_shared(x, y, y_valid=torch.zeros(2, 6, 6, dtype=torch.bool))
+
+
+def test_normalized_rc_shared_equals_normalized_rc() -> None:
+    """The searched variant against the sorted one, ragged causal rows included."""
+    gen = torch.Generator().manual_seed(8)
+    x, y = torch.randn(3, 5, 1, 30, generator=gen) * 4, torch.randn(3, 5, 5, generator=gen)
+    valid = torch.ones(5, 5, dtype=torch.bool).tril()
+    got = normalized_rc_shared(x, y, y_valid=valid.expand(3, 5, 5))
+    want = normalized_rc(x[..., 0, :], y, y_valid=valid.expand(3, 5, 5))
+    torch.testing.assert_close(got[..., 0], want, rtol=1e-9, atol=1e-9)
+    same = torch.zeros(1, 1, 3)
+    assert float(normalized_rc_shared(same, torch.zeros(1, 2))) == 0.5

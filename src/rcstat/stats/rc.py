@@ -43,9 +43,14 @@ class RCStatistics:
         The share of ``E|X - Y|`` contributed by pairs where the cross sample is larger;
         invariant to shifting and to scaling both sets by ``s > 0``.
         """
-        total = self.expected + self.reverse
-        ratio = self.expected / total.clamp_min(torch.finfo(total.dtype).tiny)
-        return torch.where(total > 0, ratio, 0.5)
+        return _share(self.expected, self.reverse)
+
+
+def _share(expected: torch.Tensor, reverse: torch.Tensor) -> torch.Tensor:
+    """``E / (E + E_reverse)``, 0.5 where both are 0."""
+    total = expected + reverse
+    ratio = expected / total.clamp_min(torch.finfo(total.dtype).tiny)
+    return torch.where(total > 0, ratio, 0.5)
 
 
 def _rows(
@@ -229,14 +234,20 @@ def normalized_rc(
 
 
 def expected_rc_shared(
-    x: torch.Tensor, y: torch.Tensor, *, check_finite: bool = True
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    y_valid: torch.Tensor | None = None,
+    check_finite: bool = True,
 ) -> torch.Tensor:
     """Exact ``E(x_r, y)`` for many small sample sets ``x_r`` that share one ``y``.
 
     The KV-cache press scores every prompt token ``i`` against the same window:
     ``s_i = E(X({i}, ĝ), Y(ĝ, ĝ))`` (paper eq. 9). Sorting ``y`` once and searching each ``x``
     in it gives ``Σ_b max(x - y_b, 0) = c(x)·x - S(c(x))`` (``c`` = number of ``y`` below
-    ``x``, ``S`` = prefix sums of the sorted ``y``): ``O(k n log m)`` for ``k`` sets of ``n``.
+    ``x``, ``S`` = prefix sums of the sorted ``y``): ``O(k n log m)`` for ``k`` sets of ``n``,
+    and ``x`` itself is never sorted (long ``x`` sets against short ``y`` sets cost one
+    binary search per sample).
 
     Parameters
     ----------
@@ -244,6 +255,9 @@ def expected_rc_shared(
         ``[..., k, n]``: ``k`` sample sets of ``n`` samples each.
     y
         ``[..., m]``: the shared sample set (same leading shape as ``x`` without ``k``).
+    y_valid
+        Optional boolean mask of ``y``'s shape marking its real samples (ragged ``y`` sets,
+        e.g. the causal self samples of each query row); every set needs one.
     check_finite
         Scan for NaN / inf (one device synchronisation); pass False only when the values were
         checked already (the capture checks every forward pass).
@@ -260,20 +274,52 @@ def expected_rc_shared(
     tensor([1.2500, 0.0000], dtype=torch.float64)
     """
     x, _ = check_samples("x", x, None, check_finite=check_finite)
-    y, _ = check_samples("y", y, None, check_finite=check_finite)
+    y, y_valid = check_samples("y", y, y_valid, check_finite=check_finite)
     if x.dim() < 2 or x.shape[:-2] != y.shape[:-1]:
         raise ValueError(
             f"x must be [..., k, n] and y [..., m] with the same leading shape; got "
             f"{tuple(x.shape)} and {tuple(y.shape)}"
         )
-    ys = torch.sort(y.double(), dim=-1).values  # [..., m]
-    center = ys[..., ys.shape[-1] // 2 : ys.shape[-1] // 2 + 1]  # [..., 1] median
-    ys = ys - center
+    y = y.double()
+    if y_valid is None:
+        count = torch.full(y.shape[:-1], y.shape[-1], dtype=torch.float64, device=y.device)
+        center = y.mean(-1, keepdim=True)  # [..., 1]: subtracted for precision only
+    else:
+        count = y_valid.sum(-1).double()  # [...]
+        center = (torch.where(y_valid, y, 0.0).sum(-1) / count)[..., None]
+        y = torch.where(y_valid, y, torch.inf)  # sorted last, never below a finite x
+    ys = torch.sort(y - center, dim=-1).values  # [..., m]
     prefix = torch.cat([torch.zeros_like(ys[..., :1]), ys.cumsum(-1)], dim=-1)  # [..., m + 1]
     xs = x.double().flatten(-2) - center  # [..., k·n]
     below = torch.searchsorted(ys.contiguous(), xs.contiguous())  # [..., k·n]: #{y < x}
     sums = below.double() * xs - prefix.gather(-1, below)  # Σ_b max(x - y_b, 0)
-    return sums.view(x.shape).mean(-1) / y.shape[-1]
+    return sums.view(x.shape).mean(-1) / count[..., None]
+
+
+def normalized_rc_shared(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    y_valid: torch.Tensor | None = None,
+    check_finite: bool = True,
+) -> torch.Tensor:
+    """Scale-free RC ``E(x_r, y) / (E(x_r, y) + E(y, x_r))`` for sets ``x_r`` sharing one ``y``.
+
+    :func:`normalized_rc` computed the way of :func:`expected_rc_shared` (``y`` sorted once,
+    ``x`` searched in it; ``E(y, x) = E(x, y) - (mean(x) - mean(y))``), for long ``x`` sets
+    against short, possibly ragged ``y`` sets. Arguments as in :func:`expected_rc_shared`;
+    returns ``[..., k]`` float64 in ``[0, 1]``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> normalized_rc_shared(torch.tensor([[3.0, 1.0]]), torch.tensor([0.0, 2.0]))
+    tensor([0.8333], dtype=torch.float64)
+    """
+    expected = expected_rc_shared(x, y, y_valid=y_valid, check_finite=check_finite)
+    valid = None if y_valid is None else y_valid.expand_as(y)
+    gap = x.double().mean(-1) - _masked_mean(y, valid)[..., None]  # [..., k]
+    return _share(expected, (expected - gap).clamp_min(0.0))
 
 
 def markov_bound(upper: torch.Tensor | float, delta: float) -> torch.Tensor:
