@@ -26,7 +26,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"capture"}),
     frozenset({"generation"}),
     frozenset({"analysis", "press", "attribution"}),
-    frozenset({"heads"}),
+    frozenset({"heads", "grounding"}),
     frozenset({"evaluation"}),
     frozenset({"cli"}),
 )

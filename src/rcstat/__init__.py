@@ -12,14 +12,30 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rcstat.analysis import HeadAnalysis, analyze
     from rcstat.attribution import Attribution, Attributor
+    from rcstat.grounding import Grounder, Grounding, GroundingProbe, HeadProfile
     from rcstat.models import load_model
     from rcstat.press.rcstat_press import RCStatPress
 
-__all__ = ["Attribution", "Attributor", "HeadAnalysis", "RCStatPress", "analyze", "load_model"]
+__all__ = [
+    "Attribution",
+    "Attributor",
+    "Grounder",
+    "Grounding",
+    "GroundingProbe",
+    "HeadAnalysis",
+    "HeadProfile",
+    "RCStatPress",
+    "analyze",
+    "load_model",
+]
 
 _HOMES = {
     "Attribution": "rcstat.attribution",
     "Attributor": "rcstat.attribution",
+    "Grounder": "rcstat.grounding",
+    "Grounding": "rcstat.grounding",
+    "GroundingProbe": "rcstat.grounding",
+    "HeadProfile": "rcstat.grounding",
     "HeadAnalysis": "rcstat.analysis",
     "analyze": "rcstat.analysis",
     "load_model": "rcstat.models",

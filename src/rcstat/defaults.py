@@ -7,6 +7,8 @@ torch or transformers.
 from __future__ import annotations
 
 __all__ = [
+    "DEFAULT_GROUNDING_FRACTION",
+    "DEFAULT_GROUNDING_QUANTILE",
     "DEFAULT_MODEL_NAME",
     "DEFAULT_TAU",
     "DEFAULT_TOP_K",
@@ -24,3 +26,7 @@ DEFAULT_TOP_K = 20
 DEFAULT_WINDOW = 8
 #: What to install for the KV-cache press (kvpress is an optional extra).
 INSTALL_PRESS = 'pip install "rcstat[press]"'
+#: Share of the heads, ranked by their head-profile value, that the grounding score averages.
+DEFAULT_GROUNDING_FRACTION = 0.25
+#: Lower quantile of its token scores that a sentence's grounding score is (the weakest part).
+DEFAULT_GROUNDING_QUANTILE = 0.2

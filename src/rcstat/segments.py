@@ -164,6 +164,19 @@ class Segmented:
         start, end = self._part_range(part)
         return self.text[start:end]
 
+    def token_texts(self, part: str) -> list[str]:
+        """The part's text cut at the start offsets of its tokens (:meth:`token_span` of the
+        whole part): one string per token, and their concatenation is :meth:`part_text`. A
+        token straddling the part's edge keeps only its characters inside the part."""
+        first, last = self.token_span(part)
+        start, end = self._part_range(part)
+        length = end - start
+        cuts = [0] + [
+            min(max(self.offsets[i][0] - start, 0), length) for i in range(first + 1, last)
+        ]
+        text = self.text[start:end]
+        return [text[a:b] for a, b in zip(cuts, [*cuts[1:], length], strict=True)]
+
     def token_span(self, part: str, start: int = 0, end: int | None = None) -> tuple[int, int]:
         """Token range covering a character span of a named part.
 

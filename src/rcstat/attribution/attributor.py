@@ -17,8 +17,8 @@ unit to ``argmax_i RC(p_i)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -233,8 +233,32 @@ class Attributor:
         candidates: list[TextSpan] | None,
         unit_spans: list[TextSpan],
     ) -> Attribution:
+        reducer, finish = self.plan(example, context, question, answer, candidates, unit_spans)
+        device = input_device(self.model)
+        with (
+            torch.no_grad(),
+            capture_scores(self.model, reducer, query_start=example.prompt_len) as result,
+        ):
+            self.model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
+        return finish(result.ordered())
+
+    def plan(
+        self,
+        example: Segmented,
+        context: str,
+        question: str,
+        answer: str,
+        candidates: list[TextSpan] | None,
+        unit_spans: list[TextSpan],
+    ) -> tuple[Callable[[int, torch.Tensor], Any], Callable[[list[Any]], Attribution]]:
+        """The capture reducer of one example and the function that turns its per-layer
+        results into the :class:`Attribution`, for callers that run the forward pass
+        themselves (one pass serving several analyses, as grounding does).
+
+        The reducer expects the scores of the generated queries only (``query_start`` =
+        ``example.prompt_len``).
+        """
         first, last = example.token_span("context")
-        ctx_start = example.parts["context"][0]
         if candidates is None:  # one span per context token
             span_tokens = [(i, i + 1) for i in range(first, last)]
         else:
@@ -253,13 +277,31 @@ class Attributor:
             upper=self.statistic == "upper",
             post_softmax=self.rank_post_softmax,
         )
-        device = input_device(self.model)
-        with (
-            torch.no_grad(),
-            capture_scores(self.model, reducer, query_start=m) as result,
-        ):
-            self.model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
-        layers = result.ordered()
+        return reducer, lambda layers: self._assemble(
+            example,
+            context,
+            question,
+            answer,
+            candidates,
+            unit_spans,
+            span_tokens,
+            unit_tokens,
+            layers,
+        )
+
+    def _assemble(
+        self,
+        example: Segmented,
+        context: str,
+        question: str,
+        answer: str,
+        candidates: list[TextSpan] | None,
+        unit_spans: list[TextSpan],
+        span_tokens: list[tuple[int, int]],
+        unit_tokens: list[tuple[int, int]],
+        layers: list[Any],
+    ) -> Attribution:
+        first, last = example.token_span("context")
         ranking = torch.stack([r["rank"].cpu() for r in layers], dim=1).numpy()  # [4, L, H]
         keys = torch.stack([r["keys"].cpu() for r in layers])  # [L, U, H, m]
         keys = keys.permute(0, 2, 1, 3)  # [L, H, U, m]
@@ -271,7 +313,7 @@ class Attributor:
             per_head = (prefix[..., end_key] - prefix[..., first_key]) / (end_key - first_key)
         attention = torch.stack([r["attention"].cpu() for r in layers]).sum(dim=0)  # [U, m]
         heads = keys.shape[0] * keys.shape[1]
-        token_texts = _token_texts(example, first, last, ctx_start, len(context))
+        token_texts = example.token_texts("context")
         if candidates is None:
             offsets = np.cumsum([0, *(len(t) for t in token_texts[:-1])])
             candidates = [
@@ -297,13 +339,3 @@ class Attributor:
             top_k=self.top_k,
         )
 
-
-def _token_texts(example: Segmented, first: int, last: int, start: int, length: int) -> list[str]:
-    """The context cut at the context tokens' start offsets (their concatenation is the
-    context; a token straddling the context's edge keeps only its part inside)."""
-    cuts = [0] + [
-        min(max(example.offsets[i][0] - start, 0), length) for i in range(first + 1, last)
-    ]
-    ends = [*cuts[1:], length]
-    context = example.text[start : start + length]
-    return [context[a:b] for a, b in zip(cuts, ends, strict=True)]

@@ -1,4 +1,4 @@
-"""``rcstat bench kv`` and ``rcstat bench attribution``: resumable benchmarks over a dataset.
+"""``rcstat bench kv``, ``attribution`` and ``grounding``: resumable benchmarks over a dataset.
 
 Both grow their rows in ``--out`` one item at a time (see :mod:`rcstat.runs`): the options that
 change rows are compared with the run's manifest before the model loads, the model and the
@@ -38,6 +38,7 @@ _KV_PRESSES = "rcstat,knorm,snapkv,streaming_llm,tova,adakv_snapkv"
 # `rcstat --help` imports no torch).
 _KV_ROWS = ("run.json", "config.json", "predictions.jsonl")
 _ATTRIBUTION_ROWS = ("run.json", "predictions.jsonl")
+_GROUNDING_ROWS = ("run.json", "predictions.jsonl", "tokens")
 
 
 def _add_retry_option(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +51,7 @@ def _add_retry_option(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
-    """Add ``bench kv`` and ``bench attribution`` to the sub-command parsers ``sub``."""
+    """Add ``bench kv``, ``bench attribution`` and ``bench grounding`` to ``sub``."""
     bench = sub.add_parser(NAME, help="benchmarks over a dataset", formatter_class=HelpFormatter)
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     kv = bench_sub.add_parser(
@@ -94,6 +95,29 @@ def register(sub: Any) -> None:
     ab.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
     ab.add_argument("--out", default="runs/bench_attribution", help="output folder (resumable)")
     _add_retry_option(ab)
+
+    gb = bench_sub.add_parser(
+        "grounding",
+        help="grounding: zero-shot score, variants, baselines, probes (AUROC, bal. acc.)",
+        formatter_class=HelpFormatter,
+    )
+    add_model_option(gb)
+    gb.add_argument(
+        "--dataset",
+        default="faithbench",
+        help="faithbench, summedits or squad-contrast (SQuAD v2: supporting vs unrelated)",
+    )
+    gb.add_argument("--data", default=None, help="upstream file/folder (default: the slice)")
+    gb.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
+    gb.add_argument(
+        "--questionable",
+        action="store_true",
+        help="faithbench: a 'Questionable' annotation also makes a response hallucinated",
+    )
+    gb.add_argument("--profile", default=None, metavar="PATH", help="head profile JSON")
+    gb.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
+    gb.add_argument("--out", default="runs/bench_grounding", help="output folder (resumable)")
+    _add_retry_option(gb)
 
 
 def _dataset(name: str, task: str, what: str) -> str:
@@ -290,15 +314,132 @@ def run_attribution(args: BenchAttributionArgs) -> int:
     return 0
 
 
-def run(args: BenchKVArgs | BenchAttributionArgs) -> int:
+@dataclass
+class BenchGroundingArgs:
+    """Arguments of ``rcstat bench grounding`` (checked)."""
+
+    model: str | None
+    dataset: str
+    data: str | None
+    n: int | None
+    questionable: bool
+    profile: Path | None
+    resamples: int
+    out: Path
+    retry_failed: bool = True
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> BenchGroundingArgs:
+        dataset = ns.dataset.strip().lower().replace("_", "-")
+        choices = ("faithbench", "summedits", "squad-contrast")
+        if dataset not in choices:
+            raise ValueError(
+                f"bench grounding needs --dataset {' or '.join(choices)}, not {ns.dataset}"
+            )
+        if ns.questionable and dataset != "faithbench":
+            raise ValueError("--questionable applies to --dataset faithbench only")
+        if ns.profile is not None and not Path(ns.profile).is_file():
+            raise ValueError(f"--profile {ns.profile}: no such file")
+        return cls(
+            model=ns.model,
+            dataset=dataset,
+            data=ns.data,
+            n=optional_count("--n", ns.n),
+            questionable=ns.questionable,
+            profile=None if ns.profile is None else Path(ns.profile),
+            resamples=check_count("--resamples", ns.resamples),
+            out=Path(ns.out),
+            retry_failed=getattr(ns, "retry_failed", True),
+        )
+
+
+def run_grounding(args: BenchGroundingArgs) -> int:
+    """Every grounding method on one dataset; metrics.csv, report.json, roc.png."""
+    import json
+
+    from rcstat.capture import attention_layout
+    from rcstat.data import load_dataset
+    from rcstat.evaluation.grounding_bench import (
+        GroundingBench,
+        contrast_items,
+        grounding_items,
+    )
+    from rcstat.grounding import Grounder
+    from rcstat.runs import check_options, model_label
+
+    run_options = {
+        "data": str(Path(args.data).resolve()) if args.data else None,
+        "questionable": args.questionable,
+        "profile": str(args.profile.resolve()) if args.profile else None,
+    }
+    check_output_folder(args.out, "bench grounding")
+    check_options(args.out, "bench grounding", {"dataset": args.dataset, **run_options})
+    if args.dataset == "squad-contrast":
+        items = contrast_items(load_dataset("squad_v2", args.data, limit=args.n))  # type: ignore[arg-type]
+    else:
+        options = {"questionable": True} if args.questionable else {}
+        loaded = load_dataset(args.dataset, args.data, limit=args.n, **options)
+        items = grounding_items(loaded)  # type: ignore[arg-type]
+    if not items:
+        raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
+    model, tokenizer = load_model_quietly(args.model)
+    layout = attention_layout(model)
+    grounder = Grounder(model, tokenizer, profile=args.profile)
+    bench = GroundingBench(
+        args.out,
+        args.dataset,
+        model_label(args.model),
+        options=run_options,
+        retry_failed=args.retry_failed,
+        n_resamples=args.resamples,
+    )
+    claim_output_folder(args.out, "bench grounding")
+    bench.collect(grounder, items)
+    with (
+        step("summarising…"),
+        staged_output(args.out, "bench grounding", keep=_GROUNDING_ROWS) as stage,
+    ):
+        report = bench.summarize(stage, layers=layout.num_layers, heads=layout.num_heads)
+        (stage / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    table = pd_table(report["metrics"])
+    console.print(table, markup=False)
+    if "probe" in report:
+        probe = ", ".join(f"{k} features {v['auroc']:.3f}" for k, v in report["probe"].items())
+        console.print(f"probe (grouped 5-fold, out-of-fold AUROC): {probe}", markup=False)
+    if "spans" in report and "rcstat_zero_shot_token_auroc" in report["spans"]:
+        spans = report["spans"]
+        console.print(
+            f"span level (token AUROC on unwanted spans): zero-shot "
+            f"{spans['rcstat_zero_shot_token_auroc']:.3f}, probe "
+            + ", ".join(f"{k} {v:.3f}" for k, v in spans["probe_token_auroc"].items()),
+            markup=False,
+        )
+    console.print(f"results written to {escape(str(args.out))}/")
+    return 0
+
+
+def pd_table(rows: list[dict[str, Any]]) -> str:
+    """The metrics rows as an aligned text table (3 decimals)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}")
+
+
+def run(args: BenchKVArgs | BenchAttributionArgs | BenchGroundingArgs) -> int:
     """Dispatch to the benchmark of ``args``."""
     if isinstance(args, BenchKVArgs):
         return run_kv(args)
+    if isinstance(args, BenchGroundingArgs):
+        return run_grounding(args)
     return run_attribution(args)
 
 
-def from_namespace(ns: argparse.Namespace) -> BenchKVArgs | BenchAttributionArgs:
+def from_namespace(
+    ns: argparse.Namespace,
+) -> BenchKVArgs | BenchAttributionArgs | BenchGroundingArgs:
     """The checked arguments of the benchmark named by ``ns.bench``."""
     if ns.bench == "kv":
         return BenchKVArgs.from_namespace(ns)
+    if ns.bench == "grounding":
+        return BenchGroundingArgs.from_namespace(ns)
     return BenchAttributionArgs.from_namespace(ns)

@@ -1,0 +1,106 @@
+"""Grounding of one response vs a plain forward pass of the same sequence (ratio in one run).
+
+Inputs are FaithBench slice samples (news article + summary; ~600–1300 tokens) on the
+embedded default model. ``Grounder.ground`` (tokenisation, one forward pass with the capture:
+per-token RC of every head, lookback ratio, attention diagonal, sentence attribution; NLL;
+scoring) is timed against ``model(ids, use_cache=False)`` of the same token ids (what a user
+runs to read the response's likelihood) and with ``logits_to_keep = G + 1`` (only the
+response's vocabulary logits, what grounding itself needs). Calls are interleaved.
+
+    python -m benchmarks.bench_ground --n 6
+    python -m benchmarks.bench_ground --model random --model-dir DIR --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks._common import device_label, interleaved, machine, write
+from benchmarks.bench_heads import build
+from rcstat.data import GroundingExample, load_dataset
+from rcstat.evaluation.grounding_bench import SUMMARY_INSTRUCTION
+from rcstat.grounding import Grounder, HeadProfile, shipped_profile
+from rcstat.segments import segment_chat
+
+
+def measure(
+    grounder: Grounder, example: GroundingExample, device: str, rounds: int
+) -> dict[str, Any]:
+    model, tokenizer = grounder.measurer.model, grounder.measurer.tokenizer
+    segmented = segment_chat(tokenizer, example.context, SUMMARY_INSTRUCTION, example.response)
+    ids = segmented.input_ids.to(device)
+    keep = segmented.gen_len + 1
+
+    def ground() -> None:
+        grounder.ground(example.context, example.response, SUMMARY_INSTRUCTION)
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(ids, use_cache=False)
+
+    def forward_response() -> None:
+        with torch.no_grad():
+            model(ids, use_cache=False, logits_to_keep=keep)
+
+    times = interleaved(
+        {"ground": ground, "forward": forward, "forward_response": forward_response},
+        device,
+        rounds,
+    )
+    return {
+        "example": example.id,
+        "tokens": int(ids.shape[1]),
+        "response_tokens": segmented.gen_len,
+        "ground_s": times["ground"],
+        "forward_s": times["forward"],
+        "forward_response_s": times["forward_response"],
+        "ratio_vs_forward": times["ground"] / times["forward"],
+        "ratio_vs_forward_response": times["ground"] / times["forward_response"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="default", choices=["default", "random", "llama-8b"])
+    parser.add_argument("--model-dir", default=None, help="config + tokenizer for --model random")
+    parser.add_argument("--data", default=None, help="FaithBench folder (default: the slice)")
+    parser.add_argument("--n", type=int, default=6)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"))
+    args = parser.parse_args()
+    model, tokenizer = build(args.model, args.model_dir, args.device)
+    profile = shipped_profile("SmolLM2-135M-Instruct")
+    layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
+    if profile is None or profile.shape != (layers, heads):  # random shapes: any profile
+        values = torch.rand(layers, heads, generator=torch.Generator().manual_seed(0))
+        profile = HeadProfile("random", values.numpy(), threshold=0.5, quantile=0.1)
+    grounder = Grounder(model, tokenizer, profile=profile)
+    examples = load_dataset("faithbench", args.data)
+    step = max(1, len(examples) // args.n)  # spread over the slice's sources
+    rows = []
+    for example in examples[::step][: args.n]:
+        row = measure(grounder, example, args.device, args.rounds)  # type: ignore[arg-type]
+        rows.append(row)
+        print(
+            f"{row['example']}: {row['tokens']} tokens ({row['response_tokens']} response): "
+            f"ground {row['ground_s']:.3f}s, forward {row['forward_s']:.3f}s → "
+            f"{row['ratio_vs_forward']:.2f}× ({row['ratio_vs_forward_response']:.2f}× vs "
+            "response logits only)"
+        )
+    total = {k: sum(r[k] for r in rows) for k in ("ground_s", "forward_s", "forward_response_s")}
+    print(
+        f"all {len(rows)}: ground / forward = {total['ground_s'] / total['forward_s']:.2f}×, "
+        f"ground / forward (response logits) = "
+        f"{total['ground_s'] / total['forward_response_s']:.2f}×"
+    )
+    meta = machine(args.device) | {"dataset": "faithbench", "rounds": args.rounds}
+    write(args.out, f"ground_{args.model}_{device_label(args.device)}", rows, meta)
+
+
+if __name__ == "__main__":
+    main()

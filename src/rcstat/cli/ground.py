@@ -1,0 +1,196 @@
+"""``rcstat ground``: is a response supported by its context? Scores per token and sentence."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from rcstat.checks import check_count, check_number
+from rcstat.cli._common import (
+    HelpFormatter,
+    add_model_option,
+    add_special_tokens_option,
+    add_text_options,
+    check_output_folder,
+    clip,
+    console,
+    load_model_quietly,
+    staged_output,
+    step,
+)
+from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K
+
+NAME = "ground"
+
+
+def register(sub: Any) -> None:
+    """Add ``ground`` to the sub-command parsers ``sub``."""
+    gr = sub.add_parser(
+        NAME,
+        help="score how well a response is supported by its context",
+        description="Teacher-force a response (written by any model) after its context and "
+        "score every token and sentence for support from one forward pass: relative "
+        "contextualization of the contextual heads times the token's surprise. Unsupported "
+        "sentences are marked; supported ones show the context span they rest on.",
+        formatter_class=HelpFormatter,
+    )
+    add_model_option(gr)
+    add_text_options(
+        gr,
+        (
+            ("context", "context (source) text"),
+            ("response", "response to check"),
+            ("question", "question or instruction the response answers (optional)"),
+        ),
+    )
+    gr.add_argument(
+        "--profile", default=None, metavar="PATH", help="head profile JSON (default: shipped)"
+    )
+    gr.add_argument(
+        "--probe", default=None, metavar="PATH", help="trained probe JSON to report beside"
+    )
+    gr.add_argument(
+        "--fraction", type=float, default=None, help="share of heads (default: the profile's)"
+    )
+    gr.add_argument(
+        "--quantile",
+        type=float,
+        default=DEFAULT_GROUNDING_QUANTILE,
+        help="sentence score: lower quantile of its token scores",
+    )
+    gr.add_argument(
+        "--threshold", type=float, default=None, help="flag threshold (default: the profile's)"
+    )
+    gr.add_argument(
+        "--top-k", type=int, default=DEFAULT_TOP_K, help="heads that find supporting spans"
+    )
+    gr.add_argument("--language", default="en", help="language code for sentence splitting")
+    gr.add_argument("--out", default="runs/ground", help="output folder")
+    add_special_tokens_option(gr)
+
+
+@dataclass
+class GroundArgs:
+    """Arguments of ``rcstat ground`` (checked)."""
+
+    model: str | None
+    context: str
+    response: str
+    question: str | None
+    profile: Path | None
+    probe: Path | None
+    fraction: float | None
+    quantile: float
+    threshold: float | None
+    top_k: int
+    language: str
+    out: Path
+    allow_special_tokens: bool = False
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> GroundArgs:
+        from rcstat.cli._common import read_texts
+
+        texts = read_texts(ns, ["context", "response", "question"])
+        context, response, question = texts["context"], texts["response"], texts["question"]
+        if context is None or response is None:
+            raise ValueError(
+                "ground needs --context (or --context-file) and --response (or --response-file)"
+            )
+        for option, text in (("--context", context), ("--response", response)):
+            if not text.strip():
+                raise ValueError(f"{option} is empty or whitespace only")
+        if question is not None and not question.strip():
+            raise ValueError("--question is empty or whitespace only")
+        files = {}
+        for option, value in (("--profile", ns.profile), ("--probe", ns.probe)):
+            if value is not None and not Path(value).is_file():
+                raise ValueError(f"{option} {value}: no such file")
+            files[option] = None if value is None else Path(value)
+        fraction = ns.fraction
+        if fraction is not None:
+            fraction = check_number("--fraction", fraction, low=0.0, high=1.0, low_open=True)
+        threshold = ns.threshold
+        if threshold is not None:
+            threshold = check_number("--threshold", threshold)
+        return cls(
+            model=ns.model,
+            context=context,
+            response=response,
+            question=question,
+            profile=files["--profile"],
+            probe=files["--probe"],
+            fraction=fraction,
+            quantile=check_number(
+                "--quantile", ns.quantile, low=0.0, high=1.0, low_open=True, high_open=True
+            ),
+            threshold=threshold,
+            top_k=check_count("--top-k", ns.top_k),
+            language=ns.language,
+            out=Path(ns.out),
+            allow_special_tokens=ns.allow_special_tokens,
+        )
+
+
+def run(args: GroundArgs) -> int:
+    """Ground the response; print its sentences, write ground.{json,csv,html}."""
+    from rcstat.grounding import Grounder
+
+    check_output_folder(args.out, NAME)
+    model, tokenizer = load_model_quietly(args.model)
+    grounder = Grounder(
+        model,
+        tokenizer,
+        profile=args.profile,
+        fraction=args.fraction,
+        quantile=args.quantile,
+        threshold=args.threshold,
+        probe=args.probe,
+        top_k=args.top_k,
+        allow_special_tokens=args.allow_special_tokens,
+        language=args.language,
+    )
+    with step("grounding (one forward pass)…"):
+        result = grounder.ground(args.context, args.response, args.question)
+    with step("writing results…"), staged_output(args.out, NAME) as stage:
+        result.to_frame().to_csv(stage / "ground.csv", index=False)
+        result.to_frame("token").to_csv(stage / "ground_tokens.csv", index=False)
+        result.save(stage / "ground.json")
+        result.to_html(stage / "ground.html")
+    verdict = "supported" if result.supported else "UNSUPPORTED"
+    console.print(
+        f"response score {result.score:.3f} (threshold {result.threshold:.3f}): {verdict}"
+        + ("" if result.probe_score is None else f"; probe p(unsupported) {result.probe_score:.3f}")
+    )
+    table = Table(title="sentences")
+    table.add_column("#", justify="right")
+    table.add_column("sentence")
+    table.add_column("score", justify="right")
+    table.add_column("supported by")
+    for i, sentence in enumerate(result.sentences):
+        if sentence.supported:
+            support = "—" if sentence.support is None else clip(sentence.support.text, 50)
+            mark = ""
+        else:
+            support, mark = "[bold red]unsupported[/]", "✗ "
+        table.add_row(
+            str(i + 1),
+            mark + escape(clip(sentence.text, 60)),
+            f"{sentence.score:.3f}",
+            support if not sentence.supported else escape(support),
+        )
+    console.print(table)
+    baselines = ", ".join(f"{k} {v:.3f}" for k, v in result.baselines.items())
+    console.print(f"same-pass baselines (higher = more supported): {escape(baselines)}")
+    console.print(f"results written to {escape(str(args.out))}/ (open ground.html)")
+    return 0
+
+
+def from_namespace(ns: argparse.Namespace) -> GroundArgs:
+    """The checked arguments of ``rcstat ground``."""
+    return GroundArgs.from_namespace(ns)

@@ -1,0 +1,492 @@
+"""Grounding benchmark: FaithBench, SummEdits and the SQuAD supporting-vs-unrelated contrast.
+
+Every item (a context and a response) is measured once (:class:`~rcstat.grounding.Measurer`,
+one forward pass); from that pass every method is scored, so all of them see the same
+samples:
+
+* ``rcstat``: the zero-shot score (token ``exp(-r·NLL)`` over the profile's contextual heads,
+  sentence = lower quantile, response = weakest sentence; docs/grounding.md);
+* variants of it: ``rc_mean`` (mean normalized RC of the contextual heads, no NLL, no
+  weakest-part), ``rc_weakest`` (weakest sentence of that RC, no NLL), ``rcstat_mean``
+  (``exp(-r·NLL)`` averaged over tokens, no weakest-part), ``rcstat_all_heads`` (every head);
+* same-pass baselines: ``lookback`` (Lookback Lens ratio), ``attention_score`` (LLM-Check),
+  ``neg_nll``, ``overlap`` (bigram overlap);
+* FaithBench's stored detectors (``hhem-2.1``, ``hhem-2.1-english``, GPT judges).
+
+Every score is oriented "higher = more supported"; metrics take ``-score`` as the
+hallucination score. The run folder holds ``run.json`` (manifest), ``predictions.jsonl``
+(one line per item: its hash, label, group, every method's score and the per-head means of
+:data:`~rcstat.grounding.features.HEAD_FEATURES`, resumable) and, for FaithBench,
+``tokens/<item>.npz`` (per-token scores, labels and per-head statistics for the span-level
+evaluation). :meth:`GroundingBench.summarize` rebuilds ``scores.csv``, ``metrics.csv``,
+``breakdown.csv``, ``probe_folds.csv``, ``probe_rc.json``, ``spans.csv``, ``contrast.csv``,
+``report.json`` and ``roc.png`` from those files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rcstat.data import GroundingExample, QAExample
+from rcstat.evaluation.grounding_metrics import (
+    auroc,
+    breakdown,
+    evaluate,
+    threshold_transfer,
+    token_auroc,
+)
+from rcstat.grounding.features import HEAD_FEATURES
+from rcstat.grounding.grounder import (
+    Grounder,
+    Measurement,
+    baselines,
+    feature_names,
+    sentence_scores,
+)
+from rcstat.grounding.probe import GroundingProbe, cross_validate
+from rcstat.grounding.score import aggregate, token_scores
+from rcstat.report.console import progress
+from rcstat.report.plots import save_figure
+from rcstat.runs import (
+    EXAMPLE_HASH,
+    MANIFEST_FILE,
+    RunManifest,
+    append_jsonl,
+    content_hash,
+    open_run,
+    read_jsonl,
+    resume_plan,
+    write_jsonl,
+)
+
+__all__ = [
+    "BASELINES",
+    "DATASETS",
+    "VARIANTS",
+    "GroundingBench",
+    "GroundingItem",
+    "contrast_items",
+    "grounding_items",
+    "method_scores",
+]
+
+KIND = "bench grounding"
+ROW_FILES = (MANIFEST_FILE, "predictions.jsonl", "tokens")
+DATASETS = ("faithbench", "summedits", "squad-contrast")
+#: The instruction the responses of the summarization datasets are teacher-forced after.
+SUMMARY_INSTRUCTION = "Summarize the passage above."
+VARIANTS = ("rcstat", "rc_mean", "rc_weakest", "rcstat_mean", "rcstat_all_heads")
+BASELINES = ("lookback", "attention_score", "neg_nll", "overlap")
+_STORED = ("hhem-2.1", "hhem-2.1-english", "gpt-3.5-turbo", "gpt-4-turbo", "gpt_4o")
+
+
+@dataclass(frozen=True)
+class GroundingItem:
+    """One (context, question, response) to measure, with its label and group.
+
+    ``label`` is True when the response is unsupported (hallucinated / inconsistent / the
+    unrelated context of a contrast pair); ``pair`` joins the two items of a contrast pair.
+    """
+
+    id: str
+    context: str
+    question: str
+    response: str
+    label: bool
+    group: str
+    by: str = ""
+    pair: str = ""
+    spans: tuple[tuple[int, int], ...] = ()
+    detectors: dict[str, float] = field(default_factory=dict)
+
+    def hash(self) -> str:
+        """Content hash of what determines the item's row."""
+        return content_hash(
+            [self.context, self.question, self.response, self.label, self.group, self.spans]
+        )
+
+
+def grounding_items(examples: Sequence[GroundingExample]) -> list[GroundingItem]:
+    """FaithBench / SummEdits examples as items; FaithBench's unwanted spans become the
+    span labels, its summarizer the breakdown key."""
+    items = []
+    for e in examples:
+        spans = tuple(
+            (s.start, s.end) for s in e.spans if any(lb.startswith("Unwanted") for lb in s.labels)
+        )
+        items.append(
+            GroundingItem(
+                id=e.id,
+                context=e.context,
+                question=SUMMARY_INSTRUCTION,
+                response=e.response,
+                label=bool(e.label),
+                group=str(e.group),
+                by=str(e.meta.get("summarizer", e.meta.get("domain", ""))),
+                spans=spans,
+                detectors={
+                    k: float(v) for k, v in e.meta.get("detectors", {}).items() if k in _STORED
+                },
+            )
+        )
+    return items
+
+
+def contrast_items(examples: Sequence[QAExample]) -> list[GroundingItem]:
+    """Supporting-vs-unrelated pairs: each answerable question with its gold answer, once
+    after its own context and once after the context of another article (the example half
+    the list away whose context differs), same question and answer."""
+    answerable = [e for e in examples if e.answers]
+    if len(answerable) < 2:
+        raise ValueError("squad-contrast needs at least two answerable examples")
+    items = []
+    for i, e in enumerate(answerable):
+        j = (i + len(answerable) // 2) % len(answerable)
+        while answerable[j].context == e.context:
+            j = (j + 1) % len(answerable)
+            if j == i:
+                raise ValueError("squad-contrast needs examples from two different contexts")
+        for label, context in ((False, e.context), (True, answerable[j].context)):
+            items.append(
+                GroundingItem(
+                    id=f"{e.id}:{'unrelated' if label else 'supporting'}",
+                    context=context,
+                    question=e.question,
+                    response=e.answers[0],
+                    label=label,
+                    group=e.id,
+                    pair=e.id,
+                )
+            )
+    return items
+
+
+def method_scores(
+    grounder: Grounder, measured: Measurement, response: str, context: str
+) -> dict[str, float]:
+    """Every method's response score (higher = more supported) from one measurement."""
+    heads = grounder.heads
+    everything = np.arange(measured.features.shape[1] * measured.features.shape[2])
+    rc = measured.rc(heads)
+    _, ranges, values = sentence_scores(measured, heads, grounder.quantile)
+    weakest_rc = min(aggregate(rc[a:b], grounder.quantile) for a, b in ranges)
+    _, _, all_heads = sentence_scores(measured, everything, grounder.quantile)
+    return {
+        "rcstat": min(values),
+        "rc_mean": float(rc.mean()),
+        "rc_weakest": weakest_rc,
+        "rcstat_mean": float(token_scores(rc, measured.nll).mean()),
+        "rcstat_all_heads": min(all_heads),
+        **baselines(measured, response, context),
+    }
+
+
+def _token_labels(measured: Measurement, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """``[G]`` True for response tokens overlapping an annotated span (character offsets)."""
+    example = measured.example
+    first = example.token_span("answer")[0]
+    base = example.parts["answer"][0]
+    offsets = np.array(example.offsets[first : first + len(measured.nll)]) - base  # [G, 2]
+    labels = np.zeros(len(offsets), dtype=bool)
+    for start, end in spans:
+        labels |= (offsets[:, 1] > start) & (offsets[:, 0] < end)
+    return labels
+
+
+@dataclass
+class GroundingBench:
+    """A resumable grounding benchmark run writing into ``out`` (see the module notes)."""
+
+    out: Path
+    dataset: str
+    model_name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    retry_failed: bool = True
+    seed: int = 0
+    n_resamples: int = 1000
+
+    @property
+    def predictions(self) -> Path:
+        return self.out / "predictions.jsonl"
+
+    def manifest_options(self, grounder: Grounder) -> dict[str, Any]:
+        """The options of the manifest (besides model, tokenizer and rcstat version)."""
+        return {"dataset": self.dataset, "method": grounder.method, **self.options}
+
+    def collect(self, grounder: Grounder, items: Sequence[GroundingItem]) -> int:
+        """Measure every item not yet done; return how many were measured."""
+        manifest = RunManifest.build(
+            self.out,
+            KIND,
+            grounder.measurer.model,
+            grounder.measurer.tokenizer,
+            self.manifest_options(grounder),
+            model_name=self.model_name,
+        )
+        open_run(self.out, manifest, rows=ROW_FILES[1:])
+        hashes = {item.id: item.hash() for item in items}
+        if len(hashes) != len(items):
+            raise ValueError("item ids are not unique")
+        plan = resume_plan(
+            read_jsonl(self.predictions), hashes, key="item", retry_failed=self.retry_failed
+        )
+        if plan.dropped:
+            write_jsonl(self.predictions, plan.keep)
+        todo = [item for item in items if item.id not in plan.done]
+        for item in progress(todo, desc=f"bench grounding {self.dataset}", unit="item"):
+            line: dict[str, Any] = {
+                "item": item.id,
+                EXAMPLE_HASH: hashes[item.id],
+                "label": item.label,
+                "group": item.group,
+                "by": item.by,
+                "pair": item.pair,
+                "detectors": item.detectors,
+            }
+            try:
+                measured = grounder.measurer.measure(item.context, item.response, item.question)
+                line["scores"] = method_scores(grounder, measured, item.response, item.context)
+                line["head_means"] = measured.features.mean(axis=-1).round(5).ravel().tolist()
+                line["tokens"] = len(measured.nll)
+                line["context_tokens"] = int(np.diff(measured.example.token_span("context"))[0])
+                if self.dataset == "faithbench":
+                    self._save_tokens(grounder, item, measured)
+                line["error"] = None
+            except ValueError as err:  # recorded (e.g. longer than the window)
+                line["error"] = f"{type(err).__name__}: {err}"
+            append_jsonl(self.predictions, line)
+        return len(todo)
+
+    def _token_file(self, item_id: str) -> Path:
+        name = hashlib.sha256(item_id.encode()).hexdigest()[:16]
+        return self.out / "tokens" / f"{name}.npz"
+
+    def _save_tokens(self, grounder: Grounder, item: GroundingItem, measured: Measurement) -> None:
+        path = self._token_file(item.id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scores = token_scores(measured.rc(grounder.heads), measured.nll)
+        flat = measured.features.reshape(len(HEAD_FEATURES), -1, len(measured.nll))
+        np.savez(
+            path,
+            score=scores,
+            label=_token_labels(measured, item.spans),
+            nll=measured.nll,
+            rc=flat[0].T.astype(np.float16),  # [G, L·H]
+            lookback=flat[1].T.astype(np.float16),  # [G, L·H]
+        )
+
+    def frame(self) -> pd.DataFrame:
+        """One row per measured item: label, group, breakdown key and every method's score."""
+        rows = []
+        for line in read_jsonl(self.predictions):
+            if line.get("error"):
+                continue
+            row = {k: line[k] for k in ("item", "label", "group", "by", "pair")}
+            row.update(line["scores"])
+            row.update({f"stored:{k}": v for k, v in line["detectors"].items()})
+            row["tokens"] = line["tokens"]
+            row["context_tokens"] = line["context_tokens"]
+            rows.append(row)
+        if not rows:
+            raise ValueError(f"no item could be measured (see {self.predictions})")
+        return pd.DataFrame(rows)
+
+    def summarize(self, into: Path | None = None, *, layers: int, heads: int) -> dict[str, Any]:
+        """Write the summaries into ``into`` (default ``out``); return the report."""
+        into = self.out if into is None else into
+        frame = self.frame()
+        frame.to_csv(into / "scores.csv", index=False)
+        lines = read_jsonl(self.predictions)
+        errors = [(v["item"], v["error"]) for v in lines if v.get("error")]
+        pd.DataFrame(errors, columns=["item", "error"]).to_csv(into / "errors.csv", index=False)
+        report: dict[str, Any] = {
+            "dataset": self.dataset,
+            "items": len(frame),
+            "errors": len(errors),
+            "positives": int(frame["label"].sum()),
+        }
+        methods = [*VARIANTS, *BASELINES, *sorted(c for c in frame if c.startswith("stored:"))]
+        if self.dataset == "squad-contrast":
+            table = self._contrast(frame, methods)
+        else:
+            table = self._metrics(frame, methods)
+            if self.dataset == "faithbench":
+                breakdown(
+                    -frame["rcstat"].to_numpy(), frame["label"].to_numpy(), frame["by"].tolist()
+                ).to_csv(into / "breakdown.csv", index=False)
+                report["spans"] = self._spans(frame, into, layers, heads)
+            report["probe"] = self._probe(frame, lines, into, layers, heads)
+            plot_roc(frame, [m for m in methods if m in table["method"].values], into / "roc.png")
+        table.to_csv(into / "metrics.csv", index=False)
+        report["metrics"] = table.to_dict(orient="records")
+        return report
+
+    def _metrics(self, frame: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
+        rows = []
+        for method in methods:
+            part = frame[frame[method].notna()]
+            if part["label"].nunique() < 2:
+                continue
+            hallucination = -part[method].to_numpy(dtype=np.float64)
+            labels = part["label"].to_numpy(dtype=bool)
+            report = evaluate(
+                hallucination,
+                labels,
+                groups=part["group"].tolist(),
+                n_resamples=self.n_resamples,
+                seed=self.seed,
+            )
+            transfer = threshold_transfer(hallucination, labels, part["group"].tolist())
+            rows.append(
+                {
+                    "method": method,
+                    "kind": _kind(method),
+                    "n": report.n,
+                    "auroc": report.auroc,
+                    "auroc_lo": report.auroc_interval[0],
+                    "auroc_hi": report.auroc_interval[1],
+                    "auroc_best_orientation": max(report.auroc, 1 - report.auroc),
+                    "auc_pr": report.auc_pr,
+                    "auc_pr_lo": report.auc_pr_interval[0],
+                    "auc_pr_hi": report.auc_pr_interval[1],
+                    "balanced_accuracy_transfer": transfer.mean_balanced_accuracy,
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def _contrast(self, frame: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
+        rows = []
+        for method in methods:
+            if method not in frame:
+                continue
+            pivot = frame.pivot_table(index="pair", columns="label", values=method)
+            pivot = pivot.dropna()
+            wins = (pivot[False] > pivot[True]).to_numpy()
+            ties = (pivot[False] == pivot[True]).to_numpy()
+            rows.append(
+                {
+                    "method": method,
+                    "kind": _kind(method),
+                    "pairs": len(pivot),
+                    "supporting_higher": float(wins.mean()),
+                    "ties": float(ties.mean()),
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def _spans(self, frame: pd.DataFrame, into: Path, layers: int, heads: int) -> dict[str, Any]:
+        """Token-level AUROC of the zero-shot score and of a token probe on the annotated
+        unwanted spans (hallucinated responses with annotated spans only)."""
+        scores, labels, features, groups = [], [], [], []
+        for item, group, label in zip(frame["item"], frame["group"], frame["label"], strict=True):
+            path = self._token_file(item)
+            if not label or not path.is_file():
+                continue
+            with np.load(path) as data:
+                if not data["label"].any():
+                    continue
+                scores.append(1 - data["score"])
+                labels.append(data["label"])
+                features.append(np.hstack([data["rc"], data["lookback"]]).astype(np.float32))
+                groups.extend([group] * len(data["label"]))
+        if not labels:
+            return {"note": "no annotated span"}
+        result: dict[str, Any] = {
+            "responses": len(labels),
+            "tokens": int(sum(len(v) for v in labels)),
+            "span_tokens": int(sum(int(v.sum()) for v in labels)),
+            "rcstat_zero_shot_token_auroc": token_auroc(scores, labels),
+        }
+        num_heads = layers * heads
+        names = [n for n in feature_names(layers, heads) if not n.startswith("attention_score")]
+        x, y = np.vstack(features), np.concatenate(labels)
+        folds = {}
+        for name, columns in (("rc", slice(0, num_heads)), ("lookback", slice(num_heads, None))):
+            cv = cross_validate(
+                x[:, columns],
+                y,
+                groups,
+                feature_names=names[columns],
+                n_splits=5,
+                seed=self.seed,
+                max_features=(8, 32, None),
+                Cs=(0.01, 0.1),
+            )
+            folds[name] = cv.auroc
+        flat = {**result, **{f"probe_{k}_token_auroc": v for k, v in folds.items()}}
+        pd.DataFrame([flat]).to_csv(into / "spans.csv", index=False)
+        result["probe_token_auroc"] = folds
+        return result
+
+    def _probe(
+        self, frame: pd.DataFrame, lines: list[dict[str, Any]], into: Path, layers: int, heads: int
+    ) -> dict[str, Any]:
+        """Grouped 5-fold probes on RC features vs lookback features (same folds)."""
+        means = {v["item"]: v["head_means"] for v in lines if not v.get("error")}
+        x = np.array([means[i] for i in frame["item"]], dtype=np.float64)  # [n, 3·L·H]
+        y = frame["label"].to_numpy(dtype=bool)
+        groups = frame["group"].tolist()
+        names = feature_names(layers, heads)
+        size = layers * heads
+        out: dict[str, Any] = {}
+        folds = []
+        for name, columns in (("rc", slice(0, size)), ("lookback", slice(size, 2 * size))):
+            cv = cross_validate(
+                x[:, columns], y, groups, feature_names=names[columns], seed=self.seed
+            )
+            out[name] = {"auroc": cv.auroc, "balanced_accuracy": cv.balanced_accuracy}
+            folds.append(cv.folds_frame().assign(features=name))
+            if name == "rc":
+                GroundingProbe.fit(
+                    x[:, columns],
+                    y,
+                    groups,
+                    feature_names=names[columns],
+                    seed=self.seed,
+                    meta={"dataset": self.dataset, "features": "rc head means"},
+                ).save(into / "probe_rc.json")
+        pd.concat(folds).to_csv(into / "probe_folds.csv", index=False)
+        return out
+
+
+def _kind(method: str) -> str:
+    if method == "rcstat":
+        return "rcstat zero-shot"
+    if method in VARIANTS:
+        return "rcstat variant"
+    if method in BASELINES:
+        return "same-pass baseline"
+    return "stored detector"
+
+
+def plot_roc(frame: pd.DataFrame, methods: Sequence[str], path: Path) -> None:
+    """ROC curves of the methods (hallucinated = positive, ``-score`` ranks)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import roc_curve
+
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for method in methods:
+        part = frame[frame[method].notna()]
+        labels = part["label"].to_numpy(dtype=bool)
+        fpr, tpr, _ = roc_curve(labels, -part[method].to_numpy(dtype=np.float64))
+        value = auroc(-part[method].to_numpy(dtype=np.float64), labels)
+        style = "-" if method in VARIANTS else ("--" if method in BASELINES else ":")
+        width = 2.5 if method == "rcstat" else 1.2
+        ax.plot(fpr, tpr, style, lw=width, label=f"{method} ({value:.3f})")
+    ax.plot([0, 1], [0, 1], color="grey", lw=0.8)
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate (unsupported found)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("ROC: unsupported responses")
+    fig.tight_layout()
+    save_figure(fig, path)

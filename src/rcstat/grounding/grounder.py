@@ -1,0 +1,388 @@
+"""Is a response supported by its context? Token, sentence and response scores from one pass.
+
+:class:`Grounder` teacher-forces a response (written by any model) after its context and an
+instruction or question, through the chat template of an *analysis* model, and runs one
+forward pass with the score capture active. From that pass it keeps, per response token and
+head, the statistics of :mod:`.features`, the token's negative log-likelihood, and the
+attribution of each response sentence to the context's sentences (paper eq. 10). The
+zero-shot score of :mod:`.score` turns them into token, sentence and response scores; the
+baselines of the same pass and, when given, a trained probe's probability sit beside them.
+Only the context's tokens count as context: the template and the instruction are neither
+context nor response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from rcstat.attribution import Attribution, Attributor, TextSpan, split_sentences
+from rcstat.attribution.spans import DEFAULT_LANGUAGE
+from rcstat.capture import attention_layout, capture_scores, softmax_params
+from rcstat.defaults import DEFAULT_TOP_K
+from rcstat.generation import check_example, input_device
+from rcstat.grounding.features import HEAD_FEATURES, ResponseRows, grounding_reducer
+from rcstat.grounding.probe import GroundingProbe
+from rcstat.grounding.profile import HeadProfile, shipped_profile
+from rcstat.grounding.result import Grounding, SentenceGrounding
+from rcstat.grounding.score import DEFAULT_QUANTILE, aggregate, bigram_overlap, token_scores
+from rcstat.segments import Segmented, segment_chat
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "Grounder",
+    "Measurement",
+    "Measurer",
+    "baselines",
+    "feature_names",
+    "sentence_scores",
+]
+
+#: The instruction placed after the context when no question is given.
+DEFAULT_INSTRUCTION = "Write a response based on the text above."
+
+
+def feature_names(layers: int, heads: int) -> list[str]:
+    """Names of the per-head probe features, ``"<feature>:L<layer>H<head>"``, in the order of
+    :meth:`Measurement.head_vector`."""
+    return [
+        f"{name}:L{layer}H{head}"
+        for name in HEAD_FEATURES
+        for layer in range(layers)
+        for head in range(heads)
+    ]
+
+
+@dataclass
+class Measurement:
+    """What one forward pass measured, before any scoring choice.
+
+    Attributes
+    ----------
+    example
+        The tokenised example (template, context, instruction, response).
+    features
+        ``[3, layers, heads, G]`` float32: :data:`~rcstat.grounding.features.HEAD_FEATURES`
+        of every head for every response token.
+    nll
+        ``[G]`` negative log-likelihood of each response token (nats).
+    attribution
+        The response's sentences attributed to the context's sentences (paper eq. 10).
+    """
+
+    example: Segmented
+    features: np.ndarray  # [3, L, H, G]
+    nll: np.ndarray  # [G]
+    attribution: Attribution
+
+    def head_vector(self) -> np.ndarray:
+        """``[3 · L · H]``: every feature averaged over the response tokens (probe input)."""
+        return self.features.mean(axis=-1).ravel()
+
+    def rc(self, heads: np.ndarray) -> np.ndarray:
+        """``[G]``: normalized RC averaged over the flat head indices ``heads``."""
+        rc = self.features[0].reshape(-1, self.features.shape[-1])  # [L·H, G]
+        return rc[heads].mean(axis=0)
+
+
+class Measurer:
+    """The forward pass of grounding, without any scoring choice (see :class:`Grounder`).
+
+    Parameters are those of :class:`Grounder` that shape the pass: ``top_k`` RC-ranked heads
+    attribute each sentence to its supporting context sentence.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        top_k: int = DEFAULT_TOP_K,
+        allow_special_tokens: bool = False,
+        language: str = DEFAULT_LANGUAGE,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.language = language
+        self.allow_special_tokens = allow_special_tokens
+        self.attributor = Attributor(
+            model, tokenizer, top_k, allow_special_tokens=allow_special_tokens, language=language
+        )
+        self._softmax = softmax_params(model)
+
+    def measure(self, context: str, response: str, question: str | None = None) -> Measurement:
+        """Run the forward pass and return the raw per-token statistics (no scoring)."""
+        for label, text in (("context", context), ("response", response)):
+            if not isinstance(text, str):
+                raise TypeError(f"{label}: expected a str, got {type(text).__name__}")
+            if not text.strip():
+                raise ValueError(f"{label} is empty or whitespace only")
+        if question is not None and (not isinstance(question, str) or not question.strip()):
+            raise ValueError("question must be a non-empty string or None")
+        instruction = DEFAULT_INSTRUCTION if question is None else question
+        example = segment_chat(
+            self.tokenizer,
+            context,
+            instruction,
+            response,
+            allow_special_tokens=self.allow_special_tokens,
+        )
+        check_example(self.model, example)
+        rows = ResponseRows(example.token_span("context"), example.token_span("answer"))
+        answer = example.part_text("answer")
+        units = split_sentences(answer, language=self.language)
+        spans = split_sentences(example.part_text("context"), language=self.language)
+        attribute, finish = self.attributor.plan(
+            example, example.part_text("context"), instruction, answer, spans, units
+        )
+        ground = grounding_reducer(rows, self._softmax)
+
+        def reduce(layer: int, scores: torch.Tensor) -> tuple[torch.Tensor, Any]:
+            # scores [1, H, G + 1, T]: row 0 writes the first token; attribution reads g's rows
+            return ground(layer, scores).cpu(), attribute(layer, scores[:, :, 1:])
+
+        ids = example.input_ids.to(input_device(self.model))
+        with torch.no_grad(), capture_scores(self.model, reduce, query_start=rows.first_row) as res:
+            logits = self.model(ids, use_cache=False, logits_to_keep=rows.num_rows).logits
+        log_probs = logits[0, :-1].float().log_softmax(-1)  # [G, V]
+        targets = example.input_ids[0, rows.response[0] : rows.response[1]].to(log_probs.device)
+        nll = -log_probs.gather(-1, targets[:, None])[:, 0]  # [G]
+        layers = res.ordered()
+        features = torch.stack([f for f, _ in layers], dim=1)  # [3, L, H, G]
+        return Measurement(
+            example=example,
+            features=features.numpy(),
+            nll=nll.cpu().double().numpy(),
+            attribution=finish([a for _, a in layers]),
+        )
+
+
+class Grounder:
+    """Score how well a response is supported by its context, from one teacher-forced pass.
+
+    Parameters
+    ----------
+    model, tokenizer
+        The analysis model (any Hugging Face causal LM that :mod:`rcstat.capture` supports)
+        and its fast tokenizer with a chat template.
+    profile
+        The head profile (:class:`HeadProfile` or a path to its JSON): which heads are
+        contextual, and the threshold. Default: the profile shipped for the model; a model
+        without one needs ``rcstat ground-profile`` first.
+    fraction
+        Share of the heads (by profile value) the score averages over; default: the
+        profile's.
+    quantile
+        Lower quantile of its token scores that a sentence scores (the weakest part).
+    threshold
+        Override the profile's threshold.
+    probe
+        A trained :class:`GroundingProbe` (or a path to its JSON) whose probability of
+        "unsupported" is reported beside the zero-shot score.
+    top_k
+        Number of RC-ranked heads that attribute each sentence to its supporting span.
+    allow_special_tokens, language
+        As in :class:`~rcstat.attribution.Attributor`.
+
+    Examples
+    --------
+    >>> from rcstat import Grounder, load_model  # doctest: +SKIP
+    >>> model, tok = load_model()  # doctest: +SKIP
+    >>> g = Grounder(model, tok).ground(  # doctest: +SKIP
+    ...     "The Eiffel Tower was finished in 1889.", "It was finished in 1925.")
+    >>> g.supported, [s.text for s in g.unsupported]  # doctest: +SKIP
+    (False, ['It was finished in 1925.'])
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        profile: HeadProfile | str | Path | None = None,
+        fraction: float | None = None,
+        quantile: float = DEFAULT_QUANTILE,
+        threshold: float | None = None,
+        probe: GroundingProbe | str | Path | None = None,
+        top_k: int = DEFAULT_TOP_K,
+        allow_special_tokens: bool = False,
+        language: str = DEFAULT_LANGUAGE,
+    ) -> None:
+        layout = attention_layout(model)
+        name = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
+        self.profile = _resolve_profile(profile, name)
+        if self.profile.shape != (layout.num_layers, layout.num_heads):
+            raise ValueError(
+                f"the head profile is for {self.profile.shape[0]} layers x "
+                f"{self.profile.shape[1]} heads ({self.profile.model}); the model has "
+                f"{layout.num_layers} x {layout.num_heads}"
+            )
+        if not 0 < quantile < 1:
+            raise ValueError(f"quantile must be in (0, 1), got {quantile}")
+        self.heads = self.profile.heads(fraction)
+        self.quantile = quantile
+        self.threshold = self.profile.threshold if threshold is None else float(threshold)
+        if not np.isfinite(self.threshold):
+            raise ValueError(f"threshold must be finite, got {threshold}")
+        self.probe = _resolve_probe(probe, feature_names(layout.num_layers, layout.num_heads))
+        self.model_name = name
+        self.measurer = Measurer(
+            model,
+            tokenizer,
+            top_k=top_k,
+            allow_special_tokens=allow_special_tokens,
+            language=language,
+        )
+
+    @property
+    def method(self) -> dict[str, Any]:
+        """The scoring configuration, as recorded in every result."""
+        return {
+            "score": "exp(-rc * nll), sentence = lower quantile, response = weakest sentence",
+            "heads": len(self.heads),
+            "fraction": len(self.heads) / self.profile.values.size,
+            "quantile": self.quantile,
+            "threshold": self.threshold,
+            "profile": {"model": self.profile.model, "source": self.profile.source},
+            "support_top_k": self.measurer.attributor.top_k,
+        }
+
+    def ground(self, context: str, response: str, question: str | None = None) -> Grounding:
+        """Score every token and sentence of ``response`` against ``context``.
+
+        Parameters
+        ----------
+        context
+            The source text the response should rest on.
+        response
+            The response to check (teacher-forced; written by any model).
+        question
+            The question or instruction the response answers; default
+            :data:`DEFAULT_INSTRUCTION`.
+
+        Raises
+        ------
+        ValueError
+            Empty texts, or more tokens than the model's window.
+        """
+        return self.score(self.measurer.measure(context, response, question))
+
+    def score(self, measured: Measurement) -> Grounding:
+        """Turn a :class:`Measurement` into a :class:`Grounding` with this configuration."""
+        example = measured.example
+        response = example.part_text("answer")
+        first = example.token_span("answer")[0]
+        base = example.parts["answer"][0]
+        token_spans = np.array(
+            [
+                [max(s - base, 0), max(e - base, 0)]
+                for s, e in example.offsets[first : first + len(measured.nll)]
+            ],
+            dtype=np.int64,
+        ).reshape(-1, 2)
+        scores, ranges, values = sentence_scores(measured, self.heads, self.quantile)
+        attribution = measured.attribution
+        shares, attributed = attribution.scores_for("top", self.measurer.attributor.top_k)
+        sentences = []
+        for u, unit in enumerate(attribution.units):
+            chosen = attributed[u]
+            sentences.append(
+                SentenceGrounding(
+                    start=unit.start,
+                    end=unit.end,
+                    text=unit.text,
+                    tokens=ranges[u],
+                    score=values[u],
+                    supported=bool(values[u] >= self.threshold),
+                    support=None if chosen is None else _copy(attribution.spans[chosen]),
+                    support_share=None if chosen is None else float(shares[u, chosen]),
+                )
+            )
+        features = measured.features.mean(axis=-1)  # [3, L, H]
+        probe_score = None
+        if self.probe is not None:
+            probe_score = float(self.probe.predict_proba(measured.head_vector()[None, :])[0])
+        return Grounding(
+            context=example.part_text("context"),
+            question=example.part_text("question"),
+            response=response,
+            token_texts=example.token_texts("answer"),
+            token_spans=token_spans,
+            token_scores=scores,
+            sentences=sentences,
+            score=min((s.score for s in sentences), default=float("nan")),
+            threshold=self.threshold,
+            baselines=baselines(measured, response, example.part_text("context")),
+            head_features={name: features[i] for i, name in enumerate(HEAD_FEATURES)},
+            probe_score=probe_score,
+            method=self.method,
+            model=self.model_name,
+        )
+
+
+def sentence_scores(
+    measured: Measurement, heads: np.ndarray, quantile: float
+) -> tuple[np.ndarray, list[tuple[int, int]], list[float]]:
+    """Token scores ``[G]``, each sentence's token range and its score (:mod:`.score`)."""
+    example = measured.example
+    first = example.token_span("answer")[0]
+    scores = token_scores(measured.rc(heads), measured.nll)
+    ranges, values = [], []
+    for unit in measured.attribution.units:
+        a, b = (t - first for t in example.token_span("answer", unit.start, unit.end))
+        ranges.append((a, b))
+        values.append(aggregate(scores[a:b], quantile))
+    return scores, ranges, values
+
+
+def baselines(measured: Measurement, response: str, context: str) -> dict[str, float]:
+    """Response-level baselines from the same pass, each oriented so that higher means more
+    supported as its authors use it: the Lookback Lens ratio (mean over heads and tokens),
+    LLM-Check's attention score (mean log-diagonal), minus the mean token NLL, and the share
+    of response bigrams found in the context."""
+    return {
+        "lookback": float(measured.features[1].mean()),
+        "attention_score": float(measured.features[2].mean()),
+        "neg_nll": float(-measured.nll.mean()),
+        "overlap": bigram_overlap(response, context),
+    }
+
+
+def _copy(span: TextSpan) -> TextSpan:
+    return TextSpan(int(span.start), int(span.end), span.text)
+
+
+def _resolve_profile(profile: HeadProfile | str | Path | None, model_name: str) -> HeadProfile:
+    if isinstance(profile, HeadProfile):
+        return profile
+    if profile is not None:
+        return HeadProfile.load(profile)
+    shipped = shipped_profile(model_name)
+    if shipped is None:
+        raise ValueError(
+            f"no head profile ships for {model_name!r}: compute one with "
+            "`rcstat ground-profile --model <model> --out <folder>` and pass "
+            "profile=<folder>/profile.json"
+        )
+    return shipped
+
+
+def _resolve_probe(
+    probe: GroundingProbe | str | Path | None, names: list[str]
+) -> GroundingProbe | None:
+    if probe is None:
+        return None
+    loaded = probe if isinstance(probe, GroundingProbe) else GroundingProbe.load(probe)
+    if loaded.feature_names != names:
+        raise ValueError(
+            f"the probe was trained on {len(loaded.feature_names)} features "
+            f"({loaded.feature_names[0]} ...); this model gives {len(names)} ({names[0]} ...)"
+        )
+    return loaded

@@ -1,0 +1,262 @@
+"""The result of grounding one response: token, sentence and response scores (docs/grounding.md).
+
+:class:`Grounding` holds what one teacher-forced pass of :class:`~rcstat.grounding.Grounder`
+measured: a grounding score per response token (higher = more supported by the context), one
+per sentence (its weakest window of tokens), one for the whole response (its weakest
+sentence), the flag of each sentence against the threshold, the context span that best
+supports each sentence (attribution, paper eq. 10), and the same-pass baseline scores. It
+renders as a table, JSON or a self-contained HTML page and saves to / loads from one JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rcstat.attribution.spans import TextSpan
+
+__all__ = ["Grounding", "SentenceGrounding"]
+
+_SAVE_FORMAT = "rcstat-grounding-1"
+
+
+@dataclass(frozen=True)
+class SentenceGrounding:
+    """One sentence of the response with its grounding.
+
+    Attributes
+    ----------
+    start, end, text
+        ``response[start:end]``.
+    tokens
+        ``[first, last)`` indices into the response tokens.
+    score
+        The sentence's grounding score (its weakest window of tokens; higher = supported).
+    supported
+        ``score >= threshold``.
+    support
+        The context span (a sentence of the context) that the sentence is attributed to by
+        the RC heads (paper eq. 10); None when no span gets any weight.
+    support_share
+        That span's share of the eq. (10) scores over all context spans, in ``[0, 1]``.
+    """
+
+    start: int
+    end: int
+    text: str
+    tokens: tuple[int, int]
+    score: float
+    supported: bool
+    support: TextSpan | None
+    support_share: float | None
+
+
+@dataclass
+class Grounding:
+    """Grounding scores of one response against its context.
+
+    Attributes
+    ----------
+    context, question, response
+        The texts (``question`` is the instruction the response was teacher-forced after).
+    token_texts
+        The response cut at its tokens' start offsets (their concatenation is ``response``).
+    token_spans
+        ``[G, 2]`` character offsets of each token in ``response``.
+    token_scores
+        ``[G]`` grounding score per response token, in ``[0, 1]`` (higher = supported).
+    sentences
+        The sentences of the response (:class:`SentenceGrounding`).
+    score
+        The response's grounding score: its weakest sentence.
+    threshold
+        Scores below it are flagged unsupported.
+    baselines
+        Response-level scores of the same-pass baselines (each oriented so that higher means
+        more supported): ``lookback`` (Lookback Lens ratio), ``attention_score`` (LLM-Check
+        mean log-diagonal), ``neg_nll`` (minus the mean token NLL), ``overlap`` (share of
+        response bigrams found in the context).
+    head_features
+        Per named feature, ``[layers, heads]`` means over the response tokens (the inputs of
+        a trained probe, :class:`~rcstat.grounding.GroundingProbe`).
+    probe_score
+        Probability that the response is unsupported from a probe, when one was given.
+    method, model
+        The score's configuration and the analysis model's name.
+    finished
+        False when the response was cut at the model's window.
+    """
+
+    context: str
+    question: str
+    response: str
+    token_texts: list[str]
+    token_spans: np.ndarray  # [G, 2] int64
+    token_scores: np.ndarray  # [G] float64
+    sentences: list[SentenceGrounding]
+    score: float
+    threshold: float
+    baselines: dict[str, float]
+    head_features: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [L, H]
+    probe_score: float | None = None
+    method: dict[str, Any] = field(default_factory=dict)
+    model: str = ""
+    finished: bool = True
+
+    @property
+    def supported(self) -> bool:
+        """Whether the whole response scores at or above the threshold."""
+        return self.score >= self.threshold
+
+    @property
+    def unsupported(self) -> list[SentenceGrounding]:
+        """The sentences flagged unsupported, in response order."""
+        return [s for s in self.sentences if not s.supported]
+
+    def to_frame(self, level: str = "sentence") -> pd.DataFrame:
+        """One row per sentence (``level="sentence"``) or per token (``level="token"``)."""
+        if level == "sentence":
+            rows = [
+                {
+                    "sentence": i,
+                    "start": s.start,
+                    "end": s.end,
+                    "text": s.text,
+                    "score": s.score,
+                    "supported": s.supported,
+                    "support_start": None if s.support is None else s.support.start,
+                    "support_end": None if s.support is None else s.support.end,
+                    "support_text": None if s.support is None else s.support.text,
+                    "support_share": s.support_share,
+                }
+                for i, s in enumerate(self.sentences)
+            ]
+            return pd.DataFrame(rows)
+        if level == "token":
+            sentence_of = np.full(len(self.token_texts), -1)
+            for i, s in enumerate(self.sentences):
+                sentence_of[s.tokens[0] : s.tokens[1]] = i
+            return pd.DataFrame(
+                {
+                    "token": np.arange(len(self.token_texts)),
+                    "text": self.token_texts,
+                    "start": self.token_spans[:, 0],
+                    "end": self.token_spans[:, 1],
+                    "score": self.token_scores,
+                    "sentence": sentence_of,
+                }
+            )
+        raise ValueError(f"level must be 'sentence' or 'token', got {level!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as plain JSON types (NaN written as None)."""
+        return {
+            "format": _SAVE_FORMAT,
+            "model": self.model,
+            "method": self.method,
+            "context": self.context,
+            "question": self.question,
+            "response": self.response,
+            "score": _num(self.score),
+            "threshold": self.threshold,
+            "supported": self.supported,
+            "finished": self.finished,
+            "probe_score": _num(self.probe_score),
+            "baselines": {k: _num(v) for k, v in self.baselines.items()},
+            "sentences": [_sentence_dict(s) for s in self.sentences],
+            "tokens": {
+                "text": list(self.token_texts),
+                "spans": self.token_spans.tolist(),
+                "score": [_num(v) for v in self.token_scores.tolist()],
+            },
+            "head_features": {k: v.tolist() for k, v in self.head_features.items()},
+        }
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as a JSON string."""
+        return json.dumps(self.to_dict(), indent=1, ensure_ascii=False)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the result to one ``.json`` file that :meth:`load` reads back."""
+        path = Path(path)
+        if path.suffix != ".json":
+            raise ValueError(f"Grounding.save writes a .json file, got {path.name!r}")
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Grounding:
+        """Read a file written by :meth:`save`."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("format") != _SAVE_FORMAT:
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"{path}: not an rcstat grounding file (format {found!r})")
+        tokens = data["tokens"]
+        return cls(
+            context=data["context"],
+            question=data["question"],
+            response=data["response"],
+            token_texts=list(tokens["text"]),
+            token_spans=np.array(tokens["spans"], dtype=np.int64).reshape(-1, 2),
+            token_scores=np.array([_nan(v) for v in tokens["score"]], dtype=np.float64),
+            sentences=[_sentence_of(s) for s in data["sentences"]],
+            score=_nan(data["score"]),
+            threshold=float(data["threshold"]),
+            baselines={k: _nan(v) for k, v in data["baselines"].items()},
+            head_features={
+                k: np.array(v, dtype=np.float64) for k, v in data["head_features"].items()
+            },
+            probe_score=data["probe_score"],
+            method=data["method"],
+            model=data["model"],
+            finished=bool(data["finished"]),
+        )
+
+    def to_html(self, path: str | Path | None = None) -> str:
+        """The grounding page: response tokens coloured by score, unsupported sentences
+        marked, a click on a sentence shows its supporting context span; with a legend.
+
+        Returns the self-contained HTML document; also writes it to ``path`` when given.
+        """
+        from rcstat.report.grounding_html import grounding_page
+
+        html = grounding_page(self)
+        if path is not None:
+            Path(path).write_text(html, encoding="utf-8")
+        return html
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _sentence_dict(s: SentenceGrounding) -> dict[str, Any]:
+    out = asdict(s)
+    out["tokens"] = list(s.tokens)
+    out["score"] = _num(s.score)
+    out["support"] = None if s.support is None else [s.support.start, s.support.end, s.support.text]
+    return out
+
+
+def _sentence_of(d: dict[str, Any]) -> SentenceGrounding:
+    support = d["support"]
+    return SentenceGrounding(
+        start=int(d["start"]),
+        end=int(d["end"]),
+        text=d["text"],
+        tokens=(int(d["tokens"][0]), int(d["tokens"][1])),
+        score=_nan(d["score"]),
+        supported=bool(d["supported"]),
+        support=None if support is None else TextSpan(int(support[0]), int(support[1]), support[2]),
+        support_share=d["support_share"],
+    )
