@@ -1,0 +1,485 @@
+"""``rcstat ground``, ``rcstat ground-profile`` and ``rcstat bench grounding`` on the tiny Llama
+saved to disk (the ``model_dir`` fixture), with data files written here in the upstream
+formats; one slow test runs the benchmark on a few documents of the shared FaithBench slice."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import rcstat.grounding
+from rcstat import cli
+from rcstat.data import find_shared_data
+from rcstat.evaluation.grounding_bench import BASELINES, VARIANTS
+from rcstat.grounding import Grounder, Grounding, HeadProfile, Measurer
+from rcstat.grounding import calibrate as calibrate_module
+from tests._tiny_models import tiny_model
+from tests._tiny_tokenizer import make_tiny_tokenizer
+from tests.test_data_grounding import _annotation, _faithbench_folder, _sample, _write_json
+
+CONTEXT = (
+    "The river flows through the city. The bridge was built in 1889 by a team of engineers. "
+    "Paris is the capital of France."
+)
+QUESTION = "Who built the bridge?"
+RESPONSE = "The bridge was built in 1889. It crosses the river in Paris."
+TOP_K = "5"  # the tiny model has 12 heads; the default (20) is refused
+OUTPUTS = {"ground.json", "ground.csv", "ground_tokens.csv", "ground.html"}
+
+
+def _make_profile(path: Path, seed: int) -> Path:
+    values = np.random.default_rng(seed).uniform(0.2, 0.9, size=(3, 4))
+    return HeadProfile("tiny", values, threshold=0.05, quantile=0.1, fraction=0.5).save(path)
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("profiles")
+    return _make_profile(folder / "a.json", 0), _make_profile(folder / "b.json", 1)
+
+
+@pytest.fixture
+def few_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work around the default top_k (20) that ground-profile and bench grounding pass to the
+    tiny model's 12 heads (see the xfail tests): give every Measurer / Grounder top_k=5."""
+    monkeypatch.setattr(calibrate_module, "Measurer", functools.partial(Measurer, top_k=5))
+    monkeypatch.setattr(rcstat.grounding, "Grounder", functools.partial(Grounder, top_k=5))
+
+
+def _no_model(*args: Any, **kwargs: Any) -> None:
+    raise AssertionError("the model was loaded before the options were checked")
+
+
+def _ground(model_dir: Path, profile: Path, out: Path, *extra: str) -> int:
+    args = ["ground", "--model", str(model_dir), "--profile", str(profile), "--out", str(out)]
+    return cli.main([*args, "--top-k", TOP_K, *extra])
+
+
+# ------------------------------------------------------------------------------ ground
+
+
+def test_ground_writes_results_matching_the_library(model_dir, profiles, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "out"
+    texts = ["--context", CONTEXT, "--response", RESPONSE, "--question", QUESTION]
+    assert _ground(model_dir, profiles[0], out, *texts, "--quantile", "0.3") == 0
+    assert OUTPUTS <= {p.name for p in out.iterdir()}
+    result = Grounding.load(out / "ground.json")
+    want = Grounder(
+        tiny_model("llama"), make_tiny_tokenizer(), profile=profiles[0], quantile=0.3, top_k=5
+    ).ground(CONTEXT, RESPONSE, QUESTION)
+    assert result.score == pytest.approx(want.score, rel=1e-5)
+    np.testing.assert_allclose(result.token_scores, want.token_scores, rtol=1e-5)
+    assert result.response == RESPONSE and result.question == QUESTION
+    assert result.threshold == 0.05 and result.method["quantile"] == 0.3
+    assert [s.support for s in result.sentences] == [s.support for s in want.sentences]
+    sentences = pd.read_csv(out / "ground.csv")
+    assert sentences["text"].tolist() == [s.text for s in want.sentences]
+    tokens = pd.read_csv(out / "ground_tokens.csv", keep_default_na=False)
+    assert len(tokens) == len(want.token_texts)
+    html = (out / "ground.html").read_text(encoding="utf-8")
+    assert html.lstrip().lower().startswith("<!doctype html")
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"response score {want.score:.3f}" in printed and "ground.html" in printed
+    # run again into the same folder: its own earlier output is replaced
+    assert _ground(model_dir, profiles[0], out, *texts, "--threshold", "0.99") == 0
+    assert Grounding.load(out / "ground.json").threshold == 0.99
+
+
+def test_ground_reads_the_response_from_stdin(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(RESPONSE))
+    context = tmp_path / "context.txt"
+    context.write_text(CONTEXT, encoding="utf-8")
+    out = tmp_path / "out"
+    code = _ground(
+        model_dir, profiles[0], out, "--context-file", str(context), "--response-file", "-"
+    )
+    assert code == 0
+    result = Grounding.load(out / "ground.json")
+    assert result.response == RESPONSE and result.context == CONTEXT
+    assert result.question == "Write a response based on the text above."
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--context", CONTEXT], "ground needs --context"),
+        (["--response", RESPONSE], "ground needs --context"),
+        (["--context", "  ", "--response", RESPONSE], "--context is empty"),
+        (["--context", CONTEXT, "--response", "\n"], "--response is empty"),
+        (["--context", CONTEXT, "--response", RESPONSE, "--question", " "], "--question is empty"),
+        (["--context", CONTEXT, "--response", RESPONSE, "--fraction", "0"], "--fraction"),
+        (["--context", CONTEXT, "--response", RESPONSE, "--fraction", "1.5"], "--fraction"),
+        (["--context", CONTEXT, "--response", RESPONSE, "--quantile", "1"], "--quantile"),
+        (["--context", CONTEXT, "--response", RESPONSE, "--quantile", "0"], "--quantile"),
+        (["--context", CONTEXT, "--response", RESPONSE, "--threshold", "nan"], "--threshold"),
+        (["--context", CONTEXT, "--response", RESPONSE, "--probe", "nope.json"], "no such file"),
+        (
+            ["--context", CONTEXT, "--context-file", "c.txt", "--response", RESPONSE],
+            "give --context or --context-file, not both",
+        ),
+    ],
+)
+def test_ground_bad_options_exit_2_before_loading(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, monkeypatch, capsys, extra, message
+) -> None:
+    monkeypatch.setattr("rcstat.cli.ground.load_model_quietly", _no_model)
+    out = tmp_path / "out"
+    assert _ground(model_dir, profiles[0], out, *extra) == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.startswith("error:") and message in printed
+    assert not out.exists()
+
+
+def test_ground_missing_profile_and_foreign_out(  # type: ignore[no-untyped-def]
+    model_dir, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr("rcstat.cli.ground.load_model_quietly", _no_model)
+    texts = ["--context", CONTEXT, "--response", RESPONSE]
+    assert _ground(model_dir, tmp_path / "missing.json", tmp_path / "a", *texts) == 2
+    assert "--profile" in capsys.readouterr().out
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    profile = _make_profile(tmp_path / "p.json", 0)
+    assert _ground(model_dir, profile, foreign, *texts) == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.startswith("error:") and "not written by rcstat" in printed
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+
+
+def test_ground_refuses_a_profile_of_another_shape(model_dir, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    profile = HeadProfile("other", np.full((2, 9), 0.5), 0.1, 0.1).save(tmp_path / "p.json")
+    out = tmp_path / "out"
+    assert _ground(model_dir, profile, out, "--context", CONTEXT, "--response", RESPONSE) == 2
+    assert "2 layers x 9 heads" in " ".join(capsys.readouterr().out.split())
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------- ground-profile
+
+
+def _squad_file(path: Path) -> Path:
+    """SQuAD v2 in its upstream format: two articles, two answerable questions and one not."""
+    bridge = "The bridge was built in 1889 by a team of engineers. It crosses the river."
+    capital = "Paris is the capital of France. Berlin is the capital of Germany."
+
+    def qa(qid: str, question: str, context: str, answer: str | None) -> dict[str, Any]:
+        if answer is None:
+            return {"id": qid, "question": question, "answers": [], "is_impossible": True}
+        start = context.index(answer)
+        answers = [{"text": answer, "answer_start": start}]
+        return {"id": qid, "question": question, "answers": answers, "is_impossible": False}
+
+    document = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "Bridge",
+                "paragraphs": [
+                    {
+                        "context": bridge,
+                        "qas": [
+                            qa("q1", "Who built the bridge?", bridge, "a team of engineers"),
+                            qa("q2", "Who painted the bridge?", bridge, None),
+                        ],
+                    }
+                ],
+            },
+            {
+                "title": "Capitals",
+                "paragraphs": [
+                    {
+                        "context": capital,
+                        "qas": [qa("q3", "What is the capital of France?", capital, "Paris")],
+                    }
+                ],
+            },
+        ],
+    }
+    return _write_json(path, document)
+
+
+def test_ground_profile_writes_a_profile(model_dir, tmp_path, few_heads, capsys) -> None:  # type: ignore[no-untyped-def]
+    data = _squad_file(tmp_path / "dev-v2.0.json")
+    out = tmp_path / "profile"
+    args = ["ground-profile", "--model", str(model_dir), "--data", str(data)]
+    assert cli.main([*args, "--max-new-tokens", "4", "--out", str(out)]) == 0
+    profile = HeadProfile.load(out / "profile.json")
+    assert profile.shape == (3, 4)
+    assert ((profile.values >= 0) & (profile.values <= 1)).all()
+    assert np.isfinite(profile.threshold) and profile.quantile == 0.1
+    assert profile.source["examples"] == 3 and profile.source["max_new_tokens"] == 4
+    assert profile.source["dataset_file"] == str(data)
+    assert (out / "profile.png").read_bytes()[:4] == b"\x89PNG"
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "contextual heads" in printed and "profile written to" in printed
+    # the profile drives `rcstat ground`
+    ground = tmp_path / "ground"
+    texts = ["--context", CONTEXT, "--response", RESPONSE]
+    assert _ground(model_dir, out / "profile.json", ground, *texts) == 0
+    assert Grounding.load(ground / "ground.json").threshold == profile.threshold
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--dataset", "faithbench"], "needs questions with contexts"),
+        (["--dataset", "quotesum"], "needs questions with contexts"),
+        (["--fraction", "0"], "--fraction"),
+        (["--threshold-quantile", "1"], "--threshold-quantile"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--n", "0"], "--n"),
+    ],
+)
+def test_ground_profile_bad_options_exit_2(  # type: ignore[no-untyped-def]
+    model_dir, tmp_path, monkeypatch, capsys, extra, message
+) -> None:
+    monkeypatch.setattr("rcstat.cli.ground_profile.load_model_quietly", _no_model)
+    out = tmp_path / "out"
+    assert cli.main(["ground-profile", "--model", str(model_dir), "--out", str(out), *extra]) == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.startswith("error:") and message in printed
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------- bench grounding
+
+
+def _bench(model_dir: Path, out: Path, *extra: str) -> int:
+    args = ["bench", "grounding", "--model", str(model_dir), "--resamples", "20"]
+    return cli.main([*args, "--out", str(out), *extra])
+
+
+def test_bench_grounding_squad_contrast_and_resume(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, few_heads, monkeypatch, capsys
+) -> None:
+    data = _squad_file(tmp_path / "dev-v2.0.json")
+    out = tmp_path / "bench"
+    args = ["--dataset", "squad-contrast", "--data", str(data), "--profile", str(profiles[0])]
+    assert _bench(model_dir, out, *args) == 0
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert metrics["method"].tolist() == [*VARIANTS, *BASELINES]
+    assert metrics["supporting_higher"].between(0, 1).all()
+    assert metrics["ties"].between(0, 1).all() and (metrics["pairs"] == 2).all()
+    report = json.loads((out / "report.json").read_text())
+    assert report["dataset"] == "squad-contrast" and report["items"] == 4
+    assert report["errors"] == 0 and report["positives"] == 2
+    lines = [json.loads(v) for v in (out / "predictions.jsonl").read_text().splitlines()]
+    assert sorted(v["item"] for v in lines) == [
+        "q1:supporting",
+        "q1:unrelated",
+        "q3:supporting",
+        "q3:unrelated",
+    ]
+    assert all(v["error"] is None and len(v["head_means"]) == 36 for v in lines)
+    # the supporting item of q1 is the library's measurement of the gold answer in context
+    grounder = Grounder(tiny_model("llama"), make_tiny_tokenizer(), profile=profiles[0], top_k=5)
+    bridge = next(v for v in lines if v["item"] == "q1:supporting")
+    want = grounder.ground(
+        "The bridge was built in 1889 by a team of engineers. It crosses the river.",
+        "a team of engineers",
+        "Who built the bridge?",
+    )
+    assert bridge["scores"]["rcstat"] == pytest.approx(want.score, rel=1e-5)
+    assert bridge["label"] is False and bridge["pair"] == "q1"
+    before = (out / "predictions.jsonl").read_text()
+    assert _bench(model_dir, out, *args) == 0  # resumed: nothing measured again
+    assert (out / "predictions.jsonl").read_text() == before
+    # another profile is another run: refused before the model loads
+    monkeypatch.setattr("rcstat.cli.bench.load_model_quietly", _no_model)
+    capsys.readouterr()
+    other = ["--dataset", "squad-contrast", "--data", str(data), "--profile", str(profiles[1])]
+    assert _bench(model_dir, out, *other) == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.startswith("error:") and "other settings" in printed and "profile" in printed
+    assert (out / "predictions.jsonl").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--dataset", "quotesum"], "bench grounding needs --dataset"),
+        (["--dataset", "squad_v2"], "bench grounding needs --dataset"),
+        (["--dataset", "summedits", "--questionable"], "--questionable applies to"),
+        (["--dataset", "faithbench", "--profile", "missing.json"], "no such file"),
+        (["--dataset", "faithbench", "--resamples", "0"], "--resamples"),
+    ],
+)
+def test_bench_grounding_bad_options_exit_2(  # type: ignore[no-untyped-def]
+    model_dir, tmp_path, monkeypatch, capsys, extra, message
+) -> None:
+    monkeypatch.setattr("rcstat.cli.bench.load_model_quietly", _no_model)
+    out = tmp_path / "out"
+    assert _bench(model_dir, out, *extra) == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.startswith("error:") and message in printed
+    assert not out.exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: run_grounding builds Grounder(model, tokenizer, profile=...) with the default "
+    "top_k=20 and bench grounding has no --top-k, so a model with fewer than 20 heads cannot "
+    "be benchmarked",
+)
+def test_bench_grounding_runs_on_a_model_with_few_heads(model_dir, profiles, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = _squad_file(tmp_path / "dev-v2.0.json")
+    args = ["--dataset", "squad-contrast", "--data", str(data), "--profile", str(profiles[0])]
+    assert _bench(model_dir, tmp_path / "bench", *args) == 0
+
+
+# FaithBench in its upstream format: five documents, each with one summary whose annotated
+# span is Unwanted (hallucinated) and one consistent summary (not annotated).
+_DOCUMENTS = [
+    (
+        "The council approved the budget on Monday. It rises by 4 percent.",
+        "The council approved the budget on Friday.",
+        "on Friday",
+        "The budget rises by 4 percent.",
+    ),
+    (
+        "Rain is expected in the north tomorrow. The south stays dry.",
+        "Snow is expected in the north tomorrow.",
+        "Snow",
+        "The south stays dry.",
+    ),
+    (
+        "The bridge was built in 1889 by a team of engineers.",
+        "The bridge was built in 1925 by engineers.",
+        "1925",
+        "Engineers built the bridge in 1889.",
+    ),
+    (
+        "Paris is the capital of France. Berlin is the capital of Germany.",
+        "Rome is the capital of France.",
+        "Rome",
+        "Berlin is the capital of Germany.",
+    ),
+    (
+        "The river flows through the city and the old mill stands by it.",
+        "The river flows around the city and past a new mill.",
+        "a new mill",
+        "An old mill stands by the river.",
+    ),
+]
+
+
+def _faithbench_documents(folder: Path) -> Path:
+    folder.mkdir()
+    samples = []
+    for k, (source, wrong, span, right) in enumerate(_DOCUMENTS):
+        unwanted = [_annotation(wrong, span, ["Unwanted", "Unwanted.Extrinsic"], "ann-1")]
+        samples.append(_sample(2 * k, source, wrong, unwanted))
+        samples.append(_sample(2 * k + 1, source, right, []))
+    _write_json(folder / "batch_1.json", {"samples": samples})
+    return folder
+
+
+def _check_faithbench_run(out: Path, items: int) -> None:
+    metrics = pd.read_csv(out / "metrics.csv")
+    methods = set(metrics["method"])
+    assert {"rcstat", "lookback", "attention_score", "neg_nll", "overlap"} <= methods
+    assert "stored:hhem-2.1" in methods
+    assert metrics["auroc"].between(0, 1).all() and (metrics["n"] == items).all()
+    assert (out / "roc.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(list((out / "tokens").glob("*.npz"))) == items
+    report = json.loads((out / "report.json").read_text())
+    assert report["items"] == items and report["errors"] == 0
+    assert set(report["probe"]) == {"rc", "lookback"}
+
+
+def test_bench_grounding_faithbench_format(model_dir, profiles, tmp_path, few_heads) -> None:  # type: ignore[no-untyped-def]
+    data = _faithbench_documents(tmp_path / "faithbench")
+    out = tmp_path / "bench"
+    args = ["--dataset", "faithbench", "--data", str(data), "--profile", str(profiles[0])]
+    assert _bench(model_dir, out, *args) == 0
+    _check_faithbench_run(out, 10)
+    with np.load(next((out / "tokens").glob("*.npz"))) as tokens:
+        assert {"score", "label", "nll", "rc", "lookback"} <= set(tokens.files)
+        assert tokens["rc"].shape == (len(tokens["score"]), 12)
+    hallucinated = 0
+    for line in (out / "predictions.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        hallucinated += row["label"]
+        assert row["detectors"]["hhem-2.1"] == 0.5
+    assert hallucinated == 5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: GroundingBench.summarize raises when a run has too few documents for one of "
+    "its summaries (threshold transfer needs both classes in each half of the groups, the "
+    "probes five groups): a small FaithBench run (--n 12 on the slice) exits 2 after "
+    "measuring every item instead of leaving those summaries out",
+)
+def test_bench_grounding_summarizes_a_small_run(model_dir, profiles, tmp_path, few_heads) -> None:  # type: ignore[no-untyped-def]
+    data = _faithbench_folder(tmp_path)  # 5 summaries of 2 documents
+    out = tmp_path / "bench"
+    args = ["--dataset", "faithbench", "--data", str(data), "--profile", str(profiles[0])]
+    assert _bench(model_dir, out, *args) == 0
+    assert "rcstat" in set(pd.read_csv(out / "metrics.csv")["method"])
+
+
+def _summary_length(item: tuple[str, dict[str, Any]]) -> int:
+    return len(item[1]["summary"])
+
+
+def _hallucinated(sample: dict[str, Any]) -> bool:
+    return any(label.startswith("Unwanted") for a in sample["annotations"] for label in a["label"])
+
+
+@pytest.mark.slow
+def test_bench_grounding_on_the_faithbench_slice(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, few_heads
+) -> None:
+    shared = find_shared_data()
+    if shared is None or not (shared / "faithbench").is_dir():
+        pytest.skip("shared/data/faithbench not available")
+    # The slice's first summaries come from one or two documents, too few for the grouped
+    # summaries (see the xfail test above); take five documents that have both a hallucinated
+    # and a consistent summary, one of each (the shortest), in their upstream files.
+    documents: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for path in sorted((shared / "faithbench").glob("*.json")):
+        for sample in json.loads(path.read_text(encoding="utf-8"))["samples"]:
+            assert isinstance(sample["annotations"], list)
+            documents[sample["source"]].append((path.name, sample))
+    pairs = []  # per document with both labels: its shortest summary of each label
+    for source, samples in documents.items():
+        chosen = [
+            min((x for x in samples if _hallucinated(x[1]) is label), key=_summary_length)
+            for label in (True, False)
+            if any(_hallucinated(x[1]) is label for x in samples)
+        ]
+        if len(chosen) == 2:
+            pairs.append((2 * len(source) + sum(map(_summary_length, chosen)), chosen))
+    files: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for _, chosen in sorted(pairs, key=lambda p: p[0])[:5]:
+        for name, sample in chosen:
+            files[name].append(sample)
+    folder = tmp_path / "faithbench"
+    folder.mkdir()
+    for name, samples in files.items():
+        _write_json(folder / name, {"samples": samples})
+    # the tiny tokenizer spends many tokens per word: a copy of the model with a longer window
+    # (RoPE needs no change)
+    long_model = tmp_path / "model"
+    long_model.mkdir()
+    for path in model_dir.iterdir():
+        (long_model / path.name).write_bytes(path.read_bytes())
+    config = json.loads((long_model / "config.json").read_text())
+    config["max_position_embeddings"] = 2048
+    (long_model / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "bench"
+    args = ["--dataset", "faithbench", "--data", str(folder), "--profile", str(profiles[0])]
+    assert _bench(long_model, out, *args) == 0
+    _check_faithbench_run(out, 10)
