@@ -4,7 +4,6 @@ formats; one slow test runs the benchmark on a few documents of the shared Faith
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 from collections import defaultdict
@@ -15,12 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import rcstat.grounding
 from rcstat import cli
 from rcstat.data import find_shared_data
 from rcstat.evaluation.grounding_bench import BASELINES, VARIANTS
-from rcstat.grounding import Grounder, Grounding, HeadProfile, Measurer
-from rcstat.grounding import calibrate as calibrate_module
+from rcstat.grounding import Grounder, Grounding, HeadProfile
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 from tests.test_data_grounding import _annotation, _faithbench_folder, _sample, _write_json
@@ -44,14 +41,6 @@ def _make_profile(path: Path, seed: int) -> Path:
 def profiles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("profiles")
     return _make_profile(folder / "a.json", 0), _make_profile(folder / "b.json", 1)
-
-
-@pytest.fixture
-def few_heads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Work around the default top_k (20) that ground-profile and bench grounding pass to the
-    tiny model's 12 heads (see the xfail tests): give every Measurer / Grounder top_k=5."""
-    monkeypatch.setattr(calibrate_module, "Measurer", functools.partial(Measurer, top_k=5))
-    monkeypatch.setattr(rcstat.grounding, "Grounder", functools.partial(Grounder, top_k=5))
 
 
 def _no_model(*args: Any, **kwargs: Any) -> None:
@@ -209,7 +198,7 @@ def _squad_file(path: Path) -> Path:
     return _write_json(path, document)
 
 
-def test_ground_profile_writes_a_profile(model_dir, tmp_path, few_heads, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_ground_profile_writes_a_profile(model_dir, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     data = _squad_file(tmp_path / "dev-v2.0.json")
     out = tmp_path / "profile"
     args = ["ground-profile", "--model", str(model_dir), "--data", str(data)]
@@ -261,7 +250,7 @@ def _bench(model_dir: Path, out: Path, *extra: str) -> int:
 
 
 def test_bench_grounding_squad_contrast_and_resume(  # type: ignore[no-untyped-def]
-    model_dir, profiles, tmp_path, few_heads, monkeypatch, capsys
+    model_dir, profiles, tmp_path, monkeypatch, capsys
 ) -> None:
     data = _squad_file(tmp_path / "dev-v2.0.json")
     out = tmp_path / "bench"
@@ -326,12 +315,6 @@ def test_bench_grounding_bad_options_exit_2(  # type: ignore[no-untyped-def]
     assert not out.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: run_grounding builds Grounder(model, tokenizer, profile=...) with the default "
-    "top_k=20 and bench grounding has no --top-k, so a model with fewer than 20 heads cannot "
-    "be benchmarked",
-)
 def test_bench_grounding_runs_on_a_model_with_few_heads(model_dir, profiles, tmp_path) -> None:  # type: ignore[no-untyped-def]
     data = _squad_file(tmp_path / "dev-v2.0.json")
     args = ["--dataset", "squad-contrast", "--data", str(data), "--profile", str(profiles[0])]
@@ -398,7 +381,7 @@ def _check_faithbench_run(out: Path, items: int) -> None:
     assert set(report["probe"]) == {"rc", "lookback"}
 
 
-def test_bench_grounding_faithbench_format(model_dir, profiles, tmp_path, few_heads) -> None:  # type: ignore[no-untyped-def]
+def test_bench_grounding_faithbench_format(model_dir, profiles, tmp_path) -> None:  # type: ignore[no-untyped-def]
     data = _faithbench_documents(tmp_path / "faithbench")
     out = tmp_path / "bench"
     args = ["--dataset", "faithbench", "--data", str(data), "--profile", str(profiles[0])]
@@ -415,14 +398,7 @@ def test_bench_grounding_faithbench_format(model_dir, profiles, tmp_path, few_he
     assert hallucinated == 5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: GroundingBench.summarize raises when a run has too few documents for one of "
-    "its summaries (threshold transfer needs both classes in each half of the groups, the "
-    "probes five groups): a small FaithBench run (--n 12 on the slice) exits 2 after "
-    "measuring every item instead of leaving those summaries out",
-)
-def test_bench_grounding_summarizes_a_small_run(model_dir, profiles, tmp_path, few_heads) -> None:  # type: ignore[no-untyped-def]
+def test_bench_grounding_summarizes_a_small_run(model_dir, profiles, tmp_path) -> None:  # type: ignore[no-untyped-def]
     data = _faithbench_folder(tmp_path)  # 5 summaries of 2 documents
     out = tmp_path / "bench"
     args = ["--dataset", "faithbench", "--data", str(data), "--profile", str(profiles[0])]
@@ -440,14 +416,13 @@ def _hallucinated(sample: dict[str, Any]) -> bool:
 
 @pytest.mark.slow
 def test_bench_grounding_on_the_faithbench_slice(  # type: ignore[no-untyped-def]
-    model_dir, profiles, tmp_path, few_heads
+    model_dir, profiles, tmp_path
 ) -> None:
     shared = find_shared_data()
     if shared is None or not (shared / "faithbench").is_dir():
         pytest.skip("shared/data/faithbench not available")
-    # The slice's first summaries come from one or two documents, too few for the grouped
-    # summaries (see the xfail test above); take five documents that have both a hallucinated
-    # and a consistent summary, one of each (the shortest), in their upstream files.
+    # Five documents that have both a hallucinated and a consistent summary, one of each (the
+    # shortest, to fit the tiny model's window), in their upstream files.
     documents: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
     for path in sorted((shared / "faithbench").glob("*.json")):
         for sample in json.loads(path.read_text(encoding="utf-8"))["samples"]:

@@ -403,9 +403,12 @@ def run_grounding(args: BenchGroundingArgs) -> int:
         (stage / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     table = pd_table(report["metrics"])
     console.print(table, markup=False)
-    if "probe" in report:
-        probe = ", ".join(f"{k} features {v['auroc']:.3f}" for k, v in report["probe"].items())
-        console.print(f"probe (grouped 5-fold, out-of-fold AUROC): {probe}", markup=False)
+    probe = report.get("probe", {})
+    if "note" in probe:
+        console.print(f"probe: not trained ({probe['note']})", markup=False)
+    elif probe:
+        folds = ", ".join(f"{k} features {v['auroc']:.3f}" for k, v in probe.items())
+        console.print(f"probe (grouped 5-fold, out-of-fold AUROC): {folds}", markup=False)
     if "spans" in report and "rcstat_zero_shot_token_auroc" in report["spans"]:
         spans = report["spans"]
         console.print(

@@ -10,7 +10,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from rcstat.checks import check_count, check_number
+from rcstat.checks import check_number
 from rcstat.cli._common import (
     HelpFormatter,
     add_model_option,
@@ -20,6 +20,7 @@ from rcstat.cli._common import (
     clip,
     console,
     load_model_quietly,
+    optional_count,
     staged_output,
     step,
 )
@@ -67,7 +68,10 @@ def register(sub: Any) -> None:
         "--threshold", type=float, default=None, help="flag threshold (default: the profile's)"
     )
     gr.add_argument(
-        "--top-k", type=int, default=DEFAULT_TOP_K, help="heads that find supporting spans"
+        "--top-k",
+        type=int,
+        default=None,
+        help=f"heads that find supporting spans (default: {DEFAULT_TOP_K}, at most every head)",
     )
     gr.add_argument("--language", default="en", help="language code for sentence splitting")
     gr.add_argument("--out", default="runs/ground", help="output folder")
@@ -87,7 +91,7 @@ class GroundArgs:
     fraction: float | None
     quantile: float
     threshold: float | None
-    top_k: int
+    top_k: int | None
     language: str
     out: Path
     allow_special_tokens: bool = False
@@ -130,7 +134,7 @@ class GroundArgs:
                 "--quantile", ns.quantile, low=0.0, high=1.0, low_open=True, high_open=True
             ),
             threshold=threshold,
-            top_k=check_count("--top-k", ns.top_k),
+            top_k=optional_count("--top-k", ns.top_k),
             language=ns.language,
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,

@@ -26,7 +26,7 @@ evaluation). :meth:`GroundingBench.summarize` rebuilds ``scores.csv``, ``metrics
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,8 +321,8 @@ class GroundingBench:
                 breakdown(
                     -frame["rcstat"].to_numpy(), frame["label"].to_numpy(), frame["by"].tolist()
                 ).to_csv(into / "breakdown.csv", index=False)
-                report["spans"] = self._spans(frame, into, layers, heads)
-            report["probe"] = self._probe(frame, lines, into, layers, heads)
+                report["spans"] = _or_note(lambda: self._spans(frame, into, layers, heads))
+            report["probe"] = _or_note(lambda: self._probe(frame, lines, into, layers, heads))
             plot_roc(frame, [m for m in methods if m in table["method"].values], into / "roc.png")
         table.to_csv(into / "metrics.csv", index=False)
         report["metrics"] = table.to_dict(orient="records")
@@ -336,30 +336,46 @@ class GroundingBench:
                 continue
             hallucination = -part[method].to_numpy(dtype=np.float64)
             labels = part["label"].to_numpy(dtype=bool)
-            report = evaluate(
-                hallucination,
-                labels,
-                groups=part["group"].tolist(),
-                n_resamples=self.n_resamples,
-                seed=self.seed,
-            )
-            transfer = threshold_transfer(hallucination, labels, part["group"].tolist())
-            rows.append(
-                {
-                    "method": method,
-                    "kind": _kind(method),
-                    "n": report.n,
-                    "auroc": report.auroc,
-                    "auroc_lo": report.auroc_interval[0],
-                    "auroc_hi": report.auroc_interval[1],
-                    "auroc_best_orientation": max(report.auroc, 1 - report.auroc),
-                    "auc_pr": report.auc_pr,
-                    "auc_pr_lo": report.auc_pr_interval[0],
-                    "auc_pr_hi": report.auc_pr_interval[1],
-                    "balanced_accuracy_transfer": transfer.mean_balanced_accuracy,
-                }
-            )
-        return pd.DataFrame(rows)
+            groups = part["group"].tolist()
+            row: dict[str, Any] = {"method": method, "kind": _kind(method), "n": len(part)}
+            row["auroc"] = auroc(hallucination, labels)
+            row["auroc_best_orientation"] = max(row["auroc"], 1 - row["auroc"])
+            notes = []
+            try:  # a run over few groups may have resamples or halves with one class only
+                report = evaluate(
+                    hallucination,
+                    labels,
+                    groups=groups,
+                    n_resamples=self.n_resamples,
+                    seed=self.seed,
+                )
+                row["auroc_lo"], row["auroc_hi"] = report.auroc_interval
+                row["auc_pr"] = report.auc_pr
+                row["auc_pr_lo"], row["auc_pr_hi"] = report.auc_pr_interval
+            except ValueError as err:
+                notes.append(f"intervals: {err}")
+            try:
+                transfer = threshold_transfer(hallucination, labels, groups, seed=self.seed)
+                row["balanced_accuracy_transfer"] = transfer.mean_balanced_accuracy
+            except ValueError as err:
+                notes.append(f"threshold transfer: {err}")
+            row["note"] = "; ".join(notes)
+            rows.append(row)
+        columns = [
+            "method",
+            "kind",
+            "n",
+            "auroc",
+            "auroc_lo",
+            "auroc_hi",
+            "auroc_best_orientation",
+            "auc_pr",
+            "auc_pr_lo",
+            "auc_pr_hi",
+            "balanced_accuracy_transfer",
+            "note",
+        ]
+        return pd.DataFrame(rows).reindex(columns=columns)
 
     def _contrast(self, frame: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
         rows = []
@@ -454,6 +470,15 @@ class GroundingBench:
                 ).save(into / "probe_rc.json")
         pd.concat(folds).to_csv(into / "probe_folds.csv", index=False)
         return out
+
+
+def _or_note(summary: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The summary, or ``{"note": why}`` when the run is too small for it (e.g. fewer groups
+    than cross-validation folds): the other summaries are still written."""
+    try:
+        return summary()
+    except ValueError as err:
+        return {"note": str(err)}
 
 
 def _kind(method: str) -> str:

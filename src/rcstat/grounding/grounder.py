@@ -104,10 +104,13 @@ class Measurer:
         model: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
         *,
-        top_k: int = DEFAULT_TOP_K,
+        top_k: int | None = None,
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,
     ) -> None:
+        if top_k is None:
+            layout = attention_layout(model)
+            top_k = min(DEFAULT_TOP_K, layout.num_layers * layout.num_heads)
         self.model = model
         self.tokenizer = tokenizer
         self.language = language
@@ -187,7 +190,8 @@ class Grounder:
         A trained :class:`GroundingProbe` (or a path to its JSON) whose probability of
         "unsupported" is reported beside the zero-shot score.
     top_k
-        Number of RC-ranked heads that attribute each sentence to its supporting span.
+        Number of RC-ranked heads that attribute each sentence to its supporting span
+        (default 20, or every head of a model with fewer).
     allow_special_tokens, language
         As in :class:`~rcstat.attribution.Attributor`.
 
@@ -211,7 +215,7 @@ class Grounder:
         quantile: float = DEFAULT_QUANTILE,
         threshold: float | None = None,
         probe: GroundingProbe | str | Path | None = None,
-        top_k: int = DEFAULT_TOP_K,
+        top_k: int | None = None,
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,
     ) -> None:

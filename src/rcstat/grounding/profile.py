@@ -75,7 +75,8 @@ class HeadProfile:
     @property
     def shape(self) -> tuple[int, int]:
         """``(layers, heads)``."""
-        return self.values.shape  # type: ignore[return-value]
+        layers, heads = self.values.shape
+        return int(layers), int(heads)
 
     def heads(self, fraction: float | None = None) -> np.ndarray:
         """Flat indices ``layer * heads + head`` of the top ``fraction`` of heads (at least

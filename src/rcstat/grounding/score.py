@@ -15,7 +15,7 @@ score falls; a low probability alone (a paraphrase, a word the model would not p
 little unless the context was being read.
 
 Aggregation. A sentence is as weak as its weakest part: its score is the lower ``q``-quantile
-(default ``0.1``) of its token scores, so one unsupported name in a long sentence is not
+(default ``0.2``) of its token scores, so one unsupported name in a long sentence is not
 averaged away. The response's score is its weakest sentence.
 """
 
