@@ -270,7 +270,7 @@ def test_bench_grounding_squad_contrast_and_resume(  # type: ignore[no-untyped-d
         "q3:supporting",
         "q3:unrelated",
     ]
-    assert all(v["error"] is None and len(v["head_means"]) == 36 for v in lines)
+    assert all(v["error"] is None and len(v["head_features"]) == 36 for v in lines)
     # the supporting item of q1 is the library's measurement of the gold answer in context
     grounder = Grounder(tiny_model("llama"), make_tiny_tokenizer(), profile=profiles[0], top_k=5)
     bridge = next(v for v in lines if v["item"] == "q1:supporting")

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from rcstat.attribution import Attributor
 from rcstat.attribution.spans import TextSpan
 from rcstat.data import QAExample
+from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE
 from rcstat.grounding import (
     Grounder,
     Grounding,
@@ -177,8 +178,9 @@ def test_head_vector_follows_feature_names(measured) -> None:
     features = ("rc", "lookback", "attention_score")
     for k, name in enumerate(names):
         feature, layer, head = re.fullmatch(r"(\w+):L(\d+)H(\d+)", name).groups()  # type: ignore[union-attr]
-        mean = measured.features[features.index(feature), int(layer), int(head)].mean()
-        assert vector[k] == pytest.approx(mean, rel=1e-6)
+        tokens = measured.features[features.index(feature), int(layer), int(head)]
+        low = float(np.quantile(tokens.astype(np.float64), DEFAULT_GROUNDING_QUANTILE))
+        assert vector[k] == pytest.approx(low, rel=1e-5, abs=1e-7)
 
 
 def test_tokens_and_sentences_index_the_response(grounding) -> None:  # type: ignore[no-untyped-def]
@@ -231,7 +233,8 @@ def test_scores_follow_the_definition(tiny, measured, profile, grounding) -> Non
         rel=1e-6,
     )
     assert set(g.head_features) == {"rc", "lookback", "attention_score"}
-    np.testing.assert_allclose(g.head_features["rc"], measured.features[0].mean(-1), rtol=1e-6)
+    low = np.quantile(measured.features[0], DEFAULT_GROUNDING_QUANTILE, axis=-1)
+    np.testing.assert_allclose(g.head_features["rc"], low, rtol=1e-6)
     assert g.probe_score is None
 
 

@@ -15,8 +15,9 @@ samples:
 
 Every score is oriented "higher = more supported"; metrics take ``-score`` as the
 hallucination score. The run folder holds ``run.json`` (manifest), ``predictions.jsonl``
-(one line per item: its hash, label, group, every method's score and the per-head means of
-:data:`~rcstat.grounding.features.HEAD_FEATURES`, resumable) and, for FaithBench,
+(one line per item: its hash, label, group, every method's score and, per head, the lower
+quantile over the tokens of each of :data:`~rcstat.grounding.features.HEAD_FEATURES`;
+resumable) and, for FaithBench,
 ``tokens/<item>.npz`` (per-token scores, labels and per-head statistics for the span-level
 evaluation). :meth:`GroundingBench.summarize` rebuilds ``scores.csv``, ``metrics.csv``,
 ``breakdown.csv``, ``probe_folds.csv``, ``probe_rc.json``, ``spans.csv``, ``contrast.csv``,
@@ -253,7 +254,7 @@ class GroundingBench:
             try:
                 measured = grounder.measurer.measure(item.context, item.response, item.question)
                 line["scores"] = method_scores(grounder, measured, item.response, item.context)
-                line["head_means"] = measured.features.mean(axis=-1).round(5).ravel().tolist()
+                line["head_features"] = measured.head_vector().round(5).tolist()
                 line["tokens"] = len(measured.nll)
                 line["context_tokens"] = int(np.diff(measured.example.token_span("context"))[0])
                 if self.dataset == "faithbench":
@@ -445,7 +446,7 @@ class GroundingBench:
         self, frame: pd.DataFrame, lines: list[dict[str, Any]], into: Path, layers: int, heads: int
     ) -> dict[str, Any]:
         """Grouped 5-fold probes on RC features vs lookback features (same folds)."""
-        means = {v["item"]: v["head_means"] for v in lines if not v.get("error")}
+        means = {v["item"]: v["head_features"] for v in lines if not v.get("error")}
         x = np.array([means[i] for i in frame["item"]], dtype=np.float64)  # [n, 3·L·H]
         y = frame["label"].to_numpy(dtype=bool)
         groups = frame["group"].tolist()
@@ -466,7 +467,10 @@ class GroundingBench:
                     groups,
                     feature_names=names[columns],
                     seed=self.seed,
-                    meta={"dataset": self.dataset, "features": "rc head means"},
+                    meta={
+                        "dataset": self.dataset,
+                        "features": "rc, lower quantile over tokens per head",
+                    },
                 ).save(into / "probe_rc.json")
         pd.concat(folds).to_csv(into / "probe_folds.csv", index=False)
         return out

@@ -82,9 +82,15 @@ class Measurement:
     nll: np.ndarray  # [G]
     attribution: Attribution
 
-    def head_vector(self) -> np.ndarray:
-        """``[3 · L · H]``: every feature averaged over the response tokens (probe input)."""
-        return self.features.mean(axis=-1).ravel()
+    def head_features(self, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
+        """``[3, L, H]``: every statistic's lower ``quantile`` over the response tokens, per
+        head (a response is as weak as its weakest part, for the probe as for the score)."""
+        return np.quantile(self.features, quantile, axis=-1)
+
+    def head_vector(self, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
+        """``[3 · L · H]``: :meth:`head_features` flattened (probe input, in the order of
+        :func:`feature_names`)."""
+        return self.head_features(quantile).ravel()
 
     def rc(self, heads: np.ndarray) -> np.ndarray:
         """``[G]``: normalized RC averaged over the flat head indices ``heads``."""
@@ -309,7 +315,7 @@ class Grounder:
                     support_share=None if chosen is None else float(shares[u, chosen]),
                 )
             )
-        features = measured.features.mean(axis=-1)  # [3, L, H]
+        features = measured.head_features()  # [3, L, H]
         probe_score = None
         if self.probe is not None:
             probe_score = float(self.probe.predict_proba(measured.head_vector()[None, :])[0])

@@ -83,8 +83,9 @@ class Grounding:
         mean log-diagonal), ``neg_nll`` (minus the mean token NLL), ``overlap`` (share of
         response bigrams found in the context).
     head_features
-        Per named feature, ``[layers, heads]`` means over the response tokens (the inputs of
-        a trained probe, :class:`~rcstat.grounding.GroundingProbe`).
+        Per named feature, ``[layers, heads]`` lower quantile (the score's sentence quantile)
+        over the response tokens: the inputs of a trained probe
+        (:class:`~rcstat.grounding.GroundingProbe`).
     probe_score
         Probability that the response is unsupported from a probe, when one was given.
     method, model
