@@ -66,7 +66,7 @@ def tiny() -> tuple[Any, Any]:
 @pytest.fixture(scope="module")
 def measured(tiny) -> Measurement:  # type: ignore[no-untyped-def]
     model, tok = tiny
-    return Measurer(model, tok, top_k=TOP_K).measure(CONTEXT, RESPONSE, QUESTION)
+    return Measurer(model, tok).measure(CONTEXT, RESPONSE, QUESTION)
 
 
 def _profile(seed: int = 0, **changes: Any) -> HeadProfile:
@@ -232,9 +232,9 @@ def test_scores_follow_the_definition(tiny, measured, profile, grounding) -> Non
         },
         rel=1e-6,
     )
-    assert set(g.head_features) == {"rc", "lookback", "attention_score"}
-    low = np.quantile(measured.features[0], DEFAULT_GROUNDING_QUANTILE, axis=-1)
-    np.testing.assert_allclose(g.head_features["rc"], low, rtol=1e-6)
+    assert set(g.head_features) == {"lookback", "attention_score"}  # rc: profile heads only
+    low = np.quantile(measured.features[1], DEFAULT_GROUNDING_QUANTILE, axis=-1)
+    np.testing.assert_allclose(g.head_features["lookback"], low, rtol=1e-6)
     assert g.probe_score is None
 
 
@@ -254,7 +254,7 @@ def test_threshold_override_flags_sentences(tiny, profile, grounding) -> None:  
     # the profile's own threshold, raised above every score: nothing is supported
     above = dataclasses.replace(profile, threshold=1.5)
     result = Grounder(model, tok, profile=above, quantile=0.3, top_k=TOP_K).score(
-        Measurer(model, tok, top_k=TOP_K).measure(CONTEXT, RESPONSE, QUESTION)
+        Measurer(model, tok).measure(CONTEXT, RESPONSE, QUESTION)
     )
     assert result.threshold == 1.5 and not any(s.supported for s in result.sentences)
     assert len(result.unsupported) == 2
@@ -273,20 +273,52 @@ def test_fraction_override_chooses_the_heads(tiny, measured, profile) -> None:  
         assert result.method["fraction"] == pytest.approx(len(chosen) / 12)
 
 
-def test_support_span_is_the_attributors(tiny, grounding) -> None:  # type: ignore[no-untyped-def]
+def test_support_span_is_eq10_over_the_profiles_top_heads(tiny, profile, grounding) -> None:  # type: ignore[no-untyped-def]
+    """The supporting span: eq. (10) with the profile's ``top_k`` most contextual heads,
+    rebuilt from the Attributor's per-head span scores of the same sentences and spans."""
     model, tok = tiny
     attribution = Attributor(model, tok, top_k=TOP_K).attribute(
         CONTEXT, QUESTION, RESPONSE, spans=CONTEXT_SENTENCES, units=RESPONSE_SENTENCES
     )
     assert [s.text for s in attribution.spans] == CONTEXT_SENTENCES
-    scores = attribution.scores
+    chosen = np.argsort(-profile.values.ravel(), kind="stable")[:TOP_K]
+    totals = attribution.per_head[chosen // HEADS, chosen % HEADS].sum(axis=0)  # [U, S]
+    shares = totals / totals.sum(axis=-1, keepdims=True)
+    assert grounding.method["support_heads"] == TOP_K
     for u, sentence in enumerate(grounding.sentences):
-        index = attribution.attributed[u]
-        assert index is not None
+        index = int(np.argmax(shares[u]))
         span = attribution.spans[index]
         assert sentence.support == TextSpan(span.start, span.end, span.text)
         assert CONTEXT[span.start : span.end] == span.text
-        assert sentence.support_share == pytest.approx(float(scores[u, index]), rel=1e-5)
+        assert sentence.support_share == pytest.approx(float(shares[u, index]), rel=1e-5)
+
+
+def test_measurer_without_support_heads_gives_no_span(tiny, measured, profile) -> None:  # type: ignore[no-untyped-def]
+    model, tok = tiny
+    assert measured.support.shape == (len(RESPONSE_SENTENCES), len(CONTEXT_SENTENCES))
+    assert not measured.support.any()
+    result = Grounder(model, tok, profile=profile, top_k=TOP_K).score(measured)
+    assert all(s.support is None and s.support_share is None for s in result.sentences)
+
+
+def test_rc_of_the_chosen_heads_only(tiny, profile, measured) -> None:  # type: ignore[no-untyped-def]
+    """Without a probe the pass computes the RC of the profile's heads only (others NaN),
+    with the same values, and the result carries no per-head RC features."""
+    model, tok = tiny
+    grounder = Grounder(model, tok, profile=profile, quantile=0.3, top_k=TOP_K)
+    fast = grounder.measurer.measure(CONTEXT, RESPONSE, QUESTION)
+    rc = fast.features[0].reshape(LAYERS * HEADS, -1)
+    chosen = np.zeros(LAYERS * HEADS, dtype=bool)
+    chosen[grounder.heads] = True
+    assert np.isnan(rc[~chosen]).all() and not np.isnan(rc[chosen]).any()
+    full = measured.features[0].reshape(LAYERS * HEADS, -1)
+    np.testing.assert_allclose(rc[chosen], full[chosen], rtol=1e-6)
+    np.testing.assert_array_equal(fast.features[1:], measured.features[1:])
+    result = grounder.score(fast)
+    assert set(result.head_features) == {"lookback", "attention_score"}
+    with pytest.raises(ValueError, match="not measured"):
+        fast.rc(np.arange(LAYERS * HEADS))
+    assert Grounder(model, tok, profile=profile, top_k=TOP_K, all_heads=True).all_heads
 
 
 def test_probe_score_is_the_probes_probability(tiny, measured, profile, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -622,7 +654,7 @@ def test_build_profile_equals_the_mean_features_of_the_answers(tiny) -> None:  #
     profile = build_profile(model, tok, iter(EXAMPLES), max_new_tokens=4, threshold_quantile=0.25)
     answers = [_greedy_answer(model, tok, e.context, e.question, 4) for e in EXAMPLES]
     assert all(a.strip() for a in answers)
-    measurer = Measurer(model, tok, top_k=TOP_K)
+    measurer = Measurer(model, tok)
     measured = [
         measurer.measure(e.context, a, e.question) for e, a in zip(EXAMPLES, answers, strict=True)
     ]
@@ -675,7 +707,7 @@ def test_build_profile_runs_on_a_model_with_few_heads(tiny) -> None:  # type: ig
 )
 def test_measure_refuses_bad_input(tiny, context, response, question, error, message) -> None:  # type: ignore[no-untyped-def]
     model, tok = tiny
-    measurer = Measurer(model, tok, top_k=TOP_K)
+    measurer = Measurer(model, tok)
     with pytest.raises(error, match=message):
         measurer.measure(context, response, question)
 

@@ -33,10 +33,10 @@ import torch
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.stats import block_statistics, expected_rc_shared, rc_statistics
 
-__all__ = ["attribution_reducer"]
+__all__ = ["attribution_reducer", "self_index", "unit_key_rc"]
 
 
-def _self_index(a: int, b: int) -> torch.Tensor:
+def self_index(a: int, b: int) -> torch.Tensor:
     """Flat indices into the ``[|g'|, b]`` rows ``a..b-1`` of ``g`` against the generated keys
     ``0..b-1`` that are ``Y(g, g')`` (keys ``<=`` their query). Built on the CPU once per unit
     and gathered with, so that no boolean indexing synchronises the device per layer."""
@@ -51,6 +51,37 @@ def _self_samples(
     """``Y(g, g')`` per head, ``[H, |Y|]`` (``index`` from :func:`_self_index`)."""
     rows = block[:, a:b, prompt_len : prompt_len + b].reshape(block.shape[0], -1)  # [H, |g'|·b]
     return rows[:, index]
+
+
+def unit_key_rc(
+    block: torch.Tensor,
+    prompt_len: int,
+    unit: tuple[int, int],
+    index: torch.Tensor,
+    keys: tuple[int, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Key-level expected RC ``t_h(g', i)`` of one unit for the prompt keys ``keys``.
+
+    Parameters
+    ----------
+    block
+        ``[H, |g|, m + |g|]`` raw scores of the generated queries.
+    unit
+        Rows ``[a, b)`` of ``g``; ``index`` from :func:`self_index` of the same rows.
+    keys
+        ``[start, end)`` absolute prompt positions (default: every prompt key).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``t_h`` ``[H, K]`` float64, the unit's cross scores ``[H, |g'|, K]`` and its self
+        samples ``Y(g, g')`` ``[H, |Y|]``.
+    """
+    a, b = unit
+    start, end = (0, prompt_len) if keys is None else keys
+    cross = block[:, a:b, start:end]  # [H, |g'|, K]
+    y = _self_samples(block, prompt_len, a, b, index)  # [H, |Y|]
+    return expected_rc_shared(cross.transpose(1, 2), y, check_finite=False), cross, y
 
 
 def _span_upper(
@@ -129,7 +160,7 @@ def attribution_reducer(
         ``[U, H, S]``.
     """
 
-    indices = [_self_index(0, gen_len)] + [_self_index(a, b) for a, b in units]
+    indices = [self_index(0, gen_len)] + [self_index(a, b) for a, b in units]
     on_device: dict[torch.device, list[torch.Tensor]] = {}  # a model may span devices
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -147,10 +178,8 @@ def attribution_reducer(
             rank += [torch.full_like(rank[0], float("nan"))] * 2
         keys, attention, upper_scores = [], [], []
         for (a, b), index in zip(units, per_unit, strict=True):
-            cross = block[:, a:b, :prompt_len]  # [H, |g'|, m]
-            y = _self_samples(block, prompt_len, a, b, index)  # [H, |Y|]
-            per_key = expected_rc_shared(cross.transpose(1, 2), y, check_finite=False)
-            keys.append(per_key)  # [H, m]
+            per_key, cross, y = unit_key_rc(block, prompt_len, (a, b), index)  # [H, m]
+            keys.append(per_key)
             attention.append(probs[:, a:b, :prompt_len].mean(dim=1).sum(dim=0))  # [m]
             if upper:
                 upper_scores.append(_span_upper(cross, y, spans))  # [H, S]

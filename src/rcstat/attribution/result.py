@@ -23,7 +23,14 @@ from rcstat.attribution.spans import TextSpan
 from rcstat.checks import check_count
 from rcstat.defaults import DEFAULT_TOP_K
 
-__all__ = ["HEAD_RANKINGS", "Attribution", "Granularity", "HeadRanking", "SpanStatistic"]
+__all__ = [
+    "HEAD_RANKINGS",
+    "Attribution",
+    "Granularity",
+    "HeadRanking",
+    "SpanStatistic",
+    "eq10_normalize",
+]
 
 HeadRanking = Literal["top", "bottom", "all", "top_post_softmax", "bottom_post_softmax"]
 SpanStatistic = Literal["expected", "upper"]
@@ -39,7 +46,7 @@ _RANK_ROW = {  # row of Attribution.ranking: (statistic, post-softmax) -> index
 }
 
 
-def _normalize(totals: np.ndarray) -> tuple[np.ndarray, list[int | None]]:
+def eq10_normalize(totals: np.ndarray) -> tuple[np.ndarray, list[int | None]]:
     """Eq. (10) normalisation over spans ``[U, S]``; a unit whose total is 0 stays undecided."""
     sums = totals.sum(axis=-1, keepdims=True)  # [U, 1]
     scores = np.divide(totals, sums, out=np.zeros_like(totals), where=sums > 0)
@@ -142,7 +149,7 @@ class Attribution:
         """Eq. (10) scores ``[U, S]`` and the attributed span per unit for a head selection."""
         chosen = self.heads_for(head_ranking, top_k)
         rows, cols = (np.array(v) for v in zip(*chosen, strict=True))
-        return _normalize(self.per_head[rows, cols].sum(axis=0))
+        return eq10_normalize(self.per_head[rows, cols].sum(axis=0))
 
     def attention_scores(self) -> tuple[np.ndarray, list[int | None]]:
         """The baseline: attention mass on each span (mean over heads, layers and the unit's
@@ -152,7 +159,7 @@ class Attribution:
             [self.attention[:, s - first : e - first].sum(axis=1) for s, e in self.span_tokens],
             axis=1,
         )  # [U, S]
-        return _normalize(mass)
+        return eq10_normalize(mass)
 
     @property
     def heads(self) -> list[tuple[int, int]]:
@@ -179,7 +186,7 @@ class Attribution:
         normalised over the context tokens."""
         chosen = self.heads if heads is None else list(heads)
         rows, cols = (np.array(v) for v in zip(*chosen, strict=True))
-        return _normalize(self.token_scores[rows, cols].sum(axis=0).astype(np.float64))[0]
+        return eq10_normalize(self.token_scores[rows, cols].sum(axis=0).astype(np.float64))[0]
 
     def to_frame(self) -> pd.DataFrame:
         """One row per (unit, span): texts, offsets, normalised score, attributed flag."""

@@ -384,7 +384,7 @@ def run_grounding(args: BenchGroundingArgs) -> int:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
     model, tokenizer = load_model_quietly(args.model)
     layout = attention_layout(model)
-    grounder = Grounder(model, tokenizer, profile=args.profile)
+    grounder = Grounder(model, tokenizer, profile=args.profile, all_heads=True)
     bench = GroundingBench(
         args.out,
         args.dataset,

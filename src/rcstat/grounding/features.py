@@ -17,19 +17,25 @@ reducer computes
   ``A_r`` the mean weight on the response keys ``a - 1 .. q``;
 * ``attention_score``: ``log α_qq``, the log-diagonal of the attention map whose mean is the
   attention score of LLM-Check (Sriramanan et al., 2024).
+
+In the same pass it attributes each response sentence ``g'`` to the context (paper eq. 10)
+with a fixed set of support heads: the key-level expected RC ``t_h(g', i)`` of
+:mod:`rcstat.attribution.reduce`, for the context keys only, summed over those heads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from rcstat.attribution.reduce import self_index, unit_key_rc
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.stats import normalized_rc_shared
 
-__all__ = ["HEAD_FEATURES", "ResponseRows", "grounding_reducer"]
+__all__ = ["HEAD_FEATURES", "ResponseRows", "grounding_reducer", "heads_by_layer"]
 
 #: The per-head statistics of every response token, in the order the reducer returns them.
 HEAD_FEATURES = ("rc", "lookback", "attention_score")
@@ -62,9 +68,22 @@ class ResponseRows:
         return self.response[1] - self.response[0] + 1
 
 
+def heads_by_layer(flat: np.ndarray, heads: int) -> dict[int, torch.Tensor]:
+    """Flat head indices ``layer * heads + head`` grouped by layer (sorted head indices)."""
+    grouped: dict[int, list[int]] = {}
+    for index in sorted(int(i) for i in flat):
+        grouped.setdefault(index // heads, []).append(index % heads)
+    return {layer: torch.tensor(chosen) for layer, chosen in grouped.items()}
+
+
 def grounding_reducer(
-    rows: ResponseRows, softmax: dict[int, SoftmaxParams]
-) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    rows: ResponseRows,
+    softmax: dict[int, SoftmaxParams],
+    *,
+    rc_heads: dict[int, torch.Tensor] | None = None,
+    support_heads: dict[int, torch.Tensor] | None = None,
+    units: Sequence[tuple[int, int]] = (),
+) -> Callable[[int, torch.Tensor], dict[str, torch.Tensor]]:
     """A capture reducer returning the statistics of the module doc for one layer.
 
     Parameters
@@ -73,38 +92,67 @@ def grounding_reducer(
         The token ranges; the capture must start at ``rows.first_row``.
     softmax
         Per layer, what the model applies before its softmax.
+    rc_heads
+        Per layer, the heads whose ``rc`` is computed (default: every head); the others get
+        NaN. ``lookback`` and ``attention_score`` come for every head.
+    support_heads
+        Per layer, the heads that attribute each unit to the context (paper eq. 10).
+    units
+        Rows ``[a, b)`` of each response unit (sentence), relative to the response's start.
 
     Returns
     -------
     callable
-        ``reducer(layer, scores [1, H, G + 1, T]) -> [3, H, G]`` float32 on the layer's
-        device: ``rc``, ``lookback`` and ``attention_score`` of the rows that produce the
-        ``G`` response tokens (rows ``a - 1 .. a + G - 2``).
+        ``reducer(layer, scores [1, H, G + 1, T]) -> dict`` on the layer's device:
+        ``features`` ``[3, H, G]`` float32 (``rc``, ``lookback``, ``attention_score`` of the
+        rows that produce the ``G`` response tokens) and ``support`` ``[U, C]`` float64, the
+        key-level expected RC ``t_h(g', i)`` of every unit for every context key, summed over
+        the layer's support heads.
     """
     c0, c1 = rows.context
     start = rows.first_row
     num_rows = rows.num_rows - 1  # the row after the last token produces nothing
     ranks = torch.arange(num_rows)
     seen = ranks[None, :] <= ranks[:, None]  # [G, G]: response key i visible from row j
-    on_device: dict[torch.device, torch.Tensor] = {}
+    indices = [self_index(a, b) for a, b in units]
+    on_device: dict[torch.device, tuple[torch.Tensor, list[torch.Tensor]]] = {}
 
-    def reduce(layer: int, scores: torch.Tensor) -> torch.Tensor:
+    def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0, :, :num_rows]  # [H, G, T]
-        if block.device not in on_device:
-            on_device[block.device] = seen.to(block.device)
-        valid = on_device[block.device]
-        context = block[..., c0:c1]  # [H, G, C]
-        own = block[..., start : start + num_rows]  # [H, G, G]: keys a-1 .. a+G-2
-        rc = normalized_rc_shared(
-            context[:, :, None, :], own, y_valid=valid.expand_as(own), check_finite=False
-        )[..., 0]  # [H, G]
-        positions = torch.arange(start, start + num_rows, device=block.device)
+        device = block.device
+        if device not in on_device:
+            on_device[device] = (seen.to(device), [i.to(device) for i in indices])
+        valid, unit_index = on_device[device]
+        chosen = None if rc_heads is None else rc_heads.get(layer)
+        rc = torch.full(block.shape[:2], float("nan"), dtype=torch.float32, device=device)
+        if rc_heads is None or chosen is not None:
+            picked = block if chosen is None else block[chosen.to(device)]  # [h, G, T]
+            own = picked[..., start : start + num_rows]  # [h, G, G]: keys a-1 .. a+G-2
+            value = normalized_rc_shared(
+                picked[..., c0:c1][:, :, None, :],
+                own,
+                y_valid=valid.expand_as(own),
+                check_finite=False,
+            )[..., 0].float()  # [h, G]
+            if chosen is None:
+                rc = value
+            else:
+                rc[chosen.to(device)] = value
+        positions = torch.arange(start, start + num_rows, device=device)
         probs = attention_probs(block, positions, softmax[layer])  # [H, G, T]
         on_context = probs[..., c0:c1].mean(-1)  # [H, G]
         on_response = probs[..., start : start + num_rows].sum(-1) / valid.sum(-1)  # [H, G]
         lookback = on_context / (on_context + on_response).clamp_min(1e-30)
-        diagonal = probs[:, ranks.to(block.device), positions]  # [H, G]
-        log_diagonal = diagonal.clamp_min(1e-30).log()
-        return torch.stack([rc.float(), lookback, log_diagonal])  # [3, H, G]
+        diagonal = probs[:, ranks.to(device), positions]  # [H, G]
+        support = torch.zeros(len(units), c1 - c0, dtype=torch.float64, device=device)
+        heads = None if support_heads is None else support_heads.get(layer)
+        if heads is not None:
+            # the generated block of the attribution machinery: rows of g, keys 0 .. a+G-1
+            generated = scores[0, heads.to(device), 1:]  # [h, G, T]
+            for u, (unit, index) in enumerate(zip(units, unit_index, strict=True)):
+                per_key, _, _ = unit_key_rc(generated, start + 1, unit, index, (c0, c1))
+                support[u] = per_key.sum(0)  # [C]
+        features = torch.stack([rc, lookback, diagonal.clamp_min(1e-30).log()])  # [3, H, G]
+        return {"features": features, "support": support}
 
     return reduce

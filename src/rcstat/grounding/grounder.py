@@ -20,12 +20,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rcstat.attribution import Attribution, Attributor, TextSpan, split_sentences
+from rcstat.attribution import TextSpan, split_sentences
+from rcstat.attribution.result import eq10_normalize
 from rcstat.attribution.spans import DEFAULT_LANGUAGE
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.defaults import DEFAULT_TOP_K
 from rcstat.generation import check_example, input_device
-from rcstat.grounding.features import HEAD_FEATURES, ResponseRows, grounding_reducer
+from rcstat.grounding.features import (
+    HEAD_FEATURES,
+    ResponseRows,
+    grounding_reducer,
+    heads_by_layer,
+)
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.profile import HeadProfile, shipped_profile
 from rcstat.grounding.result import Grounding, SentenceGrounding
@@ -70,17 +76,24 @@ class Measurement:
         The tokenised example (template, context, instruction, response).
     features
         ``[3, layers, heads, G]`` float32: :data:`~rcstat.grounding.features.HEAD_FEATURES`
-        of every head for every response token.
+        of every head for every response token (``rc`` is NaN for heads it was not asked
+        for).
     nll
         ``[G]`` negative log-likelihood of each response token (nats).
-    attribution
-        The response's sentences attributed to the context's sentences (paper eq. 10).
+    units, spans
+        The response's sentences (offsets in the response) and the context's sentences
+        (offsets in the context).
+    support
+        ``[U, S]`` eq. (10) shares: each response sentence's key-level RC to each context
+        sentence, summed over the support heads, normalised over the context sentences.
     """
 
     example: Segmented
     features: np.ndarray  # [3, L, H, G]
     nll: np.ndarray  # [G]
-    attribution: Attribution
+    units: list[TextSpan]
+    spans: list[TextSpan]
+    support: np.ndarray  # [U, S]
 
     def head_features(self, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
         """``[3, L, H]``: every statistic's lower ``quantile`` over the response tokens, per
@@ -94,15 +107,27 @@ class Measurement:
 
     def rc(self, heads: np.ndarray) -> np.ndarray:
         """``[G]``: normalized RC averaged over the flat head indices ``heads``."""
-        rc = self.features[0].reshape(-1, self.features.shape[-1])  # [L·H, G]
-        return rc[heads].mean(axis=0)
+        rc = self.features[0].reshape(-1, self.features.shape[-1])[heads]  # [h, G]
+        if np.isnan(rc).any():
+            raise ValueError("the RC of some of these heads was not measured (rc_heads)")
+        return rc.mean(axis=0)
 
 
 class Measurer:
     """The forward pass of grounding, without any scoring choice (see :class:`Grounder`).
 
-    Parameters are those of :class:`Grounder` that shape the pass: ``top_k`` RC-ranked heads
-    attribute each sentence to its supporting context sentence.
+    Parameters
+    ----------
+    model, tokenizer
+        The analysis model and its tokenizer.
+    rc_heads
+        Flat indices ``layer * heads + head`` of the heads whose per-token RC is computed
+        (default: every head; the score needs only the profile's heads, a probe all).
+    support_heads
+        Flat indices of the heads that attribute each sentence to the context (eq. 10);
+        none by default (no supporting spans).
+    allow_special_tokens, language
+        As in :class:`~rcstat.attribution.Attributor`.
     """
 
     def __init__(
@@ -110,19 +135,23 @@ class Measurer:
         model: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
         *,
-        top_k: int | None = None,
+        rc_heads: np.ndarray | None = None,
+        support_heads: np.ndarray | None = None,
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,
     ) -> None:
-        if top_k is None:
-            layout = attention_layout(model)
-            top_k = min(DEFAULT_TOP_K, layout.num_layers * layout.num_heads)
+        layout = attention_layout(model)
+        total = layout.num_layers * layout.num_heads
+        for name, chosen in (("rc_heads", rc_heads), ("support_heads", support_heads)):
+            if chosen is not None and len(chosen) and not (0 <= min(chosen) <= max(chosen) < total):
+                raise ValueError(f"{name} must be flat head indices in [0, {total})")
         self.model = model
         self.tokenizer = tokenizer
         self.language = language
         self.allow_special_tokens = allow_special_tokens
-        self.attributor = Attributor(
-            model, tokenizer, top_k, allow_special_tokens=allow_special_tokens, language=language
+        self._rc_heads = None if rc_heads is None else heads_by_layer(rc_heads, layout.num_heads)
+        self._support_heads = (
+            None if support_heads is None else heads_by_layer(support_heads, layout.num_heads)
         )
         self._softmax = softmax_params(model)
 
@@ -145,18 +174,20 @@ class Measurer:
         )
         check_example(self.model, example)
         rows = ResponseRows(example.token_span("context"), example.token_span("answer"))
-        answer = example.part_text("answer")
-        units = split_sentences(answer, language=self.language)
+        units = split_sentences(example.part_text("answer"), language=self.language)
         spans = split_sentences(example.part_text("context"), language=self.language)
-        attribute, finish = self.attributor.plan(
-            example, example.part_text("context"), instruction, answer, spans, units
+        first = rows.response[0]
+        unit_rows = [
+            (a - first, b - first)
+            for a, b in (example.token_span("answer", u.start, u.end) for u in units)
+        ]
+        reduce = grounding_reducer(
+            rows,
+            self._softmax,
+            rc_heads=self._rc_heads,
+            support_heads=self._support_heads,
+            units=unit_rows,
         )
-        ground = grounding_reducer(rows, self._softmax)
-
-        def reduce(layer: int, scores: torch.Tensor) -> tuple[torch.Tensor, Any]:
-            # scores [1, H, G + 1, T]: row 0 writes the first token; attribution reads g's rows
-            return ground(layer, scores).cpu(), attribute(layer, scores[:, :, 1:])
-
         ids = example.input_ids.to(input_device(self.model))
         with torch.no_grad(), capture_scores(self.model, reduce, query_start=rows.first_row) as res:
             logits = self.model(ids, use_cache=False, logits_to_keep=rows.num_rows).logits
@@ -164,12 +195,20 @@ class Measurer:
         targets = example.input_ids[0, rows.response[0] : rows.response[1]].to(log_probs.device)
         nll = -log_probs.gather(-1, targets[:, None])[:, 0]  # [G]
         layers = res.ordered()
-        features = torch.stack([f for f, _ in layers], dim=1)  # [3, L, H, G]
+        features = torch.stack([r["features"].cpu() for r in layers], dim=1)  # [3, L, H, G]
+        per_key = sum(r["support"].cpu() for r in layers)  # [U, C]: t summed over heads
+        c0 = rows.context[0]
+        span_tokens = [example.token_span("context", s.start, s.end) for s in spans]
+        totals = np.stack(
+            [per_key[:, a - c0 : b - c0].mean(dim=1).numpy() for a, b in span_tokens], axis=1
+        )  # [U, S]: e(p_i) = mean of the span's key-level values
         return Measurement(
             example=example,
             features=features.numpy(),
             nll=nll.cpu().double().numpy(),
-            attribution=finish([a for _, a in layers]),
+            units=units,
+            spans=spans,
+            support=eq10_normalize(totals)[0],
         )
 
 
@@ -196,8 +235,12 @@ class Grounder:
         A trained :class:`GroundingProbe` (or a path to its JSON) whose probability of
         "unsupported" is reported beside the zero-shot score.
     top_k
-        Number of RC-ranked heads that attribute each sentence to its supporting span
-        (default 20, or every head of a model with fewer).
+        Number of heads that attribute each sentence to its supporting span (paper eq. 10):
+        the profile's ``top_k`` most contextual heads (default 20, or every head of a model
+        with fewer).
+    all_heads
+        Measure the RC of every head, not only of the profile's chosen ones (the probe's
+        features and :attr:`Grounding.head_features` need it; a probe turns it on).
     allow_special_tokens, language
         As in :class:`~rcstat.attribution.Attributor`.
 
@@ -222,6 +265,7 @@ class Grounder:
         threshold: float | None = None,
         probe: GroundingProbe | str | Path | None = None,
         top_k: int | None = None,
+        all_heads: bool = False,
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,
     ) -> None:
@@ -243,10 +287,18 @@ class Grounder:
             raise ValueError(f"threshold must be finite, got {threshold}")
         self.probe = _resolve_probe(probe, feature_names(layout.num_layers, layout.num_heads))
         self.model_name = name
+        total = layout.num_layers * layout.num_heads
+        self.top_k = min(DEFAULT_TOP_K, total) if top_k is None else top_k
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
+            raise ValueError(f"top_k must be an integer, got {top_k!r}")
+        if not 1 <= self.top_k <= total:
+            raise ValueError(f"top_k must be in [1, {total}] (the model's heads), got {top_k}")
+        self.all_heads = all_heads or self.probe is not None
         self.measurer = Measurer(
             model,
             tokenizer,
-            top_k=top_k,
+            rc_heads=None if self.all_heads else self.heads,
+            support_heads=self.profile.heads(self.top_k / total),
             allow_special_tokens=allow_special_tokens,
             language=language,
         )
@@ -261,7 +313,7 @@ class Grounder:
             "quantile": self.quantile,
             "threshold": self.threshold,
             "profile": {"model": self.profile.model, "source": self.profile.source},
-            "support_top_k": self.measurer.attributor.top_k,
+            "support_heads": self.top_k,
         }
 
     def ground(self, context: str, response: str, question: str | None = None) -> Grounding:
@@ -298,11 +350,10 @@ class Grounder:
             dtype=np.int64,
         ).reshape(-1, 2)
         scores, ranges, values = sentence_scores(measured, self.heads, self.quantile)
-        attribution = measured.attribution
-        shares, attributed = attribution.scores_for("top", self.measurer.attributor.top_k)
         sentences = []
-        for u, unit in enumerate(attribution.units):
-            chosen = attributed[u]
+        for u, unit in enumerate(measured.units):
+            shares = measured.support[u]
+            chosen = int(np.argmax(shares)) if shares.sum() > 0 else None
             sentences.append(
                 SentenceGrounding(
                     start=unit.start,
@@ -311,11 +362,11 @@ class Grounder:
                     tokens=ranges[u],
                     score=values[u],
                     supported=bool(values[u] >= self.threshold),
-                    support=None if chosen is None else _copy(attribution.spans[chosen]),
-                    support_share=None if chosen is None else float(shares[u, chosen]),
+                    support=None if chosen is None else _copy(measured.spans[chosen]),
+                    support_share=None if chosen is None else float(shares[chosen]),
                 )
             )
-        features = measured.head_features()  # [3, L, H]
+        features = measured.head_features()  # [3, L, H]; rc NaN unless all_heads
         probe_score = None
         if self.probe is not None:
             probe_score = float(self.probe.predict_proba(measured.head_vector()[None, :])[0])
@@ -330,7 +381,11 @@ class Grounder:
             score=min((s.score for s in sentences), default=float("nan")),
             threshold=self.threshold,
             baselines=baselines(measured, response, example.part_text("context")),
-            head_features={name: features[i] for i, name in enumerate(HEAD_FEATURES)},
+            head_features={
+                name: features[i]
+                for i, name in enumerate(HEAD_FEATURES)
+                if not np.isnan(features[i]).any()  # rc of every head only with all_heads
+            },
             probe_score=probe_score,
             method=self.method,
             model=self.model_name,
@@ -345,7 +400,7 @@ def sentence_scores(
     first = example.token_span("answer")[0]
     scores = token_scores(measured.rc(heads), measured.nll)
     ranges, values = [], []
-    for unit in measured.attribution.units:
+    for unit in measured.units:
         a, b = (t - first for t in example.token_span("answer", unit.start, unit.end))
         ranges.append((a, b))
         values.append(aggregate(scores[a:b], quantile))
