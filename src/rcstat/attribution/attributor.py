@@ -17,8 +17,8 @@ unit to ``argmax_i RC(p_i)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -233,31 +233,6 @@ class Attributor:
         candidates: list[TextSpan] | None,
         unit_spans: list[TextSpan],
     ) -> Attribution:
-        reducer, finish = self.plan(example, context, question, answer, candidates, unit_spans)
-        device = input_device(self.model)
-        with (
-            torch.no_grad(),
-            capture_scores(self.model, reducer, query_start=example.prompt_len) as result,
-        ):
-            self.model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
-        return finish(result.ordered())
-
-    def plan(
-        self,
-        example: Segmented,
-        context: str,
-        question: str,
-        answer: str,
-        candidates: list[TextSpan] | None,
-        unit_spans: list[TextSpan],
-    ) -> tuple[Callable[[int, torch.Tensor], Any], Callable[[list[Any]], Attribution]]:
-        """The capture reducer of one example and the function that turns its per-layer
-        results into the :class:`Attribution`, for callers that run the forward pass
-        themselves (one pass serving several analyses, as grounding does).
-
-        The reducer expects the scores of the generated queries only (``query_start`` =
-        ``example.prompt_len``).
-        """
         first, last = example.token_span("context")
         if candidates is None:  # one span per context token
             span_tokens = [(i, i + 1) for i in range(first, last)]
@@ -277,31 +252,13 @@ class Attributor:
             upper=self.statistic == "upper",
             post_softmax=self.rank_post_softmax,
         )
-        return reducer, lambda layers: self._assemble(
-            example,
-            context,
-            question,
-            answer,
-            candidates,
-            unit_spans,
-            span_tokens,
-            unit_tokens,
-            layers,
-        )
-
-    def _assemble(
-        self,
-        example: Segmented,
-        context: str,
-        question: str,
-        answer: str,
-        candidates: list[TextSpan] | None,
-        unit_spans: list[TextSpan],
-        span_tokens: list[tuple[int, int]],
-        unit_tokens: list[tuple[int, int]],
-        layers: list[Any],
-    ) -> Attribution:
-        first, last = example.token_span("context")
+        device = input_device(self.model)
+        with (
+            torch.no_grad(),
+            capture_scores(self.model, reducer, query_start=m) as result,
+        ):
+            self.model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
+        layers = result.ordered()
         ranking = torch.stack([r["rank"].cpu() for r in layers], dim=1).numpy()  # [4, L, H]
         keys = torch.stack([r["keys"].cpu() for r in layers])  # [L, U, H, m]
         keys = keys.permute(0, 2, 1, 3)  # [L, H, U, m]

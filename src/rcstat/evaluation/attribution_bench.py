@@ -42,8 +42,7 @@ from rcstat.runs import (
     content_hash,
     open_run,
     read_jsonl,
-    resume_plan,
-    write_jsonl,
+    resume_jsonl,
 )
 
 __all__ = ["RANKED_METHODS", "AttributionBench", "example_hash", "parse_ks", "score_example"]
@@ -174,12 +173,8 @@ class AttributionBench:
         )
         open_run(self.out, manifest, rows=ROW_FILES[1:])
         hashes = {e.id: example_hash(e) for e in examples}
-        plan = resume_plan(
-            read_jsonl(self.predictions), hashes, key="example", retry_failed=self.retry_failed
-        )
-        if plan.dropped:
-            write_jsonl(self.predictions, plan.keep)
-        todo = [e for e in examples if e.id not in plan.done]
+        done = resume_jsonl(self.predictions, hashes, key="example", retry_failed=self.retry_failed)
+        todo = [e for e in examples if e.id not in done]
         for example in progress(todo, desc=f"bench attribution {self.dataset}", unit="example"):
             line: dict[str, Any] = {
                 "example": example.id,

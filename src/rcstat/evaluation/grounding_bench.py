@@ -63,8 +63,7 @@ from rcstat.runs import (
     content_hash,
     open_run,
     read_jsonl,
-    resume_plan,
-    write_jsonl,
+    resume_jsonl,
 )
 
 __all__ = [
@@ -235,12 +234,8 @@ class GroundingBench:
         hashes = {item.id: item.hash() for item in items}
         if len(hashes) != len(items):
             raise ValueError("item ids are not unique")
-        plan = resume_plan(
-            read_jsonl(self.predictions), hashes, key="item", retry_failed=self.retry_failed
-        )
-        if plan.dropped:
-            write_jsonl(self.predictions, plan.keep)
-        todo = [item for item in items if item.id not in plan.done]
+        done = resume_jsonl(self.predictions, hashes, key="item", retry_failed=self.retry_failed)
+        todo = [item for item in items if item.id not in done]
         for item in progress(todo, desc=f"bench grounding {self.dataset}", unit="item"):
             line: dict[str, Any] = {
                 "item": item.id,

@@ -40,8 +40,7 @@ from rcstat.runs import (
     content_hash,
     open_run,
     read_jsonl,
-    resume_plan,
-    write_jsonl,
+    resume_jsonl,
 )
 
 #: The kind of run recorded in the manifest.
@@ -212,13 +211,8 @@ class KVBench:
         (self.out / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
         hashes = {e.id: example_hash(e) for e in examples}
         wanted = {f"{e.id}|{s.key}": hashes[e.id] for e in examples for s in self.settings}
-        records = read_jsonl(self.predictions)
-        plan = resume_plan(records, wanted, key="work_id", retry_failed=self.retry_failed)
-        if plan.dropped:
-            write_jsonl(self.predictions, plan.keep)
-        work = [
-            (e, s) for e in examples for s in self.settings if f"{e.id}|{s.key}" not in plan.done
-        ]
+        done = resume_jsonl(self.predictions, wanted, key="work_id", retry_failed=self.retry_failed)
+        work = [(e, s) for e in examples for s in self.settings if f"{e.id}|{s.key}" not in done]
         reference: tuple[str, FullReference] | None = None  # one example's work is contiguous
         for example, setting in progress(work, desc=f"bench kv {self.dataset}", unit="run"):
             row: dict[str, Any] = {

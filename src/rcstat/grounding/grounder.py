@@ -196,7 +196,7 @@ class Measurer:
         nll = -log_probs.gather(-1, targets[:, None])[:, 0]  # [G]
         layers = res.ordered()
         features = torch.stack([r["features"].cpu() for r in layers], dim=1)  # [3, L, H, G]
-        per_key = sum(r["support"].cpu() for r in layers)  # [U, C]: t summed over heads
+        per_key = torch.stack([r["support"].cpu() for r in layers]).sum(0)  # [U, C]: over heads
         c0 = rows.context[0]
         span_tokens = [example.token_span("context", s.start, s.end) for s in spans]
         totals = np.stack(
