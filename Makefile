@@ -55,7 +55,7 @@ test: lint
 test-latest: $(LATEST)/.installed
 	$(LATEST)/bin/python -c "import importlib.util as u, sys; \
 		sys.exit('kvpress must not be installed in $(LATEST)' if u.find_spec('kvpress') else 0)"
-	$(LATEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|accelerate|gguf|safetensors|numpy|pandas|scipy|matplotlib|rich|tqdm|sentencex|pytest|hypothesis) '
+	$(LATEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|accelerate|gguf|safetensors|numpy|pandas|scipy|scikit-learn|matplotlib|rich|tqdm|sentencex|pytest|hypothesis) '
 	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(LATEST))/rcstat-cache \
 		$(LATEST)/bin/pytest -m "not press and not gpu" tests
 
