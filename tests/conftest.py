@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rcstat.press.extra import has_kvpress
+from tests._browser import CHROMIUM_NAMES, find_chromium
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
@@ -23,3 +24,12 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tiny_model("llama").save_pretrained(path, safe_serialization=True)
     make_tiny_tokenizer().save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """A headless-capable Chromium on PATH (the browser tests are skipped without one)."""
+    found = find_chromium()
+    if found is None:
+        pytest.skip(f"no Chromium on PATH (looked for {', '.join(CHROMIUM_NAMES)})")
+    return found

@@ -10,13 +10,9 @@ DOM that ``--dump-dom`` returns.
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import re
-import shutil
-import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +27,7 @@ from rcstat.report.attribution_html import (
     save_attribution_html,
 )
 from tests._attribution_pages import long_example
+from tests._browser import PageReader, probe, rgb, run_chromium
 
 TOKENS = [
     "Paris",
@@ -61,7 +58,6 @@ PANELS = {
 KEYS = ["a", "b", "c"]  # the methods' CSS keys, in order
 ATTRIBUTED: dict[str, list[int | None]] = {"top-20 RC heads": [0, 1, None], "all heads": [1, 0, 0]}
 SCORES = {"top-20 RC heads": np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])}
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
 def _page(**options: Any) -> str:
@@ -92,13 +88,11 @@ def _expected_scores(label: str, unit: int) -> np.ndarray:
     return mass / mass.sum()
 
 
-class _Parsed(HTMLParser):
+class _Parsed(PageReader):
     """What the tests read back from a page (or from a DOM dumped by Chromium)."""
 
-    _VOID = frozenset({"input", "meta", "br", "img", "link"})
-
     def __init__(self, document: str) -> None:
-        super().__init__(convert_charrefs=True)
+        super().__init__()
         self.unit = -1
         self.radios: list[dict[str, Any]] = []
         self.tabs: list[str] = []
@@ -112,12 +106,8 @@ class _Parsed(HTMLParser):
         self.ids: set[str] = set()
         self.hrefs: list[str] = []
         self.warning = ""
-        self.blob = ""
-        self.test_out = ""
-        self._stack: list[tuple[str, str]] = []  # (tag, role)
         self._box: int | None = None
-        self.feed(document)
-        self.close()
+        self.read(document)
 
     def _role(self, tag: str, a: dict[str, str], classes: set[str]) -> str:
         roles = {r for _, r in self._stack}
@@ -170,15 +160,9 @@ class _Parsed(HTMLParser):
             return "sw"
         if a.get("id") == "cut-warning":
             return "warning"
-        if tag == "script" and a.get("type") == "application/json":
-            return "json"
-        if a.get("id") == "rcstat-test-out":
-            return "test-out"
         return ""
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        classes = set(a.get("class", "").split())
+    def _start(self, tag: str, a: dict[str, str], classes: set[str]) -> None:
         if "id" in a:
             self.ids.add(a["id"])
         if "href" in a:
@@ -189,20 +173,12 @@ class _Parsed(HTMLParser):
             self.radios.append(
                 {"id": a["id"], "label": a["data-method"], "checked": "checked" in a}
             )
-        if tag in self._VOID:
-            return
-        self._stack.append((tag, self._role(tag, a, classes)))
 
-    def handle_endtag(self, tag: str) -> None:
-        while self._stack:
-            done, role = self._stack.pop()
-            if role == "box":
-                self._box = None
-            if done == tag:
-                return
+    def _end(self, role: str) -> None:
+        if role == "box":
+            self._box = None
 
-    def handle_data(self, data: str) -> None:
-        role = next((r for _, r in reversed(self._stack) if r), "")
+    def _data(self, data: str, role: str, roles: list[str]) -> None:
         if role == "tok":
             self.tokens[-1]["text"] += data
         elif role in ("rk", "sid", "sc", "pill"):
@@ -217,10 +193,6 @@ class _Parsed(HTMLParser):
             self.ends[-1] = (self.ends[-1][0], self.ends[-1][1] + data)
         elif role == "warning":
             self.warning += data
-        elif role == "json":
-            self.blob += data
-        elif role == "test-out":
-            self.test_out += data
 
     def bins(self, key: str) -> list[int]:
         """Per token, its colour bin under method ``key`` (0: no class)."""
@@ -588,41 +560,6 @@ def test_to_html_renders_one_context(attributions):
 # --------------------------------------------------------------------------- in a browser
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    for name in CHROMIUM_NAMES:
-        found = shutil.which(name)
-        if found is not None:
-            return found
-    pytest.skip(f"no Chromium on PATH (looked for {', '.join(CHROMIUM_NAMES)})")
-
-
-def _run_chromium(binary: str, profile: Path, *flags: str) -> str:
-    """Run headless Chromium with its own profile folder; its stdout."""
-    command = [
-        binary,
-        "--headless=new",
-        "--no-sandbox",  # needed as root (CI containers)
-        "--disable-gpu",
-        "--no-first-run",
-        f"--user-data-dir={profile}",
-        *flags,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
-_PROBE = """<script>(function () {
-  var out;
-  try { out = (function () { %s })(); }
-  catch (e) { out = {error: String(e) + "\\n" + e.stack}; }
-  var pre = document.createElement("pre");
-  pre.id = "rcstat-test-out";
-  pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
-})();</script></body>"""
-
 # helpers the probes share: computed background of every token, click a method / a unit
 _JS_HELPERS = """
   var ctx = document.getElementById("ctx");
@@ -636,28 +573,14 @@ _JS_HELPERS = """
 
 
 def _probe(
-    chromium: str, tmp_path: Path, document: str, body: str, *flags: str, name: str = "page"
+    chromium: str, tmp_path: Path, page: str, body: str, *flags: str, name: str = "page"
 ) -> tuple[Any, _Parsed]:
-    """Open ``document`` with a probe script (a function body returning a JSON-able value)
-    appended after the page's own script; the value and the parsed DOM after it ran."""
-    assert document.count("</body>") == 1
-    path = tmp_path / f"{name}.html"
-    path.write_text(document.replace("</body>", _PROBE % (_JS_HELPERS + body)), encoding="utf-8")
-    dom = _run_chromium(chromium, tmp_path / f"profile-{name}", *flags, "--dump-dom", path.as_uri())
-    parsed = _Parsed(dom)
-    assert parsed.test_out, dom[-2000:]
-    value = json.loads(html.unescape(parsed.test_out))
-    assert not (isinstance(value, dict) and "error" in value), value
-    return value, parsed
-
-
-def _rgb(colour: str) -> str:
-    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgb({r}, {g}, {b})"
+    """Open ``page`` with a probe: ``body`` after the token and click helpers."""
+    return probe(_Parsed, chromium, tmp_path, page, _JS_HELPERS + body, *flags, name=name)
 
 
 def _expected_colours(weights: np.ndarray) -> list[str]:
-    return [_rgb(module._PALETTE[b - 1]) if b else "rgba(0, 0, 0, 0)" for b in _bins(weights)]
+    return [rgb(module._PALETTE[b - 1]) if b else "rgba(0, 0, 0, 0)" for b in _bins(weights)]
 
 
 def test_browser_method_switch_recolours_the_context(chromium, tmp_path):
@@ -706,7 +629,7 @@ def test_browser_hash_selects_the_unit(chromium, tmp_path):
     save_attribution_html(
         path, TOKENS, PANELS, UNITS, spans=SPANS, attributed=ATTRIBUTED, gold=GOLD
     )
-    dom = _run_chromium(chromium, tmp_path / "profile", "--dump-dom", path.as_uri() + "#unit=1")
+    dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", path.as_uri() + "#unit=1")
     parsed = _Parsed(dom)
     assert parsed.unit == 1
     assert parsed.bins("a") == _bins(PANELS["top-20 RC heads"][1])
@@ -798,7 +721,7 @@ def test_browser_screenshot_shows_the_colours(chromium, tmp_path):
         path.write_text(document, encoding="utf-8")
         png = tmp_path / f"{name}.png"
         flags = ("--hide-scrollbars", "--window-size=1200,900", f"--screenshot={png}")
-        _run_chromium(chromium, tmp_path / f"profile-{name}", *flags, path.as_uri())
+        run_chromium(chromium, tmp_path / f"profile-{name}", *flags, path.as_uri())
         images[name] = matplotlib.image.imread(png)[..., :3]  # [y, x, rgb] in [0, 1]
     coloured, plain_image = images["coloured"], images["plain"]
     assert coloured.shape == (900, 1200, 3)

@@ -12,13 +12,9 @@ presses keys, reads computed styles and layout boxes, and writes what it saw int
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import re
-import shutil
-import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +31,7 @@ from rcstat.report.grounding_html import (
     save_grounding_html,
     score_bins,
 )
+from tests._browser import PageReader, probe, rgb
 
 HOSTILE = '<img src=x onerror="window.__pwned = 9"><script>window.__pwned = 8</script>'
 CONTEXT = (
@@ -86,7 +83,6 @@ _SENTENCES: list[tuple[bool, tuple[int, int] | None, float | None, float]] = [
 ]
 THRESHOLD = 0.5
 BASELINES = {"lookback": 0.42, "attention_score": -3.25, "neg_nll": math.nan, HOSTILE: 0.5}
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
 def _grounding(**changes: Any) -> Grounding:
@@ -136,13 +132,11 @@ def _bin(score: float) -> int | None:
     return min(math.floor(BINS * min(max(score, 0.0), 1.0)), BINS - 1)
 
 
-class _Parsed(HTMLParser):
+class _Parsed(PageReader):
     """What the tests read back from a page (or from a DOM dumped by Chromium)."""
 
-    _VOID = frozenset({"input", "meta", "br", "img", "link"})
-
     def __init__(self, document: str) -> None:
-        super().__init__(convert_charrefs=True)
+        super().__init__()
         self.tokens: list[dict[str, Any]] = []  # classes, title, text, sentence
         self.sentences: list[dict[str, Any]] = []  # attributes, classes, badge
         self.between: list[int] = []  # token indices outside any sentence element
@@ -155,14 +149,10 @@ class _Parsed(HTMLParser):
         self.baselines: list[list[str]] = []
         self.legend_swatches: list[set[str]] = []
         self.legend_text = ""
-        self.blob = ""
-        self.scripts = 0
+        self.scripts = 0  # not counting the probe's
         self.detail = ""
-        self.test_out = ""
         self.images = 0
-        self._stack: list[tuple[str, str]] = []  # (tag, role)
-        self.feed(document)
-        self.close()
+        self.read(document)
 
     def _role(self, tag: str, a: dict[str, str], classes: set[str]) -> str:
         roles = {r for _, r in self._stack}
@@ -214,32 +204,15 @@ class _Parsed(HTMLParser):
             self.legend_swatches.append(classes)
         if a.get("id") == "detail":
             return "detail"
-        if tag == "script" and a.get("type") == "application/json":
-            return "json"
-        if a.get("id") == "rcstat-test-out":
-            return "test-out"
         return ""
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        classes = set(a.get("class", "").split())
+    def _start(self, tag: str, a: dict[str, str], classes: set[str]) -> None:
         if tag == "script" and a.get("id") != "rcstat-test-probe":
             self.scripts += 1
         if tag == "img":
             self.images += 1
-        if tag in self._VOID:
-            return
-        self._stack.append((tag, self._role(tag, a, classes)))
 
-    def handle_endtag(self, tag: str) -> None:
-        while self._stack:
-            done, _ = self._stack.pop()
-            if done == tag:
-                return
-
-    def handle_data(self, data: str) -> None:
-        roles = [r for _, r in self._stack if r]
-        role = roles[-1] if roles else ""
+    def _data(self, data: str, role: str, roles: list[str]) -> None:
         if "ctx" in roles:
             self.context += data
         if "legend" in roles:
@@ -260,10 +233,6 @@ class _Parsed(HTMLParser):
             self.warning += data
         elif role == "cell":
             self.baselines[-1][-1] += data
-        elif role == "json":
-            self.blob += data
-        elif role == "test-out":
-            self.test_out += data
 
     def bins(self) -> list[int | None]:
         """Per token, its colour bin (None: the NaN class)."""
@@ -443,41 +412,6 @@ def test_a_round_trip_through_save_load_renders_the_same(tmp_path):
 # --------------------------------------------------------------------------- in a browser
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    for name in CHROMIUM_NAMES:
-        found = shutil.which(name)
-        if found is not None:
-            return found
-    pytest.skip(f"no Chromium on PATH (looked for {', '.join(CHROMIUM_NAMES)})")
-
-
-def _run_chromium(binary: str, profile: Path, *flags: str) -> str:
-    """Run headless Chromium with its own profile folder; its stdout."""
-    command = [
-        binary,
-        "--headless=new",
-        "--no-sandbox",  # needed as root (CI containers)
-        "--disable-gpu",
-        "--no-first-run",
-        f"--user-data-dir={profile}",
-        *flags,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
-_PROBE = """<script id="rcstat-test-probe">(function () {
-  var out;
-  try { out = (function () { %s })(); }
-  catch (e) { out = {error: String(e) + "\\n" + e.stack}; }
-  var pre = document.createElement("pre");
-  pre.id = "rcstat-test-out";
-  pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
-})();</script></body>"""
-
 # helpers the probes share: the sentences, a click / a key on sentence i, what is highlighted
 _JS_HELPERS = """
   var ctx = document.getElementById("ctx"), detail = document.getElementById("detail");
@@ -516,25 +450,9 @@ _JS_HELPERS = """
 """
 
 
-def _probe(
-    chromium: str, tmp_path: Path, document: str, body: str, *flags: str, name: str = "page"
-) -> tuple[Any, _Parsed]:
-    """Open ``document`` with a probe script (a function body returning a JSON-able value)
-    appended after the page's own script; the value and the parsed DOM after it ran."""
-    assert document.count("</body>") == 1
-    path = tmp_path / f"{name}.html"
-    path.write_text(document.replace("</body>", _PROBE % (_JS_HELPERS + body)), encoding="utf-8")
-    dom = _run_chromium(chromium, tmp_path / f"profile-{name}", *flags, "--dump-dom", path.as_uri())
-    parsed = _Parsed(dom)
-    assert parsed.test_out, dom[-2000:]
-    value = json.loads(html.unescape(parsed.test_out))
-    assert not (isinstance(value, dict) and "error" in value), value
-    return value, parsed
-
-
-def _rgb(colour: str) -> str:
-    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgb({r}, {g}, {b})"
+def _probe(chromium: str, tmp_path: Path, page: str, body: str, *flags: str) -> tuple[Any, _Parsed]:
+    """Open ``page`` with a probe: ``body`` after the sentence and highlight helpers."""
+    return probe(_Parsed, chromium, tmp_path, page, _JS_HELPERS + body, *flags)
 
 
 def test_browser_clicks_show_one_support_at_a_time(chromium, tmp_path):
@@ -604,7 +522,7 @@ def test_browser_colours_legend_and_no_injected_script(chromium, tmp_path):
     assert seen["pwned"] is None and seen["imgs"] == 0
     assert seen["response"] == RESPONSE and seen["context"] == CONTEXT
     expected = [
-        _rgb(module._NAN_COLOUR) if _bin(s) is None else _rgb(PALETTE[_bin(s)]) for s in SCORES
+        rgb(module._NAN_COLOUR) if _bin(s) is None else rgb(PALETTE[_bin(s)]) for s in SCORES
     ]
     assert seen["colours"] == expected
     assert seen["legend"] and seen["badge"]
