@@ -295,4 +295,3 @@ class Attributor:
             head_ranking=self.head_ranking,
             top_k=self.top_k,
         )
-
