@@ -21,6 +21,7 @@ from rcstat.cli._common import (
     console,
     load_model_quietly,
     optional_count,
+    read_texts,
     staged_output,
     step,
 )
@@ -98,8 +99,6 @@ class GroundArgs:
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GroundArgs:
-        from rcstat.cli._common import read_texts
-
         texts = read_texts(ns, ["context", "response", "question"])
         context, response, question = texts["context"], texts["response"], texts["question"]
         if context is None or response is None:

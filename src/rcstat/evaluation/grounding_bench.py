@@ -175,14 +175,14 @@ def method_scores(
     heads = grounder.heads
     everything = np.arange(measured.features.shape[1] * measured.features.shape[2])
     rc = measured.rc(heads)
-    _, ranges, values = sentence_scores(measured, heads, grounder.quantile)
+    scores, ranges, values = sentence_scores(measured, heads, grounder.quantile)
     weakest_rc = min(aggregate(rc[a:b], grounder.quantile) for a, b in ranges)
     _, _, all_heads = sentence_scores(measured, everything, grounder.quantile)
     return {
         "rcstat": min(values),
         "rc_mean": float(rc.mean()),
         "rc_weakest": weakest_rc,
-        "rcstat_mean": float(token_scores(rc, measured.nll).mean()),
+        "rcstat_mean": float(scores.mean()),
         "rcstat_all_heads": min(all_heads),
         **baselines(measured, response, context),
     }
@@ -190,10 +190,7 @@ def method_scores(
 
 def _token_labels(measured: Measurement, spans: Sequence[tuple[int, int]]) -> np.ndarray:
     """``[G]`` True for response tokens overlapping an annotated span (character offsets)."""
-    example = measured.example
-    first = example.token_span("answer")[0]
-    base = example.parts["answer"][0]
-    offsets = np.array(example.offsets[first : first + len(measured.nll)]) - base  # [G, 2]
+    offsets = measured.token_spans()  # [G, 2]
     labels = np.zeros(len(offsets), dtype=bool)
     for start, end in spans:
         labels |= (offsets[:, 1] > start) & (offsets[:, 0] < end)

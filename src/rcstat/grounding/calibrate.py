@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rcstat.generation import check_max_new_tokens, generate_answer
-from rcstat.grounding.grounder import Measurement, Measurer, sentence_scores
+from rcstat.grounding.grounder import Measurement, Measurer, model_name, sentence_scores
 from rcstat.grounding.profile import DEFAULT_FRACTION, HeadProfile
 from rcstat.grounding.score import DEFAULT_QUANTILE
 from rcstat.segments import segment_chat
@@ -83,7 +83,7 @@ def build_profile(
         raise ValueError("the model gave an empty answer to every example")
     values = np.mean([m.features[0].mean(axis=-1) for m in measured], axis=0)  # [L, H]
     provisional = HeadProfile(
-        model=_name(model), values=values, threshold=0.0, quantile=0.5, fraction=fraction
+        model=model_name(model), values=values, threshold=0.0, quantile=0.5, fraction=fraction
     )
     heads = provisional.heads()
     scores = [min(sentence_scores(m, heads, quantile)[2]) for m in measured]
@@ -102,7 +102,3 @@ def build_profile(
         fraction=fraction,
         source=source,
     )
-
-
-def _name(model: PreTrainedModel) -> str:
-    return str(getattr(model.config, "name_or_path", "") or type(model).__name__)

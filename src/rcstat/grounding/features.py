@@ -123,21 +123,24 @@ def grounding_reducer(
         if device not in on_device:
             on_device[device] = (seen.to(device), [i.to(device) for i in indices])
         valid, unit_index = on_device[device]
-        chosen = None if rc_heads is None else rc_heads.get(layer)
-        rc = torch.full(block.shape[:2], float("nan"), dtype=torch.float32, device=device)
-        if rc_heads is None or chosen is not None:
-            picked = block if chosen is None else block[chosen.to(device)]  # [h, G, T]
+
+        def rc_of(picked: torch.Tensor) -> torch.Tensor:  # [h, G, T] -> [h, G]
             own = picked[..., start : start + num_rows]  # [h, G, G]: keys a-1 .. a+G-2
-            value = normalized_rc_shared(
+            return normalized_rc_shared(
                 picked[..., c0:c1][:, :, None, :],
                 own,
                 y_valid=valid.expand_as(own),
                 check_finite=False,
-            )[..., 0].float()  # [h, G]
-            if chosen is None:
-                rc = value
-            else:
-                rc[chosen.to(device)] = value
+            )[..., 0].float()
+
+        if rc_heads is None:
+            rc = rc_of(block)  # [H, G]
+        else:
+            rc = torch.full(block.shape[:2], float("nan"), dtype=torch.float32, device=device)
+            chosen = rc_heads.get(layer)
+            if chosen is not None:
+                index = chosen.to(device)
+                rc[index] = rc_of(block[index])
         positions = torch.arange(start, start + num_rows, device=device)
         probs = attention_probs(block, positions, softmax[layer])  # [H, G, T]
         on_context = probs[..., c0:c1].mean(-1)  # [H, G]

@@ -48,6 +48,7 @@ __all__ = [
     "Measurer",
     "baselines",
     "feature_names",
+    "model_name",
     "sentence_scores",
 ]
 
@@ -104,6 +105,13 @@ class Measurement:
         """``[3 · L · H]``: :meth:`head_features` flattened (probe input, in the order of
         :func:`feature_names`)."""
         return self.head_features(quantile).ravel()
+
+    def token_spans(self) -> np.ndarray:
+        """``[G, 2]`` int64 character offsets of each response token in the response."""
+        first = self.example.token_span("answer")[0]
+        base = self.example.parts["answer"][0]
+        offsets = np.array(self.example.offsets[first : first + len(self.nll)], dtype=np.int64)
+        return np.maximum(offsets.reshape(-1, 2) - base, 0)
 
     def rc(self, heads: np.ndarray) -> np.ndarray:
         """``[G]``: normalized RC averaged over the flat head indices ``heads``."""
@@ -270,7 +278,7 @@ class Grounder:
         language: str = DEFAULT_LANGUAGE,
     ) -> None:
         layout = attention_layout(model)
-        name = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
+        name = model_name(model)
         self.profile = _resolve_profile(profile, name)
         if self.profile.shape != (layout.num_layers, layout.num_heads):
             raise ValueError(
@@ -340,15 +348,6 @@ class Grounder:
         """Turn a :class:`Measurement` into a :class:`Grounding` with this configuration."""
         example = measured.example
         response = example.part_text("answer")
-        first = example.token_span("answer")[0]
-        base = example.parts["answer"][0]
-        token_spans = np.array(
-            [
-                [max(s - base, 0), max(e - base, 0)]
-                for s, e in example.offsets[first : first + len(measured.nll)]
-            ],
-            dtype=np.int64,
-        ).reshape(-1, 2)
         scores, ranges, values = sentence_scores(measured, self.heads, self.quantile)
         sentences = []
         for u, unit in enumerate(measured.units):
@@ -375,7 +374,7 @@ class Grounder:
             question=example.part_text("question"),
             response=response,
             token_texts=example.token_texts("answer"),
-            token_spans=token_spans,
+            token_spans=measured.token_spans(),
             token_scores=scores,
             sentences=sentences,
             score=min((s.score for s in sentences), default=float("nan")),
@@ -390,6 +389,11 @@ class Grounder:
             method=self.method,
             model=self.model_name,
         )
+
+
+def model_name(model: PreTrainedModel) -> str:
+    """The model's ``config.name_or_path``, else its class name (recorded in results)."""
+    return str(getattr(model.config, "name_or_path", "") or type(model).__name__)
 
 
 def sentence_scores(
