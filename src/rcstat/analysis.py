@@ -28,7 +28,7 @@ from rcstat.generation import (
     input_device,
 )
 from rcstat.segments import Segmented, segment_chat, segment_text
-from rcstat.stats import block_statistics, cross_self_samples
+from rcstat.stats import block_statistics, cross_self_samples, triton_available
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -56,7 +56,8 @@ class HeadAnalysis:
     ----------
     expected, upper, lower, normalized
         ``[layers, heads]`` float64: ``E(X(p, g), Y(g, g))``, the overlap-area upper bound
-        ``A``, the lower bound ``a`` and the scale-free ``E / (E + E_reverse)``.
+        ``A``, the lower bound ``a`` and the scale-free ``E / (E + E_reverse)``. ``lower``
+        is None when it was not computed (see ``lower_bound`` of :func:`analyze`).
     prompt_len, gen_len
         ``|p|`` and ``|g|`` in tokens.
     prompt_text, generation_text
@@ -72,7 +73,7 @@ class HeadAnalysis:
 
     expected: np.ndarray
     upper: np.ndarray
-    lower: np.ndarray
+    lower: np.ndarray | None
     normalized: np.ndarray
     prompt_len: int
     gen_len: int
@@ -92,7 +93,17 @@ class HeadAnalysis:
         """The ``[layers, heads]`` array of one statistic."""
         if by not in STATISTICS:
             raise ValueError(f"by must be one of {STATISTICS}, got {by!r}")
+        if by == "lower" and self.lower is None:
+            raise ValueError(
+                "the lower bound was not computed for this analysis: pass lower_bound=True "
+                "(--lower-bound) to analyze"
+            )
         return np.asarray(getattr(self, by))
+
+    @property
+    def statistics(self) -> tuple[Statistic, ...]:
+        """The statistics this analysis holds (``lower`` only when computed)."""
+        return tuple(name for name in STATISTICS if getattr(self, name) is not None)
 
     def count_above(self, tau: float = DEFAULT_TAU, by: Statistic = "upper") -> int:
         """Number of heads whose statistic exceeds ``tau`` (paper §5.1: ``A_h > τ = 1.5``)."""
@@ -100,7 +111,7 @@ class HeadAnalysis:
         return int((self.values(by) > tau).sum())
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per (layer, head) with every statistic."""
+        """One row per (layer, head) with every statistic it holds."""
         layers, heads = self.shape
         frame = pd.DataFrame(
             {
@@ -108,7 +119,7 @@ class HeadAnalysis:
                 "head": np.tile(np.arange(heads), layers),
             }
         )
-        for name in STATISTICS:
+        for name in self.statistics:
             frame[name] = self.values(name).reshape(-1)
         return frame
 
@@ -134,7 +145,8 @@ class HeadAnalysis:
             "generation_text": self.generation_text,
             "scaled": self.scaled,
             "generation_finished": self.generation_finished,
-            **{name: self.values(name).tolist() for name in STATISTICS},
+            **{name: None for name in STATISTICS},
+            **{name: self.values(name).tolist() for name in self.statistics},
         }
 
     def to_json(self) -> str:
@@ -149,11 +161,15 @@ class HeadAnalysis:
     def load(cls, path: str | Path) -> HeadAnalysis:
         """Read a file written by :meth:`save`."""
         data = json.loads(Path(path).read_text())
-        array = {name: np.asarray(data[name], dtype=np.float64) for name in STATISTICS}
+        array = {
+            name: np.asarray(data[name], dtype=np.float64)
+            for name in STATISTICS
+            if data[name] is not None
+        }
         return cls(
             expected=array["expected"],
             upper=array["upper"],
-            lower=array["lower"],
+            lower=array.get("lower"),
             normalized=array["normalized"],
             prompt_len=data["prompt_len"],
             gen_len=data["gen_len"],
@@ -165,21 +181,38 @@ class HeadAnalysis:
         )
 
 
-def _reduce_block(keep: dict[int, list[int]], prompt_len: int, samples: list[HeadSamples]) -> Any:
+def _reduce_block(
+    keep: dict[int, list[int]], prompt_len: int, samples: list[HeadSamples], lower: bool
+) -> Any:
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0]  # [head, g, m + g]
-        stats = block_statistics(block, prompt_len, check_finite=False)  # capture checks
+        # unchecked: non-finite scores make mean_gap non-finite, checked after the pass
+        stats = block_statistics(block, prompt_len, check_finite=False, lower=lower)
         for head in keep.get(layer, []):
             x, _, y, _ = cross_self_samples(block[head], prompt_len)
             samples.append(HeadSamples(layer, head, x.cpu().numpy(), y.cpu().numpy()))
-        return {  # left on the layer's device: no synchronisation inside the forward pass
+        out = {  # left on the layer's device: no synchronisation inside the forward pass
             "expected": stats.expected,
             "upper": stats.upper,
-            "lower": stats.lower,
             "normalized": stats.normalized,
+            "mean_gap": stats.mean_gap,
         }
+        if stats.lower is not None:
+            out["lower"] = stats.lower
+        return out
 
     return reduce
+
+
+def _raise_if_not_finite(per_layer: list[dict[str, torch.Tensor]], layers: Sequence[int]) -> None:
+    """Raise ``FloatingPointError`` naming the first layer whose scores had NaN or inf."""
+    finite = torch.stack([torch.isfinite(r["mean_gap"]).all().cpu() for r in per_layer])
+    if not bool(finite.all()):
+        layer = layers[int((~finite).nonzero()[0])]
+        raise FloatingPointError(
+            f"layer {layer}: attention scores contain NaN or inf; the model's activations "
+            "overflowed (try float32 or a shorter input)"
+        )
 
 
 def analyze_segmented(
@@ -188,6 +221,7 @@ def analyze_segmented(
     *,
     scaled: bool = False,
     keep_samples: Sequence[tuple[int, int]] = (),
+    lower_bound: bool | None = None,
 ) -> HeadAnalysis:
     """Per-head statistics of an already tokenised example (one forward pass).
 
@@ -201,6 +235,10 @@ def analyze_segmented(
         Use the model's scaled scores ``<q, k>/sqrt(d)`` instead of raw ``<q, k>``.
     keep_samples
         ``(layer, head)`` pairs whose raw cross/self scores are kept for plotting.
+    lower_bound
+        Compute the lower bound ``a`` (eq. 5). ``None`` (default): where it is free, that is
+        everywhere except on CUDA with Triton installed, where E and A never sort the cross
+        samples but ``a`` needs their order (docs/benchmarks.md §2).
     """
     layout = check_example(model, example)
     keep: dict[int, list[int]] = {}
@@ -213,21 +251,30 @@ def analyze_segmented(
         keep.setdefault(layer, []).append(head)
     samples: list[HeadSamples] = []
     device = input_device(model)
-    reducer = _reduce_block(keep, example.prompt_len, samples)
+    lower = not triton_available(device) if lower_bound is None else bool(lower_bound)
+    reducer = _reduce_block(keep, example.prompt_len, samples, lower)
     with (
         torch.no_grad(),
-        capture_scores(model, reducer, query_start=example.prompt_len, scaled=scaled) as result,
+        capture_scores(
+            model,
+            reducer,
+            query_start=example.prompt_len,
+            scaled=scaled,
+            check_finite=False,  # folded into the statistics' sums
+        ) as result,
     ):
         model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
     per_layer = result.ordered()
-    arrays: dict[str, np.ndarray] = {
-        name: torch.stack([r[name].cpu() for r in per_layer]).numpy() for name in STATISTICS
-    }  # each [layers, heads]
+    _raise_if_not_finite(per_layer, result.layers)
+
+    def stacked(name: str) -> np.ndarray:
+        return torch.stack([r[name].cpu() for r in per_layer]).numpy()  # [layers, heads]
+
     return HeadAnalysis(
-        expected=arrays["expected"],
-        upper=arrays["upper"],
-        lower=arrays["lower"],
-        normalized=arrays["normalized"],
+        expected=stacked("expected"),
+        upper=stacked("upper"),
+        lower=stacked("lower") if lower else None,
+        normalized=stacked("normalized"),
         prompt_len=example.prompt_len,
         gen_len=example.gen_len,
         prompt_text=example.text[: example.offsets[example.prompt_len][0]],
@@ -252,6 +299,7 @@ def analyze(
     scaled: bool = False,
     keep_samples: Sequence[tuple[int, int]] = (),
     allow_special_tokens: bool = False,
+    lower_bound: bool | None = None,
 ) -> HeadAnalysis:
     """Per-(layer, head) RC of one example: which heads ground the generation in the prompt.
 
@@ -271,6 +319,8 @@ def analyze(
     User text is tokenized as literal text: a special-token string such as ``<|im_start|>``
     inside it cannot open or close a chat turn. ``allow_special_tokens=True`` encodes such
     strings as special tokens (only for trusted text).
+
+    ``lower_bound`` as in :func:`analyze_segmented` (default: computed where it is free).
 
     Returns
     -------
@@ -318,6 +368,8 @@ def analyze(
     if needs_generation:
         answered = generate_answer(model, tokenizer, example, max_new_tokens)
         example, finished = answered.example, answered.finished
-    result = analyze_segmented(model, example, scaled=scaled, keep_samples=keep_samples)
+    result = analyze_segmented(
+        model, example, scaled=scaled, keep_samples=keep_samples, lower_bound=lower_bound
+    )
     result.generation_finished = finished
     return result

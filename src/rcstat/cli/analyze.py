@@ -76,6 +76,12 @@ def register(sub: Any) -> None:
     )
     an.add_argument("--max-new-tokens", type=int, default=64, help="length of a generated answer")
     an.add_argument("--scaled", action="store_true", help="use <q,k>/sqrt(d) instead of raw")
+    an.add_argument(
+        "--lower-bound",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compute the lower bound a (default: where it is free, i.e. not on CUDA with Triton)",
+    )
     add_special_tokens_option(an)
 
 
@@ -91,6 +97,7 @@ class AnalyzeArgs:
     heads: list[tuple[int, int]]
     max_new_tokens: int
     scaled: bool
+    lower_bound: bool | None
     allow_special_tokens: bool
 
     @classmethod
@@ -132,6 +139,7 @@ class AnalyzeArgs:
             heads=heads,
             max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             scaled=ns.scaled,
+            lower_bound=ns.lower_bound,
             allow_special_tokens=ns.allow_special_tokens,
         )
 
@@ -147,17 +155,12 @@ def top_heads_table(result: Any, k: int, tau: float) -> Table:
             f"E > {tau}: {result.count_above(tau, 'expected')} heads"
         )
     )
-    for name in ("layer", "head", "expected", "upper", "lower", "normalized"):
+    names = ("expected", "upper", "lower", "normalized")
+    shown = [name for name in names if name in result.statistics]
+    for name in ("layer", "head", *shown):
         table.add_column(name, justify="right")
-    for row in result.top(k).itertuples(index=False):
-        table.add_row(
-            str(row.layer),
-            str(row.head),
-            f"{row.expected:.3f}",
-            f"{row.upper:.3f}",
-            f"{row.lower:.3f}",
-            f"{row.normalized:.3f}",
-        )
+    for row in result.top(k).to_dict("records"):
+        table.add_row(str(row["layer"]), str(row["head"]), *(f"{row[name]:.3f}" for name in shown))
     return table
 
 
@@ -183,6 +186,7 @@ def run(args: AnalyzeArgs) -> int:
             **args.inputs,
             max_new_tokens=args.max_new_tokens,
             scaled=args.scaled,
+            lower_bound=args.lower_bound,
             keep_samples=args.heads,
             allow_special_tokens=args.allow_special_tokens,
         )

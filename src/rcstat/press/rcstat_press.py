@@ -28,7 +28,7 @@ from rcstat.capture import grouped_scores
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_WINDOW
 from rcstat.press.extra import require_kvpress
-from rcstat.stats import expected_rc_shared
+from rcstat.stats import expected_rc_shared, self_samples
 
 require_kvpress()
 from kvpress import BasePress  # noqa: E402
@@ -66,8 +66,7 @@ def relative_scores(scores: torch.Tensor) -> torch.Tensor:
         and ``θ = mean_i s_i`` (0 where ``θ = 0``).
     """
     window, length = scores.shape[-2], scores.shape[-1]
-    causal = torch.ones(window, window, dtype=torch.bool, device=scores.device).tril()
-    y = scores[..., length - window :][..., causal]  # [B, H, w(w+1)/2]: Y(ĝ, ĝ), key <= query
+    y = self_samples(scores, length - window)  # [B, H, w(w+1)/2]: Y(ĝ, ĝ), key <= query
     x = scores[..., : length - window].transpose(-1, -2)  # [B, H, T - w, w]: X({i}, ĝ)
     s = expected_rc_shared(x, y)  # [B, H, T - w]
     theta = s.mean(-1, keepdim=True)  # [B, H, 1] = E(X(p \\ ĝ, ĝ), Y(ĝ, ĝ))

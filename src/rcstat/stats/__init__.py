@@ -3,7 +3,13 @@
 See docs/definitions.md. Public functions take batched sample sets ``[..., n]`` with optional masks.
 """
 
-from rcstat.stats.blocks import block_statistics, cross_self_samples, iot_expected_rc
+from rcstat.stats._gpu import triton_available
+from rcstat.stats.blocks import (
+    block_statistics,
+    cross_self_samples,
+    iot_expected_rc,
+    self_samples,
+)
 from rcstat.stats.rc import (
     RCStatistics,
     expected_rc,
@@ -29,4 +35,6 @@ __all__ = [
     "rc_lower_bound",
     "rc_statistics",
     "rc_upper_bound",
+    "self_samples",
+    "triton_available",
 ]

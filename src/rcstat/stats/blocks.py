@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from rcstat.stats import _gpu
+from rcstat.stats._validate import raise_if_not_finite
 from rcstat.stats.rc import RCStatistics, expected_rc, rc_statistics
 
 
@@ -55,13 +57,23 @@ def cross_self_samples(
     gen_len = _check_block(scores, prompt_len)
     batch = scores.shape[:-2]
     x = scores[..., :prompt_len].reshape(*batch, gen_len * prompt_len)  # [..., g·m]
-    causal = torch.ones(gen_len, gen_len, dtype=torch.bool, device=scores.device).tril()
-    y = scores[..., prompt_len:][..., causal]  # [..., g(g+1)/2]
-    return x, None, y, None
+    return x, None, self_samples(scores, prompt_len), None
+
+
+def self_samples(scores: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    """The self samples ``Y(g, g)`` of a generation block ``[..., g, m + g]``.
+
+    Returns ``[..., g(g+1)/2]`` (query-major, keys ``<=`` their query), gathered with an
+    index built once per shape: boolean indexing would wait for the device.
+    """
+    _check_block(scores, prompt_len)
+    gen_len, keys = scores.shape[-2:]
+    index = _gpu.causal_index(gen_len, keys, prompt_len, scores.device)  # [g(g+1)/2]
+    return scores.reshape(*scores.shape[:-2], gen_len * keys)[..., index]
 
 
 def block_statistics(
-    scores: torch.Tensor, prompt_len: int, *, check_finite: bool = True
+    scores: torch.Tensor, prompt_len: int, *, check_finite: bool = True, lower: bool = True
 ) -> RCStatistics:
     """Per-head ``E(X(p, g), Y(g, g))`` and its bounds from a generation block (§2.1).
 
@@ -72,15 +84,35 @@ def block_statistics(
     prompt_len
         ``m``.
     check_finite
-        Scan the scores for NaN / inf (see :func:`rc_statistics`).
+        Raise on NaN / inf samples (see :func:`rc_statistics`). Unchecked, they make the
+        results non-finite (``mean_gap`` included).
+    lower
+        Compute the lower bound too (see :func:`rc_statistics`). Without it, on CUDA with
+        Triton, the cross samples are read in place from the block: no copy, no sort.
 
     Returns
     -------
     RCStatistics
-        Each field float64 with shape ``scores.shape[:-2]``.
+        Each field float64 with shape ``scores.shape[:-2]`` (``lower`` None without
+        ``lower``).
     """
+    gen_len = _check_block(scores, prompt_len)
+    if not lower and _gpu.available(scores):
+        batch, keys = scores.shape[:-2], scores.shape[-1]
+        rows = scores.reshape(-1, gen_len, keys)  # [R, g, m + g] (a view when it can be)
+        expected, upper, gap = _gpu.dense_statistics(
+            rows[..., :prompt_len], self_samples(rows, prompt_len), None
+        )
+        if check_finite:
+            raise_if_not_finite(gap, "scores")
+        return RCStatistics(
+            expected=expected.reshape(batch),
+            upper=upper.reshape(batch),
+            lower=None,
+            mean_gap=gap.reshape(batch),
+        )
     x, _, y, _ = cross_self_samples(scores, prompt_len)
-    return rc_statistics(x, y, check_finite=check_finite)
+    return rc_statistics(x, y, check_finite=check_finite, lower=lower)
 
 
 def iot_expected_rc(scores: torch.Tensor, prompt_len: int) -> torch.Tensor:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from rcstat.stats import _gpu
 from rcstat.stats._kernel import rc_integrals
-from rcstat.stats._validate import check_samples
+from rcstat.stats._validate import check_samples, raise_if_not_finite
 
 # Rows are processed in chunks of at most this many samples, to bound temporary memory
 # (about 40 bytes per sample).
@@ -24,11 +25,11 @@ _CHUNK_SAMPLES = 1 << 25
 @dataclass(frozen=True)
 class RCStatistics:
     """Expected RC, its bounds and ``mean(x) - mean(y)`` for a batch of sample-set pairs
-    (float64, batch shape)."""
+    (float64, batch shape). ``lower`` is None when it was not asked for (``lower=False``)."""
 
     expected: torch.Tensor
     upper: torch.Tensor
-    lower: torch.Tensor
+    lower: torch.Tensor | None
     mean_gap: torch.Tensor
 
     @property
@@ -99,6 +100,7 @@ def rc_statistics(
     x_valid: torch.Tensor | None = None,
     y_valid: torch.Tensor | None = None,
     check_finite: bool = True,
+    lower: bool = True,
 ) -> RCStatistics:
     """Exact expected RC and both bounds of Theorem 3.6 from one sort.
 
@@ -114,7 +116,13 @@ def rc_statistics(
     check_finite
         Raise on NaN / inf samples (default). The scan costs one device synchronisation;
         pass False only when the values were checked already (the analysis checks the
-        captured scores once per forward pass).
+        captured scores once per forward pass). Unchecked non-finite samples give
+        non-finite results (never finite wrong ones).
+    lower
+        Compute the lower bound ``a`` (default). It needs the order of all of ``x``; on a
+        CUDA device with Triton installed, ``lower=False`` with dense ``x`` takes a path
+        that never sorts ``x`` (each cross sample is ranked among the sorted ``y``; ``A``
+        comes from one crossing point per set), and ``lower`` is then None.
 
     Returns
     -------
@@ -134,6 +142,8 @@ def rc_statistics(
     >>> float(s.expected), float(s.upper), float(s.lower)
     (0.5, 0.5, 0.5)
     """
+    if not lower and x_valid is None and _gpu.available(x, y):
+        return _dense_gpu(x, y, y_valid, check_finite)
     batch, x, xv, y, yv = _rows(x, y, x_valid, y_valid, check_finite)
     per_row = x.shape[-1] + y.shape[-1]
     step = max(1, _CHUNK_SAMPLES // per_row)
@@ -141,9 +151,27 @@ def rc_statistics(
         rc_integrals(x[i : i + step], _rows_of(xv, i, step), y[i : i + step], _rows_of(yv, i, step))
         for i in range(0, x.shape[0], step)
     ]
-    expected, upper, lower = (torch.cat([p[k] for p in parts]).reshape(batch) for k in range(3))
+    expected, upper, bound = (torch.cat([p[k] for p in parts]).reshape(batch) for k in range(3))
     mean_gap = (_masked_mean(x, xv) - _masked_mean(y, yv)).reshape(batch)
-    return RCStatistics(expected=expected, upper=upper, lower=lower, mean_gap=mean_gap)
+    return RCStatistics(
+        expected=expected, upper=upper, lower=bound if lower else None, mean_gap=mean_gap
+    )
+
+
+def _dense_gpu(
+    x: torch.Tensor, y: torch.Tensor, y_valid: torch.Tensor | None, check_finite: bool
+) -> RCStatistics:
+    """:func:`rc_statistics` without the lower bound on CUDA (``rcstat.stats._gpu``)."""
+    batch, x, _, y, yv = _rows(x, y, None, y_valid, check_finite=False)
+    expected, upper, gap = _gpu.dense_statistics(x[:, None, :], y, yv)  # x as [R, 1, n]
+    if check_finite:  # the sums are finite iff every sample is: no extra pass over x
+        raise_if_not_finite(gap, "x or y")
+    return RCStatistics(
+        expected=expected.reshape(batch),
+        upper=upper.reshape(batch),
+        lower=None,
+        mean_gap=gap.reshape(batch),
+    )
 
 
 def expected_rc(
@@ -206,7 +234,9 @@ def rc_lower_bound(
     >>> float(rc_lower_bound(torch.tensor([3.0, 1.0]), torch.tensor([0.0, 2.0])))
     1.0
     """
-    return rc_statistics(x, y, x_valid=x_valid, y_valid=y_valid).lower
+    lower = rc_statistics(x, y, x_valid=x_valid, y_valid=y_valid).lower
+    assert lower is not None  # asked for by default
+    return lower
 
 
 def normalized_rc(
@@ -273,13 +303,25 @@ def expected_rc_shared(
     >>> expected_rc_shared(torch.tensor([[3.0, 1.0], [0.0, 0.0]]), torch.tensor([0.0, 2.0]))
     tensor([1.2500, 0.0000], dtype=torch.float64)
     """
-    x, _ = check_samples("x", x, None, check_finite=check_finite)
-    y, y_valid = check_samples("y", y, y_valid, check_finite=check_finite)
+    x, _ = check_samples("x", x, None, check_finite=False)
+    y, y_valid = check_samples("y", y, y_valid, check_finite=False)
     if x.dim() < 2 or x.shape[:-2] != y.shape[:-1]:
         raise ValueError(
             f"x must be [..., k, n] and y [..., m] with the same leading shape; got "
             f"{tuple(x.shape)} and {tuple(y.shape)}"
         )
+    if _gpu.available(x, y):  # x ranked in place by a Triton kernel: no copy of x
+        lead, (groups, samples), width = x.shape[:-2], x.shape[-2:], y.shape[-1]
+        valid = None if y_valid is None else y_valid.expand(y.shape).reshape(-1, width)
+        flat = _gpu.shared_expected(
+            x.reshape(-1, groups, samples, 1), y.reshape(-1, width), valid
+        ).reshape(*lead, groups)
+        if check_finite:  # non-finite samples make their sums non-finite
+            raise_if_not_finite(flat, "x or y")
+        return flat
+    if check_finite:
+        check_samples("x", x, None)
+        check_samples("y", y, y_valid)
     y = y.double()
     if y_valid is None:
         count = torch.full(y.shape[:-1], y.shape[-1], dtype=torch.float64, device=y.device)

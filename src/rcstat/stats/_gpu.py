@@ -1,0 +1,254 @@
+"""The CUDA path of the RC statistics: dense cross samples, Triton kernels, no host syncs.
+
+Used by :mod:`rcstat.stats.rc` and :mod:`rcstat.stats.blocks` when the samples live on a
+CUDA device, Triton is installed and the cross samples are dense (every sample valid); the
+CPU kernel (``_kernel.rc_integrals``) stays the reference and serves every other case. What
+differs from the CPU path (docs/benchmarks.md has the measurements):
+
+- the big cross set ``x`` is read in place, never copied and never sorted: each sample is
+  ranked within the sorted self samples ``y`` (``_triton.rank_sums``), which gives ``E``
+  exactly (paper eq. 6);
+- the upper bound ``A`` (eq. 4) comes from one crossing point per row, found by a four-pass
+  radix selection (``_triton.radix_histogram``), plus a sum riding on the ranking pass;
+- the lower bound ``a`` (eq. 5) needs the whole order of ``x`` and is left to the sorting
+  kernel: callers ask for it explicitly;
+- nothing waits for the device: no boolean-mask indexing, no ``.item()``; a NaN or inf
+  sample makes the float64 sums non-finite, which callers check once at the end.
+
+Set ``RCSTAT_TRITON=0`` to force the reference path on CUDA.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+_ENV = "RCSTAT_TRITON"
+_DIGITS = 256  # 8-bit radix digits
+_TILE = 1024  # samples per program
+
+
+@functools.cache
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def triton_available(device: torch.device | str) -> bool:
+    """Whether statistics on ``device`` take the Triton path (CUDA, Triton installed, not
+    switched off with ``RCSTAT_TRITON=0``)."""
+    if os.environ.get(_ENV, "1") == "0" or torch.device(device).type != "cuda":
+        return False
+    return _triton_importable()
+
+
+def available(*tensors: torch.Tensor) -> bool:
+    """Whether the Triton path serves these tensors (one CUDA device, float32 or narrower)."""
+    narrow = (torch.float32, torch.bfloat16, torch.float16)
+    if not all(t.dtype in narrow and t.device == tensors[0].device for t in tensors):
+        return False
+    return triton_available(tensors[0].device)
+
+
+@functools.cache
+def causal_index(gen_len: int, columns: int, offset: int, device: torch.device) -> torch.Tensor:
+    """Flat indices of the causal self samples inside rows of ``[gen_len, columns]``.
+
+    Query row ``j`` meets generated keys ``0..j`` at columns ``offset .. offset + j``; the
+    index (query-major) is built once per shape and device, so gathering with it never
+    synchronises the device the way boolean indexing does.
+    """
+    rows = torch.arange(gen_len)[:, None]
+    keys = torch.arange(gen_len)[None, :]
+    flat = (rows * columns + offset + keys).expand(gen_len, gen_len)
+    return flat[keys <= rows].to(device)  # [g(g+1)/2]
+
+
+def _tile(samples: int) -> int:
+    """Samples per program: a power of two, at most 65535 programs per group."""
+    tile = _TILE
+    while -(-samples // tile) > 65535:
+        tile *= 2
+    return tile
+
+
+@torch.no_grad()
+def prepared_self(
+    y: torch.Tensor, y_valid: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sort the self samples of each row once: ``(ys, count, prefix, center)``.
+
+    ``ys [R, M]`` float32 ascending with ``+inf`` after the ``count [R]`` valid ones;
+    ``center [R]`` float64 is their mean (subtracted for precision); ``prefix [R, M + 1]``
+    float64 holds the sums of the ``c`` smallest centred values.
+    """
+    y32 = y.float()
+    if y_valid is None:
+        count = torch.full(y.shape[:-1], y.shape[-1], dtype=torch.int32, device=y.device)
+        center = y32.double().mean(-1)
+        ys = torch.sort(y32, dim=-1).values
+        centred = ys.double() - center[:, None]
+    else:
+        count = y_valid.sum(-1, dtype=torch.int32)
+        center = torch.where(y_valid, y32.double(), 0.0).sum(-1) / count
+        ys = torch.sort(torch.where(y_valid, y32, torch.inf), dim=-1).values
+        inside = torch.arange(y.shape[-1], device=y.device) < count[:, None]
+        centred = torch.where(inside, ys.double() - center[:, None], 0.0)
+    prefix = torch.nn.functional.pad(centred.cumsum(-1), (1, 0))  # [R, M + 1]
+    return ys.contiguous(), count, prefix.contiguous(), center.contiguous()
+
+
+def rank_sums(
+    x: torch.Tensor,
+    ys: torch.Tensor,
+    count: torch.Tensor,
+    prefix: torch.Tensor,
+    center: torch.Tensor,
+    split: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``[3, R, K]`` float64: per group, ``Σ (c(x)·x − S(c(x)))``, ``Σ x`` and ``Σ (x − t)⁺``.
+
+    ``x`` is a (strided) view ``[R, K, A, B]``: group ``k`` of row ``r`` holds its ``A·B``
+    samples; values are centred on ``center``, as is ``split`` (``t``, ``[R]`` float64).
+    The third plane is zero without ``split``.
+    """
+    from rcstat.stats._triton import _rank_sums_kernel
+
+    rows, groups, width_a, width_b = x.shape
+    samples = width_a * width_b
+    tile_n = min(_tile(samples), triton_next_pow2(samples))
+    tile_k = max(1, _TILE // tile_n)
+    blocks = -(-samples // tile_n)
+    out = torch.zeros(3, rows, groups, blocks, dtype=torch.float64, device=x.device)
+    grid = (rows, -(-groups // tile_k), blocks)
+    _rank_sums_kernel[grid](
+        x,
+        *x.stride(),
+        groups,
+        width_a,
+        width_b,
+        ys,
+        ys.stride(0),
+        count,
+        prefix,
+        prefix.stride(0),
+        center,
+        center if split is None else split,
+        out,
+        blocks,
+        BLOCK_K=tile_k,
+        BLOCK_N=tile_n,
+        STEPS=max(1, ys.shape[-1].bit_length()),
+        SPLIT=split is not None,
+    )
+    return out.sum(-1)
+
+
+def triton_next_pow2(value: int) -> int:
+    return 1 << max(0, value - 1).bit_length()
+
+
+def _keys(values: torch.Tensor) -> torch.Tensor:
+    """Unsigned radix keys (int64 in ``[0, 2³²)``) that sort like the float32 ``values``."""
+    bits = values.float().view(torch.int32).long()
+    flipped = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order
+    return flipped + (1 << 31)
+
+
+def _values(keys: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`_keys`: float32 values."""
+    signed = keys - (1 << 31)
+    bits = torch.where(signed < 0, signed ^ 0x7FFFFFFF, signed)
+    return bits.to(torch.int32).view(torch.float32)
+
+
+def _int32(value: int) -> int:
+    """A 32-bit pattern as the signed int Triton passes as ``i32``."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def crossing(x: torch.Tensor, ys: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Per row the smallest sample value ``t`` with ``F_x(t) + F_y(t) >= 1``, ``[R]`` float32.
+
+    ``x`` is a dense (strided) view ``[R, A, B]``; ``ys [R, M]`` the sorted self samples with
+    ``count`` valid ones. A radix selection over the keys of ``x`` and ``y`` weighted by the
+    other set's size (``m·#{x <= t} + n·#{y <= t} >= n·m``), 8 bits per pass.
+    """
+    from rcstat.stats._triton import _radix_histogram_kernel
+
+    rows, width_a, width_b = x.shape
+    n = width_a * width_b
+    m = count.long()[:, None]  # [R, 1]
+    y_keys = torch.where(
+        torch.arange(ys.shape[-1], device=ys.device) < m, _keys(ys), 1 << 33
+    )  # [R, M]: padding above every key
+    prefix = torch.zeros(rows, dtype=torch.long, device=x.device)  # [R]
+    x_below = torch.zeros(rows, 1, dtype=torch.long, device=x.device)  # #{x < prefix range}
+    hist = torch.zeros(rows, _DIGITS, dtype=torch.int32, device=x.device)
+    digits = torch.arange(1, _DIGITS + 1, device=x.device)
+    tile = _tile(n)
+    for shift in (24, 16, 8, 0):
+        hist.zero_()
+        high_mask = ((1 << 32) - (1 << (shift + 8))) if shift < 24 else 0
+        _radix_histogram_kernel[(rows, -(-n // tile))](
+            x,
+            x.stride(0),
+            x.stride(1),
+            x.stride(2),
+            width_a,
+            width_b,
+            (prefix - ((prefix >= 1 << 31).long() << 32)).to(torch.int32),
+            _int32(high_mask),
+            shift,
+            hist,
+            BLOCK_N=tile,
+        )
+        ends = prefix[:, None] + (digits << shift) - 1  # [R, 256] last key of each digit
+        y_count = torch.searchsorted(y_keys, ends, right=True)  # [R, 256]
+        x_count = x_below + hist.long().cumsum(-1)  # [R, 256]
+        weight = m * x_count + n * y_count
+        digit = (weight < n * m).sum(-1, keepdim=True)  # [R, 1] first digit reaching n·m
+        x_below = x_count.gather(-1, digit) - hist.long().gather(-1, digit)
+        prefix = prefix + (digit[:, 0] << shift)
+    return _values(prefix)
+
+
+def self_sums(
+    ys: torch.Tensor, count: torch.Tensor, center: torch.Tensor, split: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Σ y, Σ (t − y)⁺)`` over each row's valid self samples, centred, float64 ``[R]``."""
+    inside = torch.arange(ys.shape[-1], device=ys.device) < count[:, None]
+    centred = torch.where(inside, ys.double() - center[:, None], 0.0)
+    short = torch.where(inside, (split[:, None] - centred).clamp_min(0.0), 0.0)
+    return centred.sum(-1), short.sum(-1)
+
+
+def dense_statistics(
+    x: torch.Tensor, y: torch.Tensor, y_valid: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(E, A, mean(x) − mean(y))`` float64 ``[R]`` for dense ``x`` ``[R, A, B]`` (a view).
+
+    Non-finite samples make all three non-finite (checked by the caller).
+    """
+    ys, count, prefix, center = prepared_self(y, y_valid)
+    n = x.shape[1] * x.shape[2]
+    m = count.double()
+    t = crossing(x, ys, count).double() - center  # [R] centred split point
+    sums = rank_sums(x[:, None], ys, count, prefix, center, t)[:, :, 0]  # [3, R]
+    y_sum, y_short = self_sums(ys, count, center, t)
+    expected = sums[0] / (n * m)
+    upper = sums[2] / n + y_short / m
+    gap = sums[1] / n - y_sum / m
+    return expected, upper, gap
+
+
+def shared_expected(x: torch.Tensor, y: torch.Tensor, y_valid: torch.Tensor | None) -> torch.Tensor:
+    """``E(x_k, y)`` float64 ``[R, K]`` for groups ``x [R, K, A, B]`` (a view) sharing ``y``."""
+    ys, count, prefix, center = prepared_self(y, y_valid)
+    samples = x.shape[2] * x.shape[3]
+    return rank_sums(x, ys, count, prefix, center)[0] / (samples * count.double()[:, None])

@@ -1,0 +1,130 @@
+"""Triton kernels for RC statistics of dense cross samples on CUDA (optional; see ``_gpu``).
+
+Two kernels, both reading the cross samples ``x`` in place through their strides (a
+generation block's first ``m`` columns, a press window's transposed scores) so that no copy
+of the big sample set is made:
+
+- ``rank_sums``: every ``x`` is ranked within the sorted self samples ``y`` of its row by a
+  binary search, ``c(x) = #{y < x}``, and contributes ``c(x)·x − S(c(x))`` with ``S`` the
+  prefix sums of the sorted ``y``; the sum over a set is ``n·m·E`` (paper eq. 6). The same
+  pass adds ``Σ x`` (the mean gap, and an exact finiteness check: a float64 sum of float32
+  values is finite iff every value is) and, given a split point ``t``, ``Σ max(x − t, 0)``
+  (the upper bound, below). Values are centred and accumulated in float64.
+- ``radix_histogram``: one digit of a radix selection. Floats map to unsigned keys that sort
+  like the values; for the rows' current key prefix, the kernel counts the ``x`` of each
+  next 8-bit digit (a histogram per program, added to the row's with atomics).
+
+The upper bound ``A = ∫ min(F_y, 1 − F_x) dt`` (Theorem 3.6, eq. 4) equals
+``min_t E(X − t)⁺ + E(t − Y)⁺``; the minimum is reached at the smallest sample value ``t*``
+with ``F_x(t*) + F_y(t*) >= 1`` (the derivative ``F_x + F_y − 1`` changes sign there). Four
+radix passes find ``t*`` exactly (a weighted selection over ``x`` and ``y``); ``Σ (x − t*)⁺``
+then rides on the ``rank_sums`` pass. ``x`` is never sorted.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rank_sums_kernel(
+    x_ptr,
+    stride_r,
+    stride_k,
+    stride_a,
+    stride_b,
+    groups,
+    width_a,
+    width_b,
+    ys_ptr,
+    ys_stride,
+    count_ptr,
+    prefix_ptr,
+    prefix_stride,
+    center_ptr,
+    split_ptr,
+    out_ptr,
+    blocks,
+    BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    STEPS: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
+    """Partial sums of one tile ``[BLOCK_K groups, BLOCK_N samples]`` of row ``r``.
+
+    ``x[r, k, a, b]`` (strided) is the ``(a·width_b + b)``-th sample of group ``k``; writes
+    ``out[0 | 1 | 2, r, k, block]`` = Σ (c·x − S(c)), Σ x, Σ (x − t)⁺ (centred values).
+    """
+    row = tl.program_id(0)
+    group_block = tl.program_id(1)
+    sample_block = tl.program_id(2)
+    ks = group_block * BLOCK_K + tl.arange(0, BLOCK_K)  # [BK]
+    es = sample_block * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    a = es // width_b
+    b = es - a * width_b
+    mask = (ks[:, None] < groups) & (es[None, :] < width_a * width_b)  # [BK, BN]
+    offsets = (
+        row.to(tl.int64) * stride_r
+        + ks[:, None].to(tl.int64) * stride_k
+        + a[None, :].to(tl.int64) * stride_a
+        + b[None, :].to(tl.int64) * stride_b
+    )
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    count = tl.load(count_ptr + row)
+    lo = tl.zeros([BLOCK_K, BLOCK_N], dtype=tl.int32)
+    hi = lo + count
+    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
+    for _ in tl.static_range(STEPS):  # lower bound: first index with y >= x
+        active = lo < hi
+        mid = (lo + hi) // 2
+        y = tl.load(ys_row + mid, mask=mask & active, other=0.0)
+        less = active & (y < x)
+        lo = tl.where(less, mid + 1, lo)
+        hi = tl.where(active & (y >= x), mid, hi)
+    center = tl.load(center_ptr + row)
+    xc = x.to(tl.float64) - center
+    below = tl.load(prefix_ptr + row.to(tl.int64) * prefix_stride + lo, mask=mask, other=0.0)
+    term = tl.where(mask, lo.to(tl.float64) * xc - below, 0.0)
+    xc = tl.where(mask, xc, 0.0)
+    out_offsets = (row * groups + ks) * blocks + sample_block  # [BK]
+    plane = tl.num_programs(0) * groups * blocks
+    keep = ks < groups
+    tl.store(out_ptr + out_offsets, tl.sum(term, axis=1), mask=keep)
+    tl.store(out_ptr + plane + out_offsets, tl.sum(xc, axis=1), mask=keep)
+    if SPLIT:
+        split = tl.load(split_ptr + row)
+        excess = tl.where(mask, tl.maximum(xc - split, 0.0), 0.0)
+        tl.store(out_ptr + 2 * plane + out_offsets, tl.sum(excess, axis=1), mask=keep)
+
+
+@triton.jit
+def _radix_histogram_kernel(
+    x_ptr,
+    stride_r,
+    stride_a,
+    stride_b,
+    width_a,
+    width_b,
+    prefix_ptr,
+    high_mask,
+    shift,
+    hist_ptr,
+    BLOCK_N: tl.constexpr,
+):
+    """Add to ``hist[r, d]`` the ``x`` of row ``r`` whose key matches the row's prefix on the
+    bits of ``high_mask`` and has digit ``d = (key >> shift) & 255``."""
+    row = tl.program_id(0)
+    es = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    a = es // width_b
+    b = es - a * width_b
+    mask = es < width_a * width_b
+    offsets = row.to(tl.int64) * stride_r + a.to(tl.int64) * stride_a + b.to(tl.int64) * stride_b
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    bits = x.to(tl.int32, bitcast=True)
+    key = (bits ^ ((bits >> 31) & 0x7FFFFFFF)) ^ (-2147483648)  # unsigned order, as int32 bits
+    prefix = tl.load(prefix_ptr + row)
+    match = mask & (((key ^ prefix) & high_mask) == 0)
+    digit = (key >> shift) & 255
+    counts = tl.histogram(digit, 256, mask=match)  # [256]
+    tl.atomic_add(hist_ptr + row * 256 + tl.arange(0, 256), counts, sem="relaxed")
