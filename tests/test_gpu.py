@@ -11,7 +11,15 @@ import torch
 
 from rcstat.analysis import analyze
 from rcstat.capture import capture_scores
-from rcstat.stats import rc_statistics
+from rcstat.capture.scores import grouped_scores
+from rcstat.stats import (
+    block_statistics,
+    expected_rc_shared,
+    normalized_rc_shared,
+    rc_statistics,
+    self_samples,
+    triton_available,
+)
 from tests._reference import naive_expected_rc
 from tests._tiny_models import reference_scores, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
@@ -58,9 +66,109 @@ def test_analyze_on_cuda_equals_cpu() -> None:
         answer="On the mat.",
     )
     cpu = analyze(tiny_model("llama"), tok, **kwargs)
-    gpu = analyze(copy.deepcopy(tiny_model("llama")).cuda(), tok, **kwargs)
-    for field in ("expected", "upper", "lower", "normalized"):
+    model = copy.deepcopy(tiny_model("llama")).cuda()
+    gpu = analyze(model, tok, **kwargs)
+    assert (gpu.lower is None) == triton_available("cuda")  # the lower bound costs on Triton
+    for field in ("expected", "upper", "normalized"):
         np.testing.assert_allclose(getattr(gpu, field), getattr(cpu, field), rtol=1e-4, atol=1e-5)
+    with_lower = analyze(model, tok, **kwargs, lower_bound=True)
+    np.testing.assert_allclose(with_lower.lower, cpu.lower, rtol=1e-4, atol=1e-5)
+
+
+needs_triton = pytest.mark.skipif(not triton_available("cuda"), reason="needs Triton")
+
+
+def _scores(heads: int, gen: int, prompt: int, kind: str) -> torch.Tensor:
+    """A generation block of raw scores ``[H, g, m + g]`` on the GPU: random with the spread of
+    real heads, integer-valued (many ties) or rounded to bfloat16."""
+    gen_ = torch.Generator().manual_seed(prompt + gen)
+    scale = torch.rand(heads, 1, 1, generator=gen_) * 60 + 1
+    block = torch.randn(heads, gen, prompt + gen, generator=gen_) * scale
+    block[:, :, :7] += 200.0  # attention-sink-like keys
+    if kind == "ties":
+        block = block.round()
+    elif kind == "bf16":
+        block = block.bfloat16().float()
+    return block.cuda()
+
+
+@needs_triton
+@pytest.mark.parametrize("prompt,gen", [(2048, 64), (8192, 16), (512, 256)])
+@pytest.mark.parametrize("kind", ["random", "ties", "bf16"])
+def test_triton_statistics_equal_the_cpu_float64_reference(
+    prompt: int, gen: int, kind: str
+) -> None:
+    """E and A of the Triton path (x read in place, never sorted) vs the CPU kernel, 1e-9."""
+    block = _scores(32, gen, prompt, kind)
+    fast = block_statistics(block, prompt, lower=False)
+    reference = block_statistics(block.cpu(), prompt)
+    assert fast.lower is None and fast.expected.device.type == "cuda"
+    for field in ("expected", "upper", "mean_gap"):
+        torch.testing.assert_close(
+            getattr(fast, field).cpu(), getattr(reference, field), rtol=1e-9, atol=1e-12
+        )
+    torch.testing.assert_close(fast.normalized.cpu(), reference.normalized, rtol=1e-9, atol=1e-12)
+
+
+@needs_triton
+@pytest.mark.parametrize("kind", ["random", "ties"])
+def test_triton_shared_statistics_equal_the_cpu_reference(kind: str) -> None:
+    """Per-key E of a unit (attribution, press: a transposed view of the block) and the
+    normalized RC with ragged self samples (grounding)."""
+    prompt, gen = 3000, 40
+    block = _scores(32, gen, prompt, kind)
+    cross = block[:, 10:25, :prompt].transpose(1, 2)  # [H, m, |g'|], strided
+    y = self_samples(block, prompt)
+    valid = torch.rand(y.shape, generator=torch.Generator().manual_seed(1)) < 0.7
+    valid[:, 0] = True
+    fast = expected_rc_shared(cross, y, y_valid=valid.cuda(), check_finite=False)
+    want = expected_rc_shared(cross.cpu(), y.cpu(), y_valid=valid)
+    torch.testing.assert_close(fast.cpu(), want, rtol=1e-9, atol=1e-12)
+    fast_n = normalized_rc_shared(cross, y, y_valid=valid.cuda())
+    want_n = normalized_rc_shared(cross.cpu(), y.cpu(), y_valid=valid)
+    torch.testing.assert_close(fast_n.cpu(), want_n, rtol=1e-9, atol=1e-12)
+
+
+@needs_triton
+def test_triton_path_never_waits_for_the_device() -> None:
+    block = _scores(32, 64, 2048, "random")
+    cross = block[:, :8, :2048].transpose(1, 2)
+    y = self_samples(block, 2048)
+
+    def run() -> None:
+        block_statistics(block, 2048, check_finite=False, lower=False)
+        expected_rc_shared(cross, y, check_finite=False)
+
+    run()  # compiles the kernels and caches the gather index
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
+@needs_triton
+def test_triton_path_rejects_non_finite_scores() -> None:
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        block = _scores(4, 8, 100, "random")
+        block[2, 3, 50] = bad
+        with pytest.raises(ValueError, match="non-finite"):
+            block_statistics(block, 100, lower=False)
+        stats = block_statistics(block, 100, lower=False, check_finite=False)
+        assert not bool(torch.isfinite(stats.mean_gap[2])) and bool(
+            torch.isfinite(stats.mean_gap[0])
+        )
+
+
+def test_half_precision_scores_on_tensor_cores_match_float64() -> None:
+    gen = torch.Generator().manual_seed(3)
+    query = torch.randn(1, 32, 40, 128, generator=gen).bfloat16().cuda()
+    key = torch.randn(1, 8, 300, 128, generator=gen).bfloat16().cuda()
+    scores = grouped_scores(query, key)
+    assert scores.dtype == torch.float32 and scores.shape == (1, 32, 40, 300)
+    want = grouped_scores(query.double(), key.double())
+    torch.testing.assert_close(scores.double(), want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("statistic", ["expected", "upper"])
