@@ -211,3 +211,41 @@ def test_grounding_on_cuda_equals_cpu() -> None:
         np.testing.assert_allclose(gpu.head_features[name], values, rtol=1e-4, atol=1e-5)
     assert [s.support for s in gpu.sentences] == [s.support for s in cpu.sentences]
     assert gpu.baselines == pytest.approx(cpu.baselines, rel=1e-5)
+
+
+def test_graphed_calls_replay_what_eager_computes() -> None:
+    from rcstat.capture.graphs import GraphedCalls
+
+    calls = GraphedCalls()
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"sum": (a @ b).sum(-1), "max": a.amax(-1)}
+
+    gen = torch.Generator().manual_seed(0)
+    for round_ in range(4):  # eager, captured, replayed, replayed
+        a, b = (torch.randn(64, 64, generator=gen).cuda() for _ in range(2))
+        got, want = calls("k", fn, a, b), fn(a, b)
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], msg=f"round {round_}")
+    assert len(calls._graphs) == 1 and calls._graphs[next(iter(calls._graphs))] is not None
+
+    def syncs(a: torch.Tensor) -> torch.Tensor:
+        return a * float(a.sum())  # reads a value on the host: cannot be captured
+
+    x = torch.ones(3).cuda()
+    for _ in range(3):  # the failed capture falls back to eager calls
+        torch.testing.assert_close(calls("s", syncs, x), x * 3)
+    calls.close()
+    assert not calls._graphs
+
+
+def test_analysis_with_graphs_equals_eager_layers() -> None:
+    """Graph replays (layers 2+) give what eager layers give (keep_samples forces eager)."""
+    tok = make_tiny_tokenizer()
+    model = copy.deepcopy(tiny_model("llama")).cuda()
+    kwargs = dict(context="The cat sat on the mat.", question="Where?", answer="On the mat.")
+    graphed = analyze(model, tok, **kwargs)
+    layers, heads = graphed.shape
+    eager = analyze(model, tok, **kwargs, keep_samples=[(i, 0) for i in range(layers)])
+    for field in ("expected", "upper", "normalized"):
+        np.testing.assert_array_equal(getattr(graphed, field), getattr(eager, field))

@@ -261,6 +261,7 @@ def analyze_segmented(
             query_start=example.prompt_len,
             scaled=scaled,
             check_finite=False,  # folded into the statistics' sums
+            graph_key=lambda layer: None if layer in keep else "block",  # keep copies to host
         ) as result,
     ):
         model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)

@@ -255,7 +255,12 @@ class Attributor:
         device = input_device(self.model)
         with (
             torch.no_grad(),
-            capture_scores(self.model, reducer, query_start=m) as result,
+            capture_scores(
+                self.model,
+                reducer,
+                query_start=m,
+                graph_key=self._softmax.__getitem__,  # layers alike up to their softmax
+            ) as result,
         ):
             self.model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
         layers = result.ordered()

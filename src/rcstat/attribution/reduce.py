@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from rcstat.capture import SoftmaxParams, attention_probs
-from rcstat.stats import block_statistics, expected_rc_shared, rc_statistics
+from rcstat.stats import block_expected, block_statistics, expected_rc_shared, rc_statistics
 
 __all__ = ["attribution_reducer", "self_index", "unit_key_rc"]
 
@@ -104,17 +104,12 @@ def _span_upper(
     ).upper
 
 
-def _ranking(
-    block: torch.Tensor, prompt_len: int, whole: torch.Tensor, upper: bool
-) -> list[torch.Tensor]:
+def _ranking(block: torch.Tensor, prompt_len: int, upper: bool) -> list[torch.Tensor]:
     """``[E, A]`` per head of ``X(p, g)`` vs ``Y(g, g)`` (``A`` is NaN unless ``upper``)."""
     if upper:
-        stats = block_statistics(block, prompt_len, check_finite=False)
+        stats = block_statistics(block, prompt_len, check_finite=False, lower=False)
         return [stats.expected, stats.upper]
-    gen_len = block.shape[1]
-    cross = block[:, :, :prompt_len].reshape(block.shape[0], 1, -1)  # [H, 1, |g|·m]
-    y = _self_samples(block, prompt_len, 0, gen_len, whole)  # [H, |g|(|g|+1)/2]
-    expected = expected_rc_shared(cross, y, check_finite=False)[:, 0]  # [H]
+    expected = block_expected(block, prompt_len, check_finite=False)  # [H]
     return [expected, torch.full_like(expected, float("nan"))]
 
 
@@ -145,7 +140,8 @@ def attribution_reducer(
     upper
         Rank heads and score spans with the upper bound too (else the ``A`` rows of ``rank``
         are NaN and the expected RC needs no sort of the cross samples: each of them is
-        searched in the sorted self samples, as for the spans).
+        searched in the sorted self samples, as for the spans). The lower bound is never
+        computed.
     post_softmax
         Also rank heads by RC of post-softmax weights (else those rows are NaN).
 
@@ -160,7 +156,7 @@ def attribution_reducer(
         ``[U, H, S]``.
     """
 
-    indices = [self_index(0, gen_len)] + [self_index(a, b) for a, b in units]
+    indices = [self_index(a, b) for a, b in units]
     on_device: dict[torch.device, list[torch.Tensor]] = {}  # a model may span devices
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -170,10 +166,10 @@ def attribution_reducer(
         probs = attention_probs(block, positions, softmax[layer])  # [H, |g|, m + |g|]
         if block.device not in on_device:
             on_device[block.device] = [i.to(block.device) for i in indices]
-        whole, *per_unit = on_device[block.device]
-        rank = _ranking(block, prompt_len, whole, upper)
+        per_unit = on_device[block.device]
+        rank = _ranking(block, prompt_len, upper)
         if post_softmax:
-            rank += _ranking(probs, prompt_len, whole, upper)
+            rank += _ranking(probs, prompt_len, upper)
         else:
             rank += [torch.full_like(rank[0], float("nan"))] * 2
         keys, attention, upper_scores = [], [], []

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -24,6 +24,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.architecture import UnsupportedModelError, attention_layout
+from rcstat.capture.graphs import GraphedCalls
 from rcstat.capture.switch import current_implementation, switched_attention
 
 IMPLEMENTATION = "rcstat"
@@ -58,9 +59,11 @@ class _Session:
     query_end: int | None
     scaled: bool
     check_finite: bool
+    graph_key: Callable[[int], Hashable | None] | None
     delegate: Callable[..., Any]
     result: CaptureResult[Any]
     finite: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # checked on exit
+    graphs: GraphedCalls = field(default_factory=GraphedCalls)
 
 
 _ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
@@ -150,14 +153,28 @@ def _attention(
         start = max(session.query_start - offset, 0)
         end = query.shape[2] if session.query_end is None else session.query_end - offset
         if start < end:
-            with torch.no_grad():
-                scores = grouped_scores(query[:, :, start:end], key)  # [batch, head, q, k]
+            scaling = float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
+            rows = query[:, :, start:end]
+
+            def reduce(rows: torch.Tensor, key: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
+                scores = grouped_scores(rows, key)  # [batch, head, q, k]
                 if session.scaled:
-                    scores = scores * float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
-                if session.check_finite:  # read when the capture ends: no sync per layer
-                    session.finite.append((layer, torch.isfinite(scores).all()))
-                session.result.per_layer[layer] = session.reducer(layer, scores)
-                del scores
+                    scores = scores * scaling
+                # the flag is read when the capture ends: no synchronisation per layer
+                finite = torch.isfinite(scores).all() if session.check_finite else None
+                return session.reducer(layer, scores), finite
+
+            graph_key = (
+                None if session.graph_key is None or not query.is_cuda else session.graph_key(layer)
+            )
+            with torch.no_grad():
+                if graph_key is None:
+                    output, finite = reduce(rows, key)
+                else:
+                    output, finite = session.graphs((graph_key, scaling), reduce, rows, key)
+            session.result.per_layer[layer] = output
+            if finite is not None:
+                session.finite.append((layer, finite))
     return session.delegate(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -185,6 +202,7 @@ def capture_scores(
     query_end: int | None = None,
     scaled: bool = False,
     check_finite: bool = True,
+    graph_key: Callable[[int], Hashable | None] | None = None,
 ) -> Iterator[CaptureResult[R]]:
     """Run forward passes inside this context to reduce each layer's attention scores.
 
@@ -207,6 +225,12 @@ def capture_scores(
         Check every captured block for NaN / inf (one extra pass over it per layer). A
         reducer whose results are non-finite whenever its input is (float64 sums over every
         score) may pass False and check its own results instead.
+    graph_key
+        On CUDA, ``graph_key(layer)`` names the layers whose reduction may run as one CUDA
+        graph (:mod:`rcstat.capture.graphs`): layers with the same key (and shapes) share a
+        graph, recorded at the second such layer and replayed for the rest; ``None`` runs a
+        layer eagerly. Only for reducers that never synchronise with the host and depend on
+        the layer through the key alone.
 
     Yields
     ------
@@ -242,6 +266,7 @@ def capture_scores(
         query_end=query_end,
         scaled=scaled,
         check_finite=check_finite,
+        graph_key=graph_key,
         delegate=_delegate_for(model, previous),
         result=result,
     )
@@ -251,6 +276,7 @@ def capture_scores(
             yield result
     finally:
         _ACTIVE.reset(token)
+        session.graphs.close()
     _raise_if_not_finite(session)
 
 

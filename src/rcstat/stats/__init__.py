@@ -5,6 +5,7 @@ See docs/definitions.md. Public functions take batched sample sets ``[..., n]`` 
 
 from rcstat.stats._gpu import triton_available
 from rcstat.stats.blocks import (
+    block_expected,
     block_statistics,
     cross_self_samples,
     iot_expected_rc,
@@ -24,6 +25,7 @@ from rcstat.stats.rc import (
 
 __all__ = [
     "RCStatistics",
+    "block_expected",
     "block_statistics",
     "cross_self_samples",
     "expected_rc",

@@ -114,8 +114,8 @@ def rank_sums(
     """``[3, R, K]`` float64: per group, ``Σ (c(x)·x − S(c(x)))``, ``Σ x`` and ``Σ (x − t)⁺``.
 
     ``x`` is a (strided) view ``[R, K, A, B]``: group ``k`` of row ``r`` holds its ``A·B``
-    samples; values are centred on ``center``, as is ``split`` (``t``, ``[R]`` float64).
-    The third plane is zero without ``split``.
+    samples; values are centred on ``center``; ``split`` is ``t`` (``[R]`` float32, not
+    centred). The third plane is zero without ``split``.
     """
     from rcstat.stats._triton import _rank_sums_kernel
 
@@ -150,11 +150,13 @@ def rank_sums(
 
 
 def triton_next_pow2(value: int) -> int:
+    """The smallest power of two >= ``value``."""
     return 1 << max(0, value - 1).bit_length()
 
 
 def _keys(values: torch.Tensor) -> torch.Tensor:
-    """Unsigned radix keys (int64 in ``[0, 2³²)``) that sort like the float32 ``values``."""
+    """Unsigned radix keys (int64 in ``[0, 2³²)``) that sort like the float32 ``values``
+    (the kernels' ``_key``, for tests)."""
     bits = values.float().view(torch.int32).long()
     flipped = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order
     return flipped + (1 << 31)
@@ -177,45 +179,38 @@ def crossing(x: torch.Tensor, ys: torch.Tensor, count: torch.Tensor) -> torch.Te
 
     ``x`` is a dense (strided) view ``[R, A, B]``; ``ys [R, M]`` the sorted self samples with
     ``count`` valid ones. A radix selection over the keys of ``x`` and ``y`` weighted by the
-    other set's size (``m·#{x <= t} + n·#{y <= t} >= n·m``), 8 bits per pass.
+    other set's size (``m·#{x <= t} + n·#{y <= t} >= n·m``), 8 bits per pass, two kernels
+    per pass and no work on the host.
     """
-    from rcstat.stats._triton import _radix_histogram_kernel
+    from rcstat.stats._triton import _radix_histogram_kernel, _radix_select_kernel
 
     rows, width_a, width_b = x.shape
     n = width_a * width_b
-    m = count.long()[:, None]  # [R, 1]
-    y_keys = torch.where(
-        torch.arange(ys.shape[-1], device=ys.device) < m, _keys(ys), 1 << 33
-    )  # [R, M]: padding above every key
-    prefix = torch.zeros(rows, dtype=torch.long, device=x.device)  # [R]
-    x_below = torch.zeros(rows, 1, dtype=torch.long, device=x.device)  # #{x < prefix range}
+    prefix = torch.zeros(rows, dtype=torch.long, device=x.device)  # [R] key bits chosen
+    below = torch.zeros(rows, dtype=torch.long, device=x.device)  # #{x < prefix range}
+    split = torch.empty(rows, dtype=torch.float32, device=x.device)
     hist = torch.zeros(rows, _DIGITS, dtype=torch.int32, device=x.device)
-    digits = torch.arange(1, _DIGITS + 1, device=x.device)
     tile = _tile(n)
+    steps = max(1, ys.shape[-1].bit_length())
     for shift in (24, 16, 8, 0):
-        hist.zero_()
-        high_mask = ((1 << 32) - (1 << (shift + 8))) if shift < 24 else 0
+        high_mask = (1 << 32) - (1 << (shift + 8)) if shift < 24 else 0
         _radix_histogram_kernel[(rows, -(-n // tile))](
-            x,
-            x.stride(0),
-            x.stride(1),
-            x.stride(2),
-            width_a,
-            width_b,
-            (prefix - ((prefix >= 1 << 31).long() << 32)).to(torch.int32),
-            _int32(high_mask),
-            shift,
-            hist,
-            BLOCK_N=tile,
+            x, *x.stride(), width_a, width_b, prefix, hist, shift, _int32(high_mask), BLOCK_N=tile
         )
-        ends = prefix[:, None] + (digits << shift) - 1  # [R, 256] last key of each digit
-        y_count = torch.searchsorted(y_keys, ends, right=True)  # [R, 256]
-        x_count = x_below + hist.long().cumsum(-1)  # [R, 256]
-        weight = m * x_count + n * y_count
-        digit = (weight < n * m).sum(-1, keepdim=True)  # [R, 1] first digit reaching n·m
-        x_below = x_count.gather(-1, digit) - hist.long().gather(-1, digit)
-        prefix = prefix + (digit[:, 0] << shift)
-    return _values(prefix)
+        _radix_select_kernel[(rows,)](
+            hist,
+            ys,
+            ys.stride(0),
+            count,
+            n,
+            prefix,
+            below,
+            split,
+            shift,
+            STEPS=steps,
+            LAST=shift == 0,
+        )
+    return split
 
 
 def self_sums(
@@ -238,9 +233,9 @@ def dense_statistics(
     ys, count, prefix, center = prepared_self(y, y_valid)
     n = x.shape[1] * x.shape[2]
     m = count.double()
-    t = crossing(x, ys, count).double() - center  # [R] centred split point
+    t = crossing(x, ys, count)  # [R] float32 split point
     sums = rank_sums(x[:, None], ys, count, prefix, center, t)[:, :, 0]  # [3, R]
-    y_sum, y_short = self_sums(ys, count, center, t)
+    y_sum, y_short = self_sums(ys, count, center, t.double() - center)
     expected = sums[0] / (n * m)
     upper = sums[2] / n + y_short / m
     gap = sums[1] / n - y_sum / m

@@ -54,7 +54,8 @@ def _rank_sums_kernel(
     """Partial sums of one tile ``[BLOCK_K groups, BLOCK_N samples]`` of row ``r``.
 
     ``x[r, k, a, b]`` (strided) is the ``(a·width_b + b)``-th sample of group ``k``; writes
-    ``out[0 | 1 | 2, r, k, block]`` = Σ (c·x − S(c)), Σ x, Σ (x − t)⁺ (centred values).
+    ``out[0 | 1 | 2, r, k, block]`` = Σ (c·x − S(c)), Σ x, Σ (x − t)⁺ (centred values; ``t``
+    is read as float32 from ``split_ptr``).
     """
     row = tl.program_id(0)
     group_block = tl.program_id(1)
@@ -93,9 +94,16 @@ def _rank_sums_kernel(
     tl.store(out_ptr + out_offsets, tl.sum(term, axis=1), mask=keep)
     tl.store(out_ptr + plane + out_offsets, tl.sum(xc, axis=1), mask=keep)
     if SPLIT:
-        split = tl.load(split_ptr + row)
+        split = tl.load(split_ptr + row).to(tl.float64) - center
         excess = tl.where(mask, tl.maximum(xc - split, 0.0), 0.0)
         tl.store(out_ptr + 2 * plane + out_offsets, tl.sum(excess, axis=1), mask=keep)
+
+
+@triton.jit
+def _key(values):
+    """Unsigned radix keys (as int32 bits) that sort like the float32 ``values``."""
+    bits = values.to(tl.int32, bitcast=True)
+    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)) ^ (-2147483648)
 
 
 @triton.jit
@@ -107,24 +115,69 @@ def _radix_histogram_kernel(
     width_a,
     width_b,
     prefix_ptr,
-    high_mask,
-    shift,
     hist_ptr,
+    shift,
+    high_mask,
     BLOCK_N: tl.constexpr,
 ):
-    """Add to ``hist[r, d]`` the ``x`` of row ``r`` whose key matches the row's prefix on the
-    bits of ``high_mask`` and has digit ``d = (key >> shift) & 255``."""
+    """Add to ``hist[r, d]`` the ``x`` of row ``r`` whose key matches the row's prefix
+    (``prefix_ptr``, int64) on the bits of ``high_mask`` and has digit
+    ``d = (key >> shift) & 255``."""
     row = tl.program_id(0)
     es = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     a = es // width_b
     b = es - a * width_b
     mask = es < width_a * width_b
     offsets = row.to(tl.int64) * stride_r + a.to(tl.int64) * stride_a + b.to(tl.int64) * stride_b
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    bits = x.to(tl.int32, bitcast=True)
-    key = (bits ^ ((bits >> 31) & 0x7FFFFFFF)) ^ (-2147483648)  # unsigned order, as int32 bits
-    prefix = tl.load(prefix_ptr + row)
+    key = _key(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
+    prefix = tl.load(prefix_ptr + row).to(tl.int32)  # the low 32 bits
     match = mask & (((key ^ prefix) & high_mask) == 0)
     digit = (key >> shift) & 255
     counts = tl.histogram(digit, 256, mask=match)  # [256]
     tl.atomic_add(hist_ptr + row * 256 + tl.arange(0, 256), counts, sem="relaxed")
+
+
+@triton.jit
+def _radix_select_kernel(
+    hist_ptr,
+    ys_ptr,
+    ys_stride,
+    count_ptr,
+    samples,
+    prefix_ptr,
+    below_ptr,
+    split_ptr,
+    shift,
+    STEPS: tl.constexpr,
+    LAST: tl.constexpr,
+):
+    """Choose row ``r``'s next digit: the first whose weight ``m·#{x <= end} + n·#{y <= end}``
+    reaches ``n·m`` (``end`` = the digit's last key); update the prefix and the count of
+    ``x`` below it, clear the histogram; after the last digit write the value to ``split``."""
+    row = tl.program_id(0)
+    digits = tl.arange(0, 256)
+    hist = tl.load(hist_ptr + row * 256 + digits).to(tl.int64)
+    prefix = tl.load(prefix_ptr + row)
+    below = tl.load(below_ptr + row)
+    count = tl.load(count_ptr + row)
+    ends = prefix + ((digits + 1).to(tl.int64) << shift) - 1  # [256]
+    lo = tl.zeros([256], dtype=tl.int32)
+    hi = lo + count
+    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
+    for _ in tl.static_range(STEPS):  # #{y <= end}
+        active = lo < hi
+        mid = (lo + hi) // 2
+        y_key = _key(tl.load(ys_row + mid, mask=active, other=0.0)).to(tl.int64) & 0xFFFFFFFF
+        inside = active & (y_key <= ends)
+        lo = tl.where(inside, mid + 1, lo)
+        hi = tl.where(active & (y_key > ends), mid, hi)
+    weight = count.to(tl.int64) * (below + tl.cumsum(hist, 0)) + samples * lo.to(tl.int64)
+    digit = tl.sum((weight < samples * count.to(tl.int64)).to(tl.int32), 0)
+    prefix = prefix + (digit.to(tl.int64) << shift)
+    tl.store(prefix_ptr + row, prefix)
+    tl.store(below_ptr + row, below + tl.sum(tl.where(digits < digit, hist, 0), 0))
+    tl.store(hist_ptr + row * 256 + digits, tl.zeros([256], dtype=tl.int32))
+    if LAST:
+        signed = (prefix - 2147483648).to(tl.int32)
+        bits = signed ^ ((signed >> 31) & 0x7FFFFFFF)
+        tl.store(split_ptr + row, bits.to(tl.float32, bitcast=True))

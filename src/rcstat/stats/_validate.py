@@ -16,8 +16,8 @@ def check_samples(
     name
         The argument's name, used in error messages (``"x"`` or ``"y"``).
     check_finite
-        Scan for NaN / inf (one device synchronisation); skip only when the caller has
-        checked the values already.
+        Scan for NaN / inf and for batch entries without a valid sample (each a device
+        synchronisation); skip only when the caller knows the values and masks are good.
     values
         Samples along the last axis, any leading batch shape: ``[..., n]``.
     valid
@@ -51,14 +51,15 @@ def check_samples(
             f"{tuple(values.shape)}; they must match"
         )
     valid = valid.to(values.device)
+    if not check_finite:  # the remaining checks read values: one synchronisation each
+        return values, valid
     empty = valid.sum(-1) == 0
     if bool(empty.any()):
         entry = tuple(int(i) for i in empty.nonzero()[0])
         raise ValueError(f"{name} has no valid sample in batch entry {entry}")
-    if check_finite:
-        bad = valid & ~torch.isfinite(values)
-        if bool(bad.any()):
-            _raise_non_finite(name, bad)
+    bad = valid & ~torch.isfinite(values)
+    if bool(bad.any()):
+        _raise_non_finite(name, bad)
     return values, valid
 
 

@@ -16,7 +16,7 @@ import torch
 
 from rcstat.stats import _gpu
 from rcstat.stats._validate import raise_if_not_finite
-from rcstat.stats.rc import RCStatistics, expected_rc, rc_statistics
+from rcstat.stats.rc import RCStatistics, expected_rc, expected_rc_shared, rc_statistics
 
 
 def _check_block(scores: torch.Tensor, prompt_len: int) -> int:
@@ -113,6 +113,30 @@ def block_statistics(
         )
     x, _, y, _ = cross_self_samples(scores, prompt_len)
     return rc_statistics(x, y, check_finite=check_finite, lower=lower)
+
+
+def block_expected(
+    scores: torch.Tensor, prompt_len: int, *, check_finite: bool = True
+) -> torch.Tensor:
+    """Per-head ``E(X(p, g), Y(g, g))`` alone, without sorting the cross samples.
+
+    Each cross sample is searched in the sorted self samples (on CUDA with Triton, read in
+    place from the block by one kernel). Arguments as in :func:`block_statistics`; returns
+    float64 with shape ``scores.shape[:-2]``.
+    """
+    gen_len = _check_block(scores, prompt_len)
+    batch = scores.shape[:-2]
+    y = self_samples(scores, prompt_len)  # [..., g(g+1)/2]
+    if _gpu.available(scores):
+        rows = scores.reshape(-1, gen_len, scores.shape[-1])  # [R, g, m + g]
+        expected = _gpu.shared_expected(
+            rows[:, None, :, :prompt_len], y.reshape(rows.shape[0], -1), None
+        )[:, 0]
+        if check_finite:
+            raise_if_not_finite(expected, "scores")
+        return expected.reshape(batch)
+    x = scores[..., :prompt_len].reshape(*batch, 1, gen_len * prompt_len)  # one set per head
+    return expected_rc_shared(x, y, check_finite=check_finite)[..., 0]
 
 
 def iot_expected_rc(scores: torch.Tensor, prompt_len: int) -> torch.Tensor:
