@@ -245,7 +245,7 @@ def test_analysis_with_graphs_equals_eager_layers() -> None:
     model = copy.deepcopy(tiny_model("llama")).cuda()
     kwargs = dict(context="The cat sat on the mat.", question="Where?", answer="On the mat.")
     graphed = analyze(model, tok, **kwargs)
-    layers, heads = graphed.shape
+    layers = graphed.shape[0]
     eager = analyze(model, tok, **kwargs, keep_samples=[(i, 0) for i in range(layers)])
     for field in ("expected", "upper", "normalized"):
         np.testing.assert_array_equal(getattr(graphed, field), getattr(eager, field))
