@@ -147,7 +147,11 @@ def bench_analyze(model: Any, prompt: int, gen: int, args: argparse.Namespace) -
     return row
 
 
-def bench_attribution(model: Any, tokenizer: Any, prompt: int, gen: int, args: Any) -> dict:
+def attribution_call(
+    model: Any, tokenizer: Any, prompt: int, gen: int
+) -> tuple[Callable[[], Any], torch.Tensor]:
+    """One ``Attributor.attribute`` call of a |g|-token answer over a |p|-token context and
+    the token ids it runs on."""
     from rcstat.attribution import Attributor
     from rcstat.segments import segment_chat
 
@@ -156,10 +160,11 @@ def bench_attribution(model: Any, tokenizer: Any, prompt: int, gen: int, args: A
     question = "What does the report say about the rivers?"
     attributor = Attributor(model, tokenizer)
     ids = segment_chat(tokenizer, "\n\n".join(chunks), question, answer).input_ids.cuda()
+    return lambda: attributor.attribute(chunks, question, answer), ids
 
-    def run() -> None:
-        attributor.attribute(chunks, question, answer)
 
+def bench_attribution(model: Any, tokenizer: Any, prompt: int, gen: int, args: Any) -> dict:
+    run, ids = attribution_call(model, tokenizer, prompt, gen)
     times = interleaved({"attribute": run, **forward_fns(model, ids)}, "cuda", args.rounds)
     return {
         "part": "attribution",
@@ -172,7 +177,10 @@ def bench_attribution(model: Any, tokenizer: Any, prompt: int, gen: int, args: A
     }
 
 
-def bench_grounding(model: Any, tokenizer: Any, prompt: int, gen: int, args: Any) -> dict:
+def grounding_call(
+    model: Any, tokenizer: Any, prompt: int, gen: int
+) -> tuple[Callable[[], Any], torch.Tensor]:
+    """One ``Grounder.ground`` call of a |g|-token response (random head profile)."""
     from rcstat.grounding import Grounder, HeadProfile
     from rcstat.segments import segment_chat
 
@@ -184,10 +192,11 @@ def bench_grounding(model: Any, tokenizer: Any, prompt: int, gen: int, args: Any
     response = " ".join(text_of(tokenizer, gen, seed=4))
     question = "Summarize the report."
     ids = segment_chat(tokenizer, context, question, response).input_ids.cuda()
+    return lambda: grounder.ground(context, response, question), ids
 
-    def run() -> None:
-        grounder.ground(context, response, question)
 
+def bench_grounding(model: Any, tokenizer: Any, prompt: int, gen: int, args: Any) -> dict:
+    run, ids = grounding_call(model, tokenizer, prompt, gen)
     times = interleaved({"ground": run, **forward_fns(model, ids)}, "cuda", args.rounds)
     return {
         "part": "grounding",

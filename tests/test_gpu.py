@@ -249,3 +249,16 @@ def test_analysis_with_graphs_equals_eager_layers() -> None:
     eager = analyze(model, tok, **kwargs, keep_samples=[(i, 0) for i in range(layers)])
     for field in ("expected", "upper", "normalized"):
         np.testing.assert_array_equal(getattr(graphed, field), getattr(eager, field))
+
+
+def test_host_stack_copies_from_cuda_asynchronously() -> None:
+    from rcstat.capture.host import HostStack
+
+    stack = HostStack([0, 1], (1000,), torch.float32, pinned=True)
+    for layer in (0, 1):
+        value = torch.arange(1000, device="cuda", dtype=torch.float32) + layer
+        stack.put(layer, value)
+        del value  # the stream record keeps the memory until the copy is done
+    result = stack.result()
+    assert result.is_pinned()
+    torch.testing.assert_close(result[1] - result[0], torch.ones(1000))

@@ -40,6 +40,7 @@ from rcstat.attribution.spans import (
     split_sentences,
 )
 from rcstat.capture import attention_layout, capture_scores, softmax_params
+from rcstat.capture.host import HostStack
 from rcstat.defaults import DEFAULT_TOP_K
 from rcstat.generation import check_example, check_max_new_tokens, generate_answer, input_device
 from rcstat.segments import Segmented, segment_chat
@@ -245,14 +246,27 @@ class Attributor:
         ]
         reducer = attribution_reducer(
             m,
-            example.gen_len,
             unit_tokens,
             span_tokens,
+            (first, last),
             self._softmax,
             upper=self.statistic == "upper",
             post_softmax=self.rank_post_softmax,
         )
         device = input_device(self.model)
+        layout = attention_layout(self.model)
+        layer_ids = range(layout.num_layers)
+        units, pinned = len(unit_tokens), device.type == "cuda"
+        shape = (units, layout.num_heads)
+        token_scores = HostStack(layer_ids, (*shape, last - first), torch.float32, pinned)
+        per_head = HostStack(layer_ids, (*shape, len(span_tokens)), torch.float64, pinned)
+
+        def sink(layer: int, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            """The results that grow with the input go to the host as each layer ends."""
+            token_scores.put(layer, out.pop("token_scores"))
+            per_head.put(layer, out.pop("per_head"))
+            return out
+
         with (
             torch.no_grad(),
             capture_scores(
@@ -260,21 +274,14 @@ class Attributor:
                 reducer,
                 query_start=m,
                 graph_key=self._softmax.__getitem__,  # layers alike up to their softmax
+                sink=sink,
             ) as result,
         ):
             self.model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
         layers = result.ordered()
         ranking = torch.stack([r["rank"].cpu() for r in layers], dim=1).numpy()  # [4, L, H]
-        keys = torch.stack([r["keys"].cpu() for r in layers])  # [L, U, H, m]
-        keys = keys.permute(0, 2, 1, 3)  # [L, H, U, m]
-        if self.statistic == "upper":
-            per_head = torch.stack([r["span_upper"].cpu() for r in layers]).permute(0, 2, 1, 3)
-        else:  # e_h(p_i) = mean of the span's per-key values, by prefix sums over the keys
-            prefix = torch.nn.functional.pad(keys.cumsum(dim=-1), (1, 0))  # [L, H, U, m + 1]
-            first_key, end_key = (torch.tensor(v) for v in zip(*span_tokens, strict=True))
-            per_head = (prefix[..., end_key] - prefix[..., first_key]) / (end_key - first_key)
         attention = torch.stack([r["attention"].cpu() for r in layers]).sum(dim=0)  # [U, m]
-        heads = keys.shape[0] * keys.shape[1]
+        heads = layout.num_layers * layout.num_heads
         token_texts = example.token_texts("context")
         if candidates is None:
             offsets = np.cumsum([0, *(len(t) for t in token_texts[:-1])])
@@ -291,8 +298,8 @@ class Attributor:
             span_tokens=span_tokens,
             unit_tokens=unit_tokens,
             ranking=ranking,
-            per_head=per_head.numpy(),
-            token_scores=keys[..., first:last].float().numpy(),
+            per_head=per_head.result().permute(0, 2, 1, 3).numpy(),  # [L, H, U, S]
+            token_scores=token_scores.result().permute(0, 2, 1, 3).numpy(),  # [L, H, U, C]
             attention=(attention[:, first:last] / heads).numpy(),
             context_tokens=token_texts,
             context_start=first,

@@ -115,9 +115,9 @@ def _ranking(block: torch.Tensor, prompt_len: int, upper: bool) -> list[torch.Te
 
 def attribution_reducer(
     prompt_len: int,
-    gen_len: int,
     units: Sequence[tuple[int, int]],
     spans: Sequence[tuple[int, int]],
+    context: tuple[int, int],
     softmax: dict[int, SoftmaxParams],
     *,
     upper: bool,
@@ -129,12 +129,12 @@ def attribution_reducer(
     ----------
     prompt_len
         ``m``.
-    gen_len
-        ``|g|``.
     units
         Token rows ``[a, b)`` of each answer unit, relative to the start of ``g``.
     spans
         Token ranges ``[start, end)`` of the candidate spans (absolute; inside the prompt).
+    context
+        Token range ``[first, last)`` of the context, whose per-key values are returned.
     softmax
         Per layer, what the model applies before its softmax.
     upper
@@ -150,13 +150,14 @@ def attribution_reducer(
     callable
         ``reducer(layer, scores [1, H, |g|, m + |g|]) -> dict`` of tensors left on the
         layer's device: ``rank`` ``[4, H]`` (E and A on raw scores, E and A on weights; NaN
-        where not computed),
-        ``keys`` ``[U, H, m]`` float64 (``t_h``), ``attention`` ``[U, m]`` (weights summed
-        over heads, averaged over the unit's queries) and, with ``upper``, ``span_upper``
-        ``[U, H, S]``.
+        where not computed), ``token_scores`` ``[U, H, C]`` float32 (``t_h`` of the context
+        keys), ``per_head`` ``[U, H, S]`` float64 (each span's mean ``t_h``, or its ``A``
+        with ``upper``) and ``attention`` ``[U, m]`` (weights summed over heads, averaged
+        over the unit's queries).
     """
-
     indices = [self_index(a, b) for a, b in units]
+    starts, ends = (torch.tensor(v) for v in zip(*spans, strict=True))
+    first, last = context
     on_device: dict[torch.device, list[torch.Tensor]] = {}  # a model may span devices
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -165,27 +166,28 @@ def attribution_reducer(
         positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
         probs = attention_probs(block, positions, softmax[layer])  # [H, |g|, m + |g|]
         if block.device not in on_device:
-            on_device[block.device] = [i.to(block.device) for i in indices]
-        per_unit = on_device[block.device]
+            on_device[block.device] = [t.to(block.device) for t in (starts, ends, *indices)]
+        start, end, *per_unit = on_device[block.device]
         rank = _ranking(block, prompt_len, upper)
         if post_softmax:
             rank += _ranking(probs, prompt_len, upper)
         else:
             rank += [torch.full_like(rank[0], float("nan"))] * 2
-        keys, attention, upper_scores = [], [], []
+        tokens, per_head, attention = [], [], []
         for (a, b), index in zip(units, per_unit, strict=True):
             per_key, cross, y = unit_key_rc(block, prompt_len, (a, b), index)  # [H, m]
-            keys.append(per_key)
-            attention.append(probs[:, a:b, :prompt_len].mean(dim=1).sum(dim=0))  # [m]
+            tokens.append(per_key[:, first:last].float())
             if upper:
-                upper_scores.append(_span_upper(cross, y, spans))  # [H, S]
-        out = {
+                per_head.append(_span_upper(cross, y, spans))  # [H, S]
+            else:  # e_h(p_i) = the mean of the span's per-key values, by prefix sums
+                prefix = torch.nn.functional.pad(per_key.cumsum(-1), (1, 0))  # [H, m + 1]
+                per_head.append((prefix[:, end] - prefix[:, start]) / (end - start))
+            attention.append(probs[:, a:b, :prompt_len].mean(dim=1).sum(dim=0))  # [m]
+        return {
             "rank": torch.stack(rank),  # [4, H]
-            "keys": torch.stack(keys),  # [U, H, m]
+            "token_scores": torch.stack(tokens),  # [U, H, C]
+            "per_head": torch.stack(per_head),  # [U, H, S]
             "attention": torch.stack(attention),  # [U, m]
         }
-        if upper:
-            out["span_upper"] = torch.stack(upper_scores)  # [U, H, S]
-        return out
 
     return reduce

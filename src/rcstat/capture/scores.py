@@ -60,6 +60,7 @@ class _Session:
     scaled: bool
     check_finite: bool
     graph_key: Callable[[int], Hashable | None] | None
+    sink: Callable[[int, Any], Any] | None
     delegate: Callable[..., Any]
     result: CaptureResult[Any]
     finite: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # checked on exit
@@ -172,6 +173,8 @@ def _attention(
                     output, finite = reduce(rows, key)
                 else:
                     output, finite = session.graphs((graph_key, scaling), reduce, rows, key)
+            if session.sink is not None:
+                output = session.sink(layer, output)
             session.result.per_layer[layer] = output
             if finite is not None:
                 session.finite.append((layer, finite))
@@ -203,6 +206,7 @@ def capture_scores(
     scaled: bool = False,
     check_finite: bool = True,
     graph_key: Callable[[int], Hashable | None] | None = None,
+    sink: Callable[[int, Any], Any] | None = None,
 ) -> Iterator[CaptureResult[R]]:
     """Run forward passes inside this context to reduce each layer's attention scores.
 
@@ -231,6 +235,10 @@ def capture_scores(
         graph, recorded at the second such layer and replayed for the rest; ``None`` runs a
         layer eagerly. Only for reducers that never synchronise with the host and depend on
         the layer through the key alone.
+    sink
+        ``sink(layer, output)`` is called with each layer's reducer output (outside any
+        graph) and its return value is kept instead, e.g. to move large results to the host
+        as they come (:class:`~rcstat.capture.host.HostStack`).
 
     Yields
     ------
@@ -267,6 +275,7 @@ def capture_scores(
         scaled=scaled,
         check_finite=check_finite,
         graph_key=graph_key,
+        sink=sink,
         delegate=_delegate_for(model, previous),
         result=result,
     )

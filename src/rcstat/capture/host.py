@@ -1,0 +1,49 @@
+"""Per-layer results gathered into one host tensor while the forward pass runs.
+
+A reducer's output stays on the layer's device; results that grow with the input (the
+attribution's per-key RC of every head: layers × heads × units × keys) are better copied to
+the host as each layer finishes than stacked at the end. :class:`HostStack` preallocates the
+``[layers, ...]`` host tensor (pinned on CUDA) and copies each layer into its slice on a side
+stream, so the copies overlap the next layers' work and nothing is stacked on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class HostStack:
+    """``[len(layers), *shape]`` host tensor filled one layer at a time (see module doc)."""
+
+    def __init__(
+        self, layers: Sequence[int], shape: Sequence[int], dtype: torch.dtype, pinned: bool
+    ) -> None:
+        self._index = {layer: i for i, layer in enumerate(layers)}
+        self._values = torch.empty((len(layers), *shape), dtype=dtype, pin_memory=pinned)
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self._filled: set[int] = set()
+
+    def put(self, layer: int, value: torch.Tensor) -> None:
+        """Copy ``value`` (any device, the slice's shape) into ``layer``'s slice."""
+        target = self._values[self._index[layer]]
+        if not value.is_cuda:
+            target.copy_(value)
+        else:
+            device = value.device
+            stream = self._streams.setdefault(device, torch.cuda.Stream(device))
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                target.copy_(value, non_blocking=True)
+            value.record_stream(stream)  # not reused before the copy is done
+        self._filled.add(layer)
+
+    def result(self) -> torch.Tensor:
+        """The filled tensor, once every copy is done; raises if a layer is missing."""
+        missing = sorted(set(self._index) - self._filled)
+        if missing:
+            raise RuntimeError(f"layers {missing} were never reduced")
+        for stream in self._streams.values():
+            stream.synchronize()
+        return self._values
