@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--gen", type=int, default=256)
     parser.add_argument("--tokenizer", type=Path, default=Path("runs/tok"))
     parser.add_argument("--rows", type=int, default=20)
+    parser.add_argument("--cpu-table", action="store_true", help="also CPU operators")
     args = parser.parse_args()
     model = llama_8b("cuda")
     if args.part == "analyze":
@@ -53,7 +54,7 @@ def main() -> None:
         run()
         torch.cuda.synchronize()
     averages = prof.key_averages()
-    print(averages.table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=60))
+    print(averages.table(sort_by="self_cuda_time_total", row_limit=args.rows))
     print(
         averages.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60)
     )
