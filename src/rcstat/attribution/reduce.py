@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from rcstat.capture import SoftmaxParams, attention_probs
+from rcstat.capture.host import upload
 from rcstat.stats import block_expected, block_statistics, expected_rc_shared, rc_statistics
 
 __all__ = ["attribution_reducer", "self_index", "unit_key_rc"]
@@ -166,7 +167,7 @@ def attribution_reducer(
         positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
         probs = attention_probs(block, positions, softmax[layer])  # [H, |g|, m + |g|]
         if block.device not in on_device:
-            on_device[block.device] = [t.to(block.device) for t in (starts, ends, *indices)]
+            on_device[block.device] = [upload(t, block.device) for t in (starts, ends, *indices)]
         start, end, *per_unit = on_device[block.device]
         rank = _ranking(block, prompt_len, upper)
         if post_softmax:

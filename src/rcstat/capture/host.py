@@ -47,3 +47,14 @@ class HostStack:
         for stream in self._streams.values():
             stream.synchronize()
         return self._values
+
+
+def upload(values: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``values`` (a small host tensor, e.g. indices) on ``device`` without waiting for it.
+
+    A plain copy from pageable host memory synchronises the stream; a reducer runs inside the
+    forward pass, so the copy goes through pinned memory and does not block.
+    """
+    if device.type != "cuda":
+        return values.to(device)
+    return values.pin_memory().to(device, non_blocking=True)

@@ -33,6 +33,7 @@ import torch
 
 from rcstat.attribution.reduce import self_index, unit_key_rc
 from rcstat.capture import SoftmaxParams, attention_probs
+from rcstat.capture.host import upload
 from rcstat.stats import normalized_rc_shared
 
 __all__ = ["HEAD_FEATURES", "ResponseRows", "grounding_reducer", "heads_by_layer"]
@@ -121,7 +122,7 @@ def grounding_reducer(
         block = scores[0, :, :num_rows]  # [H, G, T]
         device = block.device
         if device not in on_device:
-            on_device[device] = (seen.to(device), [i.to(device) for i in indices])
+            on_device[device] = (upload(seen, device), [upload(i, device) for i in indices])
         valid, unit_index = on_device[device]
 
         def rc_of(picked: torch.Tensor) -> torch.Tensor:  # [h, G, T] -> [h, G]
@@ -139,19 +140,19 @@ def grounding_reducer(
             rc = torch.full(block.shape[:2], float("nan"), dtype=torch.float32, device=device)
             chosen = rc_heads.get(layer)
             if chosen is not None:
-                index = chosen.to(device)
+                index = upload(chosen, device)
                 rc[index] = rc_of(block[index])
         positions = torch.arange(start, start + num_rows, device=device)
         probs = attention_probs(block, positions, softmax[layer])  # [H, G, T]
         on_context = probs[..., c0:c1].mean(-1)  # [H, G]
         on_response = probs[..., start : start + num_rows].sum(-1) / valid.sum(-1)  # [H, G]
         lookback = on_context / (on_context + on_response).clamp_min(1e-30)
-        diagonal = probs[:, ranks.to(device), positions]  # [H, G]
+        diagonal = probs[:, positions - start, positions]  # [H, G]
         support = torch.zeros(len(units), c1 - c0, dtype=torch.float64, device=device)
         heads = None if support_heads is None else support_heads.get(layer)
         if heads is not None:
             # the generated block of the attribution machinery: rows of g, keys 0 .. a+G-1
-            generated = scores[0, heads.to(device), 1:]  # [h, G, T]
+            generated = scores[0, upload(heads, device), 1:]  # [h, G, T]
             for u, (unit, index) in enumerate(zip(units, unit_index, strict=True)):
                 per_key, _, _ = unit_key_rc(generated, start + 1, unit, index, (c0, c1))
                 support[u] = per_key.sum(0)  # [C]
