@@ -268,6 +268,8 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     model = llama_8b("cuda")
     rows: list[dict] = []
+    meta = machine("cuda") | {"rounds": args.rounds, "lower_bound": args.lower_bound}
+    name = f"gpu_paths_{device_label('cuda')}"
 
     def report(row: dict | None) -> None:
         if row is None:
@@ -284,6 +286,7 @@ def main() -> None:
             f"ratio {row['ratio']:.3f}{extra}",
             flush=True,
         )
+        write(args.out, name, rows, meta)  # after every row: a cut run keeps what it measured
 
     for prompt in args.prompt:
         for gen in args.gen:
@@ -296,8 +299,6 @@ def main() -> None:
         if "press" in parts:
             report(bench_press(model, prompt, args))
         torch.cuda.empty_cache()
-    meta = machine("cuda") | {"rounds": args.rounds, "lower_bound": args.lower_bound}
-    write(args.out, f"gpu_paths_{device_label('cuda')}", rows, meta)
 
 
 if __name__ == "__main__":

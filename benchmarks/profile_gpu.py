@@ -54,7 +54,11 @@ def main() -> None:
         run()
         torch.cuda.synchronize()
     averages = prof.key_averages()
-    print(averages.table(sort_by="self_cuda_time_total", row_limit=args.rows))
+    print(
+        averages.table(
+            sort_by="self_cuda_time_total", row_limit=args.rows, max_name_column_width=45
+        )
+    )
     print(
         averages.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60)
     )
