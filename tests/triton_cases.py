@@ -85,8 +85,8 @@ def test_crossing_is_the_minimiser_of_the_split_objective() -> None:
     """``t*`` minimises ``E(X - t)⁺ + E(t - Y)⁺`` over every sample value (brute force)."""
     block = _block(5, 4, 30, seed=5, ties=True)
     x, y = block[:, :, :30], _self(block, 30)
-    ys, count, _, _ = _gpu.prepared_self(y, None)
-    t = _gpu.crossing(x, ys, count)  # [H]
+    samples = _gpu.prepared_self(y, None)
+    t = _gpu.crossing(x, samples.ys, samples.count)  # [H]
     for head in range(5):
         xs, yv = x[head].double().numpy().ravel(), y[head].double().numpy()
         candidates = np.concatenate([xs, yv])
@@ -133,3 +133,26 @@ def test_property_equal_to_the_cpu_kernel(x: np.ndarray, y: np.ndarray) -> None:
     torch.testing.assert_close(upper, want.upper, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(gap, want.mean_gap, rtol=1e-9, atol=1e-9)
     assert bool((upper >= expected - 1e-9).all())
+
+
+def test_bucket_table_counts_the_samples_below_each_bucket() -> None:
+    """``table[r, b]`` = #{y : top bits of key(y) < b}, by brute force."""
+    y = torch.tensor([[-3.0, -0.5, 0.0, 0.25, 0.3, 7.0, 1e30], [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]])
+    valid = torch.ones_like(y, dtype=torch.bool)
+    valid[0, -1] = False
+    samples = _gpu.prepared_self(y, valid)
+    bits = 32 - samples.bucket_shift
+    for row in range(2):
+        keys = _gpu._keys(y[row][valid[row]]) >> samples.bucket_shift
+        want = torch.tensor([int((keys < b).sum()) for b in range(2**bits + 1)])
+        torch.testing.assert_close(samples.table[row].long(), want)
+
+
+def test_dense_buckets_fall_back_to_a_full_search() -> None:
+    """All self samples in one bucket (heavy ties) still rank every cross sample exactly."""
+    y = torch.full((1, 300), 5.0)
+    y[0, ::3] = 5.0000005  # same bucket, different values
+    x = torch.tensor([[[4.0, 5.0, 5.0000002, 5.0000005, 5.1, 6.0]]])
+    got = _gpu.shared_expected(x[:, :, :, None].expand(1, 1, 6, 1), y, None)
+    want = naive_expected_rc(x.double().numpy(), y.double().numpy())
+    assert float(got[0, 0]) == pytest.approx(want, rel=1e-12)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -77,73 +78,87 @@ def _tile(samples: int) -> int:
     return tile
 
 
-@torch.no_grad()
-def prepared_self(
-    y: torch.Tensor, y_valid: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sort the self samples of each row once: ``(ys, count, prefix, center)``.
+@dataclass(frozen=True)
+class SelfSamples:
+    """The self samples of each row, sorted once (see :func:`prepared_self`)."""
 
-    ``ys [R, M]`` float32 ascending with ``+inf`` after the ``count [R]`` valid ones;
-    ``center [R]`` float64 is their mean (subtracted for precision); ``prefix [R, M + 1]``
-    float64 holds the sums of the ``c`` smallest centred values.
+    ys: torch.Tensor  # [R, M] float32 ascending, +inf after the valid ones
+    count: torch.Tensor  # [R] int32 valid samples
+    prefix: torch.Tensor  # [R, M + 1] float64 sums of the c smallest centred values
+    center: torch.Tensor  # [R] float64 mean of the valid samples
+    table: torch.Tensor  # [R, 2^bits + 1] int32 samples in the key buckets below b
+    bucket_shift: int  # 32 - bits
+
+
+@torch.no_grad()
+def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
+    """Sort the self samples of each row once and index them by the top bits of their keys.
+
+    ``center`` is subtracted for precision. ``table[r, b]`` counts the samples whose radix
+    key's top ``bits`` are below ``b``, with ``2^bits`` about four times the set size (10 to
+    16 bits), so that a cross sample is searched only among the few samples of its bucket.
     """
     y32 = y.float()
+    width = y.shape[-1]
     if y_valid is None:
-        count = torch.full(y.shape[:-1], y.shape[-1], dtype=torch.int32, device=y.device)
+        count = torch.full(y.shape[:-1], width, dtype=torch.int32, device=y.device)
         center = y32.double().mean(-1)
         ys = torch.sort(y32, dim=-1).values
-        centred = ys.double() - center[:, None]
+        inside = None
     else:
         count = y_valid.sum(-1, dtype=torch.int32)
         center = torch.where(y_valid, y32.double(), 0.0).sum(-1) / count
         ys = torch.sort(torch.where(y_valid, y32, torch.inf), dim=-1).values
-        inside = torch.arange(y.shape[-1], device=y.device) < count[:, None]
-        centred = torch.where(inside, ys.double() - center[:, None], 0.0)
+        inside = torch.arange(width, device=y.device) < count[:, None]
+    centred = ys.double() - center[:, None]
+    if inside is not None:
+        centred = torch.where(inside, centred, 0.0)
     prefix = torch.nn.functional.pad(centred.cumsum(-1), (1, 0))  # [R, M + 1]
-    return ys.contiguous(), count, prefix.contiguous(), center.contiguous()
+    bits = min(max(width.bit_length() + 2, 10), 16)
+    buckets = _keys(ys) >> (32 - bits)  # [R, M] ascending
+    if inside is not None:
+        buckets = torch.where(inside, buckets, 1 << bits)  # padding above every bucket
+    edges = torch.arange((1 << bits) + 1, device=y.device).expand(ys.shape[0], -1)
+    table = torch.searchsorted(buckets, edges.contiguous()).to(torch.int32)
+    return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, table, 32 - bits)
 
 
 def rank_sums(
-    x: torch.Tensor,
-    ys: torch.Tensor,
-    count: torch.Tensor,
-    prefix: torch.Tensor,
-    center: torch.Tensor,
-    split: torch.Tensor | None = None,
+    x: torch.Tensor, samples: SelfSamples, split: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``[3, R, K]`` float64: per group, ``Σ (c(x)·x − S(c(x)))``, ``Σ x`` and ``Σ (x − t)⁺``.
 
     ``x`` is a (strided) view ``[R, K, A, B]``: group ``k`` of row ``r`` holds its ``A·B``
-    samples; values are centred on ``center``; ``split`` is ``t`` (``[R]`` float32, not
-    centred). The third plane is zero without ``split``.
+    samples; values are centred on ``samples.center``; ``split`` is ``t`` (``[R]`` float32,
+    not centred). The third plane is zero without ``split``.
     """
     from rcstat.stats._triton import _rank_sums_kernel
 
     rows, groups, width_a, width_b = x.shape
-    samples = width_a * width_b
-    tile_n = min(_tile(samples), triton_next_pow2(samples))
+    size = width_a * width_b
+    tile_n = min(_tile(size), triton_next_pow2(size))
     tile_k = max(1, _TILE // tile_n)
-    blocks = -(-samples // tile_n)
+    blocks = -(-size // tile_n)
     out = torch.zeros(3, rows, groups, blocks, dtype=torch.float64, device=x.device)
-    grid = (rows, -(-groups // tile_k), blocks)
-    _rank_sums_kernel[grid](
+    _rank_sums_kernel[(rows, -(-groups // tile_k), blocks)](
         x,
         *x.stride(),
         groups,
         width_a,
         width_b,
-        ys,
-        ys.stride(0),
-        count,
-        prefix,
-        prefix.stride(0),
-        center,
-        center if split is None else split,
+        samples.ys,
+        samples.ys.stride(0),
+        samples.table,
+        samples.table.stride(0),
+        samples.bucket_shift,
+        samples.prefix,
+        samples.prefix.stride(0),
+        samples.center,
+        samples.center if split is None else split,
         out,
         blocks,
         BLOCK_K=tile_k,
         BLOCK_N=tile_n,
-        STEPS=max(1, ys.shape[-1].bit_length()),
         SPLIT=split is not None,
     )
     return out.sum(-1)
@@ -191,11 +206,21 @@ def crossing(x: torch.Tensor, ys: torch.Tensor, count: torch.Tensor) -> torch.Te
     split = torch.empty(rows, dtype=torch.float32, device=x.device)
     hist = torch.zeros(rows, _DIGITS, dtype=torch.int32, device=x.device)
     tile = _tile(n)
+    chunks = 1 << min(4, max(0, (n // (tile * 32)).bit_length() - 1))  # >= 32 programs a row
     steps = max(1, ys.shape[-1].bit_length())
     for shift in (24, 16, 8, 0):
         high_mask = (1 << 32) - (1 << (shift + 8)) if shift < 24 else 0
-        _radix_histogram_kernel[(rows, -(-n // tile))](
-            x, *x.stride(), width_a, width_b, prefix, hist, shift, _int32(high_mask), BLOCK_N=tile
+        _radix_histogram_kernel[(rows, -(-n // (tile * chunks)))](
+            x,
+            *x.stride(),
+            width_a,
+            width_b,
+            prefix,
+            hist,
+            shift,
+            _int32(high_mask),
+            BLOCK_N=tile,
+            CHUNKS=chunks,
         )
         _radix_select_kernel[(rows,)](
             hist,
@@ -228,14 +253,16 @@ def dense_statistics(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(E, A, mean(x) − mean(y))`` float64 ``[R]`` for dense ``x`` ``[R, A, B]`` (a view).
 
-    Non-finite samples make all three non-finite (checked by the caller).
+    Non-finite samples make ``E`` and the gap non-finite (checked by the caller).
     """
-    ys, count, prefix, center = prepared_self(y, y_valid)
+    samples = prepared_self(y, y_valid)
     n = x.shape[1] * x.shape[2]
-    m = count.double()
-    t = crossing(x, ys, count)  # [R] float32 split point
-    sums = rank_sums(x[:, None], ys, count, prefix, center, t)[:, :, 0]  # [3, R]
-    y_sum, y_short = self_sums(ys, count, center, t.double() - center)
+    m = samples.count.double()
+    t = crossing(x, samples.ys, samples.count)  # [R] float32 split point
+    sums = rank_sums(x[:, None], samples, t)[:, :, 0]  # [3, R]
+    y_sum, y_short = self_sums(
+        samples.ys, samples.count, samples.center, t.double() - samples.center
+    )
     expected = sums[0] / (n * m)
     upper = sums[2] / n + y_short / m
     gap = sums[1] / n - y_sum / m
@@ -244,6 +271,6 @@ def dense_statistics(
 
 def shared_expected(x: torch.Tensor, y: torch.Tensor, y_valid: torch.Tensor | None) -> torch.Tensor:
     """``E(x_k, y)`` float64 ``[R, K]`` for groups ``x [R, K, A, B]`` (a view) sharing ``y``."""
-    ys, count, prefix, center = prepared_self(y, y_valid)
-    samples = x.shape[2] * x.shape[3]
-    return rank_sums(x, ys, count, prefix, center)[0] / (samples * count.double()[:, None])
+    samples = prepared_self(y, y_valid)
+    size = x.shape[2] * x.shape[3]
+    return rank_sums(x, samples)[0] / (size * samples.count.double()[:, None])

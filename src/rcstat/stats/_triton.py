@@ -28,6 +28,13 @@ import triton.language as tl
 
 
 @triton.jit
+def _key(values):
+    """Unsigned radix keys (as int32 bits) that sort like the float32 ``values``."""
+    bits = values.to(tl.int32, bitcast=True)
+    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)) ^ (-2147483648)
+
+
+@triton.jit
 def _rank_sums_kernel(
     x_ptr,
     stride_r,
@@ -39,7 +46,9 @@ def _rank_sums_kernel(
     width_b,
     ys_ptr,
     ys_stride,
-    count_ptr,
+    table_ptr,
+    table_stride,
+    bucket_shift,
     prefix_ptr,
     prefix_stride,
     center_ptr,
@@ -48,12 +57,14 @@ def _rank_sums_kernel(
     blocks,
     BLOCK_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    STEPS: tl.constexpr,
     SPLIT: tl.constexpr,
 ):
     """Partial sums of one tile ``[BLOCK_K groups, BLOCK_N samples]`` of row ``r``.
 
-    ``x[r, k, a, b]`` (strided) is the ``(a·width_b + b)``-th sample of group ``k``; writes
+    ``x[r, k, a, b]`` (strided) is the ``(a·width_b + b)``-th sample of group ``k``. The
+    binary search runs only among the ``y`` whose radix keys share ``x``'s top bits
+    (``table[r, b]`` = number of ``y`` in buckets below ``b``), a few steps instead of
+    ``log2 m``. Writes
     ``out[0 | 1 | 2, r, k, block]`` = Σ (c·x − S(c)), Σ x, Σ (x − t)⁺ (centred values; ``t``
     is read as float32 from ``split_ptr``).
     """
@@ -72,11 +83,15 @@ def _rank_sums_kernel(
         + b[None, :].to(tl.int64) * stride_b
     )
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    count = tl.load(count_ptr + row)
-    lo = tl.zeros([BLOCK_K, BLOCK_N], dtype=tl.int32)
-    hi = lo + count
+    # the y whose keys share x's top bits lie in [table[b], table[b + 1]); below: all < x
+    bucket = (_key(x) >> bucket_shift) & ((1 << (32 - bucket_shift)) - 1)
+    table_row = table_ptr + row.to(tl.int64) * table_stride + bucket
+    lo = tl.load(table_row, mask=mask, other=0)
+    hi = tl.load(table_row + 1, mask=mask, other=0)
+    widest = tl.max(tl.max(hi - lo, axis=1), axis=0)
+    steps = tl.ceil(tl.log2(widest.to(tl.float32) + 1.0)).to(tl.int32)
     ys_row = ys_ptr + row.to(tl.int64) * ys_stride
-    for _ in tl.static_range(STEPS):  # lower bound: first index with y >= x
+    for _ in range(steps):  # lower bound: first index with y >= x
         active = lo < hi
         mid = (lo + hi) // 2
         y = tl.load(ys_row + mid, mask=mask & active, other=0.0)
@@ -100,13 +115,6 @@ def _rank_sums_kernel(
 
 
 @triton.jit
-def _key(values):
-    """Unsigned radix keys (as int32 bits) that sort like the float32 ``values``."""
-    bits = values.to(tl.int32, bitcast=True)
-    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)) ^ (-2147483648)
-
-
-@triton.jit
 def _radix_histogram_kernel(
     x_ptr,
     stride_r,
@@ -119,21 +127,26 @@ def _radix_histogram_kernel(
     shift,
     high_mask,
     BLOCK_N: tl.constexpr,
+    CHUNKS: tl.constexpr,
 ):
     """Add to ``hist[r, d]`` the ``x`` of row ``r`` whose key matches the row's prefix
     (``prefix_ptr``, int64) on the bits of ``high_mask`` and has digit
-    ``d = (key >> shift) & 255``."""
+    ``d = (key >> shift) & 255``; each program counts ``CHUNKS`` tiles before one atomic
+    add per digit."""
     row = tl.program_id(0)
-    es = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    a = es // width_b
-    b = es - a * width_b
-    mask = es < width_a * width_b
-    offsets = row.to(tl.int64) * stride_r + a.to(tl.int64) * stride_a + b.to(tl.int64) * stride_b
-    key = _key(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
     prefix = tl.load(prefix_ptr + row).to(tl.int32)  # the low 32 bits
-    match = mask & (((key ^ prefix) & high_mask) == 0)
-    digit = (key >> shift) & 255
-    counts = tl.histogram(digit, 256, mask=match)  # [256]
+    counts = tl.zeros([256], dtype=tl.int32)
+    for chunk in tl.static_range(CHUNKS):
+        es = (tl.program_id(1) * CHUNKS + chunk) * BLOCK_N + tl.arange(0, BLOCK_N)
+        a = es // width_b
+        b = es - a * width_b
+        mask = es < width_a * width_b
+        offsets = (
+            row.to(tl.int64) * stride_r + a.to(tl.int64) * stride_a + b.to(tl.int64) * stride_b
+        )
+        key = _key(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
+        match = mask & (((key ^ prefix) & high_mask) == 0)
+        counts += tl.histogram((key >> shift) & 255, 256, mask=match)  # [256]
     tl.atomic_add(hist_ptr + row * 256 + tl.arange(0, 256), counts, sem="relaxed")
 
 
