@@ -262,3 +262,14 @@ def test_host_stack_copies_from_cuda_asynchronously() -> None:
     result = stack.result()
     assert result.is_pinned()
     torch.testing.assert_close(result[1] - result[0], torch.ones(1000))
+
+
+@needs_triton
+def test_units_key_expected_on_cuda_equals_cpu() -> None:
+    from rcstat.stats import unit_rows, units_key_expected
+
+    block = _scores(32, 40, 1500, "random")
+    rows = unit_rows([(0, 3), (3, 17), (17, 40)], 1540, 1500)
+    fast = units_key_expected(block, rows.map(lambda t: t.cuda()), (0, 1500))
+    want = units_key_expected(block.cpu(), rows, (0, 1500))
+    torch.testing.assert_close(fast.cpu(), want, rtol=1e-9, atol=1e-12)

@@ -384,3 +384,32 @@ def test_normalized_rc_shared_equals_normalized_rc() -> None:
     torch.testing.assert_close(got[..., 0], want, rtol=1e-9, atol=1e-9)
     same = torch.zeros(1, 1, 3)
     assert float(normalized_rc_shared(same, torch.zeros(1, 2))) == 0.5
+
+
+def test_units_key_expected_matches_pairwise_sums() -> None:
+    """``t_h(g', i)`` of every unit, head and key vs the literal double sum over Y(g, g')."""
+    from rcstat.stats import unit_rows, units_key_expected
+
+    gen = torch.Generator().manual_seed(11)
+    prompt, g = 9, 6
+    block = (torch.randn(2, g, prompt + g, generator=gen) * 5).round(decimals=1)
+    units = [(0, 2), (2, 3), (3, 6)]
+    rows = unit_rows(units, prompt + g, prompt)
+    got = units_key_expected(block, rows, (1, 8))  # [U, H, K]
+    assert got.shape == (3, 2, 7) and got.dtype == torch.float64
+    for u, (a, b) in enumerate(units):
+        for h in range(2):
+            y = [float(block[h, q, prompt + k]) for q in range(a, b) for k in range(q + 1)]
+            for i in range(1, 8):
+                x = block[h, a:b, i].double().numpy()
+                want = naive_expected_rc(x, np.array(y))
+                assert float(got[u, h, i - 1]) == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_unit_rows_rejects_empty_units() -> None:
+    from rcstat.stats import unit_rows
+
+    with pytest.raises(ValueError, match="empty"):
+        unit_rows([], 10, 4)
+    with pytest.raises(ValueError, match=r"\[3, 3\)"):
+        unit_rows([(0, 2), (3, 3)], 10, 4)

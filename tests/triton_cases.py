@@ -156,3 +156,17 @@ def test_dense_buckets_fall_back_to_a_full_search() -> None:
     got = _gpu.shared_expected(x[:, :, :, None].expand(1, 1, 6, 1), y, None)
     want = naive_expected_rc(x.double().numpy(), y.double().numpy())
     assert float(got[0, 0]) == pytest.approx(want, rel=1e-12)
+
+
+def test_units_key_expected_kernel_path_equals_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ragged units in one launch (per-row offsets and lengths) vs one search per unit."""
+    from rcstat.stats import unit_rows, units_key_expected
+
+    block = _block(3, 9, 20, seed=8, ties=True)
+    rows = unit_rows([(0, 1), (1, 5), (5, 9)], 29, 20)
+    want = units_key_expected(block, rows, (2, 18))
+    monkeypatch.setattr(_gpu, "available", lambda *tensors: True)
+    got = units_key_expected(block, rows, (2, 18))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

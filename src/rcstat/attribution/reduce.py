@@ -32,7 +32,15 @@ import torch
 
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.capture.host import upload
-from rcstat.stats import block_expected, block_statistics, expected_rc_shared, rc_statistics
+from rcstat.stats import (
+    UnitRows,
+    block_expected,
+    block_statistics,
+    expected_rc_shared,
+    rc_statistics,
+    unit_rows,
+    units_key_expected,
+)
 
 __all__ = ["attribution_reducer", "self_index", "unit_key_rc"]
 
@@ -158,37 +166,47 @@ def attribution_reducer(
     """
     indices = [self_index(a, b) for a, b in units]
     starts, ends = (torch.tensor(v) for v in zip(*spans, strict=True))
+    bounds = torch.tensor(units)  # [U, 2] rows of g
     first, last = context
-    on_device: dict[torch.device, list[torch.Tensor]] = {}  # a model may span devices
+    on_device: dict[torch.device, tuple[list[torch.Tensor], UnitRows]] = {}  # may span devices
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0]  # [H, |g|, m + |g|]
+        device = block.device
         gen_len = block.shape[1]
-        positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
+        positions = torch.arange(prompt_len, prompt_len + gen_len, device=device)
         probs = attention_probs(block, positions, softmax[layer])  # [H, |g|, m + |g|]
-        if block.device not in on_device:
-            on_device[block.device] = [upload(t, block.device) for t in (starts, ends, *indices)]
-        start, end, *per_unit = on_device[block.device]
+        if device not in on_device:
+            moved = [upload(t, device) for t in (starts, ends, bounds, *indices)]
+            rows = unit_rows(list(units), block.shape[-1], prompt_len)
+            on_device[device] = (moved, rows.map(lambda t: upload(t, device)))
+        (start, end, bound, *per_unit), rows = on_device[device]
         rank = _ranking(block, prompt_len, upper)
         if post_softmax:
             rank += _ranking(probs, prompt_len, upper)
         else:
             rank += [torch.full_like(rank[0], float("nan"))] * 2
-        tokens, per_head, attention = [], [], []
-        for (a, b), index in zip(units, per_unit, strict=True):
-            per_key, cross, y = unit_key_rc(block, prompt_len, (a, b), index)  # [H, m]
-            tokens.append(per_key[:, first:last].float())
-            if upper:
-                per_head.append(_span_upper(cross, y, spans))  # [H, S]
-            else:  # e_h(p_i) = the mean of the span's per-key values, by prefix sums
-                prefix = torch.nn.functional.pad(per_key.cumsum(-1), (1, 0))  # [H, m + 1]
-                per_head.append((prefix[:, end] - prefix[:, start]) / (end - start))
-            attention.append(probs[:, a:b, :prompt_len].mean(dim=1).sum(dim=0))  # [m]
+        per_key = units_key_expected(block, rows, (0, prompt_len), check_finite=False)  # [U, H, m]
+        if upper:
+            per_head = torch.stack(
+                [
+                    _span_upper(*unit_key_rc(block, prompt_len, unit, index)[1:], spans)  # [H, S]
+                    for unit, index in zip(units, per_unit, strict=True)
+                ]
+            )
+        else:  # e_h(p_i) = the mean of the span's per-key values, by prefix sums
+            prefix = torch.nn.functional.pad(per_key.cumsum(-1), (1, 0))  # [U, H, m + 1]
+            per_head = (prefix[..., end] - prefix[..., start]) / (end - start)  # [U, H, S]
+        # mean over each unit's rows of the weights summed over heads, by prefix sums
+        summed = probs[:, :, :prompt_len].sum(0).double()  # [|g|, m]
+        on_prompt = torch.nn.functional.pad(summed.cumsum(0), (0, 0, 1, 0))  # [|g| + 1, m]
+        a, b = bound[:, 0], bound[:, 1]
+        attention = ((on_prompt[b] - on_prompt[a]) / (b - a)[:, None]).float()  # [U, m]
         return {
             "rank": torch.stack(rank),  # [4, H]
-            "token_scores": torch.stack(tokens),  # [U, H, C]
-            "per_head": torch.stack(per_head),  # [U, H, S]
-            "attention": torch.stack(attention),  # [U, m]
+            "token_scores": per_key[..., first:last].float(),  # [U, H, C]
+            "per_head": per_head,  # [U, H, S]
+            "attention": attention,  # [U, m]
         }
 
     return reduce

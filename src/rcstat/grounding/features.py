@@ -31,10 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rcstat.attribution.reduce import self_index, unit_key_rc
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.capture.host import upload
-from rcstat.stats import normalized_rc_shared
+from rcstat.stats import UnitRows, normalized_rc_shared, unit_rows, units_key_expected
 
 __all__ = ["HEAD_FEATURES", "ResponseRows", "grounding_reducer", "heads_by_layer"]
 
@@ -115,15 +114,17 @@ def grounding_reducer(
     num_rows = rows.num_rows - 1  # the row after the last token produces nothing
     ranks = torch.arange(num_rows)
     seen = ranks[None, :] <= ranks[:, None]  # [G, G]: response key i visible from row j
-    indices = [self_index(a, b) for a, b in units]
-    on_device: dict[torch.device, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+    on_device: dict[torch.device, tuple[torch.Tensor, UnitRows | None]] = {}
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0, :, :num_rows]  # [H, G, T]
         device = block.device
         if device not in on_device:
-            on_device[device] = (upload(seen, device), [upload(i, device) for i in indices])
-        valid, unit_index = on_device[device]
+            # units of the generated block (rows 1.., generated keys from column start + 1)
+            found = unit_rows(list(units), scores.shape[-1], start + 1) if units else None
+            moved = None if found is None else found.map(lambda t: upload(t, device))
+            on_device[device] = (upload(seen, device), moved)
+        valid, unit_rows_ = on_device[device]
 
         def rc_of(picked: torch.Tensor) -> torch.Tensor:  # [h, G, T] -> [h, G]
             own = picked[..., start : start + num_rows]  # [h, G, G]: keys a-1 .. a+G-2
@@ -148,14 +149,14 @@ def grounding_reducer(
         on_response = probs[..., start : start + num_rows].sum(-1) / valid.sum(-1)  # [H, G]
         lookback = on_context / (on_context + on_response).clamp_min(1e-30)
         diagonal = probs[:, positions - start, positions]  # [H, G]
-        support = torch.zeros(len(units), c1 - c0, dtype=torch.float64, device=device)
         heads = None if support_heads is None else support_heads.get(layer)
-        if heads is not None:
+        if heads is None or unit_rows_ is None:
+            support = torch.zeros(len(units), c1 - c0, dtype=torch.float64, device=device)
+        else:
             # the generated block of the attribution machinery: rows of g, keys 0 .. a+G-1
             generated = scores[0, upload(heads, device), 1:]  # [h, G, T]
-            for u, (unit, index) in enumerate(zip(units, unit_index, strict=True)):
-                per_key, _, _ = unit_key_rc(generated, start + 1, unit, index, (c0, c1))
-                support[u] = per_key.sum(0)  # [C]
+            per_key = units_key_expected(generated, unit_rows_, (c0, c1), check_finite=False)
+            support = per_key.sum(1)  # [U, C] summed over the support heads
         features = torch.stack([rc, lookback, diagonal.clamp_min(1e-30).log()])  # [3, H, G]
         return {"features": features, "support": support}
 

@@ -5,11 +5,14 @@ See docs/definitions.md. Public functions take batched sample sets ``[..., n]`` 
 
 from rcstat.stats._gpu import triton_available
 from rcstat.stats.blocks import (
+    UnitRows,
     block_expected,
     block_statistics,
     cross_self_samples,
     iot_expected_rc,
     self_samples,
+    unit_rows,
+    units_key_expected,
 )
 from rcstat.stats.rc import (
     RCStatistics,
@@ -25,6 +28,7 @@ from rcstat.stats.rc import (
 
 __all__ = [
     "RCStatistics",
+    "UnitRows",
     "block_expected",
     "block_statistics",
     "cross_self_samples",
@@ -39,4 +43,6 @@ __all__ = [
     "rc_upper_bound",
     "self_samples",
     "triton_available",
+    "unit_rows",
+    "units_key_expected",
 ]

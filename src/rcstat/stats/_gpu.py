@@ -123,6 +123,9 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
     return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, table, 32 - bits)
 
 
+_MAX_ROWS = 65535  # CUDA's limit on the second grid axis
+
+
 def rank_sums(
     x: torch.Tensor, samples: SelfSamples, split: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -132,35 +135,63 @@ def rank_sums(
     samples; values are centred on ``samples.center``; ``split`` is ``t`` (``[R]`` float32,
     not centred). The third plane is zero without ``split``.
     """
+    rows, groups, width_a, width_b = x.shape
+    base = torch.arange(rows, device=x.device) * x.stride(0)  # [R] element offsets
+    lengths = torch.full((rows,), width_a, dtype=torch.int32, device=x.device)
+    shape, strides = (groups, width_a, width_b), (x.stride(1), x.stride(2), x.stride(3))
+    return ragged_rank_sums(x, base, lengths, shape, strides, samples, split)
+
+
+def ragged_rank_sums(
+    storage: torch.Tensor,
+    row_base: torch.Tensor,
+    row_len: torch.Tensor,
+    shape: tuple[int, int, int],
+    strides: tuple[int, int, int],
+    samples: SelfSamples,
+    split: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`rank_sums` for rows of different lengths at any offsets of one tensor.
+
+    Row ``r`` starts at element ``row_base[r]`` of ``storage`` and holds ``K`` groups of
+    ``row_len[r]·B`` samples (``shape = (K, A, B)`` with ``A >= row_len``, element strides
+    ``strides`` of the ``K``, ``A`` and ``B`` axes).
+    """
     from rcstat.stats._triton import _rank_sums_kernel
 
-    rows, groups, width_a, width_b = x.shape
+    rows = row_base.shape[0]
+    groups, width_a, width_b = shape
     size = width_a * width_b
     tile_n = min(_tile(size), triton_next_pow2(size))
     tile_k = max(1, _TILE // tile_n)
     blocks = -(-size // tile_n)
-    out = torch.zeros(3, rows, groups, blocks, dtype=torch.float64, device=x.device)
-    _rank_sums_kernel[(rows, -(-groups // tile_k), blocks)](
-        x,
-        *x.stride(),
-        groups,
-        width_a,
-        width_b,
-        samples.ys,
-        samples.ys.stride(0),
-        samples.table,
-        samples.table.stride(0),
-        samples.bucket_shift,
-        samples.prefix,
-        samples.prefix.stride(0),
-        samples.center,
-        samples.center if split is None else split,
-        out,
-        blocks,
-        BLOCK_K=tile_k,
-        BLOCK_N=tile_n,
-        SPLIT=split is not None,
-    )
+    out = torch.zeros(3, rows, groups, blocks, dtype=torch.float64, device=storage.device)
+    for first in range(0, rows, _MAX_ROWS):
+        part = slice(first, first + _MAX_ROWS)
+        count = min(rows - first, _MAX_ROWS)
+        _rank_sums_kernel[(blocks * -(-groups // tile_k), count)](
+            storage,
+            row_base[part],
+            row_len[part],
+            *strides,
+            groups,
+            width_b,
+            samples.ys[part],
+            samples.ys.stride(0),
+            samples.table[part],
+            samples.table.stride(0),
+            samples.bucket_shift,
+            samples.prefix[part],
+            samples.prefix.stride(0),
+            samples.center[part],
+            (samples.center if split is None else split)[part],
+            out[:, part],
+            out.stride(0),
+            blocks,
+            BLOCK_K=tile_k,
+            BLOCK_N=tile_n,
+            SPLIT=split is not None,
+        )
     return out.sum(-1)
 
 

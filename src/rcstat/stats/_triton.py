@@ -37,12 +37,12 @@ def _key(values):
 @triton.jit
 def _rank_sums_kernel(
     x_ptr,
-    stride_r,
+    row_base_ptr,
+    row_len_ptr,
     stride_k,
     stride_a,
     stride_b,
     groups,
-    width_a,
     width_b,
     ys_ptr,
     ys_stride,
@@ -54,30 +54,34 @@ def _rank_sums_kernel(
     center_ptr,
     split_ptr,
     out_ptr,
+    out_plane,
     blocks,
     BLOCK_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
 ):
-    """Partial sums of one tile ``[BLOCK_K groups, BLOCK_N samples]`` of row ``r``.
+    """Partial sums of one tile ``[BLOCK_K groups, BLOCK_N samples]`` of one row.
 
-    ``x[r, k, a, b]`` (strided) is the ``(a·width_b + b)``-th sample of group ``k``. The
-    binary search runs only among the ``y`` whose radix keys share ``x``'s top bits
-    (``table[r, b]`` = number of ``y`` in buckets below ``b``), a few steps instead of
-    ``log2 m``. Writes
-    ``out[0 | 1 | 2, r, k, block]`` = Σ (c·x − S(c)), Σ x, Σ (x − t)⁺ (centred values; ``t``
-    is read as float32 from ``split_ptr``).
+    Row ``r`` starts at element ``row_base[r]`` of ``x``; its group ``k`` holds the
+    ``row_len[r]·width_b`` samples ``x[base + k·stride_k + a·stride_a + b·stride_b]``
+    (``a < row_len[r]``, ``b < width_b``). The binary search runs only among the ``y`` whose
+    radix keys share ``x``'s top bits (``table[r, b]`` = number of ``y`` in buckets below
+    ``b``), a few steps instead of ``log2 m``. Writes ``out[0 | 1 | 2, r, k, block]`` =
+    Σ (c·x − S(c)), Σ x, Σ (x − t)⁺ (centred values; ``t`` read as float32 from
+    ``split_ptr``). The programs of one row run next to each other (its ``y`` stay cached).
     """
-    row = tl.program_id(0)
-    group_block = tl.program_id(1)
-    sample_block = tl.program_id(2)
+    sample_block = tl.program_id(0) % blocks
+    group_block = tl.program_id(0) // blocks
+    row = tl.program_id(1)
+    base = tl.load(row_base_ptr + row)
+    length = tl.load(row_len_ptr + row) * width_b
     ks = group_block * BLOCK_K + tl.arange(0, BLOCK_K)  # [BK]
     es = sample_block * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     a = es // width_b
     b = es - a * width_b
-    mask = (ks[:, None] < groups) & (es[None, :] < width_a * width_b)  # [BK, BN]
+    mask = (ks[:, None] < groups) & (es[None, :] < length)  # [BK, BN]
     offsets = (
-        row.to(tl.int64) * stride_r
+        base
         + ks[:, None].to(tl.int64) * stride_k
         + a[None, :].to(tl.int64) * stride_a
         + b[None, :].to(tl.int64) * stride_b
@@ -103,15 +107,14 @@ def _rank_sums_kernel(
     below = tl.load(prefix_ptr + row.to(tl.int64) * prefix_stride + lo, mask=mask, other=0.0)
     term = tl.where(mask, lo.to(tl.float64) * xc - below, 0.0)
     xc = tl.where(mask, xc, 0.0)
-    out_offsets = (row * groups + ks) * blocks + sample_block  # [BK]
-    plane = tl.num_programs(0) * groups * blocks
+    out_offsets = (row.to(tl.int64) * groups + ks) * blocks + sample_block  # [BK]
     keep = ks < groups
     tl.store(out_ptr + out_offsets, tl.sum(term, axis=1), mask=keep)
-    tl.store(out_ptr + plane + out_offsets, tl.sum(xc, axis=1), mask=keep)
+    tl.store(out_ptr + out_plane + out_offsets, tl.sum(xc, axis=1), mask=keep)
     if SPLIT:
         split = tl.load(split_ptr + row).to(tl.float64) - center
         excess = tl.where(mask, tl.maximum(xc - split, 0.0), 0.0)
-        tl.store(out_ptr + 2 * plane + out_offsets, tl.sum(excess, axis=1), mask=keep)
+        tl.store(out_ptr + 2 * out_plane + out_offsets, tl.sum(excess, axis=1), mask=keep)
 
 
 @triton.jit

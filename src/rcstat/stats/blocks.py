@@ -12,6 +12,9 @@ length. From it:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from rcstat.stats import _gpu
@@ -137,6 +140,106 @@ def block_expected(
         return expected.reshape(batch)
     x = scores[..., :prompt_len].reshape(*batch, 1, gen_len * prompt_len)  # one set per head
     return expected_rc_shared(x, y, check_finite=check_finite)[..., 0]
+
+
+@dataclass(frozen=True)
+class UnitRows:
+    """Where the self samples ``Y(g, g')`` of answer units lie in a generation block.
+
+    ``index[u]`` holds the flat positions (in a ``[g, columns]`` block) of unit ``u``'s
+    samples ``{f(k, l) : a <= l < b, k <= l}``, padded; ``valid[u]`` marks the real ones.
+    Build once per shape with :func:`unit_rows` and move to the block's device.
+    """
+
+    starts: torch.Tensor  # [U] int64, a
+    lengths: torch.Tensor  # [U] int32, b - a
+    index: torch.Tensor  # [U, Ymax] int64
+    valid: torch.Tensor  # [U, Ymax] bool
+    longest: int  # max(b - a)
+
+    def map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> UnitRows:
+        """The same rows with every tensor moved by ``move`` (e.g. to a device)."""
+        return UnitRows(
+            move(self.starts), move(self.lengths), move(self.index), move(self.valid), self.longest
+        )
+
+
+def unit_rows(units: list[tuple[int, int]], columns: int, prompt_len: int) -> UnitRows:
+    """:class:`UnitRows` of the units ``[a, b)`` (rows of ``g``) in a block with ``columns``
+    key columns whose generated keys start at column ``prompt_len``."""
+    if not units:
+        raise ValueError("units is empty: give at least one [start, end) row range")
+    positions = []
+    for a, b in units:
+        if not 0 <= a < b:
+            raise ValueError(f"unit rows [{a}, {b}) are empty or negative")
+        rows = torch.arange(a, b)[:, None]
+        keys = torch.arange(b)[None, :]
+        positions.append((rows * columns + prompt_len + keys)[keys <= rows])
+    width = max(len(p) for p in positions)
+    index = torch.zeros(len(units), width, dtype=torch.long)
+    valid = torch.zeros(len(units), width, dtype=torch.bool)
+    for u, found in enumerate(positions):
+        index[u, : len(found)] = found
+        valid[u, : len(found)] = True
+    starts = torch.tensor([a for a, _ in units])
+    lengths = torch.tensor([b - a for a, b in units], dtype=torch.int32)
+    return UnitRows(starts, lengths, index, valid, longest=int(lengths.max()))
+
+
+def units_key_expected(
+    scores: torch.Tensor,
+    rows: UnitRows,
+    keys: tuple[int, int],
+    *,
+    check_finite: bool = True,
+) -> torch.Tensor:
+    """Key-level expected RC of every unit: ``t_h(g', i)`` ``[U, H, K]`` float64.
+
+    ``t_h(g', i) = (1 / (|g'|·|Y|)) Σ_{j ∈ g'} Σ_{y ∈ Y(g, g')} max(f(i, j) − y, 0)`` for the
+    keys ``i`` in ``[keys[0], keys[1])`` (paper eq. 10 before the mean over a span's keys).
+    On CUDA with Triton one kernel ranks every unit's cross samples in place; elsewhere each
+    unit is searched in its sorted self samples (:func:`expected_rc_shared`).
+
+    Parameters
+    ----------
+    scores
+        ``[H, g, m + g]`` generation block.
+    rows
+        From :func:`unit_rows` of the same shape, on the block's device.
+    """
+    heads, gen_len, columns = scores.shape
+    first, last = keys
+    flat = scores.reshape(heads, gen_len * columns)
+    units, width = rows.index.shape
+    y = flat[:, rows.index.reshape(-1)].view(heads, units, width).transpose(0, 1)  # [U, H, Y]
+    valid = rows.valid[:, None, :].expand(units, heads, width)
+    if not _gpu.available(scores):
+        out = []
+        for u, (a, length) in enumerate(
+            zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)
+        ):
+            cross = scores[:, a : a + length, first:last].transpose(1, 2)  # [H, K, |g'|]
+            out.append(expected_rc_shared(cross, y[u], y_valid=valid[u], check_finite=check_finite))
+        return torch.stack(out)  # [U, H, K]
+    samples = _gpu.prepared_self(
+        y.reshape(units * heads, width), valid.reshape(units * heads, width)
+    )
+    stride_h, stride_row, stride_key = scores.stride()
+    base = (
+        rows.starts[:, None] * stride_row
+        + torch.arange(heads, device=scores.device)[None, :] * stride_h
+        + first * stride_key
+    ).reshape(-1)  # [U·H] row (u, h) starts at key `first` of the unit's first row
+    lengths = rows.lengths[:, None].expand(units, heads).reshape(-1)
+    shape = (last - first, rows.longest, 1)
+    sums = _gpu.ragged_rank_sums(
+        scores, base, lengths, shape, (stride_key, stride_row, 1), samples
+    )[0]  # [U·H, K]
+    expected = sums / (lengths.double() * samples.count.double())[:, None]
+    if check_finite:
+        raise_if_not_finite(expected, "scores")
+    return expected.view(units, heads, last - first)
 
 
 def iot_expected_rc(scores: torch.Tensor, prompt_len: int) -> torch.Tensor:
