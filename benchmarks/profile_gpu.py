@@ -31,6 +31,8 @@ def main() -> None:
     parser.add_argument("--tokenizer", type=Path, default=Path("runs/tok"))
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--cpu-table", action="store_true", help="also CPU operators")
+    parser.add_argument("--python-only", action="store_true", help="only the cProfile table")
+    parser.add_argument("--sort", default="tottime", help="cProfile sort key")
     args = parser.parse_args()
     model = llama_8b("cuda")
     if args.part == "analyze":
@@ -64,7 +66,7 @@ def main() -> None:
     )
     python = cProfile.Profile()
     python.runcall(lambda: (run(), torch.cuda.synchronize()))
-    pstats.Stats(python).sort_stats("tottime").print_stats(args.rows)
+    pstats.Stats(python).sort_stats(args.sort).print_stats(args.rows)
 
 
 if __name__ == "__main__":
