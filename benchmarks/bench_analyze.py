@@ -30,7 +30,7 @@ from benchmarks._common import device_label, interleaved, ints, llama_8b, machin
 from rcstat.analysis import analyze_segmented
 from rcstat.capture import capture_scores
 from rcstat.segments import Segmented
-from rcstat.stats import block_statistics
+from rcstat.stats import block_statistics, triton_available
 
 QMSUM = Path(__file__).resolve().parents[1].parent / "shared/data/qmsum/val.slice.jsonl"
 
@@ -100,8 +100,19 @@ def capture_run(model: Any, ex: Segmented, layers: list[int], device: str) -> No
         if not layers:
             model(ids, use_cache=False, logits_to_keep=1)
             return
-        reducer = lambda layer, s: block_statistics(s[0], ex.prompt_len).expected.cpu()  # noqa: E731
-        with capture_scores(model, reducer, layers=layers, query_start=ex.prompt_len):
+        lower = not triton_available(device)  # what analyze computes by default
+
+        def reducer(layer: int, scores: torch.Tensor) -> torch.Tensor:
+            return block_statistics(scores[0], ex.prompt_len, lower=lower).expected
+
+        with capture_scores(
+            model,
+            reducer,
+            layers=layers,
+            query_start=ex.prompt_len,
+            check_finite=False,
+            graph_key=lambda layer: "block",  # as analyze: CUDA graphs on the GPU
+        ):
             model(ids, use_cache=False, logits_to_keep=1)
 
 

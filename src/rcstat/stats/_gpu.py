@@ -29,6 +29,7 @@ import torch
 _ENV = "RCSTAT_TRITON"
 _DIGITS = 256  # 8-bit radix digits
 _TILE = 1024  # samples per program
+_TABLE_FROM = 1024  # self sets at least this large get a bucket table
 
 
 @functools.cache
@@ -86,7 +87,7 @@ class SelfSamples:
     count: torch.Tensor  # [R] int32 valid samples
     prefix: torch.Tensor  # [R, M + 1] float64 sums of the c smallest centred values
     center: torch.Tensor  # [R] float64 mean of the valid samples
-    table: torch.Tensor  # [R, 2^bits + 1] int32 samples in the key buckets below b
+    table: torch.Tensor | None  # [R, 2^bits + 1] int32 samples in the key buckets below b
     bucket_shift: int  # 32 - bits
 
 
@@ -94,9 +95,10 @@ class SelfSamples:
 def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
     """Sort the self samples of each row once and index them by the top bits of their keys.
 
-    ``center`` is subtracted for precision. ``table[r, b]`` counts the samples whose radix
-    key's top ``bits`` are below ``b``, with ``2^bits`` about four times the set size (10 to
-    16 bits), so that a cross sample is searched only among the few samples of its bucket.
+    ``center`` is subtracted for precision. For sets of at least ``_TABLE_FROM`` samples,
+    ``table[r, b]`` counts the samples whose radix key's top ``bits`` are below ``b``, with
+    ``2^bits`` about four times the set size (at most 16 bits), so that a cross sample is
+    searched only among the few samples of its bucket; smaller sets are searched whole.
     """
     y32 = y.float()
     width = y.shape[-1]
@@ -114,7 +116,9 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
     if inside is not None:
         centred = torch.where(inside, centred, 0.0)
     prefix = torch.nn.functional.pad(centred.cumsum(-1), (1, 0))  # [R, M + 1]
-    bits = min(max(width.bit_length() + 2, 10), 16)
+    if width < _TABLE_FROM:
+        return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, None, 32)
+    bits = min(width.bit_length() + 2, 16)
     buckets = _keys(ys) >> (32 - bits)  # [R, M] ascending
     if inside is not None:
         buckets = torch.where(inside, buckets, 1 << bits)  # padding above every bucket
@@ -178,9 +182,10 @@ def ragged_rank_sums(
             width_b,
             samples.ys[part],
             samples.ys.stride(0),
-            samples.table[part],
-            samples.table.stride(0),
+            samples.ys if samples.table is None else samples.table[part],
+            0 if samples.table is None else samples.table.stride(0),
             samples.bucket_shift,
+            samples.count[part],
             samples.prefix[part],
             samples.prefix.stride(0),
             samples.center[part],
@@ -191,6 +196,8 @@ def ragged_rank_sums(
             BLOCK_K=tile_k,
             BLOCK_N=tile_n,
             SPLIT=split is not None,
+            TABLE=samples.table is not None,
+            STEPS=samples.ys.shape[-1].bit_length(),
         )
     return out.sum(-1)
 

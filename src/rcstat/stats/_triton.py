@@ -49,6 +49,7 @@ def _rank_sums_kernel(
     table_ptr,
     table_stride,
     bucket_shift,
+    count_ptr,
     prefix_ptr,
     prefix_stride,
     center_ptr,
@@ -59,6 +60,8 @@ def _rank_sums_kernel(
     BLOCK_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
+    TABLE: tl.constexpr,
+    STEPS: tl.constexpr,
 ):
     """Partial sums of one tile ``[BLOCK_K groups, BLOCK_N samples]`` of one row.
 
@@ -87,13 +90,17 @@ def _rank_sums_kernel(
         + b[None, :].to(tl.int64) * stride_b
     )
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    # the y whose keys share x's top bits lie in [table[b], table[b + 1]); below: all < x
-    bucket = (_key(x) >> bucket_shift) & ((1 << (32 - bucket_shift)) - 1)
-    table_row = table_ptr + row.to(tl.int64) * table_stride + bucket
-    lo = tl.load(table_row, mask=mask, other=0)
-    hi = tl.load(table_row + 1, mask=mask, other=0)
-    widest = tl.max(tl.max(hi - lo, axis=1), axis=0)
-    steps = tl.ceil(tl.log2(widest.to(tl.float32) + 1.0)).to(tl.int32)
+    if TABLE:  # the y whose keys share x's top bits lie in [table[b], table[b + 1])
+        bucket = (_key(x) >> bucket_shift) & ((1 << (32 - bucket_shift)) - 1)
+        table_row = table_ptr + row.to(tl.int64) * table_stride + bucket
+        lo = tl.load(table_row, mask=mask, other=0)
+        hi = tl.load(table_row + 1, mask=mask, other=0)
+        widest = tl.max(tl.max(hi - lo, axis=1), axis=0)
+        steps = tl.ceil(tl.log2(widest.to(tl.float32) + 1.0)).to(tl.int32)
+    else:  # a small set: search all of it
+        lo = tl.zeros([BLOCK_K, BLOCK_N], dtype=tl.int32)
+        hi = lo + tl.load(count_ptr + row)
+        steps = STEPS
     ys_row = ys_ptr + row.to(tl.int64) * ys_stride
     for _ in range(steps):  # lower bound: first index with y >= x
         active = lo < hi
