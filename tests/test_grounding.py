@@ -765,25 +765,3 @@ def test_grounder_reads_a_profile_file(tiny, profile, measured, grounding, tmp_p
         np.testing.assert_allclose(result.token_scores, grounding.token_scores, rtol=1e-6)
     with pytest.raises(FileNotFoundError):
         Grounder(model, tok, profile=tmp_path / "missing.json", top_k=TOP_K)
-
-
-def test_reducer_pads_head_indices_so_that_layers_share_graphs() -> None:
-    """Per-layer heads become padded graph inputs: the dummy head ``H`` fills to a multiple
-    of four (at most ``H``), and layers with the same padded counts share a graph key."""
-    from rcstat.capture import SoftmaxParams
-    from rcstat.grounding.features import GroundingReducer, ResponseRows
-
-    softmax = {layer: SoftmaxParams(0.125) for layer in range(3)}
-    reducer = GroundingReducer(
-        ResponseRows((1, 5), (8, 12)),
-        softmax,
-        heads=6,
-        rc_heads={0: torch.tensor([1, 4]), 1: torch.tensor([0, 2, 3]), 2: torch.arange(6)},
-        support_heads={2: torch.tensor([5])},
-    )
-    rc0, support0 = reducer.graph_inputs(0, torch.device("cpu"))
-    assert rc0.tolist() == [1, 4, 6, 6] and support0.numel() == 0
-    assert reducer.graph_inputs(1, torch.device("cpu"))[0].tolist() == [0, 2, 3, 6]
-    rc2, support2 = reducer.graph_inputs(2, torch.device("cpu"))
-    assert rc2.tolist() == list(range(6)) and support2.tolist() == [5, 6, 6, 6]
-    assert reducer.graph_key(0) == reducer.graph_key(1) != reducer.graph_key(2)

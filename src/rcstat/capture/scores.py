@@ -29,8 +29,8 @@ from rcstat.capture.switch import current_implementation, switched_attention
 
 IMPLEMENTATION = "rcstat"
 R = TypeVar("R")
-# Reducer: (layer index, scores [batch, head, query, key] float32, *graph inputs) -> result.
-Reducer = Callable[..., R]
+# Reducer: (layer index, scores [batch, head, query, key] float32) -> per-layer result.
+Reducer = Callable[[int, torch.Tensor], R]
 
 
 @dataclass
@@ -60,7 +60,6 @@ class _Session:
     scaled: bool
     check_finite: bool
     graph_key: Callable[[int], Hashable | None] | None
-    graph_inputs: Callable[[int, torch.device], tuple[torch.Tensor, ...]] | None
     sink: Callable[[int, Any], Any] | None
     delegate: Callable[..., Any]
     result: CaptureResult[Any]
@@ -158,30 +157,22 @@ def _attention(
             scaling = float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
             rows = query[:, :, start:end]
 
-            extras = (
-                () if session.graph_inputs is None else session.graph_inputs(layer, query.device)
-            )
-
-            def reduce(
-                rows: torch.Tensor, key: torch.Tensor, *extras: torch.Tensor
-            ) -> tuple[Any, torch.Tensor | None]:
+            def reduce(rows: torch.Tensor, key: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
                 scores = grouped_scores(rows, key)  # [batch, head, q, k]
                 if session.scaled:
                     scores = scores * scaling
                 # the flag is read when the capture ends: no synchronisation per layer
                 finite = torch.isfinite(scores).all() if session.check_finite else None
-                return session.reducer(layer, scores, *extras), finite
+                return session.reducer(layer, scores), finite
 
             graph_key = (
                 None if session.graph_key is None or not query.is_cuda else session.graph_key(layer)
             )
             with torch.no_grad():
                 if graph_key is None:
-                    output, finite = reduce(rows, key, *extras)
+                    output, finite = reduce(rows, key)
                 else:
-                    output, finite = session.graphs(
-                        (graph_key, scaling), reduce, rows, key, *extras
-                    )
+                    output, finite = session.graphs((graph_key, scaling), reduce, rows, key)
             if session.sink is not None:
                 output = session.sink(layer, output)
             session.result.per_layer[layer] = output
@@ -215,7 +206,6 @@ def capture_scores(
     scaled: bool = False,
     check_finite: bool = True,
     graph_key: Callable[[int], Hashable | None] | None = None,
-    graph_inputs: Callable[[int, torch.device], tuple[torch.Tensor, ...]] | None = None,
     sink: Callable[[int, Any], Any] | None = None,
 ) -> Iterator[CaptureResult[R]]:
     """Run forward passes inside this context to reduce each layer's attention scores.
@@ -245,11 +235,6 @@ def capture_scores(
         graph, recorded at the second such layer and replayed for the rest; ``None`` runs a
         layer eagerly. Only for reducers that never synchronise with the host and depend on
         the layer through the key alone.
-    graph_inputs
-        ``graph_inputs(layer, device)`` returns tensors passed to the reducer after the
-        scores, ``reducer(layer, scores, *inputs)``: per-layer data (e.g. which heads to
-        reduce) that a shared graph reads from its input buffers, so layers that differ only
-        in such data can share a key.
     sink
         ``sink(layer, output)`` is called with each layer's reducer output (outside any
         graph) and its return value is kept instead, e.g. to move large results to the host
@@ -290,7 +275,6 @@ def capture_scores(
         scaled=scaled,
         check_finite=check_finite,
         graph_key=graph_key,
-        graph_inputs=graph_inputs,
         sink=sink,
         delegate=_delegate_for(model, previous),
         result=result,

@@ -25,18 +25,17 @@ with a fixed set of support heads: the key-level expected RC ``t_h(g', i)`` of
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.capture.host import upload
-from rcstat.stats import normalized_rc_shared, unit_rows, units_key_expected
+from rcstat.stats import UnitRows, normalized_rc_shared, unit_rows, units_key_expected
 
-__all__ = ["HEAD_FEATURES", "GroundingReducer", "ResponseRows", "heads_by_layer"]
+__all__ = ["HEAD_FEATURES", "ResponseRows", "grounding_reducer", "heads_by_layer"]
 
 #: The per-head statistics of every response token, in the order the reducer returns them.
 HEAD_FEATURES = ("rc", "lookback", "attention_score")
@@ -77,114 +76,88 @@ def heads_by_layer(flat: np.ndarray, heads: int) -> dict[int, torch.Tensor]:
     return {layer: torch.tensor(chosen) for layer, chosen in grouped.items()}
 
 
-def _padded(chosen: Sequence[int], heads: int) -> torch.Tensor:
-    """Head indices padded with ``heads`` (a dummy head) to a multiple of four, at most
-    ``heads`` of them, so that layers with similar counts share a graph shape."""
-    size = min(-(-len(chosen) // 4) * 4, max(heads, len(chosen)))
-    return torch.tensor([*chosen, *([heads] * (size - len(chosen)))], dtype=torch.long)
-
-
-@dataclass
-class GroundingReducer:
+def grounding_reducer(
+    rows: ResponseRows,
+    softmax: dict[int, SoftmaxParams],
+    *,
+    rc_heads: dict[int, torch.Tensor] | None = None,
+    support_heads: dict[int, torch.Tensor] | None = None,
+    units: Sequence[tuple[int, int]] = (),
+) -> Callable[[int, torch.Tensor], dict[str, torch.Tensor]]:
     """A capture reducer returning the statistics of the module doc for one layer.
 
-    Call it as ``reducer(layer, scores [1, H, G + 1, T], rc_index, support_index)`` with the
-    layer's padded head indices from :meth:`graph_inputs`; pass :meth:`graph_key` and
-    :meth:`graph_inputs` to the capture, so that layers whose head counts pad to the same
-    sizes share one CUDA graph. Returns a dict on the layer's device: ``features``
-    ``[3, H, G]`` float32 (``rc``, ``lookback``, ``attention_score`` of the rows that produce
-    the ``G`` response tokens) and ``support`` ``[U, C]`` float64, the key-level expected RC
-    ``t_h(g', i)`` of every unit for every context key, summed over the layer's support heads.
-
-    Attributes
+    Parameters
     ----------
     rows
         The token ranges; the capture must start at ``rows.first_row``.
     softmax
         Per layer, what the model applies before its softmax.
-    heads
-        Query heads per layer.
     rc_heads
-        Per layer, the heads whose ``rc`` is computed (None: every head); the others get NaN.
-        ``lookback`` and ``attention_score`` come for every head.
+        Per layer, the heads whose ``rc`` is computed (default: every head); the others get
+        NaN. ``lookback`` and ``attention_score`` come for every head.
     support_heads
         Per layer, the heads that attribute each unit to the context (paper eq. 10).
     units
         Rows ``[a, b)`` of each response unit (sentence), relative to the response's start.
+
+    Returns
+    -------
+    callable
+        ``reducer(layer, scores [1, H, G + 1, T]) -> dict`` on the layer's device:
+        ``features`` ``[3, H, G]`` float32 (``rc``, ``lookback``, ``attention_score`` of the
+        rows that produce the ``G`` response tokens) and ``support`` ``[U, C]`` float64, the
+        key-level expected RC ``t_h(g', i)`` of every unit for every context key, summed over
+        the layer's support heads.
     """
+    c0, c1 = rows.context
+    start = rows.first_row
+    num_rows = rows.num_rows - 1  # the row after the last token produces nothing
+    ranks = torch.arange(num_rows)
+    seen = ranks[None, :] <= ranks[:, None]  # [G, G]: response key i visible from row j
+    on_device: dict[torch.device, tuple[torch.Tensor, UnitRows | None]] = {}
 
-    rows: ResponseRows
-    softmax: dict[int, SoftmaxParams]
-    heads: int
-    rc_heads: dict[int, torch.Tensor] | None = None
-    support_heads: dict[int, torch.Tensor] | None = None
-    units: Sequence[tuple[int, int]] = ()
-    _padded: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    _on_device: dict[torch.device, Any] = field(default_factory=dict)
-    _inputs: dict[tuple[int, torch.device], tuple[torch.Tensor, ...]] = field(default_factory=dict)
-
-    def _indices(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer not in self._padded:
-            every = list(range(self.heads))
-            rc = every if self.rc_heads is None else self.rc_heads.get(layer, torch.empty(0))
-            support = () if self.support_heads is None else self.support_heads.get(layer, ())
-            self._padded[layer] = (
-                _padded([int(h) for h in rc], self.heads),
-                _padded([int(h) for h in support], self.heads),
-            )
-        return self._padded[layer]
-
-    def graph_key(self, layer: int) -> Hashable:
-        """Layers alike up to their softmax and padded head counts share a graph."""
-        rc, support = self._indices(layer)
-        return (self.softmax[layer], len(rc), len(support))
-
-    def graph_inputs(self, layer: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """The layer's padded RC and support head indices on ``device``."""
-        if (layer, device) not in self._inputs:
-            self._inputs[layer, device] = tuple(upload(t, device) for t in self._indices(layer))
-        return self._inputs[layer, device]
-
-    def __call__(
-        self, layer: int, scores: torch.Tensor, rc_index: torch.Tensor, support_index: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        rows, heads = self.rows, self.heads
-        c0, c1 = rows.context
-        start = rows.first_row
-        num_rows = rows.num_rows - 1  # the row after the last token produces nothing
+    def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0, :, :num_rows]  # [H, G, T]
         device = block.device
-        if device not in self._on_device:
-            ranks = torch.arange(num_rows)
-            seen = ranks[None, :] <= ranks[:, None]  # [G, G]: response key i seen from row j
+        if device not in on_device:
             # units of the generated block (rows 1.., generated keys from column start + 1)
-            found = unit_rows(list(self.units), scores.shape[-1], start + 1) if self.units else None
+            found = unit_rows(list(units), scores.shape[-1], start + 1) if units else None
             moved = None if found is None else found.map(lambda t: upload(t, device))
-            self._on_device[device] = (upload(seen, device), moved)
-        valid, units = self._on_device[device]
-        rc = torch.full((heads + 1, num_rows), float("nan"), dtype=torch.float32, device=device)
-        if rc_index.numel():  # padding reads head H - 1 and writes the dummy row H
-            picked = block[rc_index.clamp(max=heads - 1)]  # [h, G, T]
+            on_device[device] = (upload(seen, device), moved)
+        valid, unit_rows_ = on_device[device]
+
+        def rc_of(picked: torch.Tensor) -> torch.Tensor:  # [h, G, T] -> [h, G]
             own = picked[..., start : start + num_rows]  # [h, G, G]: keys a-1 .. a+G-2
-            rc[rc_index] = normalized_rc_shared(
+            return normalized_rc_shared(
                 picked[..., c0:c1][:, :, None, :],
                 own,
                 y_valid=valid.expand_as(own),
                 check_finite=False,
             )[..., 0].float()
+
+        if rc_heads is None:
+            rc = rc_of(block)  # [H, G]
+        else:
+            rc = torch.full(block.shape[:2], float("nan"), dtype=torch.float32, device=device)
+            chosen = rc_heads.get(layer)
+            if chosen is not None:
+                index = upload(chosen, device)
+                rc[index] = rc_of(block[index])
         positions = torch.arange(start, start + num_rows, device=device)
-        probs = attention_probs(block, positions, self.softmax[layer])  # [H, G, T]
+        probs = attention_probs(block, positions, softmax[layer])  # [H, G, T]
         on_context = probs[..., c0:c1].mean(-1)  # [H, G]
         on_response = probs[..., start : start + num_rows].sum(-1) / valid.sum(-1)  # [H, G]
         lookback = on_context / (on_context + on_response).clamp_min(1e-30)
         diagonal = probs[:, positions - start, positions]  # [H, G]
-        if support_index.numel() and units is not None:
-            # the generated block of the attribution machinery: rows of g, keys 0 .. a+G-1
-            generated = scores[0, support_index.clamp(max=heads - 1), 1:]  # [h, G, T]
-            per_key = units_key_expected(generated, units, (c0, c1), check_finite=False)
-            weight = (support_index < heads).double()  # padding counts 0
-            support = (per_key * weight[None, :, None]).sum(1)  # [U, C] over the support heads
+        heads = None if support_heads is None else support_heads.get(layer)
+        if heads is None or unit_rows_ is None:
+            support = torch.zeros(len(units), c1 - c0, dtype=torch.float64, device=device)
         else:
-            support = torch.zeros(len(self.units), c1 - c0, dtype=torch.float64, device=device)
-        features = torch.stack([rc[:heads], lookback, diagonal.clamp_min(1e-30).log()])
-        return {"features": features, "support": support}  # features [3, H, G]
+            # the generated block of the attribution machinery: rows of g, keys 0 .. a+G-1
+            generated = scores[0, upload(heads, device), 1:]  # [h, G, T]
+            per_key = units_key_expected(generated, unit_rows_, (c0, c1), check_finite=False)
+            support = per_key.sum(1)  # [U, C] summed over the support heads
+        features = torch.stack([rc, lookback, diagonal.clamp_min(1e-30).log()])  # [3, H, G]
+        return {"features": features, "support": support}
+
+    return reduce

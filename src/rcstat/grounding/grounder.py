@@ -28,8 +28,8 @@ from rcstat.defaults import DEFAULT_TOP_K
 from rcstat.generation import check_example, input_device
 from rcstat.grounding.features import (
     HEAD_FEATURES,
-    GroundingReducer,
     ResponseRows,
+    grounding_reducer,
     heads_by_layer,
 )
 from rcstat.grounding.probe import GroundingProbe
@@ -189,25 +189,15 @@ class Measurer:
             (a - first, b - first)
             for a, b in (example.token_span("answer", u.start, u.end) for u in units)
         ]
-        reduce = GroundingReducer(
+        reduce = grounding_reducer(
             rows,
             self._softmax,
-            attention_layout(self.model).num_heads,
             rc_heads=self._rc_heads,
             support_heads=self._support_heads,
             units=unit_rows,
         )
         ids = example.input_ids.to(input_device(self.model))
-        with (
-            torch.no_grad(),
-            capture_scores(
-                self.model,
-                reduce,
-                query_start=rows.first_row,
-                graph_key=reduce.graph_key,
-                graph_inputs=reduce.graph_inputs,
-            ) as res,
-        ):
+        with torch.no_grad(), capture_scores(self.model, reduce, query_start=rows.first_row) as res:
             logits = self.model(ids, use_cache=False, logits_to_keep=rows.num_rows).logits
         log_probs = logits[0, :-1].float().log_softmax(-1)  # [G, V]
         targets = example.input_ids[0, rows.response[0] : rows.response[1]].to(log_probs.device)
