@@ -119,3 +119,37 @@ def test_too_long_input_is_refused() -> None:
     model, tok = tiny_model("llama"), make_tiny_tokenizer()  # window: 256 positions
     with pytest.raises(ValueError, match="256"):
         analyze(model, tok, prompt="word " * 400, generation=" end")
+
+
+def test_without_the_lower_bound(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``lower_bound=False``: no ``lower`` anywhere, the same other statistics, a clear error
+    when it is asked for, and a file that loads back without it."""
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    kwargs = dict(context=CONTEXT, question=QUESTION, answer=ANSWER)
+    full = analyze(model, tok, **kwargs)
+    assert full.lower is not None  # on CPU it is free: computed by default
+    result = analyze(model, tok, **kwargs, lower_bound=False)
+    assert result.lower is None and result.statistics == ("expected", "upper", "normalized")
+    for name in result.statistics:
+        np.testing.assert_array_equal(result.values(name), full.values(name))
+    assert "lower" not in result.to_frame().columns
+    with pytest.raises(ValueError, match="lower_bound=True"):
+        result.values("lower")
+    path = tmp_path / "r.json"
+    result.save(path)
+    back = HeadAnalysis.load(path)
+    assert back.lower is None
+    np.testing.assert_array_equal(back.expected, result.expected)
+
+
+def test_non_finite_scores_name_the_layer() -> None:
+    """A NaN in one layer's scores (folded into the statistics' sums) is reported after the
+    pass with the layer, never returned as a number."""
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    attention = model.model.layers[1].self_attn
+    handle = attention.q_proj.register_forward_hook(lambda m, i, out: out * float("nan"))
+    try:
+        with pytest.raises(FloatingPointError, match="layer 1"):
+            analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER)
+    finally:
+        handle.remove()

@@ -144,3 +144,27 @@ def test_capture_survives_kvpress_wrapping_the_registered_function() -> None:
         else:
             local[IMPLEMENTATION] = saved
     assert plain.logits.isfinite().all()
+
+
+def test_sink_receives_each_layer_and_graph_keys_are_ignored_on_cpu() -> None:
+    """``sink(layer, output)`` replaces what is kept; on CPU a graph key changes nothing."""
+    model = tiny_model("llama")
+    ids = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(4))
+    seen: list[int] = []
+
+    def sink(layer: int, output: torch.Tensor) -> torch.Tensor:
+        seen.append(layer)
+        return output.sum(-1)  # [batch, head, q]
+
+    with torch.no_grad(), capture_scores(model, lambda layer, s: s, query_start=8) as plain:
+        model(ids)
+    with (
+        torch.no_grad(),
+        capture_scores(
+            model, lambda layer, s: s, query_start=8, graph_key=lambda layer: "all", sink=sink
+        ) as sunk,
+    ):
+        model(ids)
+    assert seen == list(range(len(plain.layers)))
+    for full, summed in zip(plain.ordered(), sunk.ordered(), strict=True):
+        torch.testing.assert_close(summed, full.sum(-1))

@@ -283,3 +283,16 @@ def test_scores_json_is_plain_json(model_dir: Path, tmp_path: Path) -> None:
     )
     # Scaling every score by 1/sqrt(d) scales E and A by the same factor (d = 16).
     np.testing.assert_allclose(data["expected"], unscaled.expected / 4.0, rtol=1e-5)
+
+
+def test_no_lower_bound_leaves_it_out(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert cli.main(_chat_args(model_dir, out, "--no-lower-bound")) == 0
+    frame = pd.read_csv(out / "scores.csv")
+    assert list(frame.columns) == ["layer", "head", "expected", "upper", "normalized"]
+    assert HeadAnalysis.load(out / "scores.json").lower is None
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if "layer" in line and "expected" in line)
+    assert "lower" not in header and "normalized" in header

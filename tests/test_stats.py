@@ -413,3 +413,20 @@ def test_unit_rows_rejects_empty_units() -> None:
         unit_rows([], 10, 4)
     with pytest.raises(ValueError, match=r"\[3, 3\)"):
         unit_rows([(0, 2), (3, 3)], 10, 4)
+
+
+def test_block_expected_and_self_samples_agree_with_the_block_statistics() -> None:
+    from rcstat.stats import block_expected, self_samples
+
+    gen = torch.Generator().manual_seed(5)
+    block = torch.randn(3, 2, 5, 12, generator=gen) * 4  # [..., g = 5, m + g = 12]
+    stats = block_statistics(block, 7)
+    torch.testing.assert_close(block_expected(block, 7), stats.expected, rtol=1e-12, atol=1e-12)
+    _, _, y, _ = cross_self_samples(block, 7)
+    torch.testing.assert_close(self_samples(block, 7), y)
+    assert self_samples(block, 7).shape == (3, 2, 15)
+    without = rc_statistics(block[..., :7].reshape(3, 2, -1), y, lower=False)
+    assert without.lower is None
+    torch.testing.assert_close(without.upper, stats.upper)
+    with pytest.raises(ValueError, match="key columns"):
+        self_samples(block, 6)
