@@ -40,6 +40,20 @@ def interleaved(fns: dict[str, Callable[[], Any]], device: str, rounds: int) -> 
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def forward_fns(model: Any, ids: torch.Tensor) -> dict[str, Callable[[], Any]]:
+    """The two baselines: a plain forward pass and one with only the last logits."""
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(ids, use_cache=False)
+
+    def forward_last() -> None:
+        with torch.no_grad():
+            model(ids, use_cache=False, logits_to_keep=1)
+
+    return {"forward": forward, "forward_last": forward_last}
+
+
 def machine(device: str) -> dict[str, Any]:
     """Where the numbers come from."""
     info: dict[str, Any] = {

@@ -19,9 +19,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from benchmarks._common import device_label, interleaved, machine, write
+from benchmarks._common import device_label, forward_fns, interleaved, machine, write
 from benchmarks.bench_heads import build
 from rcstat.attribution import Attributor
 from rcstat.attribution.spans import join_chunks
@@ -42,19 +40,7 @@ def measure(
     def attribute() -> None:
         attributor.attribute(list(example.chunks), example.question, example.answer, units=units)
 
-    def forward() -> None:
-        with torch.no_grad():
-            model(ids, use_cache=False)
-
-    def forward_last() -> None:
-        with torch.no_grad():
-            model(ids, use_cache=False, logits_to_keep=1)
-
-    times = interleaved(
-        {"attribute": attribute, "forward": forward, "forward_last": forward_last},
-        device,
-        rounds,
-    )
+    times = interleaved({"attribute": attribute, **forward_fns(model, ids)}, device, rounds)
     return {
         "example": example.id,
         "tokens": int(ids.shape[1]),

@@ -33,7 +33,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks._common import device_label, interleaved, ints, llama_8b, machine, write
+from benchmarks._common import (
+    device_label,
+    forward_fns,
+    interleaved,
+    ints,
+    llama_8b,
+    machine,
+    write,
+)
 from rcstat.analysis import analyze_segmented
 from rcstat.segments import Segmented
 
@@ -112,18 +120,6 @@ def profile_summary(run: Callable[[], Any], baseline: Callable[[], Any], layers:
     }
 
 
-def forward_fns(model: Any, ids: torch.Tensor) -> dict[str, Callable[[], Any]]:
-    def forward() -> None:
-        with torch.no_grad():
-            model(ids, use_cache=False)
-
-    def forward_last() -> None:
-        with torch.no_grad():
-            model(ids, use_cache=False, logits_to_keep=1)
-
-    return {"forward": forward, "forward_last": forward_last}
-
-
 def bench_analyze(model: Any, prompt: int, gen: int, args: argparse.Namespace) -> dict:
     ids = torch.randint(0, 32000, (1, prompt + gen), generator=torch.Generator().manual_seed(0))
     example = Segmented(ids, prompt, "", ((0, 0),) * (prompt + gen), {})
@@ -163,20 +159,6 @@ def attribution_call(
     return lambda: attributor.attribute(chunks, question, answer), ids
 
 
-def bench_attribution(model: Any, tokenizer: Any, prompt: int, gen: int, args: Any) -> dict:
-    run, ids = attribution_call(model, tokenizer, prompt, gen)
-    times = interleaved({"attribute": run, **forward_fns(model, ids)}, "cuda", args.rounds)
-    return {
-        "part": "attribution",
-        "prompt": prompt,
-        "gen": gen,
-        "tokens": int(ids.shape[1]),
-        **{f"{k}_s": v for k, v in times.items()},
-        "ratio": times["attribute"] / times["forward"],
-        "ratio_vs_forward_last": times["attribute"] / times["forward_last"],
-    }
-
-
 def grounding_call(
     model: Any, tokenizer: Any, prompt: int, gen: int
 ) -> tuple[Callable[[], Any], torch.Tensor]:
@@ -195,17 +177,26 @@ def grounding_call(
     return lambda: grounder.ground(context, response, question), ids
 
 
-def bench_grounding(model: Any, tokenizer: Any, prompt: int, gen: int, args: Any) -> dict:
-    run, ids = grounding_call(model, tokenizer, prompt, gen)
-    times = interleaved({"ground": run, **forward_fns(model, ids)}, "cuda", args.rounds)
+def bench_call(
+    part: str,
+    make: Callable[[Any, Any, int, int], tuple[Callable[[], Any], torch.Tensor]],
+    model: Any,
+    tokenizer: Any,
+    prompt: int,
+    gen: int,
+    args: argparse.Namespace,
+) -> dict:
+    """One row: the call ``make`` builds vs plain forward passes of the same ids."""
+    run, ids = make(model, tokenizer, prompt, gen)
+    times = interleaved({part: run, **forward_fns(model, ids)}, "cuda", args.rounds)
     return {
-        "part": "grounding",
+        "part": part,
         "prompt": prompt,
         "gen": gen,
         "tokens": int(ids.shape[1]),
         **{f"{k}_s": v for k, v in times.items()},
-        "ratio": times["ground"] / times["forward"],
-        "ratio_vs_forward_last": times["ground"] / times["forward_last"],
+        "ratio": times[part] / times["forward"],
+        "ratio_vs_forward_last": times[part] / times["forward_last"],
     }
 
 
@@ -293,9 +284,11 @@ def main() -> None:
             if "analyze" in parts:
                 report(bench_analyze(model, prompt, gen, args))
             if "attribution" in parts:
-                report(bench_attribution(model, tokenizer, prompt, gen, args))
+                report(
+                    bench_call("attribution", attribution_call, model, tokenizer, prompt, gen, args)
+                )
             if "grounding" in parts:
-                report(bench_grounding(model, tokenizer, prompt, gen, args))
+                report(bench_call("grounding", grounding_call, model, tokenizer, prompt, gen, args))
         if "press" in parts:
             report(bench_press(model, prompt, args))
         torch.cuda.empty_cache()

@@ -19,7 +19,13 @@ import torch
 
 from rcstat.stats import _gpu
 from rcstat.stats._validate import raise_if_not_finite
-from rcstat.stats.rc import RCStatistics, expected_rc, expected_rc_shared, rc_statistics
+from rcstat.stats.rc import (
+    RCStatistics,
+    expected_rc,
+    expected_rc_shared,
+    gpu_statistics,
+    rc_statistics,
+)
 
 
 def _check_block(scores: torch.Tensor, prompt_len: int) -> int:
@@ -103,17 +109,8 @@ def block_statistics(
     if not lower and _gpu.available(scores):
         batch, keys = scores.shape[:-2], scores.shape[-1]
         rows = scores.reshape(-1, gen_len, keys)  # [R, g, m + g] (a view when it can be)
-        expected, upper, gap = _gpu.dense_statistics(
-            rows[..., :prompt_len], self_samples(rows, prompt_len), None
-        )
-        if check_finite:
-            raise_if_not_finite(gap, "scores")
-        return RCStatistics(
-            expected=expected.reshape(batch),
-            upper=upper.reshape(batch),
-            lower=None,
-            mean_gap=gap.reshape(batch),
-        )
+        y = self_samples(rows, prompt_len)
+        return gpu_statistics(rows[..., :prompt_len], y, None, batch, check_finite, "scores")
     x, _, y, _ = cross_self_samples(scores, prompt_len)
     return rc_statistics(x, y, check_finite=check_finite, lower=lower)
 

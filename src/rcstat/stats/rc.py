@@ -163,9 +163,25 @@ def _dense_gpu(
 ) -> RCStatistics:
     """:func:`rc_statistics` without the lower bound on CUDA (``rcstat.stats._gpu``)."""
     batch, x, _, y, yv = _rows(x, y, None, y_valid, check_finite=False)
-    expected, upper, gap = _gpu.dense_statistics(x[:, None, :], y, yv)  # x as [R, 1, n]
-    if check_finite:  # the sums are finite iff every sample is: no extra pass over x
-        raise_if_not_finite(gap, "x or y")
+    return gpu_statistics(x[:, None, :], y, yv, batch, check_finite, "x or y")  # x [R, 1, n]
+
+
+def gpu_statistics(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    y_valid: torch.Tensor | None,
+    batch: torch.Size,
+    check_finite: bool,
+    what: str,
+) -> RCStatistics:
+    """E, A and the mean gap of dense row views ``x [R, A, B]`` on CUDA, shaped ``batch``.
+
+    With ``check_finite``, non-finite samples (which make the float64 sums non-finite: no
+    extra pass over ``x``) raise a ``ValueError`` naming ``what``.
+    """
+    expected, upper, gap = _gpu.dense_statistics(x, y, y_valid)
+    if check_finite:
+        raise_if_not_finite(gap, what)
     return RCStatistics(
         expected=expected.reshape(batch),
         upper=upper.reshape(batch),
