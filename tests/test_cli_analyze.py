@@ -191,8 +191,18 @@ def test_markup_in_user_text_is_printed_verbatim(
         (["--answer", ""], "answer: is empty"),
         (["--head", "3.0"], f"head 3.0 does not exist: the model has {LAYERS} layers × {HEADS}"),
         (["--head", "0.4"], "head 0.4 does not exist"),
+        (["--device", "tpu"], "--device 'tpu' is not a device"),
+        (["--device", "cpu", "--device-map", "auto"], "give one of them, not both"),
+        (["--device", "cuda:99"], "--device cuda:99:"),
     ],
-    ids=["empty-answer", "layer-out-of-range", "head-out-of-range"],
+    ids=[
+        "empty-answer",
+        "layer-out-of-range",
+        "head-out-of-range",
+        "bad-device",
+        "device-and-map",
+        "missing-gpu",
+    ],
 )
 def test_bad_input_exits_2_and_writes_nothing(
     model_dir: Path,
@@ -296,3 +306,19 @@ def test_no_lower_bound_leaves_it_out(
     lines = capsys.readouterr().out.splitlines()
     header = next(line for line in lines if "layer" in line and "expected" in line)
     assert "lower" not in header and "normalized" in header
+
+
+@pytest.mark.parametrize(
+    "placement", [["--device", "cpu", "--dtype", "float32"], ["--device-map", "auto"]]
+)
+def test_placement_options_give_the_same_scores(
+    model_dir: Path, tmp_path: Path, placement: list[str]
+) -> None:
+    """``--device cpu`` and a device map (accelerate; all on the CPU here) load the model where
+    asked and give the scores of the default placement."""
+    plain, placed = tmp_path / "plain", tmp_path / "placed"
+    assert cli.main(_chat_args(model_dir, plain)) == 0
+    assert cli.main(_chat_args(model_dir, placed, *placement)) == 0
+    want, got = (HeadAnalysis.load(p / "scores.json") for p in (plain, placed))
+    np.testing.assert_allclose(got.expected, want.expected, rtol=1e-6)
+    np.testing.assert_allclose(got.upper, want.upper, rtol=1e-6)

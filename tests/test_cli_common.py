@@ -12,6 +12,7 @@ import pytest
 
 from rcstat.cli._common import (
     OUTPUT_MARKER,
+    Placement,
     claim_output_folder,
     float_list,
     int_list,
@@ -142,3 +143,18 @@ def test_ratio_lists_refuse_bad_values(bad: str) -> None:
 def test_int_lists_refuse_bad_values(bad: str) -> None:
     with pytest.raises(ValueError, match="--window"):
         int_list("--window", ["8", bad])
+
+
+def test_placement_defaults_and_load_arguments() -> None:
+    import torch
+
+    default = Placement.from_namespace(argparse.Namespace(device=None, device_map=None, dtype=None))
+    gpu = torch.cuda.is_available()
+    assert default.load_kwargs() == {"device": "cuda" if gpu else None, "dtype": None}
+    mapped = Placement.from_namespace(
+        argparse.Namespace(device=None, device_map="auto", dtype=None)
+    )
+    assert mapped.load_kwargs() == {"device_map": "auto", "dtype": "auto"}
+    cpu = Placement(device="cpu", dtype="bfloat16")
+    assert cpu.load_kwargs() == {"device": None, "dtype": "bfloat16"}
+    assert Placement.from_namespace(argparse.Namespace()) == Placement()  # commands without them

@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +47,82 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def add_model_option(parser: argparse.ArgumentParser) -> None:
-    """``--model``: hub id, local folder or ``.gguf`` file; the embedded model by default."""
+    """``--model`` (hub id, local folder or ``.gguf`` file; the embedded model by default) and
+    where it runs: ``--device``, ``--device-map``, ``--dtype`` (see :class:`Placement`)."""
     parser.add_argument(
         "--model",
         default=None,
         help=f"hub id, local folder or .gguf file (default: the embedded {DEFAULT_MODEL_NAME})",
     )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="where the model runs: cpu, cuda or cuda:N (default: cuda when a GPU is visible, "
+        "else cpu)",
+    )
+    parser.add_argument(
+        "--device-map",
+        default=None,
+        choices=DEVICE_MAPS,
+        help="split a model larger than one GPU across the visible GPUs (accelerate's strategy); "
+        "instead of --device",
+    )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=DTYPES,
+        help="parameter dtype (default: float32 on cpu, the checkpoint's own on a GPU)",
+    )
+
+
+#: ``--device-map`` strategies (accelerate) and ``--dtype`` names.
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and in which precision a command's model runs (checked before it loads).
+
+    ``device`` None picks ``cuda`` when a GPU is visible, else ``cpu``; ``device_map`` (one of
+    :data:`DEVICE_MAPS`) splits the model across GPUs instead; ``dtype`` None is float32 on the
+    CPU and the checkpoint's own dtype elsewhere.
+    """
+
+    device: str | None = None
+    device_map: str | None = None
+    dtype: str | None = None
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> Placement:
+        device, device_map = getattr(ns, "device", None), getattr(ns, "device_map", None)
+        if device is not None and device_map is not None:
+            raise ValueError("--device and --device-map: give one of them, not both")
+        if device is not None:
+            import torch
+
+            try:
+                parsed = torch.device(device)
+            except (RuntimeError, ValueError) as err:
+                raise ValueError(
+                    f"--device {device!r} is not a device (cpu, cuda, cuda:N)"
+                ) from err
+            if parsed.type == "cuda":
+                visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+                if (parsed.index is not None and parsed.index >= visible) or not visible:
+                    raise ValueError(f"--device {device}: {visible} CUDA device(s) visible")
+            elif parsed.type != "cpu":
+                raise ValueError(f"--device {device!r}: only cpu and cuda devices are supported")
+        return cls(device=device, device_map=device_map, dtype=getattr(ns, "dtype", None))
+
+    def load_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`rcstat.load_model`."""
+        import torch
+
+        if self.device_map is not None:  # on GPUs: the checkpoint's dtype by default
+            return {"device_map": self.device_map, "dtype": self.dtype or "auto"}
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        return {"device": None if device == "cpu" else device, "dtype": self.dtype}
 
 
 def add_text_options(parser: argparse.ArgumentParser, names: Sequence[tuple[str, str]]) -> None:
@@ -160,12 +231,13 @@ def step(message: str) -> Iterator[None]:
     progress_console.print(f"  done in {time.perf_counter() - started:.1f} s", markup=False)
 
 
-def load_model_quietly(model: str | None) -> tuple[Any, Any]:
-    """Load ``--model`` with a progress line and without transformers' loading bars."""
+def load_model_quietly(model: str | None, placement: Placement | None = None) -> tuple[Any, Any]:
+    """Load ``--model`` where ``placement`` says, with a progress line and without
+    transformers' loading bars."""
     from rcstat.models import load_model
 
     with step("loading model…"):
-        return load_model(model)
+        return load_model(model, **(placement or Placement()).load_kwargs())
 
 
 def check_output_folder(out: Path, command: str) -> None:

@@ -15,6 +15,7 @@ from rcstat.checks import check_count
 from rcstat.cli._common import (
     CUT_MARK,
     HelpFormatter,
+    Placement,
     add_model_option,
     add_special_tokens_option,
     add_text_options,
@@ -83,6 +84,7 @@ class AttributeArgs:
     """Arguments of ``rcstat attribute`` (checked)."""
 
     model: str | None
+    placement: Placement
     context: str | list[str]
     question: str
     answer: str | None
@@ -115,6 +117,7 @@ class AttributeArgs:
             raise ValueError("--answer is empty or whitespace only")
         return cls(
             model=ns.model,
+            placement=Placement.from_namespace(ns),
             context=context,
             question=question,
             answer=texts["answer"],
@@ -148,7 +151,7 @@ def run(args: AttributeArgs) -> int:
     from rcstat.attribution import Attributor
 
     check_output_folder(args.out, NAME)
-    model, tokenizer = load_model_quietly(args.model)
+    model, tokenizer = load_model_quietly(args.model, args.placement)
     attributor = Attributor(
         model,
         tokenizer,

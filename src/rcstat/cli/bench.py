@@ -18,6 +18,7 @@ from rich.markup import escape
 from rcstat.checks import check_count
 from rcstat.cli._common import (
     HelpFormatter,
+    Placement,
     add_model_option,
     check_output_folder,
     claim_output_folder,
@@ -136,6 +137,7 @@ class BenchKVArgs:
     """Arguments of ``rcstat bench kv`` (checked)."""
 
     model: str | None
+    placement: Placement
     dataset: str
     data: str | None
     presses: list[str]
@@ -158,6 +160,7 @@ class BenchKVArgs:
             raise ValueError("--context applies to --dataset qmsum only")
         return cls(
             model=ns.model,
+            placement=Placement.from_namespace(ns),
             dataset=dataset,
             data=ns.data,
             presses=check_press_names(split_list(ns.presses)),
@@ -204,7 +207,7 @@ def run_kv(args: BenchKVArgs) -> int:
     examples = [e for e in loaded if isinstance(e, QAExample)]
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
-    model, tokenizer = load_model_quietly(args.model)
+    model, tokenizer = load_model_quietly(args.model, args.placement)
     window = int(model.config.max_position_embeddings)
     if args.max_tokens is not None:
         window = min(window, args.max_tokens)
@@ -247,6 +250,7 @@ class BenchAttributionArgs:
     """Arguments of ``rcstat bench attribution`` (checked)."""
 
     model: str | None
+    placement: Placement
     dataset: str
     data: str | None
     ks: list[str] = field(default_factory=list)
@@ -264,6 +268,7 @@ class BenchAttributionArgs:
                 int_list("--k", [k])
         return cls(
             model=ns.model,
+            placement=Placement.from_namespace(ns),
             dataset=_dataset(ns.dataset, "attribution", "bench attribution"),
             data=ns.data,
             ks=ks,
@@ -291,7 +296,7 @@ def run_attribution(args: BenchAttributionArgs) -> int:
         console.print(f"skipping {len(loaded) - len(examples)} examples without annotated spans")
     if not examples:
         raise ValueError(f"no annotated example in {args.dataset} ({args.data or 'slice'})")
-    model, tokenizer = load_model_quietly(args.model)
+    model, tokenizer = load_model_quietly(args.model, args.placement)
     layout = attention_layout(model)
     attributor = Attributor(  # k is set per accuracy row
         model, tokenizer, top_k=None, head_ranking="all", rank_post_softmax=True
@@ -319,6 +324,7 @@ class BenchGroundingArgs:
     """Arguments of ``rcstat bench grounding`` (checked)."""
 
     model: str | None
+    placement: Placement
     dataset: str
     data: str | None
     n: int | None
@@ -342,6 +348,7 @@ class BenchGroundingArgs:
             raise ValueError(f"--profile {ns.profile}: no such file")
         return cls(
             model=ns.model,
+            placement=Placement.from_namespace(ns),
             dataset=dataset,
             data=ns.data,
             n=optional_count("--n", ns.n),
@@ -382,7 +389,7 @@ def run_grounding(args: BenchGroundingArgs) -> int:
         items = grounding_items(loaded)  # type: ignore[arg-type]
     if not items:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
-    model, tokenizer = load_model_quietly(args.model)
+    model, tokenizer = load_model_quietly(args.model, args.placement)
     layout = attention_layout(model)
     grounder = Grounder(model, tokenizer, profile=args.profile, all_heads=True)
     bench = GroundingBench(

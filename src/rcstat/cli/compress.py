@@ -12,6 +12,7 @@ from rich.table import Table
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     HelpFormatter,
+    Placement,
     add_model_option,
     add_special_tokens_option,
     add_text_options,
@@ -55,6 +56,7 @@ class CompressArgs:
     """Arguments of ``rcstat compress`` (checked)."""
 
     model: str | None
+    placement: Placement
     context: str
     question: str
     threshold: float
@@ -75,6 +77,7 @@ class CompressArgs:
             ratio = check_number("--ratio", ratio, low=0, high=1, high_open=True)
         return cls(
             model=ns.model,
+            placement=Placement.from_namespace(ns),
             context=context,
             question=question,
             threshold=check_number("--threshold", ns.threshold, low=0),
@@ -99,7 +102,7 @@ def run(args: CompressArgs) -> int:
     press = RCStatPress(
         threshold=args.threshold, window_size=args.window, compression_ratio=args.ratio
     )
-    model, tokenizer = load_model_quietly(args.model)
+    model, tokenizer = load_model_quietly(args.model, args.placement)
     with step("compressing the context and answering…"):
         report = compress_and_answer(
             model,

@@ -31,6 +31,7 @@ from rcstat.checks import check_number
 from rcstat.cli._common import (
     CUT_MARK,
     HelpFormatter,
+    Placement,
     add_model_option,
     answer_line,
     check_output_folder,
@@ -426,6 +427,7 @@ def run_contrast(
     texts: DemoTexts | None = None,
     settings: tuple[Setting, ...] | None = None,
     max_new_tokens: int | None = None,
+    placement: Placement | None = None,
 ) -> int:
     """Analyse both examples, compare full-cache and compressed answers, attribute the answer,
     print the results and write ``report.html`` (linking ``attribution.html``) into ``out``.
@@ -441,7 +443,7 @@ def run_contrast(
     max_new_tokens = MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
 
     check_output_folder(out, NAME)
-    model, tokenizer = load_model_quietly(model_name)
+    model, tokenizer = load_model_quietly(model_name, placement)
     results = {}
     for name, context in (("supporting", texts.supporting), ("unrelated", texts.unrelated)):
         with step(f"analysing the {name} example…"):
@@ -586,15 +588,21 @@ class DemoArgs:
     model: str | None
     out: Path
     tau: float
+    placement: Placement
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> DemoArgs:
-        return cls(model=ns.model, out=Path(ns.out), tau=check_number("--tau", ns.tau))
+        return cls(
+            model=ns.model,
+            out=Path(ns.out),
+            tau=check_number("--tau", ns.tau),
+            placement=Placement.from_namespace(ns),
+        )
 
 
 def run(args: DemoArgs) -> int:
     """Run the demo (see the module docstring)."""
-    return run_contrast(args.model, args.out, args.tau)
+    return run_contrast(args.model, args.out, args.tau, placement=args.placement)
 
 
 def from_namespace(ns: argparse.Namespace) -> DemoArgs:

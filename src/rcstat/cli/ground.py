@@ -13,6 +13,7 @@ from rich.table import Table
 from rcstat.checks import check_number
 from rcstat.cli._common import (
     HelpFormatter,
+    Placement,
     add_model_option,
     add_special_tokens_option,
     add_text_options,
@@ -84,6 +85,7 @@ class GroundArgs:
     """Arguments of ``rcstat ground`` (checked)."""
 
     model: str | None
+    placement: Placement
     context: str
     response: str
     question: str | None
@@ -123,6 +125,7 @@ class GroundArgs:
             threshold = check_number("--threshold", threshold)
         return cls(
             model=ns.model,
+            placement=Placement.from_namespace(ns),
             context=context,
             response=response,
             question=question,
@@ -145,7 +148,7 @@ def run(args: GroundArgs) -> int:
     from rcstat.grounding import Grounder
 
     check_output_folder(args.out, NAME)
-    model, tokenizer = load_model_quietly(args.model)
+    model, tokenizer = load_model_quietly(args.model, args.placement)
     grounder = Grounder(
         model,
         tokenizer,

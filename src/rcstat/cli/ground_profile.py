@@ -12,6 +12,7 @@ from rich.markup import escape
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     HelpFormatter,
+    Placement,
     add_model_option,
     check_output_folder,
     console,
@@ -62,6 +63,7 @@ class GroundProfileArgs:
     """Arguments of ``rcstat ground-profile`` (checked)."""
 
     model: str | None
+    placement: Placement
     dataset: str
     data: str | None
     n: int | None
@@ -80,6 +82,7 @@ class GroundProfileArgs:
             )
         return cls(
             model=ns.model,
+            placement=Placement.from_namespace(ns),
             dataset=dataset,
             data=ns.data,
             n=optional_count("--n", ns.n),
@@ -107,7 +110,7 @@ def run(args: GroundProfileArgs) -> int:
     examples = load_dataset(args.dataset, args.data, limit=args.n)
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
-    model, tokenizer = load_model_quietly(args.model)
+    model, tokenizer = load_model_quietly(args.model, args.placement)
     profile = build_profile(
         model,
         tokenizer,

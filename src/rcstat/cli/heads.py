@@ -27,6 +27,7 @@ from rich.table import Table
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     HelpFormatter,
+    Placement,
     add_model_option,
     check_output_folder,
     claim_output_folder,
@@ -122,6 +123,7 @@ class HeadsArgs:
     """Arguments of ``rcstat heads`` (validated)."""
 
     model: str | None
+    placement: Placement
     dataset: str
     data: str | None
     n: int | None
@@ -193,6 +195,7 @@ class HeadsArgs:
         out = ns.out or (DEFAULT_COMPARE_OUT if compare else DEFAULT_OUT)
         return cls(
             model=ns.model,
+            placement=Placement.from_namespace(ns),
             dataset=dataset,
             data=ns.data,
             n=ns.n,
@@ -259,7 +262,7 @@ def _run_collect(args: HeadsArgs) -> int:
     examples = _load_examples(args)
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
-    model, tokenizer = load_model_quietly(args.model)
+    model, tokenizer = load_model_quietly(args.model, args.placement)
     claim_output_folder(args.out, NAME)
     frame = collect(
         model,
