@@ -6,10 +6,10 @@ CPU kernel (``_kernel.rc_integrals``) stays the reference and serves every other
 differs from the CPU path (docs/benchmarks.md has the measurements):
 
 - the big cross set ``x`` is read in place, never copied and never sorted: each sample is
-  ranked within the sorted self samples ``y`` (``_triton.rank_sums``), which gives ``E``
-  exactly (paper eq. 6);
+  ranked within the sorted self samples ``y`` (:func:`rank_sums`; for large ``y`` a table of
+  radix-key buckets narrows each search), which gives ``E`` exactly (paper eq. 6);
 - the upper bound ``A`` (eq. 4) comes from one crossing point per row, found by a four-pass
-  radix selection (``_triton.radix_histogram``), plus a sum riding on the ranking pass;
+  radix selection (:func:`crossing`), plus a sum riding on the ranking pass;
 - the lower bound ``a`` (eq. 5) needs the whole order of ``x`` and is left to the sorting
   kernel: callers ask for it explicitly;
 - nothing waits for the device: no boolean-mask indexing, no ``.item()``; a NaN or inf
@@ -57,7 +57,7 @@ def available(*tensors: torch.Tensor) -> bool:
     return triton_available(tensors[0].device)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)  # shapes change with every example of a dataset
 def causal_index(gen_len: int, columns: int, offset: int, device: torch.device) -> torch.Tensor:
     """Flat indices of the causal self samples inside rows of ``[gen_len, columns]``.
 
@@ -166,7 +166,7 @@ def ragged_rank_sums(
     rows = row_base.shape[0]
     groups, width_a, width_b = shape
     size = width_a * width_b
-    tile_n = min(_tile(size), triton_next_pow2(size))
+    tile_n = min(_tile(size), _next_pow2(size))
     tile_k = max(1, _TILE // tile_n)
     blocks = -(-size // tile_n)
     out = torch.zeros(3, rows, groups, blocks, dtype=torch.float64, device=storage.device)
@@ -202,24 +202,17 @@ def ragged_rank_sums(
     return out.sum(-1)
 
 
-def triton_next_pow2(value: int) -> int:
+def _next_pow2(value: int) -> int:
     """The smallest power of two >= ``value``."""
     return 1 << max(0, value - 1).bit_length()
 
 
 def _keys(values: torch.Tensor) -> torch.Tensor:
-    """Unsigned radix keys (int64 in ``[0, 2³²)``) that sort like the float32 ``values``
-    (the kernels' ``_key``, for tests)."""
+    """Unsigned radix keys (int64 in ``[0, 2³²)``) that sort like the float32 ``values`` (the
+    kernels' ``_key``)."""
     bits = values.float().view(torch.int32).long()
     flipped = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order
     return flipped + (1 << 31)
-
-
-def _values(keys: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`_keys`: float32 values."""
-    signed = keys - (1 << 31)
-    bits = torch.where(signed < 0, signed ^ 0x7FFFFFFF, signed)
-    return bits.to(torch.int32).view(torch.float32)
 
 
 def _int32(value: int) -> int:
