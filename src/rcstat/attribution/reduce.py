@@ -36,67 +36,22 @@ from rcstat.stats import (
     UnitRows,
     block_expected,
     block_statistics,
-    expected_rc_shared,
     rc_statistics,
     unit_rows,
     units_key_expected,
 )
 
-__all__ = ["attribution_reducer", "self_index", "unit_key_rc"]
-
-
-def self_index(a: int, b: int) -> torch.Tensor:
-    """Flat indices into the ``[|g'|, b]`` rows ``a..b-1`` of ``g`` against the generated keys
-    ``0..b-1`` that are ``Y(g, g')`` (keys ``<=`` their query). Built on the CPU once per unit
-    and gathered with, so that no boolean indexing synchronises the device per layer."""
-    rows = torch.arange(a, b)[:, None]  # [|g'|, 1]
-    keys = torch.arange(b)[None, :]  # [1, b]
-    return (keys <= rows).flatten().nonzero().flatten()  # [|Y|]
-
-
-def _self_samples(
-    block: torch.Tensor, prompt_len: int, a: int, b: int, index: torch.Tensor
-) -> torch.Tensor:
-    """``Y(g, g')`` per head, ``[H, |Y|]`` (``index`` from :func:`_self_index`)."""
-    rows = block[:, a:b, prompt_len : prompt_len + b].reshape(block.shape[0], -1)  # [H, |g'|·b]
-    return rows[:, index]
-
-
-def unit_key_rc(
-    block: torch.Tensor,
-    prompt_len: int,
-    unit: tuple[int, int],
-    index: torch.Tensor,
-    keys: tuple[int, int] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Key-level expected RC ``t_h(g', i)`` of one unit for the prompt keys ``keys``.
-
-    Parameters
-    ----------
-    block
-        ``[H, |g|, m + |g|]`` raw scores of the generated queries.
-    unit
-        Rows ``[a, b)`` of ``g``; ``index`` from :func:`self_index` of the same rows.
-    keys
-        ``[start, end)`` absolute prompt positions (default: every prompt key).
-
-    Returns
-    -------
-    tuple of torch.Tensor
-        ``t_h`` ``[H, K]`` float64, the unit's cross scores ``[H, |g'|, K]`` and its self
-        samples ``Y(g, g')`` ``[H, |Y|]``.
-    """
-    a, b = unit
-    start, end = (0, prompt_len) if keys is None else keys
-    cross = block[:, a:b, start:end]  # [H, |g'|, K]
-    y = _self_samples(block, prompt_len, a, b, index)  # [H, |Y|]
-    return expected_rc_shared(cross.transpose(1, 2), y, check_finite=False), cross, y
+__all__ = ["attribution_reducer"]
 
 
 def _span_upper(
-    cross: torch.Tensor, y: torch.Tensor, spans: Sequence[tuple[int, int]]
+    cross: torch.Tensor,
+    y: torch.Tensor,
+    y_valid: torch.Tensor,
+    spans: Sequence[tuple[int, int]],
 ) -> torch.Tensor:
-    """``A(X(p_i, g'), Y)`` for every span: cross ``[H, |g'|, m]``, y ``[H, |Y|]`` → ``[H, S]``."""
+    """``A(X(p_i, g'), Y)`` for every span: cross ``[H, |g'|, m]``, y ``[H, Y]`` with its
+    padding mask ``y_valid`` ``[Y]`` → ``[H, S]``."""
     longest = max(end - start for start, end in spans)
     heads, rows = cross.shape[0], cross.shape[1]
     x = cross.new_zeros(heads, len(spans), rows, longest)  # [H, S, |g'|, L]
@@ -105,10 +60,12 @@ def _span_upper(
         x[:, index, :, : end - start] = cross[:, :, start:end]
         valid[index, :, : end - start] = True
     flat = x.flatten(-2)  # [H, S, |g'|·L]
+    shape = (heads, len(spans), y.shape[-1])
     return rc_statistics(
         flat,
-        y[:, None, :].expand(heads, len(spans), y.shape[-1]),
+        y[:, None, :].expand(shape),
         x_valid=valid.flatten(-2).expand_as(flat),
+        y_valid=y_valid.expand(shape),
         check_finite=False,  # the capture checks the scores
     ).upper
 
@@ -164,11 +121,9 @@ def attribution_reducer(
         with ``upper``) and ``attention`` ``[U, m]`` (weights summed over heads, averaged
         over the unit's queries).
     """
-    indices = [self_index(a, b) for a, b in units]
     starts, ends = (torch.tensor(v) for v in zip(*spans, strict=True))
-    bounds = torch.tensor(units)  # [U, 2] rows of g
     first, last = context
-    on_device: dict[torch.device, tuple[list[torch.Tensor], UnitRows]] = {}  # may span devices
+    on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor, UnitRows]] = {}
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0]  # [H, |g|, m + |g|]
@@ -176,11 +131,11 @@ def attribution_reducer(
         gen_len = block.shape[1]
         positions = torch.arange(prompt_len, prompt_len + gen_len, device=device)
         probs = attention_probs(block, positions, softmax[layer])  # [H, |g|, m + |g|]
-        if device not in on_device:
-            moved = [upload(t, device) for t in (starts, ends, bounds, *indices)]
+        if device not in on_device:  # a model may span devices
             rows = unit_rows(list(units), block.shape[-1], prompt_len)
-            on_device[device] = (moved, rows.map(lambda t: upload(t, device)))
-        (start, end, bound, *per_unit), rows = on_device[device]
+            moved = rows.map(lambda t: upload(t, device))
+            on_device[device] = (upload(starts, device), upload(ends, device), moved)
+        start, end, rows = on_device[device]
         rank = _ranking(block, prompt_len, upper)
         if post_softmax:
             rank += _ranking(probs, prompt_len, upper)
@@ -188,20 +143,21 @@ def attribution_reducer(
             rank += [torch.full_like(rank[0], float("nan"))] * 2
         per_key = units_key_expected(block, rows, (0, prompt_len), check_finite=False)  # [U, H, m]
         if upper:
+            flat = block.reshape(block.shape[0], -1)  # [H, |g|·(m + |g|)]
             per_head = torch.stack(
                 [
-                    _span_upper(*unit_key_rc(block, prompt_len, unit, index)[1:], spans)  # [H, S]
-                    for unit, index in zip(units, per_unit, strict=True)
+                    _span_upper(block[:, a:b, :prompt_len], flat[:, index], valid, spans)
+                    for (a, b), index, valid in zip(units, rows.index, rows.valid, strict=True)
                 ]
-            )
+            )  # [U, H, S]
         else:  # e_h(p_i) = the mean of the span's per-key values, by prefix sums
             prefix = torch.nn.functional.pad(per_key.cumsum(-1), (1, 0))  # [U, H, m + 1]
             per_head = (prefix[..., end] - prefix[..., start]) / (end - start)  # [U, H, S]
         # mean over each unit's rows of the weights summed over heads, by prefix sums
         summed = probs[:, :, :prompt_len].sum(0).double()  # [|g|, m]
         on_prompt = torch.nn.functional.pad(summed.cumsum(0), (0, 0, 1, 0))  # [|g| + 1, m]
-        a, b = bound[:, 0], bound[:, 1]
-        attention = ((on_prompt[b] - on_prompt[a]) / (b - a)[:, None]).float()  # [U, m]
+        a, length = rows.starts, rows.lengths
+        attention = ((on_prompt[a + length] - on_prompt[a]) / length[:, None]).float()  # [U, m]
         return {
             "rank": torch.stack(rank),  # [4, H]
             "token_scores": per_key[..., first:last].float(),  # [U, H, C]
