@@ -58,12 +58,12 @@ class _Session:
     query_start: int
     query_end: int | None
     scaled: bool
-    check_finite: bool
+    finite: Callable[[Any], torch.Tensor] | None
     graph_key: Callable[[int], Hashable | None] | None
     sink: Callable[[int, Any], Any] | None
     delegate: Callable[..., Any]
     result: CaptureResult[Any]
-    finite: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # checked on exit
+    flags: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # checked on exit
     graphs: GraphedCalls = field(default_factory=GraphedCalls)
 
 
@@ -94,16 +94,12 @@ def grouped_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     """
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
-    if (
-        query.is_cuda
-        and query.dtype in (torch.float16, torch.bfloat16)
-        and key.dtype == query.dtype
-    ):
+    half = (torch.float16, torch.bfloat16)
+    if query.is_cuda and query.dtype in half and key.dtype == query.dtype and _has_out_dtype():
         q = query.reshape(batch * kv_heads, (heads // kv_heads) * q_len, dim)
         k = key.reshape(batch * kv_heads, key.shape[2], dim)
-        scores = _half_matmul(q, k.transpose(1, 2))  # [batch·kv_heads, group·q, k]
-        if scores is not None:
-            return scores.view(batch, heads, q_len, key.shape[2])
+        scores = torch.bmm(q, k.transpose(1, 2), out_dtype=torch.float32)  # [B·Hkv, G·q, k]
+        return scores.view(batch, heads, q_len, key.shape[2])
     dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
     q = query.to(dtype).view(batch, kv_heads, heads // kv_heads, q_len, dim)
     k = key.to(dtype).unsqueeze(2)  # [batch, kv_heads, 1, k, dim]
@@ -119,13 +115,6 @@ def _has_out_dtype() -> bool:
     except (TypeError, RuntimeError):
         return False
     return True
-
-
-def _half_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
-    """``a @ b`` of half-precision CUDA matrices with float32 output, None if unsupported."""
-    if not _has_out_dtype():
-        return None
-    return torch.bmm(a, b, out_dtype=torch.float32)
 
 
 def _attention(
@@ -157,13 +146,15 @@ def _attention(
             scaling = float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
             rows = query[:, :, start:end]
 
-            def reduce(rows: torch.Tensor, key: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
+            def reduce(rows: torch.Tensor, key: torch.Tensor) -> tuple[Any, torch.Tensor]:
                 scores = grouped_scores(rows, key)  # [batch, head, q, k]
                 if session.scaled:
                     scores = scores * scaling
+                output = session.reducer(layer, scores)
                 # the flag is read when the capture ends: no synchronisation per layer
-                finite = torch.isfinite(scores).all() if session.check_finite else None
-                return session.reducer(layer, scores), finite
+                if session.finite is None:
+                    return output, torch.isfinite(scores).all()
+                return output, session.finite(output)
 
             graph_key = (
                 None if session.graph_key is None or not query.is_cuda else session.graph_key(layer)
@@ -173,11 +164,10 @@ def _attention(
                     output, finite = reduce(rows, key)
                 else:
                     output, finite = session.graphs((graph_key, scaling), reduce, rows, key)
+            session.flags.append((layer, finite))
             if session.sink is not None:
                 output = session.sink(layer, output)
             session.result.per_layer[layer] = output
-            if finite is not None:
-                session.finite.append((layer, finite))
     return session.delegate(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -204,7 +194,7 @@ def capture_scores(
     query_start: int = 0,
     query_end: int | None = None,
     scaled: bool = False,
-    check_finite: bool = True,
+    finite: Callable[[Any], torch.Tensor] | None = None,
     graph_key: Callable[[int], Hashable | None] | None = None,
     sink: Callable[[int, Any], Any] | None = None,
 ) -> Iterator[CaptureResult[R]]:
@@ -225,10 +215,11 @@ def capture_scores(
         Absolute positions ``[query_start, query_end)`` of the query rows to keep.
     scaled
         Multiply by the model's softmax scaling (``1/sqrt(d)``) instead of raw scores.
-    check_finite
-        Check every captured block for NaN / inf (one extra pass over it per layer). A
-        reducer whose results are non-finite whenever its input is (float64 sums over every
-        score) may pass False and check its own results instead.
+    finite
+        ``finite(output)`` gives a layer's "no NaN / inf" flag (a boolean tensor) from its
+        reducer output, for reducers whose results are non-finite whenever a score is
+        (float64 sums over every score); by default every captured block is scanned, one
+        extra pass over it per layer. Either way the flags are read when the capture ends.
     graph_key
         On CUDA, ``graph_key(layer)`` names the layers whose reduction may run as one CUDA
         graph (:mod:`rcstat.capture.graphs`): layers with the same key (and shapes) share a
@@ -273,7 +264,7 @@ def capture_scores(
         query_start=query_start,
         query_end=query_end,
         scaled=scaled,
-        check_finite=check_finite,
+        finite=finite,
         graph_key=graph_key,
         sink=sink,
         delegate=_delegate_for(model, previous),
@@ -291,11 +282,11 @@ def capture_scores(
 
 def _raise_if_not_finite(session: _Session) -> None:
     """Raise if a captured layer had NaN / inf scores (its reducer output is meaningless)."""
-    if not session.finite:
+    if not session.flags:
         return
-    flags = torch.stack([flag.cpu() for _, flag in session.finite])  # one sync per device
+    flags = torch.stack([flag.cpu() for _, flag in session.flags])  # one sync per device
     if not bool(flags.all()):
-        layer = session.finite[int((~flags).nonzero()[0])][0]
+        layer = session.flags[int((~flags).nonzero()[0])][0]
         session.result.per_layer.clear()
         raise FloatingPointError(
             f"layer {layer}: attention scores contain NaN or inf; the model's activations "

@@ -79,8 +79,4 @@ def raise_if_not_finite(values: torch.Tensor, what: str) -> None:
     """
     bad = ~torch.isfinite(values)
     if bool(bad.any()):
-        index = tuple(int(i) for i in bad.nonzero()[0])
-        raise ValueError(
-            f"{what} contains a non-finite value (NaN or inf) in batch entry {index}; "
-            "attention scores must be finite"
-        )
+        _raise_non_finite(what, bad)

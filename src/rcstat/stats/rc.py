@@ -319,14 +319,16 @@ def expected_rc_shared(
     >>> expected_rc_shared(torch.tensor([[3.0, 1.0], [0.0, 0.0]]), torch.tensor([0.0, 2.0]))
     tensor([1.2500, 0.0000], dtype=torch.float64)
     """
-    x, _ = check_samples("x", x, None, check_finite=False)
-    y, y_valid = check_samples("y", y, y_valid, check_finite=False)
+    # on the Triton path the sums carry the finiteness check: no scan of the samples
+    fast = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and _gpu.available(x, y)
+    x, _ = check_samples("x", x, None, check_finite=check_finite and not fast)
+    y, y_valid = check_samples("y", y, y_valid, check_finite=check_finite and not fast)
     if x.dim() < 2 or x.shape[:-2] != y.shape[:-1]:
         raise ValueError(
             f"x must be [..., k, n] and y [..., m] with the same leading shape; got "
             f"{tuple(x.shape)} and {tuple(y.shape)}"
         )
-    if _gpu.available(x, y):  # x ranked in place by a Triton kernel: no copy of x
+    if fast:  # x ranked in place by a Triton kernel: no copy of x
         lead, (groups, samples), width = x.shape[:-2], x.shape[-2:], y.shape[-1]
         valid = None if y_valid is None else y_valid.expand(y.shape).reshape(-1, width)
         flat = _gpu.shared_expected(
@@ -335,9 +337,6 @@ def expected_rc_shared(
         if check_finite:  # non-finite samples make their sums non-finite
             raise_if_not_finite(flat, "x or y")
         return flat
-    if check_finite:
-        check_samples("x", x, None)
-        check_samples("y", y, y_valid)
     y = y.double()
     if y_valid is None:
         count = torch.full(y.shape[:-1], y.shape[-1], dtype=torch.float64, device=y.device)
