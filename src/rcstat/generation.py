@@ -60,8 +60,12 @@ def check_max_new_tokens(max_new_tokens: int) -> int:
 
 
 def input_device(model: torch.nn.Module) -> torch.device:
-    """Where input ids go: the device of the input embedding (a split model's first layer)."""
+    """Where input ids go: the device of the input embedding (a split model's first layer), or
+    where accelerate runs it when its weights are offloaded (``_hf_hook.execution_device``)."""
     embeddings = cast(Any, model).get_input_embeddings()
+    execution = getattr(getattr(embeddings, "_hf_hook", None), "execution_device", None)
+    if execution is not None:
+        return torch.device(execution)
     return cast(torch.device, embeddings.weight.device)
 
 

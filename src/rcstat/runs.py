@@ -450,12 +450,13 @@ def drop_cut_last_line(path: Path) -> None:
         _truncate(path, start, data.count(b"\n") + 1, "cut-off last line (an interrupted write)")
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, *, repair: bool = True) -> list[dict[str, Any]]:
     """The records of a JSON-lines row file (empty when absent).
 
     A last line that is not a JSON object (a write cut by an interruption) is removed from the
     file with a warning naming the file and the line; a complete last line missing only its
-    newline gets it back.
+    newline gets it back. With ``repair=False`` the file is only read (a cut last line is
+    skipped): for files another process may be writing.
 
     Raises
     ------
@@ -477,7 +478,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                     raise ValueError(f"a JSON {type(record).__name__}, not an object")
             except ValueError as err:
                 if number == last:
-                    _truncate(path, offset, number + 1, "cut-off last line (an interrupted write)")
+                    if repair:
+                        why = "cut-off last line (an interrupted write)"
+                        _truncate(path, offset, number + 1, why)
                     return records
                 raise RowFileError(
                     f"{path}, line {number + 1}: not a row of this run ({err}); remove or fix "
@@ -485,7 +488,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                 ) from err
             records.append(record)
         offset += len(line) + 1
-    if data and not data.endswith(b"\n"):
+    if repair and data and not data.endswith(b"\n"):
         with path.open("ab") as handle:
             handle.write(b"\n")
     return records
@@ -505,11 +508,14 @@ def write_jsonl(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
     replace_file(path, text)
 
 
-def read_csv_rows(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
+def read_csv_rows(
+    path: Path, columns: Sequence[str], *, repair: bool = True
+) -> list[dict[str, str]]:
     """The rows of a CSV row file with header ``columns`` (empty when absent).
 
     A last record that is cut (no final newline, or too few fields) is removed with a warning
-    naming the file and the line.
+    naming the file and the line; with ``repair=False`` it is only skipped (the file is read,
+    never changed).
 
     Raises
     ------
@@ -553,7 +559,8 @@ def read_csv_rows(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
             continue
         cut = len(fields) != len(columns)
         if is_last and (cut or cut_at_end or not data.endswith(b"\n")):
-            _truncate(path, starts[first - 1], first, "cut-off last row (an interrupted write)")
+            if repair:
+                _truncate(path, starts[first - 1], first, "cut-off last row (an interrupted write)")
             return rows
         if cut:
             raise RowFileError(

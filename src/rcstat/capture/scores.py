@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import functools
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -159,14 +159,17 @@ def _attention(
             graph_key = (
                 None if session.graph_key is None or not query.is_cuda else session.graph_key(layer)
             )
-            with torch.no_grad():
+            # a model split across GPUs: the layer's own device is the current one (kernels,
+            # graphs and copies launch there)
+            on_device = torch.cuda.device(query.device) if query.is_cuda else nullcontext()
+            with torch.no_grad(), on_device:
                 if graph_key is None:
                     output, finite = reduce(rows, key)
                 else:
                     output, finite = session.graphs((graph_key, scaling), reduce, rows, key)
+                if session.sink is not None:
+                    output = session.sink(layer, output)
             session.flags.append((layer, finite))
-            if session.sink is not None:
-                output = session.sink(layer, output)
             session.result.per_layer[layer] = output
     return session.delegate(module, query, key, value, attention_mask, **kwargs)
 

@@ -1,5 +1,5 @@
 """The ``rcstat`` command line: ``demo``, ``analyze``, ``compress``, ``attribute``, ``ground``,
-``ground-profile``, ``heads``, ``bench``.
+``ground-profile``, ``heads``, ``bench``, ``merge``.
 
 Each sub-command is a module of this package with ``register(sub)`` (its parser),
 ``from_namespace(ns)`` (its checked arguments: every option is validated before a model is
@@ -18,14 +18,24 @@ from typing import Any
 
 from rich.markup import escape
 
-from rcstat.cli import analyze, attribute, bench, compress, demo, ground, ground_profile, heads
+from rcstat.cli import (
+    analyze,
+    attribute,
+    bench,
+    compress,
+    demo,
+    ground,
+    ground_profile,
+    heads,
+    merge,
+)
 from rcstat.cli._common import HelpFormatter, console
 
 __all__ = ["build_parser", "main"]
 
 COMMANDS: dict[str, ModuleType] = {
     module.NAME: module
-    for module in (demo, analyze, compress, attribute, ground, ground_profile, heads, bench)
+    for module in (demo, analyze, compress, attribute, ground, ground_profile, heads, bench, merge)
 }
 # Commands whose results are kept row by row and resume when run again.
 _RESUMABLE = {"heads", "bench"}

@@ -19,14 +19,18 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_MODEL_NAME
+from rcstat.shards import process_gpus
+
+if TYPE_CHECKING:
+    from rcstat.shards import Shard
 
 console = Console(stderr=False, highlight=False)
 # Progress goes to standard error, so that standard output holds only results and errors.
@@ -80,6 +84,27 @@ DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
+def add_shard_option(parser: argparse.ArgumentParser) -> None:
+    """``--shard i/N``: take shard ``i`` of ``N`` of the examples (default: from torchrun,
+    accelerate or srun; see :mod:`rcstat.shards`)."""
+    parser.add_argument(
+        "--shard",
+        default=None,
+        metavar="i/N",
+        help="work on shard i (0-based) of N of the examples, in the run's part "
+        "OUT/parts/i-of-N (default: from torchrun / accelerate launch / srun, else the whole "
+        "dataset); the last shard to finish merges the parts",
+    )
+
+
+def shard_from_namespace(ns: argparse.Namespace) -> Shard:
+    """The shard of ``--shard`` or of the launcher's environment (checked)."""
+    from rcstat.shards import detect_shard, parse_shard
+
+    text = getattr(ns, "shard", None)
+    return parse_shard(text) if text is not None else detect_shard()
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where and in which precision a command's model runs (checked before it loads).
@@ -92,6 +117,7 @@ class Placement:
     device: str | None = None
     device_map: str | None = None
     dtype: str | None = None
+    gpus: tuple[int, ...] = ()
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> Placement:
@@ -115,12 +141,33 @@ class Placement:
                 raise ValueError(f"--device {device!r}: only cpu and cuda devices are supported")
         return cls(device=device, device_map=device_map, dtype=getattr(ns, "dtype", None))
 
+    def for_shard(self, shard: Shard) -> Placement:
+        """This process's placement in a data-parallel run: its own GPU (or group of GPUs for
+        ``--device-map``, see :func:`rcstat.shards.process_gpus`) unless ``--device`` names
+        one; unchanged for a single process or on the CPU."""
+        import torch
+
+        if not shard.split or not torch.cuda.is_available():
+            return self
+        if self.device is not None and self.device != "cuda":
+            return self  # cpu, or an explicit cuda:N
+        gpus = tuple(process_gpus(shard, torch.cuda.device_count()))
+        return replace(self, gpus=gpus)
+
     def load_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`rcstat.load_model`."""
         import torch
 
         if self.device_map is not None:  # on GPUs: the checkpoint's dtype by default
-            return {"device_map": self.device_map, "dtype": self.dtype or "auto"}
+            kwargs: dict[str, Any] = {"device_map": self.device_map, "dtype": self.dtype or "auto"}
+            if self.gpus:  # this process's group of GPUs only
+                kwargs["max_memory"] = {
+                    i: int(torch.cuda.get_device_properties(i).total_memory * 0.9)
+                    for i in self.gpus
+                }
+            return kwargs
+        if self.gpus:
+            return {"device": f"cuda:{self.gpus[0]}", "dtype": self.dtype}
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         return {"device": None if device == "cpu" else device, "dtype": self.dtype}
 
@@ -236,8 +283,13 @@ def load_model_quietly(model: str | None, placement: Placement | None = None) ->
     transformers' loading bars."""
     from rcstat.models import load_model
 
+    placement = placement or Placement()
+    if placement.gpus:  # work that names no device (kernels, streams) goes to this process's
+        import torch
+
+        torch.cuda.set_device(placement.gpus[0])
     with step("loading model…"):
-        return load_model(model, **(placement or Placement()).load_kwargs())
+        return load_model(model, **placement.load_kwargs())
 
 
 def check_output_folder(out: Path, command: str) -> None:

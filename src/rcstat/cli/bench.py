@@ -20,6 +20,7 @@ from rcstat.cli._common import (
     HelpFormatter,
     Placement,
     add_model_option,
+    add_shard_option,
     check_output_folder,
     claim_output_folder,
     console,
@@ -27,19 +28,34 @@ from rcstat.cli._common import (
     int_list,
     load_model_quietly,
     optional_count,
+    shard_from_namespace,
     split_list,
     staged_output,
     step,
 )
 from rcstat.defaults import DEFAULT_WINDOW
+from rcstat.shards import Shard
 
 NAME = "bench"
 _KV_PRESSES = "rcstat,knorm,snapkv,streaming_llm,tova,adakv_snapkv"
 # The row files of each benchmark (rcstat.evaluation.*_bench.ROW_FILES, named here so that
 # `rcstat --help` imports no torch).
-_KV_ROWS = ("run.json", "config.json", "predictions.jsonl")
-_ATTRIBUTION_ROWS = ("run.json", "predictions.jsonl")
-_GROUNDING_ROWS = ("run.json", "predictions.jsonl", "tokens")
+_KV_ROWS = ("run.json", "config.json", "predictions.jsonl", "parts")
+_ATTRIBUTION_ROWS = ("run.json", "predictions.jsonl", "parts")
+_GROUNDING_ROWS = ("run.json", "predictions.jsonl", "tokens", "parts")
+_SCATTER = "head_scatter.csv"
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """``--no-retry-failed`` and ``--shard`` (every benchmark is a resumable dataset run)."""
+    _add_retry_option(parser)
+    add_shard_option(parser)
+
+
+def _placed(ns: argparse.Namespace) -> tuple[Placement, Shard]:
+    """The checked placement and shard of a benchmark process."""
+    shard = shard_from_namespace(ns)
+    return Placement.from_namespace(ns).for_shard(shard), shard
 
 
 def _add_retry_option(parser: argparse.ArgumentParser) -> None:
@@ -84,7 +100,7 @@ def register(sub: Any) -> None:
         default=None,
         help="skip examples longer than this (default: the model's window)",
     )
-    _add_retry_option(kv)
+    _add_run_options(kv)
 
     ab = bench_sub.add_parser(
         "attribution", help="chunk-level attribution accuracy vs k", formatter_class=HelpFormatter
@@ -95,7 +111,7 @@ def register(sub: Any) -> None:
     ab.add_argument("--k", default="1,2,5,10,20,50,100,all", help="numbers of heads")
     ab.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
     ab.add_argument("--out", default="runs/bench_attribution", help="output folder (resumable)")
-    _add_retry_option(ab)
+    _add_run_options(ab)
 
     gb = bench_sub.add_parser(
         "grounding",
@@ -118,7 +134,7 @@ def register(sub: Any) -> None:
     gb.add_argument("--profile", default=None, metavar="PATH", help="head profile JSON")
     gb.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     gb.add_argument("--out", default="runs/bench_grounding", help="output folder (resumable)")
-    _add_retry_option(gb)
+    _add_run_options(gb)
 
 
 def _dataset(name: str, task: str, what: str) -> str:
@@ -150,6 +166,7 @@ class BenchKVArgs:
     context: str | None = None
     max_tokens: int | None = None
     retry_failed: bool = True
+    shard: Shard = field(default_factory=Shard)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> BenchKVArgs:
@@ -158,9 +175,11 @@ class BenchKVArgs:
         dataset = _dataset(ns.dataset, "qa", "bench kv")
         if ns.context is not None and dataset != "qmsum":
             raise ValueError("--context applies to --dataset qmsum only")
+        placement, shard = _placed(ns)
         return cls(
             model=ns.model,
-            placement=Placement.from_namespace(ns),
+            placement=placement,
+            shard=shard,
             dataset=dataset,
             data=ns.data,
             presses=check_press_names(split_list(ns.presses)),
@@ -188,8 +207,9 @@ def run_kv(args: BenchKVArgs) -> int:
 
     require_kvpress("rcstat bench kv")
     from rcstat.data import QAExample, load_dataset
-    from rcstat.evaluation.head_scatter import head_scatter, plot_head_scatter
+    from rcstat.evaluation.head_scatter import head_scatter
     from rcstat.evaluation.kv_bench import KVBench, settings_grid
+    from rcstat.merge import part_folder
     from rcstat.runs import check_options, model_label
 
     grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows)
@@ -228,20 +248,58 @@ def run_kv(args: BenchKVArgs) -> int:
         retry_failed=args.retry_failed,
     )
     claim_output_folder(args.out, "bench kv")
-    bench.collect(model, tokenizer, fitting)
-    with step("summarising…"), staged_output(args.out, "bench kv", keep=_KV_ROWS) as stage:
+    settings = {
+        "dataset": args.dataset,
+        "model_name": model_label(args.model),
+        "presses": args.presses,
+        "scatter_examples": min(len(fitting), 10) if "rcstat" in args.presses else 0,
+        "shards": args.shard.count,
+    }
+    scatter = None
+    if "rcstat" in args.presses and args.shard.index == 0:  # before the rows: the last
+        scatter = head_scatter(model, tokenizer, fitting[:10], window=args.windows[0])
+        if args.shard.split:  # process to finish summarises with it
+            folder = part_folder(args.out, args.shard)
+            folder.mkdir(parents=True, exist_ok=True)
+            scatter.to_csv(folder / _SCATTER, index=False)
+    bench.collect(model, tokenizer, fitting, shard=args.shard, merge_settings=settings)
+    if args.shard.split and not bench.merged:
+        console.print(_part_done(args.out, args.shard))
+        return 0
+    return summarize_kv(args.out, settings, scatter)
+
+
+def _part_done(out: Path, shard: Shard) -> str:
+    from rcstat.cli.heads import part_done
+
+    return part_done(out, shard)
+
+
+def summarize_kv(out: Path, settings: dict[str, Any], scatter: Any = None) -> int:
+    """Rebuild the summaries of a ``bench kv`` run (or merged run) in ``out`` and print them;
+    ``scatter`` (the head scatter) is read from shard 0's part when not given."""
+    from rcstat.evaluation.head_scatter import plot_head_scatter, with_spearman
+    from rcstat.evaluation.kv_bench import KVBench
+    from rcstat.merge import read_parts
+
+    if scatter is None and settings["scatter_examples"]:
+        import pandas as pd
+
+        first = read_parts(out, count=settings["shards"])[0].folder / _SCATTER
+        scatter = with_spearman(pd.read_csv(first), settings["scatter_examples"])
+    bench = KVBench(out, settings["dataset"], settings["model_name"], [])
+    with step("summarising…"), staged_output(out, "bench kv", keep=_KV_ROWS) as stage:
         summary = bench.summarize(stage)
-        if "rcstat" in args.presses:
-            scatter = head_scatter(model, tokenizer, fitting[:10], window=args.windows[0])
-            scatter.to_csv(stage / "head_scatter.csv", index=False)
+        if scatter is not None:
+            scatter.to_csv(stage / _SCATTER, index=False)
             plot_head_scatter(scatter, stage / "head_scatter.png")
     console.print(summary.to_string(index=False), markup=False)
-    if "rcstat" in args.presses:
+    if scatter is not None:
         console.print(
             f"per-head ratio vs RC: Spearman rho = {scatter.attrs['spearman_rho']:.2f} "
             f"(p = {scatter.attrs['spearman_p']:.1e}, {scatter.attrs['examples']} examples)"
         )
-    console.print(f"results written to {escape(str(args.out))}/")
+    console.print(f"results written to {escape(str(out))}/")
     return 0
 
 
@@ -257,6 +315,7 @@ class BenchAttributionArgs:
     n: int | None = None
     out: Path = Path("runs/bench_attribution")
     retry_failed: bool = True
+    shard: Shard = field(default_factory=Shard)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> BenchAttributionArgs:
@@ -266,9 +325,11 @@ class BenchAttributionArgs:
         for k in ks:
             if k != "all":
                 int_list("--k", [k])
+        placement, shard = _placed(ns)
         return cls(
             model=ns.model,
-            placement=Placement.from_namespace(ns),
+            placement=placement,
+            shard=shard,
             dataset=_dataset(ns.dataset, "attribution", "bench attribution"),
             data=ns.data,
             ks=ks,
@@ -311,11 +372,23 @@ def run_attribution(args: BenchAttributionArgs) -> int:
         retry_failed=args.retry_failed,
     )
     claim_output_folder(args.out, "bench attribution")
-    bench.collect(attributor, examples)
-    with staged_output(args.out, "bench attribution", keep=_ATTRIBUTION_ROWS) as stage:
+    settings = {"dataset": args.dataset, "model_name": model_label(args.model), "ks": bench.ks}
+    bench.collect(attributor, examples, shard=args.shard, merge_settings=settings)
+    if args.shard.split and not bench.merged:
+        console.print(_part_done(args.out, args.shard))
+        return 0
+    return summarize_attribution(args.out, settings)
+
+
+def summarize_attribution(out: Path, settings: dict[str, Any]) -> int:
+    """Rebuild the summaries of a ``bench attribution`` run in ``out`` and print them."""
+    from rcstat.evaluation.attribution_bench import AttributionBench
+
+    bench = AttributionBench(out, settings["dataset"], settings["model_name"], settings["ks"])
+    with staged_output(out, "bench attribution", keep=_ATTRIBUTION_ROWS) as stage:
         accuracy = bench.summarize(stage)
     console.print(accuracy.to_string(index=False), markup=False)
-    console.print(f"results written to {escape(str(args.out))}/")
+    console.print(f"results written to {escape(str(out))}/")
     return 0
 
 
@@ -333,6 +406,7 @@ class BenchGroundingArgs:
     resamples: int
     out: Path
     retry_failed: bool = True
+    shard: Shard = field(default_factory=Shard)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> BenchGroundingArgs:
@@ -346,9 +420,11 @@ class BenchGroundingArgs:
             raise ValueError("--questionable applies to --dataset faithbench only")
         if ns.profile is not None and not Path(ns.profile).is_file():
             raise ValueError(f"--profile {ns.profile}: no such file")
+        placement, shard = _placed(ns)
         return cls(
             model=ns.model,
-            placement=Placement.from_namespace(ns),
+            placement=placement,
+            shard=shard,
             dataset=dataset,
             data=ns.data,
             n=optional_count("--n", ns.n),
@@ -362,8 +438,6 @@ class BenchGroundingArgs:
 
 def run_grounding(args: BenchGroundingArgs) -> int:
     """Every grounding method on one dataset; metrics.csv, report.json, roc.png."""
-    import json
-
     from rcstat.capture import attention_layout
     from rcstat.data import load_dataset
     from rcstat.evaluation.grounding_bench import (
@@ -401,12 +475,34 @@ def run_grounding(args: BenchGroundingArgs) -> int:
         n_resamples=args.resamples,
     )
     claim_output_folder(args.out, "bench grounding")
-    bench.collect(grounder, items)
+    settings = {
+        "dataset": args.dataset,
+        "model_name": model_label(args.model),
+        "resamples": args.resamples,
+        "layers": layout.num_layers,
+        "heads": layout.num_heads,
+    }
+    bench.collect(grounder, items, shard=args.shard, merge_settings=settings)
+    if args.shard.split and not bench.merged:
+        console.print(_part_done(args.out, args.shard))
+        return 0
+    return summarize_grounding(args.out, settings)
+
+
+def summarize_grounding(out: Path, settings: dict[str, Any]) -> int:
+    """Rebuild the summaries of a ``bench grounding`` run in ``out`` and print them."""
+    import json
+
+    from rcstat.evaluation.grounding_bench import GroundingBench
+
+    bench = GroundingBench(
+        out, settings["dataset"], settings["model_name"], n_resamples=settings["resamples"]
+    )
     with (
         step("summarising…"),
-        staged_output(args.out, "bench grounding", keep=_GROUNDING_ROWS) as stage,
+        staged_output(out, "bench grounding", keep=_GROUNDING_ROWS) as stage,
     ):
-        report = bench.summarize(stage, layers=layout.num_layers, heads=layout.num_heads)
+        report = bench.summarize(stage, layers=settings["layers"], heads=settings["heads"])
         (stage / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     table = pd_table(report["metrics"])
     console.print(table, markup=False)
@@ -424,7 +520,7 @@ def run_grounding(args: BenchGroundingArgs) -> int:
             + ", ".join(f"{k} {v:.3f}" for k, v in spans["probe_token_auroc"].items()),
             markup=False,
         )
-    console.print(f"results written to {escape(str(args.out))}/")
+    console.print(f"results written to {escape(str(out))}/")
     return 0
 
 

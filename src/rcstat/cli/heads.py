@@ -29,11 +29,13 @@ from rcstat.cli._common import (
     HelpFormatter,
     Placement,
     add_model_option,
+    add_shard_option,
     check_output_folder,
     claim_output_folder,
     console,
     load_model_quietly,
     optional_count,
+    shard_from_namespace,
     staged_output,
     step,
 )
@@ -42,6 +44,7 @@ from rcstat.defaults import DEFAULT_TAU
 
 if TYPE_CHECKING:
     from rcstat.heads.summary import Comparison, HeadSummary
+    from rcstat.shards import Shard
 
 __all__ = ["DATASET_CHOICES", "HeadsArgs", "from_namespace", "register", "run"]
 
@@ -52,7 +55,7 @@ DEFAULT_OUT = "runs/heads"
 DEFAULT_COMPARE_OUT = "runs/heads_compare"
 # Files a collect run grows example by example (kept when the summary is rewritten);
 # rcstat.heads.collection.ROW_FILES, named here so that `rcstat --help` imports no torch.
-_ROWS = ("run.json", "heads.csv", "examples.csv")
+_ROWS = ("run.json", "heads.csv", "examples.csv", "parts")
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
@@ -105,6 +108,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
         action="store_false",
         help="when resuming, skip the examples that failed instead of analysing them again",
     )
+    add_shard_option(p)
     p.add_argument(
         "--compare",
         nargs=2,
@@ -136,6 +140,7 @@ class HeadsArgs:
     compare: tuple[Path, Path] | None
     labels: tuple[str, str] | None
     retry_failed: bool = True
+    shard: Shard | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> HeadsArgs:
@@ -149,8 +154,8 @@ class HeadsArgs:
         if ns.compare is not None:
             used = [
                 f"--{name}"
-                for name in ("model", "dataset", "data", "n", "context")
-                if getattr(ns, name) is not None
+                for name in ("model", "dataset", "data", "n", "context", "shard")
+                if getattr(ns, name, None) is not None
             ]
             if used:
                 raise ValueError(
@@ -193,9 +198,11 @@ class HeadsArgs:
             if ns.context is not None and dataset != "qmsum":
                 raise ValueError("--context applies to --dataset qmsum only")
         out = ns.out or (DEFAULT_COMPARE_OUT if compare else DEFAULT_OUT)
+        shard = None if compare else shard_from_namespace(ns)
+        placement = Placement.from_namespace(ns)
         return cls(
             model=ns.model,
-            placement=Placement.from_namespace(ns),
+            placement=placement if shard is None else placement.for_shard(shard),
             dataset=dataset,
             data=ns.data,
             n=ns.n,
@@ -208,6 +215,7 @@ class HeadsArgs:
             compare=compare,
             labels=labels,
             retry_failed=getattr(ns, "retry_failed", True),
+            shard=shard,
         )
 
 
@@ -246,14 +254,7 @@ def _run_options(args: HeadsArgs) -> dict[str, Any]:
 
 
 def _run_collect(args: HeadsArgs) -> int:
-    from rcstat.heads.collection import collect, read_heads
-    from rcstat.heads.plots import (
-        plot_head_distributions,
-        plot_median_heatmap,
-        plot_percentile_bands,
-    )
-    from rcstat.heads.summary import summarize
-    from rcstat.report.plots import save_figure
+    from rcstat.heads.collection import collect
     from rcstat.runs import check_options, model_label
 
     options = _run_options(args)
@@ -273,6 +274,8 @@ def _run_collect(args: HeadsArgs) -> int:
         retry_failed=args.retry_failed,
         model_name=model_label(args.model),
         options=options,
+        shard=args.shard,
+        merge_settings=summary_settings(args),
     )
     failed = frame.attrs.get("errors", {})
     if failed:
@@ -281,28 +284,59 @@ def _run_collect(args: HeadsArgs) -> int:
             f"(see {escape(str(args.out / 'examples.csv'))}); first: "
             f"{escape(next(iter(failed.values())))}"
         )
-    heads_csv = args.out / "heads.csv"
+    if args.shard is not None and args.shard.split and not frame.attrs["merged"]:
+        console.print(part_done(args.out, args.shard))
+        return 0
+    return summarize_run(args.out, summary_settings(args))
+
+
+def summary_settings(args: HeadsArgs) -> dict[str, Any]:
+    """The options that shape the summary (kept in each part for ``rcstat merge``)."""
+    return {"statistic": args.statistic, "tau": args.tau, "top": args.top}
+
+
+def part_done(out: Path, shard: Shard) -> str:
+    """What a process of a data-parallel run says when its part is done before the others."""
+    return (
+        f"{shard}: part done in {escape(str(out / 'parts' / shard.name))}; the last shard to "
+        f"finish merges the run (or run `rcstat merge {escape(str(out))}`)"
+    )
+
+
+def summarize_run(out: Path, settings: dict[str, Any]) -> int:
+    """Summarise and plot the whole ``heads.csv`` of ``out`` (a run or a merged run)."""
+    from rcstat.heads.collection import read_heads
+    from rcstat.heads.plots import (
+        plot_head_distributions,
+        plot_median_heatmap,
+        plot_percentile_bands,
+    )
+    from rcstat.heads.summary import summarize
+    from rcstat.report.plots import save_figure
+
+    statistic, tau, top = settings["statistic"], settings["tau"], settings["top"]
+    heads_csv = out / "heads.csv"
     if not heads_csv.is_file():
-        raise ValueError(f"no example could be analysed (see {args.out / 'examples.csv'})")
+        raise ValueError(f"no example could be analysed (see {out / 'examples.csv'})")
     everything = read_heads(heads_csv)  # the summary describes the whole folder
     with step("summarising and plotting…"):
-        summary = summarize(everything, statistic=args.statistic, tau=args.tau)  # type: ignore[arg-type]
-        with staged_output(args.out, NAME, keep=_ROWS) as stage:
+        summary = summarize(everything, statistic=statistic, tau=tau)
+        with staged_output(out, NAME, keep=_ROWS) as stage:
             (stage / "summary.json").write_text(
                 json.dumps(summary.to_dict(), indent=1), encoding="utf-8"
             )
-            (stage / "summary.md").write_text(summary.to_markdown(args.top), encoding="utf-8")
+            (stage / "summary.md").write_text(summary.to_markdown(top), encoding="utf-8")
             summary.percentiles.to_csv(stage / "percentiles.csv", index=False)
             summary.counts.to_csv(stage / "counts.csv", index=False)
             save_figure(
-                plot_head_distributions(everything, args.statistic, tau=args.tau),
+                plot_head_distributions(everything, statistic, tau=tau),
                 stage / "distributions.png",
             )
             save_figure(plot_percentile_bands(summary), stage / "percentile_bands.png")
             save_figure(plot_median_heatmap(summary), stage / "median_heatmap.png")
-    _print_summary(summary, args.top)
-    _print_timing(args.out)
-    console.print(f"results written to {escape(str(args.out))}/")
+    _print_summary(summary, top)
+    _print_timing(out)
+    console.print(f"results written to {escape(str(out))}/")
     return 0
 
 

@@ -24,7 +24,7 @@ paper's Table 1 rcstat produces) and ``accuracy_vs_k.png`` (Fig. 7).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import pandas as pd
 
 from rcstat.attribution import Attribution, Attributor
 from rcstat.data import AttributionExample
+from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
 from rcstat.runs import (
@@ -44,6 +45,7 @@ from rcstat.runs import (
     read_jsonl,
     resume_jsonl,
 )
+from rcstat.shards import Shard
 
 __all__ = ["RANKED_METHODS", "AttributionBench", "example_hash", "parse_ks", "score_example"]
 
@@ -51,6 +53,8 @@ __all__ = ["RANKED_METHODS", "AttributionBench", "example_hash", "parse_ks", "sc
 KIND = "bench attribution"
 #: The files a run grows example by example (kept when the summaries are rewritten).
 ROW_FILES = (MANIFEST_FILE, "predictions.jsonl")
+#: The row files of a run as its parts and their merge see them (:mod:`rcstat.merge`).
+RUN_FILES = RunFiles(KIND, (RowFile("predictions.jsonl", "example", commit=True),))
 
 RANKED_METHODS = ("top", "bottom", "top_post_softmax", "bottom_post_softmax")
 ALL = "all"
@@ -132,6 +136,8 @@ class AttributionBench:
     table_k: int = 20
     options: dict[str, Any] = field(default_factory=dict)
     retry_failed: bool = True
+    #: Whether the last :meth:`collect` with a shard merged the run.
+    merged: bool = field(default=False, init=False)
 
     @property
     def predictions(self) -> Path:
@@ -152,8 +158,19 @@ class AttributionBench:
         self.collect(attributor, examples)
         return self.summarize()
 
-    def collect(self, attributor: Attributor, examples: Sequence[AttributionExample]) -> int:
+    def collect(
+        self,
+        attributor: Attributor,
+        examples: Sequence[AttributionExample],
+        *,
+        shard: Shard | None = None,
+        merge_settings: dict[str, Any] | None = None,
+    ) -> int:
         """Attribute every example not yet done (see the module notes); return how many.
+
+        With a ``shard`` of several, only its examples, into the shard's part
+        ``out/parts/<i>-of-<N>/``; the process that completes the last part merges the run
+        (:mod:`rcstat.merge`; see :attr:`merged`).
 
         Raises
         ------
@@ -163,6 +180,13 @@ class AttributionBench:
         RowFileError
             A line of ``predictions.jsonl`` before the last is malformed.
         """
+        self.merged = False
+        if shard is not None and shard.split:
+            plan = shard.take([(index, e.id) for index, e in enumerate(examples)])
+            part = start_part(self.out, RUN_FILES, shard, plan, merge_settings)
+            count = replace(self, out=part).collect(attributor, shard.take(examples))
+            self.merged = merge_if_last(self.out, part, RUN_FILES)
+            return count
         manifest = RunManifest.build(
             self.out,
             KIND,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from rcstat.grounding.grounder import (
 )
 from rcstat.grounding.probe import GroundingProbe, cross_validate
 from rcstat.grounding.score import aggregate, token_scores
+from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
 from rcstat.runs import (
@@ -65,6 +66,7 @@ from rcstat.runs import (
     read_jsonl,
     resume_jsonl,
 )
+from rcstat.shards import Shard
 
 __all__ = [
     "BASELINES",
@@ -79,6 +81,20 @@ __all__ = [
 
 KIND = "bench grounding"
 ROW_FILES = (MANIFEST_FILE, "predictions.jsonl", "tokens")
+
+
+def token_file_name(item_id: str) -> str:
+    """The name of an item's per-token file in ``tokens/``."""
+    return hashlib.sha256(item_id.encode()).hexdigest()[:16] + ".npz"
+
+
+#: The row files of a run as its parts and their merge see them (:mod:`rcstat.merge`).
+RUN_FILES = RunFiles(
+    KIND,
+    (RowFile("predictions.jsonl", "item", commit=True),),
+    folder="tokens",
+    key_file=token_file_name,
+)
 DATASETS = ("faithbench", "summedits", "squad-contrast")
 #: The instruction the responses of the summarization datasets are teacher-forced after.
 SUMMARY_INSTRUCTION = "Summarize the passage above."
@@ -208,6 +224,8 @@ class GroundingBench:
     retry_failed: bool = True
     seed: int = 0
     n_resamples: int = 1000
+    #: Whether the last :meth:`collect` with a shard merged the run.
+    merged: bool = field(default=False, init=False)
 
     @property
     def predictions(self) -> Path:
@@ -217,8 +235,27 @@ class GroundingBench:
         """The options of the manifest (besides model, tokenizer and rcstat version)."""
         return {"dataset": self.dataset, "method": grounder.method, **self.options}
 
-    def collect(self, grounder: Grounder, items: Sequence[GroundingItem]) -> int:
-        """Measure every item not yet done; return how many were measured."""
+    def collect(
+        self,
+        grounder: Grounder,
+        items: Sequence[GroundingItem],
+        *,
+        shard: Shard | None = None,
+        merge_settings: dict[str, Any] | None = None,
+    ) -> int:
+        """Measure every item not yet done; return how many were measured.
+
+        With a ``shard`` of several, only its items, into the shard's part
+        ``out/parts/<i>-of-<N>/``; the process that completes the last part merges the run
+        (:mod:`rcstat.merge`; see :attr:`merged`).
+        """
+        self.merged = False
+        if shard is not None and shard.split:
+            plan = shard.take([(index, item.id) for index, item in enumerate(items)])
+            part = start_part(self.out, RUN_FILES, shard, plan, merge_settings)
+            count = replace(self, out=part).collect(grounder, shard.take(items))
+            self.merged = merge_if_last(self.out, part, RUN_FILES)
+            return count
         manifest = RunManifest.build(
             self.out,
             KIND,
@@ -258,8 +295,7 @@ class GroundingBench:
         return len(todo)
 
     def _token_file(self, item_id: str) -> Path:
-        name = hashlib.sha256(item_id.encode()).hexdigest()[:16]
-        return self.out / "tokens" / f"{name}.npz"
+        return self.out / "tokens" / token_file_name(item_id)
 
     def _save_tokens(self, grounder: Grounder, item: GroundingItem, measured: Measurement) -> None:
         path = self._token_file(item.id)

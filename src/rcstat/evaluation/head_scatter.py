@@ -73,8 +73,14 @@ def head_scatter(
             "rc_normalized": rc_norm.reshape(-1),
         }
     )
+    return with_spearman(frame, len(examples))
+
+
+def with_spearman(frame: pd.DataFrame, examples: int) -> pd.DataFrame:
+    """``frame`` (a head scatter, e.g. read back from its CSV) with the Spearman correlation
+    of RC and ratio and the number of ``examples`` in ``frame.attrs``."""
     rho, p_value = spearmanr(frame["rc"], frame["ratio"])
-    frame.attrs.update(spearman_rho=float(rho), spearman_p=float(p_value), examples=len(examples))
+    frame.attrs.update(spearman_rho=float(rho), spearman_p=float(p_value), examples=examples)
     return frame
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ import pandas as pd
 from rcstat.data import QAExample
 from rcstat.defaults import DEFAULT_WINDOW
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
+from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.press.registry import make_press as build_press
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
@@ -42,11 +43,16 @@ from rcstat.runs import (
     read_jsonl,
     resume_jsonl,
 )
+from rcstat.shards import Shard
 
 #: The kind of run recorded in the manifest.
 KIND = "bench kv"
 #: The files a run grows item by item (kept when the summaries are rewritten).
 ROW_FILES = (MANIFEST_FILE, "config.json", "predictions.jsonl")
+#: The row files of a run as its parts and their merge see them (:mod:`rcstat.merge`).
+RUN_FILES = RunFiles(
+    KIND, (RowFile("predictions.jsonl", "work_id", commit=True),), copied=("config.json",)
+)
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,8 @@ class KVBench:
     config: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     retry_failed: bool = True
+    #: Whether the last :meth:`collect` with a shard merged the run.
+    merged: bool = field(default=False, init=False)
 
     @property
     def predictions(self) -> Path:
@@ -175,12 +183,18 @@ class KVBench:
         tokenizer: Any,
         examples: Sequence[QAExample],
         cache_factory: CacheFactory | None = None,
+        *,
+        shard: Shard | None = None,
+        merge_settings: dict[str, Any] | None = None,
     ) -> int:
         """Evaluate every (example, setting) not yet in ``predictions.jsonl``.
 
         ``cache_factory`` overrides :func:`cache_for` (e.g. ``DynamicCache`` to run RCStat in
-        kvpress's masking mode, the memory-keeping reference). Returns the number of items
-        evaluated now.
+        kvpress's masking mode, the memory-keeping reference). With a ``shard`` of several,
+        only its examples are evaluated, into the shard's part ``out/parts/<i>-of-<N>/``, and
+        the process that completes the last part merges the run (:mod:`rcstat.merge`; see
+        :attr:`merged`); ``merge_settings`` are recorded in the part. Returns the number of
+        items evaluated now.
 
         Raises
         ------
@@ -191,6 +205,20 @@ class KVBench:
             A line of ``predictions.jsonl`` before the last is malformed (a cut last line is
             dropped with a warning naming file and line).
         """
+        self.merged = False
+        if shard is not None and shard.split:
+            settings = len(self.settings)
+            plan = [
+                (index * settings + j, f"{e.id}|{s.key}")
+                for index, e in shard.take(list(enumerate(examples)))
+                for j, s in enumerate(self.settings)
+            ]
+            part = start_part(self.out, RUN_FILES, shard, plan, merge_settings)
+            count = replace(self, out=part).collect(
+                model, tokenizer, shard.take(examples), cache_factory
+            )
+            self.merged = merge_if_last(self.out, part, RUN_FILES)
+            return count
         manifest = RunManifest.build(
             self.out,
             KIND,

@@ -41,6 +41,7 @@ from rcstat.analysis import analyze
 from rcstat.capture import attention_layout
 from rcstat.data import AttributionExample, QAExample
 from rcstat.data.records import check_limit, iter_jsonl
+from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.report.console import progress as show_progress
 from rcstat.runs import (
     MANIFEST_FILE,
@@ -55,11 +56,20 @@ from rcstat.runs import (
     resume_plan,
     write_csv_rows,
 )
+from rcstat.shards import Shard
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["COLUMNS", "EXAMPLE_COLUMNS", "JsonlExample", "collect", "load_jsonl", "read_heads"]
+__all__ = [
+    "COLUMNS",
+    "EXAMPLE_COLUMNS",
+    "RUN_FILES",
+    "JsonlExample",
+    "collect",
+    "load_jsonl",
+    "read_heads",
+]
 
 #: Columns of the long table returned by :func:`collect` and stored in ``heads.csv``.
 COLUMNS = ("example", "layer", "head", "expected", "upper", "prompt_len", "gen_len")
@@ -82,6 +92,14 @@ _EXAMPLES_FILE = "examples.csv"
 KIND = "heads"
 #: The files a run grows example by example.
 ROW_FILES = (MANIFEST_FILE, _HEADS_FILE, _EXAMPLES_FILE)
+#: The row files of a run as its parts and their merge see them (:mod:`rcstat.merge`).
+RUN_FILES = RunFiles(
+    KIND,
+    (
+        RowFile(_HEADS_FILE, "example", COLUMNS),
+        RowFile(_EXAMPLES_FILE, "id", EXAMPLE_COLUMNS, commit=True),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -317,6 +335,8 @@ def collect(
     retry_failed: bool = True,
     model_name: str | None = None,
     options: Mapping[str, Any] | None = None,
+    shard: Shard | None = None,
+    merge_settings: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Per-(example, layer, head) expected RC and upper bound over a dataset.
 
@@ -347,6 +367,14 @@ def collect(
         The model's name in the manifest (default: ``model.name_or_path``).
     options : mapping, optional
         More settings to record in the manifest and compare on resume (e.g. the dataset).
+    shard : Shard, optional
+        Analyse only this process's shard of `examples` (:mod:`rcstat.shards`, e.g.
+        :func:`~rcstat.shards.detect_shard` under torchrun). With `out`, the rows go to the
+        shard's own resumable part ``out/parts/<i>-of-<N>/`` and, once every part is complete,
+        the process that completes last merges them into ``out/heads.csv`` and
+        ``out/examples.csv`` — the files of a single-process run (:mod:`rcstat.merge`).
+    merge_settings : mapping, optional
+        With a `shard`, recorded in the part for whoever summarises the merged run.
 
     Returns
     -------
@@ -356,7 +384,8 @@ def collect(
         one row per (example, layer, head), examples in input order. With `out`, the rows of
         every requested example found in ``heads.csv`` (computed now or by an earlier call).
         Examples that failed are left out (see ``examples.csv``); ``frame.attrs["errors"]``
-        maps their ids to the error messages of this call.
+        maps their ids to the error messages of this call. With a `shard`, the rows of the
+        shard's examples; ``frame.attrs["merged"]`` says whether this call merged the run.
 
     Raises
     ------
@@ -380,8 +409,17 @@ def collect(
     items = _items(examples)
     layout = attention_layout(model)
     run = None
+    split = shard is not None and shard.split
+    if split:
+        assert shard is not None
+        plan = shard.take(list(enumerate(item.id for item in items)))
+        items = shard.take(items)
+    root = None if out is None else Path(out)
     if out is not None:
         out = Path(out)
+        if split:
+            assert shard is not None
+            out = start_part(out, RUN_FILES, shard, plan, merge_settings)
         settings = {
             "max_new_tokens": max_new_tokens,
             "question_placement": "generation",
@@ -447,6 +485,9 @@ def collect(
     else:
         frame = pd.concat(frames, ignore_index=True) if frames else _empty()
     frame.attrs["errors"] = errors
+    frame.attrs["merged"] = False
+    if split and root is not None and out is not None:
+        frame.attrs["merged"] = merge_if_last(root, out, RUN_FILES)
     return frame
 
 

@@ -20,9 +20,11 @@ Set ``RCSTAT_TRITON=0`` to force the reference path on CUDA.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -173,33 +175,42 @@ def ragged_rank_sums(
     for first in range(0, rows, _MAX_ROWS):
         part = slice(first, first + _MAX_ROWS)
         count = min(rows - first, _MAX_ROWS)
-        _rank_sums_kernel[(blocks * -(-groups // tile_k), count)](
-            storage,
-            row_base[part],
-            row_len[part],
-            *strides,
-            groups,
-            width_b,
-            samples.ys[part],
-            samples.ys.stride(0),
-            samples.ys if samples.table is None else samples.table[part],
-            0 if samples.table is None else samples.table.stride(0),
-            samples.bucket_shift,
-            samples.count[part],
-            samples.prefix[part],
-            samples.prefix.stride(0),
-            samples.center[part],
-            (samples.center if split is None else split)[part],
-            out[:, part],
-            out.stride(0),
-            blocks,
-            BLOCK_K=tile_k,
-            BLOCK_N=tile_n,
-            SPLIT=split is not None,
-            TABLE=samples.table is not None,
-            STEPS=samples.ys.shape[-1].bit_length(),
-        )
+        launch = _rank_sums_kernel[(blocks * -(-groups // tile_k), count)]
+        with on_device(storage.device):
+            launch(
+                storage,
+                row_base[part],
+                row_len[part],
+                *strides,
+                groups,
+                width_b,
+                samples.ys[part],
+                samples.ys.stride(0),
+                samples.ys if samples.table is None else samples.table[part],
+                0 if samples.table is None else samples.table.stride(0),
+                samples.bucket_shift,
+                samples.count[part],
+                samples.prefix[part],
+                samples.prefix.stride(0),
+                samples.center[part],
+                (samples.center if split is None else split)[part],
+                out[:, part],
+                out.stride(0),
+                blocks,
+                BLOCK_K=tile_k,
+                BLOCK_N=tile_n,
+                SPLIT=split is not None,
+                TABLE=samples.table is not None,
+                STEPS=samples.ys.shape[-1].bit_length(),
+            )
     return out.sum(-1)
+
+
+def on_device(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Make ``device`` the current CUDA device: Triton launches on the current device, and a
+    model split across GPUs hands each layer's block over on the layer's own (nothing to do
+    for the CPU tensors of the interpreter)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _next_pow2(value: int) -> int:
@@ -239,33 +250,34 @@ def crossing(x: torch.Tensor, ys: torch.Tensor, count: torch.Tensor) -> torch.Te
     tile = _tile(n)
     chunks = 1 << min(4, max(0, (n // (tile * 32)).bit_length() - 1))  # >= 32 programs a row
     steps = max(1, ys.shape[-1].bit_length())
-    for shift in (24, 16, 8, 0):
-        high_mask = (1 << 32) - (1 << (shift + 8)) if shift < 24 else 0
-        _radix_histogram_kernel[(rows, -(-n // (tile * chunks)))](
-            x,
-            *x.stride(),
-            width_a,
-            width_b,
-            prefix,
-            hist,
-            shift,
-            _int32(high_mask),
-            BLOCK_N=tile,
-            CHUNKS=chunks,
-        )
-        _radix_select_kernel[(rows,)](
-            hist,
-            ys,
-            ys.stride(0),
-            count,
-            n,
-            prefix,
-            below,
-            split,
-            shift,
-            STEPS=steps,
-            LAST=shift == 0,
-        )
+    with on_device(x.device):
+        for shift in (24, 16, 8, 0):
+            high_mask = (1 << 32) - (1 << (shift + 8)) if shift < 24 else 0
+            _radix_histogram_kernel[(rows, -(-n // (tile * chunks)))](
+                x,
+                *x.stride(),
+                width_a,
+                width_b,
+                prefix,
+                hist,
+                shift,
+                _int32(high_mask),
+                BLOCK_N=tile,
+                CHUNKS=chunks,
+            )
+            _radix_select_kernel[(rows,)](
+                hist,
+                ys,
+                ys.stride(0),
+                count,
+                n,
+                prefix,
+                below,
+                split,
+                shift,
+                STEPS=steps,
+                LAST=shift == 0,
+            )
     return split
 
 
