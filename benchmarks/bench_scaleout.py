@@ -19,14 +19,15 @@
 - ``too-big``: a model that does not fit one GPU (``llama-70b-56l``: 56 layers of Llama-3-70B,
   ≈ 50 B parameters, ≈ 100 GB in bfloat16) built on the meta device, placed by accelerate over
   the GPUs within ``--max-memory`` each, materialised there with random weights and analysed on
-  one example (``--prompt-tokens`` context, 64 answer tokens): parameter bytes vs one GPU's
-  memory, seconds of a first and a second call, peak memory per GPU, finiteness of E and A.
+  one example (``--prompt-tokens`` context and ``--answer-tokens`` answer tokens, 2048 and 64
+  by default): parameter bytes vs one GPU's memory, seconds of a first and a second call,
+  peak memory per GPU, finiteness of E and A.
 
 Results: ``throughput``, ``split`` and ``too_big`` ``.json`` (rows + metadata with the machine),
 ``.csv`` and ``.md`` in ``--out``; ``make`` writes ``make.json`` / ``make.csv`` (token counts
 of each example) next to the model. Without a GPU every sub-command runs on the CPU with the
 ``tiny`` shape as a check of the script, not a measurement: ``make --device cpu``,
-``throughput --device cpu --nproc 1``, ``split`` compares ``device=None`` with
+``throughput --device cpu`` (every rank on the CPU), ``split`` compares ``device=None`` with
 ``device_map="auto"`` (both the CPU there), ``too-big --max-memory cpu`` (no fits-check).
 
     export PYTHONPATH=src:runs/sx:.

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rcstat.analysis import HeadAnalysis, analyze
+from rcstat.models import load_model
 from tests._reference import algorithm1, naive_expected_rc
 from tests._tiny_models import reference_scores, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
@@ -153,3 +154,20 @@ def test_non_finite_scores_name_the_layer() -> None:
             analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER)
     finally:
         handle.remove()
+
+
+def test_analysis_through_accelerate_offload_hooks(model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A model dispatched by accelerate (``device_map`` with layers offloaded to disk: their
+    weights live on the meta device and arrive with each forward) gives the statistics of the
+    plain model; inputs go where accelerate runs the embedding."""
+    plain, tokenizer = load_model(model_dir)
+    texts = {"context": "The cat sat on the mat. " * 4, "question": "Where?", "answer": "On it."}
+    expected = analyze(plain, tokenizer, **texts)
+    device_map = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.rotary_emb": "cpu"}
+    device_map |= {"model.layers.1": "disk", "model.layers.2": "disk", "model.norm": "cpu"}
+    device_map |= {"lm_head": "cpu"}
+    offloaded, _ = load_model(model_dir, device_map=device_map, offload_folder=str(tmp_path))
+    assert offloaded.model.layers[2].self_attn.q_proj.weight.device.type == "meta"
+    got = analyze(offloaded, tokenizer, **texts)
+    np.testing.assert_array_equal(got.expected, expected.expected)
+    np.testing.assert_array_equal(got.upper, expected.upper)

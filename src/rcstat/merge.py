@@ -342,6 +342,7 @@ def merge_parts(
     with _locked(out / PARTS):
         parts = read_parts(out, count=count)
         count = parts[0].count
+        owner, position = _owners(parts)
         missing_shards = sorted(set(range(count)) - {p.index for p in parts})
         missing = {p.index: _missing(p, files) for p in parts}
         result = MergeResult(len(parts), sum(len(p.plan) for p in parts), missing)
@@ -359,7 +360,7 @@ def merge_parts(
             result.merged = False
             return result
         _check_merged_manifest(out, manifest)
-        _write_rows(out, parts, files)
+        _write_rows(out, parts, files, owner, position)
         for name in files.copied:
             if (parts[0].folder / name).is_file():
                 shutil.copy2(parts[0].folder / name, out / name)
@@ -381,8 +382,9 @@ def _missing(part: Part, files: RunFiles) -> int:
 
 
 def _incomplete(out: Path, shards: list[int], missing: dict[int, int], count: int) -> str:
-    what = [f"shard {i}/{count}: no part yet" for i in shards]
-    what += [f"shard {i}/{count}: {n} key(s) not done" for i, n in missing.items() if n]
+    lacking = {i: f"{n} key(s) not done" for i, n in missing.items() if n}
+    lacking.update(dict.fromkeys(shards, "no part yet"))
+    what = [f"shard {i}/{count}: {lacking[i]}" for i in sorted(lacking)]
     return (
         f"{out}: the run is not complete ({'; '.join(what)}); run the missing shards with the "
         "same command, or merge what is done with --partial"
@@ -434,9 +436,8 @@ def _check_merged_manifest(out: Path, manifest: Mapping[str, Any]) -> None:
         )
 
 
-def _write_rows(out: Path, parts: Sequence[Part], files: RunFiles) -> None:
-    """Every row file: committed part rows by planned position, then the merged run's own
-    rows of keys no part holds (in their order)."""
+def _owners(parts: Sequence[Part]) -> tuple[dict[str, int], dict[str, int]]:
+    """The shard and the planned position of every key (a key planned twice is an error)."""
     position: dict[str, int] = {}
     owner: dict[str, int] = {}
     for part in parts:
@@ -447,6 +448,18 @@ def _write_rows(out: Path, parts: Sequence[Part], files: RunFiles) -> None:
                     "do not come from one run"
                 )
             owner[key], position[key] = part.index, at
+    return owner, position
+
+
+def _write_rows(
+    out: Path,
+    parts: Sequence[Part],
+    files: RunFiles,
+    owner: Mapping[str, int],
+    position: Mapping[str, int],
+) -> None:
+    """Every row file: committed part rows by planned position, then the merged run's own
+    rows of keys no part holds (in their order)."""
     committed = {p.index: _committed(p.folder, files, repair=False) for p in parts}
     held = set().union(*committed.values())
     for row_file in files.rows:
