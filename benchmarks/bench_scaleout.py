@@ -277,14 +277,6 @@ class Agreement:
     max_abs_diff_upper: float
 
 
-def launcher(out: Path) -> Path:
-    """``OUT/rcstat_main.py``: the ``rcstat`` entry point as a script torch.distributed.run can
-    start (it runs files, not ``python -c``)."""
-    path = out / "rcstat_main.py"
-    path.write_text("import sys\n\nfrom rcstat.cli import main\n\nsys.exit(main())\n")
-    return path
-
-
 def heads_args(args: argparse.Namespace, out: Path, options: list[str]) -> list[str]:
     common = ["heads", "--dataset", "jsonl", "--data", str(args.data), "--model", str(args.model)]
     return [*common, "--out", str(out), *options, *args.extra]
@@ -351,15 +343,15 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     for folder in (one, dp):
         if folder.exists():  # rcstat heads would resume there and skip what is done
             raise SystemExit(f"{folder} exists: remove it or choose another --out")
-    script = str(launcher(args.out))
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.nproc)]
+    rcstat = ["-m", "rcstat"]
     commands = {
-        "one": [sys.executable, script, *heads_args(args, one, ["--device", args.device])],
+        "one": [sys.executable, *rcstat, *heads_args(args, one, ["--device", args.device])],
         # each rank takes cuda:LOCAL_RANK itself; the CPU check puts every rank on the CPU
         "dp": [
             sys.executable,
             *torchrun,
-            script,
+            *rcstat,
             *heads_args(args, dp, ["--device", "cpu"] if on_cpu else []),
         ],
     }
