@@ -134,6 +134,7 @@ def sync_all() -> None:
 
 def reset_peaks() -> None:
     for i in gpus():
+        torch.empty(0, device=f"cuda:{i}")  # the allocator of a device starts with its first use
         torch.cuda.reset_peak_memory_stats(i)
 
 
