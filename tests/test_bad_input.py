@@ -70,6 +70,11 @@ CHAT = ["--model", NO_MODEL, "--context", CONTEXT, "--question", QUESTION]
         (["bench", "kv", "--model", NO_MODEL, "--dataset", "quotesum"], "bench kv needs"),
         (["bench", "attribution", "--model", NO_MODEL, "--k", "0"], "--k must be an integer"),
         (["bench", "attribution", "--model", NO_MODEL, "--k", ","], "--k needs at least one"),
+        (["heads", "--model", NO_MODEL, "--shard", "2/2"], "need 0 <= i < N"),
+        (["bench", "kv", "--model", NO_MODEL, "--shard", "1of2"], "expected i/N"),
+        (["bench", "grounding", "--model", NO_MODEL, "--shard=-1/2"], "expected i/N"),
+        (["merge", "/nonexistent/run"], "has no parts/ folder"),
+        (["merge", "/nonexistent/run", "--shards", "0"], "--shards must be an integer"),
     ],
 )
 def test_cli_refuses_before_loading_the_model(

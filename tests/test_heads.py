@@ -666,6 +666,46 @@ def test_cli_collect_and_compare_write_all_files(model_dir: Path, tmp_path: Path
     assert pd.read_csv(both / "counts.csv")["dataset"].tolist() == ["mine"] * 2 + ["qmsum"] * 3
 
 
+def test_cli_shards_and_rcstat_merge(model_dir: Path, tmp_path: Path) -> None:
+    """Shards run one after the other (``--shard``): the first says where its part is, an
+    incomplete run merges only with --partial (and says so), the last shard merges by itself,
+    and ``rcstat merge`` rebuilds the same files."""
+    records = [
+        {
+            "id": f"e{i}",
+            "context": f"Cat {i} sat on the mat.",
+            "question": "Where?",
+            "answer": "On it.",
+        }
+        for i in range(5)
+    ]
+    data = _write_jsonl(tmp_path / "data.jsonl", records)
+    common = ["--model", str(model_dir), "--dataset", "jsonl", "--data", str(data)]
+    single, out = tmp_path / "one", tmp_path / "dp"
+    assert _cli(io.StringIO(), *common, "--out", str(single)) == 0
+    printed = io.StringIO()
+    assert _cli(printed, *common, "--out", str(out), "--shard", "1/2") == 0
+    assert "shard 1/2 (--shard): part done" in " ".join(printed.getvalue().split())
+    assert not (out / "heads.csv").exists()
+    merge = io.StringIO()
+    with contextlib.redirect_stdout(merge):
+        assert cli.main(["merge", str(out)]) == 2
+        assert cli.main(["merge", str(out), "--partial"]) == 0
+    text = " ".join(merge.getvalue().split())
+    assert "shard 0/2: no part yet" in text and "partial merge: shard 0: no part" in text
+    assert read_heads(out)["example"].unique().tolist() == ["e1", "e3"]
+    printed = io.StringIO()
+    assert _cli(printed, *common, "--out", str(out), "--shard", "0/2", "--tau", "2") == 0
+    assert "results written to" in printed.getvalue()  # the last shard merged and summarised
+    assert (out / "heads.csv").read_bytes() == (single / "heads.csv").read_bytes()
+    summary = (out / "summary.json").read_bytes()
+    assert json.loads(summary)["tau"] == 2
+    (out / "summary.json").unlink()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["merge", str(out)]) == 0
+    assert (out / "summary.json").read_bytes() == summary  # the settings the shard recorded
+
+
 def test_cli_squad_run_resumes(model_dir: Path, tmp_path: Path) -> None:
     squad = _write_json(tmp_path / "dev-v2.0.json", _squad_doc())
     out = tmp_path / "squad"

@@ -61,10 +61,11 @@ class MergeArgs:
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> MergeArgs:
+        shards = optional_count("--shards", ns.shards)
         run = Path(ns.run)
         if not (run / "parts").is_dir():
             raise ValueError(f"{run} has no parts/ folder: not the --out of a data-parallel run")
-        return cls(run, optional_count("--shards", ns.shards), ns.partial)
+        return cls(run, shards, ns.partial)
 
 
 def from_namespace(ns: argparse.Namespace) -> MergeArgs:
