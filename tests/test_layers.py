@@ -22,13 +22,15 @@ PACKAGE = SRC / "rcstat"
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"defaults", "checks"}),
     frozenset({"stats", "report"}),
-    frozenset({"segments", "models", "data", "runs"}),
+    frozenset({"segments", "models", "data", "runs", "shards"}),
+    frozenset({"merge"}),
     frozenset({"capture"}),
     frozenset({"generation"}),
     frozenset({"analysis", "press", "attribution"}),
     frozenset({"heads", "grounding"}),
     frozenset({"evaluation"}),
     frozenset({"cli"}),
+    frozenset({"__main__"}),
 )
 RANK = {component: rank for rank, row in enumerate(LAYERS) for component in row}
 

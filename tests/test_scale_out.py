@@ -220,7 +220,11 @@ def test_torchrun_bench_kv_equals_one_process(model_dir: Path, tmp_path: Path) -
     args += ["--window", "4", "--max-new-tokens", "3"]
     _cli(*args, "--out", str(tmp_path / "one"))
     _cli(*args, "--out", str(tmp_path / "dp"), nproc=2)
-    one, dp = tmp_path / "one", tmp_path / "dp"
+    # shard 1 last: it summarises with the head scatter shard 0 left in its part
+    for shard in ("0/2", "1/2"):
+        _cli(*args, "--out", str(tmp_path / "by_hand"), "--shard", shard)
+    one = tmp_path / "one"
     names = ("predictions.jsonl", "results.csv", "summary.csv", "head_scatter.csv", "config.json")
-    for name in names:
-        assert (dp / name).read_bytes() == (one / name).read_bytes(), name
+    for dp in (tmp_path / "dp", tmp_path / "by_hand"):
+        for name in names:
+            assert (dp / name).read_bytes() == (one / name).read_bytes(), (dp.name, name)

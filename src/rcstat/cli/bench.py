@@ -286,7 +286,11 @@ def summarize_kv(out: Path, settings: dict[str, Any], scatter: Any = None) -> in
         import pandas as pd
 
         first = read_parts(out, count=settings["shards"])[0].folder / _SCATTER
-        scatter = with_spearman(pd.read_csv(first), settings["scatter_examples"])
+        if first.is_file():  # round trip: the floats shard 0 wrote, to the last digit
+            frame = pd.read_csv(first, float_precision="round_trip")
+            scatter = with_spearman(frame, settings["scatter_examples"])
+        else:  # shard 0 has not started yet (its part was complete before it ran)
+            console.print(f"no head scatter yet: {escape(str(first))} is not written")
     bench = KVBench(out, settings["dataset"], settings["model_name"], [])
     with step("summarising…"), staged_output(out, "bench kv", keep=_KV_ROWS) as stage:
         summary = bench.summarize(stage)
