@@ -273,3 +273,44 @@ def test_units_key_expected_on_cuda_equals_cpu() -> None:
     fast = units_key_expected(block, rows.map(lambda t: t.cuda()), (0, 1500))
     want = units_key_expected(block.cpu(), rows, (0, 1500))
     torch.testing.assert_close(fast.cpu(), want, rtol=1e-9, atol=1e-12)
+
+
+_SPLIT = {"model.embed_tokens": 0, "model.rotary_emb": 0, "model.layers.0": 0}
+_SPLIT |= {"model.layers.1": 1, "model.layers.2": 1, "model.norm": 1, "lm_head": 1}
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_a_model_split_across_two_gpus_gives_the_results_of_one() -> None:
+    """accelerate's dispatch over cuda:0 and cuda:1 (while cuda:0 is current): each layer is
+    reduced on its own GPU — Triton kernels, CUDA graphs and host copies included — and every
+    result equals the one-GPU run."""
+    from accelerate import dispatch_model
+
+    from rcstat.attribution import Attributor
+    from rcstat.grounding import Grounder, HeadProfile
+
+    tok = make_tiny_tokenizer()
+    one = copy.deepcopy(tiny_model("llama")).to("cuda:0")
+    split = dispatch_model(copy.deepcopy(tiny_model("llama")), device_map=_SPLIT)
+    assert split.model.layers[2].self_attn.q_proj.weight.device == torch.device("cuda:1")
+    torch.cuda.set_device(0)
+    texts = dict(context="The cat sat on the warm mat. " * 6, question="Where?", answer="On it.")
+    a, b = (analyze(m, tok, **texts, lower_bound=True) for m in (one, split))  # type: ignore[arg-type]
+    for name in ("expected", "upper", "lower"):
+        np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-6, atol=1e-7)
+    chunks = ["The cat sat on the mat by the door.", "The dog slept in the garden all day."]
+    answer = "The dog slept in the garden. The cat sat on the mat."
+    a, b = (
+        Attributor(m, tok, top_k=5, rank_post_softmax=True).attribute(chunks, "Where?", answer)
+        for m in (one, split)
+    )
+    for field in ("per_head", "ranking", "token_scores", "attention"):
+        np.testing.assert_allclose(getattr(b, field), getattr(a, field), rtol=1e-5, atol=1e-6)
+    profile = HeadProfile("tiny", np.random.default_rng(0).random((3, 4)), 0.5, 0.1)
+    a, b = (
+        Grounder(m, tok, profile=profile, top_k=5, all_heads=True).ground(
+            " ".join(chunks), answer, "Where?"
+        )
+        for m in (one, split)
+    )
+    np.testing.assert_allclose(b.token_scores, a.token_scores, rtol=1e-5, atol=1e-6)
