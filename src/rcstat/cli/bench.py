@@ -9,6 +9,7 @@ tokenizer after; the summaries are then rebuilt from every row through
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,16 +264,18 @@ def run_kv(args: BenchKVArgs) -> int:
             folder.mkdir(parents=True, exist_ok=True)
             scatter.to_csv(folder / _SCATTER, index=False)
     bench.collect(model, tokenizer, fitting, shard=args.shard, merge_settings=settings)
-    if args.shard.split and not bench.merged:
-        console.print(_part_done(args.out, args.shard))
-        return 0
-    return summarize_kv(args.out, settings, scatter)
+    return _summary_or_part(args, bench.merged, lambda: summarize_kv(args.out, settings, scatter))
 
 
-def _part_done(out: Path, shard: Shard) -> str:
+def _summary_or_part(args: Any, merged: bool, summarize: Callable[[], int]) -> int:
+    """Summarise the run, unless this process's part is done but the run is not merged
+    (another shard is still working; say where the part is)."""
     from rcstat.cli.heads import part_done
 
-    return part_done(out, shard)
+    if args.shard.split and not merged:
+        console.print(part_done(args.out, args.shard))
+        return 0
+    return summarize()
 
 
 def summarize_kv(out: Path, settings: dict[str, Any], scatter: Any = None) -> int:
@@ -378,10 +381,7 @@ def run_attribution(args: BenchAttributionArgs) -> int:
     claim_output_folder(args.out, "bench attribution")
     settings = {"dataset": args.dataset, "model_name": model_label(args.model), "ks": bench.ks}
     bench.collect(attributor, examples, shard=args.shard, merge_settings=settings)
-    if args.shard.split and not bench.merged:
-        console.print(_part_done(args.out, args.shard))
-        return 0
-    return summarize_attribution(args.out, settings)
+    return _summary_or_part(args, bench.merged, lambda: summarize_attribution(args.out, settings))
 
 
 def summarize_attribution(out: Path, settings: dict[str, Any]) -> int:
@@ -487,10 +487,7 @@ def run_grounding(args: BenchGroundingArgs) -> int:
         "heads": layout.num_heads,
     }
     bench.collect(grounder, items, shard=args.shard, merge_settings=settings)
-    if args.shard.split and not bench.merged:
-        console.print(_part_done(args.out, args.shard))
-        return 0
-    return summarize_grounding(args.out, settings)
+    return _summary_or_part(args, bench.merged, lambda: summarize_grounding(args.out, settings))
 
 
 def summarize_grounding(out: Path, settings: dict[str, Any]) -> int:
