@@ -820,3 +820,19 @@ def test_cli_bad_input_exits_2(tmp_path: Path, argv: list[str], message: str) ->
     assert code == 2
     text = " ".join(printed.getvalue().split())
     assert "error:" in text and message in text
+
+
+def test_cli_refuses_a_part_of_other_settings_before_loading(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = _write_jsonl(
+        tmp_path / "d.jsonl", [{"context": "Cat on mat.", "question": "Where?", "answer": "Mat."}]
+    )
+    common = ["--model", str(model_dir), "--dataset", "jsonl", "--data", str(data)]
+    out = tmp_path / "run"
+    assert _cli(io.StringIO(), *common, "--out", str(out), "--shard", "1/2") == 0
+    monkeypatch.setattr("rcstat.cli.heads.load_model_quietly", None)  # never reached
+    printed = io.StringIO()
+    argv = [*common, "--out", str(out), "--shard", "1/2", "--max-new-tokens", "5"]
+    assert _cli(printed, *argv) == 2
+    assert "max_new_tokens: 32 in the run, 5 now" in " ".join(printed.getvalue().split())

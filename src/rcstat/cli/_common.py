@@ -105,6 +105,17 @@ def shard_from_namespace(ns: argparse.Namespace) -> Shard:
     return parse_shard(text) if text is not None else detect_shard()
 
 
+def check_run_options(out: Path, kind: str, options: dict[str, Any], shard: Shard | None) -> None:
+    """Refuse, before the model loads, a run folder — or this shard's part of it — made with
+    other options (:func:`rcstat.runs.check_options`)."""
+    from rcstat.merge import part_folder
+    from rcstat.runs import check_options
+
+    check_options(out, kind, options)
+    if shard is not None and shard.split:
+        check_options(part_folder(out, shard), kind, options)
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where and in which precision a command's model runs (checked before it loads).

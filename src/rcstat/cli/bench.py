@@ -23,6 +23,7 @@ from rcstat.cli._common import (
     add_model_option,
     add_shard_option,
     check_output_folder,
+    check_run_options,
     claim_output_folder,
     console,
     float_list,
@@ -211,7 +212,7 @@ def run_kv(args: BenchKVArgs) -> int:
     from rcstat.evaluation.head_scatter import head_scatter
     from rcstat.evaluation.kv_bench import KVBench, settings_grid
     from rcstat.merge import part_folder
-    from rcstat.runs import check_options, model_label
+    from rcstat.runs import model_label
 
     grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows)
     # Not --n: a run grows by resuming with a larger --n.
@@ -222,7 +223,7 @@ def run_kv(args: BenchKVArgs) -> int:
     }
     probe = KVBench(args.out, args.dataset, "", grid, args.max_new_tokens, options=run_options)
     check_output_folder(args.out, "bench kv")
-    check_options(args.out, "bench kv", probe.manifest_options())
+    check_run_options(args.out, "bench kv", probe.manifest_options(), args.shard)
     options = {} if args.context is None else {"context": args.context}
     loaded = load_dataset(args.dataset, args.data, limit=args.n, **options)
     examples = [e for e in loaded if isinstance(e, QAExample)]
@@ -352,12 +353,13 @@ def run_attribution(args: BenchAttributionArgs) -> int:
     from rcstat.capture import attention_layout
     from rcstat.data import AttributionExample, load_dataset
     from rcstat.evaluation.attribution_bench import AttributionBench, parse_ks
-    from rcstat.runs import check_options, model_label
+    from rcstat.runs import model_label
 
     # The k values are resolved against the model's head count; they are compared later.
     run_options = {"data": str(Path(args.data).resolve()) if args.data else None}
     check_output_folder(args.out, "bench attribution")
-    check_options(args.out, "bench attribution", {"dataset": args.dataset, **run_options})
+    compared = {"dataset": args.dataset, **run_options}
+    check_run_options(args.out, "bench attribution", compared, args.shard)
     loaded = load_dataset(args.dataset, args.data, limit=args.n)
     examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]
     if len(examples) != len(loaded):
@@ -450,7 +452,7 @@ def run_grounding(args: BenchGroundingArgs) -> int:
         grounding_items,
     )
     from rcstat.grounding import Grounder
-    from rcstat.runs import check_options, model_label
+    from rcstat.runs import model_label
 
     run_options = {
         "data": str(Path(args.data).resolve()) if args.data else None,
@@ -458,7 +460,8 @@ def run_grounding(args: BenchGroundingArgs) -> int:
         "profile": str(args.profile.resolve()) if args.profile else None,
     }
     check_output_folder(args.out, "bench grounding")
-    check_options(args.out, "bench grounding", {"dataset": args.dataset, **run_options})
+    compared = {"dataset": args.dataset, **run_options}
+    check_run_options(args.out, "bench grounding", compared, args.shard)
     if args.dataset == "squad-contrast":
         items = contrast_items(load_dataset("squad_v2", args.data, limit=args.n))  # type: ignore[arg-type]
     else:

@@ -31,6 +31,7 @@ from rcstat.cli._common import (
     add_model_option,
     add_shard_option,
     check_output_folder,
+    check_run_options,
     claim_output_folder,
     console,
     load_model_quietly,
@@ -255,11 +256,12 @@ def _run_options(args: HeadsArgs) -> dict[str, Any]:
 
 def _run_collect(args: HeadsArgs) -> int:
     from rcstat.heads.collection import collect
-    from rcstat.runs import check_options, model_label
+    from rcstat.runs import model_label
 
     options = _run_options(args)
     check_output_folder(args.out, NAME)
-    check_options(args.out, NAME, {**options, "max_new_tokens": args.max_new_tokens})
+    compared = {**options, "max_new_tokens": args.max_new_tokens}
+    check_run_options(args.out, NAME, compared, args.shard)
     examples = _load_examples(args)
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
