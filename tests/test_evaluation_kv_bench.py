@@ -215,3 +215,26 @@ def test_interrupted_run_resumes_to_the_same_rows(
     _bench(tmp_path / "cut").run(model, tok, EXAMPLES)
     assert len(calls) == 3
     assert _comparable(tmp_path / "cut") == _comparable(tmp_path / "whole")
+
+
+def test_comparison_with_the_best_baseline_by_hand() -> None:
+    from rcstat.evaluation.kv_bench import comparison
+
+    rows = []
+    for example, answerable, ver in (("a", True, (1.0, 2.0, 4.0)), ("b", False, (3.0, 2.0, 2.0))):
+        rcstat, knorm, tova = ver
+        common = {"example": example, "ratio": 0.5, "window": 8, "answerable": answerable}
+        rows.append({**common, "method": "rcstat", "threshold": None, "ver": rcstat})
+        rows.append({**common, "method": "knorm", "threshold": None, "ver": knorm})
+        rows.append({**common, "method": "tova", "threshold": None, "ver": tova})
+    rows.append({**rows[0], "threshold": 1.0, "ver": 100.0})  # threshold mode: not compared
+    frame = pd.DataFrame(rows).assign(rougeL_vs_full=[0.5, 0.4, 0.3, 0.9, 0.9, 0.9, 0.0])
+    found = comparison(frame).set_index(["subset", "metric"])
+    everything = found.loc[("all", "ver")]
+    assert everything["baseline"] == "knorm"  # mean VER 2.0 < tova's 3.0
+    assert everything["rcstat"] == 2.0 and everything["quotient"] == 1.0
+    assert (everything["wins"], everything["losses"]) == (1, 1)  # a lower VER wins
+    assert found.loc[("answerable", "ver"), "difference"] == -1.0
+    assert found.loc[("unanswerable", "ver"), "difference"] == 1.0
+    rouge = found.loc[("all", "rougeL_vs_full")]
+    assert rouge["baseline"] in ("knorm", "tova") and rouge["difference"] == pytest.approx(0.05)

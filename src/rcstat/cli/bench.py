@@ -112,6 +112,25 @@ def register(sub: Any) -> None:
     ab.add_argument("--data", default=None, help="upstream file (default: the shared slice)")
     ab.add_argument("--k", default="1,2,5,10,20,50,100,all", help="numbers of heads")
     ab.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
+    ab.add_argument(
+        "--layout",
+        choices=["numbered", "plain"],
+        default="numbered",
+        help="numbered: sources as '[k] Title: text' paragraphs (as RAG prompts write them); "
+        "plain: the bare chunks joined by blank lines (the first benchmark runs)",
+    )
+    ab.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="skip examples whose prompt is longer than this (default: the model's window)",
+    )
+    ab.add_argument(
+        "--statistic",
+        choices=["expected", "upper"],
+        default="expected",
+        help="the RC statistic that scores spans and ranks heads",
+    )
     ab.add_argument("--out", default="runs/bench_attribution", help="output folder (resumable)")
     _add_run_options(ab)
 
@@ -302,6 +321,10 @@ def summarize_kv(out: Path, settings: dict[str, Any], scatter: Any = None) -> in
             scatter.to_csv(stage / _SCATTER, index=False)
             plot_head_scatter(scatter, stage / "head_scatter.png")
     console.print(summary.to_string(index=False), markup=False)
+    compared = pd_table_frame(out / "comparison.csv", metric=True)
+    if compared is not None:
+        console.print("RCStat − the best baseline at each ratio, paired over examples:")
+        console.print(compared, markup=False)
     if scatter is not None:
         console.print(
             f"per-head ratio vs RC: Spearman rho = {scatter.attrs['spearman_rho']:.2f} "
@@ -324,6 +347,9 @@ class BenchAttributionArgs:
     out: Path = Path("runs/bench_attribution")
     retry_failed: bool = True
     shard: Shard = field(default_factory=Shard)
+    layout: str = "numbered"
+    max_tokens: int | None = None
+    statistic: str = "expected"
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> BenchAttributionArgs:
@@ -344,6 +370,9 @@ class BenchAttributionArgs:
             n=optional_count("--n", ns.n),
             out=Path(ns.out),
             retry_failed=getattr(ns, "retry_failed", True),
+            layout=ns.layout,
+            max_tokens=optional_count("--max-tokens", ns.max_tokens, low=2),
+            statistic=ns.statistic,
         )
 
 
@@ -352,13 +381,21 @@ def run_attribution(args: BenchAttributionArgs) -> int:
     from rcstat.attribution import Attributor
     from rcstat.capture import attention_layout
     from rcstat.data import AttributionExample, load_dataset
-    from rcstat.evaluation.attribution_bench import AttributionBench, parse_ks
+    from rcstat.evaluation.attribution_bench import AttributionBench, parse_ks, prompt_tokens
     from rcstat.runs import model_label
 
     # The k values are resolved against the model's head count; they are compared later.
-    run_options = {"data": str(Path(args.data).resolve()) if args.data else None}
+    run_options = {
+        "data": str(Path(args.data).resolve()) if args.data else None,
+        "max_tokens": args.max_tokens,
+    }
     check_output_folder(args.out, "bench attribution")
-    compared = {"dataset": args.dataset, **run_options}
+    compared = {
+        "dataset": args.dataset,
+        "layout": args.layout,
+        "statistic": args.statistic,
+        **run_options,
+    }
     check_run_options(args.out, "bench attribution", compared, args.shard)
     loaded = load_dataset(args.dataset, args.data, limit=args.n)
     examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]
@@ -368,8 +405,25 @@ def run_attribution(args: BenchAttributionArgs) -> int:
         raise ValueError(f"no annotated example in {args.dataset} ({args.data or 'slice'})")
     model, tokenizer = load_model_quietly(args.model, args.placement)
     layout = attention_layout(model)
+    if args.max_tokens is not None:
+        fitting = [
+            e for e in examples if prompt_tokens(tokenizer, e, args.layout) <= args.max_tokens
+        ]
+        if len(fitting) != len(examples):
+            console.print(
+                f"skipping {len(examples) - len(fitting)} examples whose prompt is longer than "
+                f"{args.max_tokens} tokens"
+            )
+        if not fitting:
+            raise ValueError(f"every example's prompt is longer than {args.max_tokens} tokens")
+        examples = fitting
     attributor = Attributor(  # k is set per accuracy row
-        model, tokenizer, top_k=None, head_ranking="all", rank_post_softmax=True
+        model,
+        tokenizer,
+        top_k=None,
+        head_ranking="all",
+        rank_post_softmax=True,
+        statistic=args.statistic,  # type: ignore[arg-type]
     )
     heads = layout.num_layers * layout.num_heads
     bench = AttributionBench(
@@ -379,6 +433,7 @@ def run_attribution(args: BenchAttributionArgs) -> int:
         parse_ks(",".join(args.ks), heads),
         options=run_options,
         retry_failed=args.retry_failed,
+        layout=args.layout,
     )
     claim_output_folder(args.out, "bench attribution")
     settings = {"dataset": args.dataset, "model_name": model_label(args.model), "ks": bench.ks}
@@ -394,8 +449,24 @@ def summarize_attribution(out: Path, settings: dict[str, Any]) -> int:
     with staged_output(out, "bench attribution", keep=_ATTRIBUTION_ROWS) as stage:
         accuracy = bench.summarize(stage)
     console.print(accuracy.to_string(index=False), markup=False)
+    comparison = pd_table_frame(out / "comparison.csv")
+    if comparison is not None:
+        console.print("paired over examples (accuracy points, 95 % bootstrap interval):")
+        console.print(comparison, markup=False)
     console.print(f"results written to {escape(str(out))}/")
     return 0
+
+
+def pd_table_frame(path: Path, *, metric: bool = False) -> str | None:
+    """A ``comparison.csv`` as a short text table (None when it is empty)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
+    if frame.empty:
+        return None
+    first = ["subset", "ratio", "window", "metric", "quotient"] if metric else ["method", "k"]
+    shown = frame[[*first, "baseline", "difference", "low", "high", "win_share", "examples"]]
+    return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
 
 @dataclass

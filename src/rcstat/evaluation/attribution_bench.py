@@ -12,13 +12,26 @@ gold chunk. From that single pass every method is scored:
   attention attribution).
 
 A unit is correct when its argmax chunk is the gold one (docs/definitions.md); a unit whose scores
-are all zero counts as wrong. The run folder holds ``run.json`` (the manifest: model,
-tokenizer, rcstat version, dataset, ``k`` values, the attributor's statistic; see
-:mod:`rcstat.runs`) and ``predictions.jsonl`` (one line per example with its content hash,
-resumable: a changed example is scored again, a failed one retried unless
-``retry_failed=False``), and the summaries rebuilt from every line: ``units.csv``,
-``errors.csv``, ``accuracy.csv`` (per method and ``k``), ``table1.csv`` (the rows of the
-paper's Table 1 rcstat produces) and ``accuracy_vs_k.png`` (Fig. 7).
+are all zero counts as wrong.
+
+**Layout** (:data:`LAYOUTS`): every method sees the same prompt. ``numbered`` renders the
+sources as RAG prompts do, one per paragraph, ``[k] Title: text`` (the title where the dataset
+has one, QuoteSum's; VERI-GRAN's passages have none), and a candidate span is a whole source
+entry, marker and title included (some QuoteSum units quote a title); ``plain`` joins the bare
+chunks with blank lines (the layout of the first benchmark runs, kept for comparison).
+**Lengths**: each line records the prompt's token count (chat template, context and question);
+``accuracy_by_length.csv`` splits the accuracy by :data:`LENGTH_BUCKETS`. **Paired
+comparisons** (``comparison.csv``, :mod:`rcstat.evaluation.paired`): the RC rankings at the
+table's ``k`` against mean attention and all heads, per example (weighted by its units), with
+a bootstrap interval over examples and the share of examples each wins.
+
+The run folder holds ``run.json`` (the manifest: model, tokenizer, rcstat version, dataset,
+``k`` values, the attributor's statistic, the layout; see :mod:`rcstat.runs`) and
+``predictions.jsonl`` (one line per example with its content hash, resumable: a changed
+example is scored again, a failed one retried unless ``retry_failed=False``), and the
+summaries rebuilt from every line: ``units.csv``, ``errors.csv``, ``accuracy.csv`` (per
+method and ``k``), ``accuracy_by_length.csv``, ``comparison.csv``, ``table1.csv`` (the rows of
+the paper's Table 1 rcstat produces) and ``accuracy_vs_k.png`` (Fig. 7).
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ import pandas as pd
 
 from rcstat.attribution import Attribution, Attributor
 from rcstat.data import AttributionExample
+from rcstat.evaluation.paired import paired_difference
 from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
@@ -47,7 +61,17 @@ from rcstat.runs import (
 )
 from rcstat.shards import Shard
 
-__all__ = ["RANKED_METHODS", "AttributionBench", "example_hash", "parse_ks", "score_example"]
+__all__ = [
+    "LAYOUTS",
+    "RANKED_METHODS",
+    "AttributionBench",
+    "by_length",
+    "example_hash",
+    "parse_ks",
+    "prompt_tokens",
+    "render",
+    "score_example",
+]
 
 #: The kind of run recorded in the manifest.
 KIND = "bench attribution"
@@ -58,6 +82,51 @@ RUN_FILES = RunFiles(KIND, (RowFile("predictions.jsonl", "example", commit=True)
 
 RANKED_METHODS = ("top", "bottom", "top_post_softmax", "bottom_post_softmax")
 ALL = "all"
+#: How the sources are written into the prompt (see the module notes).
+LAYOUTS = ("numbered", "plain")
+#: Prompt-length buckets of ``accuracy_by_length.csv``: ``[low, high)`` in tokens.
+LENGTH_BUCKETS = ((0, 1000), (1000, 2500), (2500, None))
+#: The methods compared with the baselines in ``comparison.csv`` (at the table's k) and the
+#: baselines.
+COMPARED = ("top", "top_post_softmax")
+BASELINES = ("attention", ALL)
+
+
+def render(
+    example: AttributionExample, layout: str
+) -> tuple[str | list[str], list[tuple[int, int]] | None]:
+    """The context of ``example`` in ``layout`` and its candidate spans (character offsets;
+    None: the chunks themselves, for ``plain``).
+
+    >>> from rcstat.data import AttributionExample
+    >>> ex = AttributionExample("x", "Q?", ("Red won.", "Blue lost."), "Red won.", (), "quotesum",
+    ...                         {"titles": ("Final", "")})
+    >>> render(ex, "numbered")
+    ('[1] Final: Red won.\\n\\n[2] Blue lost.', [(0, 19), (21, 35)])
+    """
+    if layout == "plain":
+        return list(example.chunks), None
+    if layout != "numbered":
+        raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    titles = tuple(example.meta.get("titles", ())) if example.meta else ()
+    entries = []
+    for k, chunk in enumerate(example.chunks):
+        title = titles[k].strip() if k < len(titles) and titles[k] else ""
+        entries.append(f"[{k + 1}] {title}: {chunk}" if title else f"[{k + 1}] {chunk}")
+    spans, start = [], 0
+    for entry in entries:
+        spans.append((start, start + len(entry)))
+        start += len(entry) + 2
+    return "\n\n".join(entries), spans
+
+
+def prompt_tokens(tokenizer: Any, example: AttributionExample, layout: str) -> int:
+    """The prompt's length in tokens (chat template, rendered context and question)."""
+    from rcstat.segments import segment_chat
+
+    context, _ = render(example, layout)
+    text = context if isinstance(context, str) else "\n\n".join(context)
+    return segment_chat(tokenizer, text, example.question).prompt_len
 
 
 def parse_ks(text: str, num_heads: int) -> list[int]:
@@ -136,6 +205,7 @@ class AttributionBench:
     table_k: int = 20
     options: dict[str, Any] = field(default_factory=dict)
     retry_failed: bool = True
+    layout: str = "numbered"
     #: Whether the last :meth:`collect` with a shard merged the run.
     merged: bool = field(default=False, init=False)
 
@@ -150,6 +220,7 @@ class AttributionBench:
             "ks": list(self.ks),
             "statistic": attributor.statistic,
             "allow_special_tokens": attributor.allow_special_tokens,
+            "layout": self.layout,
             **self.options,
         }
 
@@ -206,13 +277,16 @@ class AttributionBench:
                 "chunks": len(example.chunks),
             }
             try:
+                context, spans = render(example, self.layout)
                 result = attributor.attribute(
-                    list(example.chunks),
+                    context,
                     example.question,
                     example.answer,
+                    spans=spans,
                     units=[(u.start, u.end) for u in example.units],
                 )
                 gold = [u.gold_chunk for u in example.units]
+                line["prompt_tokens"] = prompt_tokens(attributor.tokenizer, example, self.layout)
                 line["rows"] = score_example(result, gold, self.ks)
                 line["error"] = None
             except ValueError as err:  # recorded (e.g. longer than the window)
@@ -229,7 +303,12 @@ class AttributionBench:
         pd.DataFrame(errors, columns=["example", "error"]).to_csv(into / "errors.csv", index=False)
         units = pd.DataFrame(
             [
-                {"example": v["example"], "chunks": v["chunks"], **r}
+                {
+                    "example": v["example"],
+                    "chunks": v["chunks"],
+                    "prompt_tokens": v.get("prompt_tokens"),
+                    **r,
+                }
                 for v in lines
                 for r in v["rows"]
             ]
@@ -249,12 +328,48 @@ class AttributionBench:
         chance = float((1.0 / units.drop_duplicates(["example", "unit"])["chunks"]).mean())
         accuracy["chance"] = chance
         accuracy.to_csv(into / "accuracy.csv", index=False)
+        by_length(units).to_csv(into / "accuracy_by_length.csv", index=False)
+        self.comparison(units).to_csv(into / "comparison.csv", index=False)
         self._table1(accuracy).to_csv(into / "table1.csv", index=False)
         plot_accuracy_vs_k(accuracy, into / "accuracy_vs_k.png", title=self.dataset)
         return accuracy
 
+    def _table_k(self) -> int | None:
+        return (
+            max(v for v in self.ks if v <= self.table_k) if min(self.ks) <= self.table_k else None
+        )
+
+    def comparison(self, units: pd.DataFrame) -> pd.DataFrame:
+        """Each of :data:`COMPARED` at the table's k against each of :data:`BASELINES`, paired
+        over examples (accuracy in points; see :mod:`rcstat.evaluation.paired`)."""
+        k = self._table_k()
+        per = (
+            units.groupby(["method", "k", "example"], sort=False)
+            .agg(correct=("correct", "sum"), units=("correct", "size"))
+            .reset_index()
+        )
+        per["accuracy"] = 100 * per["correct"] / per["units"]
+
+        def scores(method: str, want_k: int | None) -> pd.DataFrame:
+            part = per[per["method"] == method]
+            return part[part["k"] == want_k] if want_k is not None else part
+
+        rows = []
+        for method in COMPARED:
+            ours = scores(method, k)
+            for baseline in BASELINES:
+                theirs = scores(baseline, None)
+                both = ours.merge(theirs, on="example", suffixes=("", "_base"))
+                if both.empty:
+                    continue
+                found = paired_difference(
+                    both["accuracy"], both["accuracy_base"], weights=both["units"]
+                )
+                rows.append({"method": method, "k": k, "baseline": baseline, **found.to_dict()})
+        return pd.DataFrame(rows)
+
     def _table1(self, accuracy: pd.DataFrame) -> pd.DataFrame:
-        k = max(v for v in self.ks if v <= self.table_k) if min(self.ks) <= self.table_k else None
+        k = self._table_k()
         wanted = [
             ("attention", None, "mean attention (all heads)"),
             (ALL, None, "RC, all heads"),
@@ -271,6 +386,25 @@ class AttributionBench:
             if len(hit):
                 rows.append({"row": label, "accuracy": 100 * float(hit["accuracy"].iloc[0])})
         return pd.DataFrame(rows)
+
+
+def by_length(units: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy per method, k and prompt-length bucket (:data:`LENGTH_BUCKETS`)."""
+    tokens = pd.to_numeric(units["prompt_tokens"], errors="coerce")
+    bucket = pd.Series("unknown", index=units.index)
+    for low, high in LENGTH_BUCKETS:
+        inside = (tokens >= low) & (tokens < high if high is not None else True)
+        bucket[inside] = f"{low}-{high}" if high is not None else f">={low}"
+    return (
+        units.assign(bucket=bucket)
+        .groupby(["method", "k", "bucket"])
+        .agg(
+            accuracy=("correct", "mean"),
+            units=("correct", "size"),
+            examples=("example", "nunique"),
+        )
+        .reset_index()
+    )
 
 
 def plot_accuracy_vs_k(accuracy: pd.DataFrame, path: Path, *, title: str) -> None:

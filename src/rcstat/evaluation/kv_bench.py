@@ -272,7 +272,7 @@ class KVBench:
                     cache_factory=cache_factory or partial(cache_for, setting),
                     full=reference[1],
                 )
-                row.update(result.to_dict(), error=None)
+                row.update(result.to_dict(), answerable=bool(example.answers), error=None)
             except (ValueError, RuntimeError) as err:  # recorded; the run goes on
                 row["error"] = f"{type(err).__name__}: {err}"
             append_jsonl(self.predictions, row)
@@ -308,6 +308,7 @@ class KVBench:
             .reset_index()
         )
         summary.to_csv(into / "summary.csv", index=False)
+        comparison(frame).to_csv(into / "comparison.csv", index=False)
         stem = f"{self.dataset}_{Path(self.model_name).name or 'model'}"
         baselines = summary[summary["method"] != "rcstat"]
         baselines[["method", "ratio", "ver_mean", "ver_std"]].to_csv(
@@ -345,3 +346,57 @@ class KVBench:
             ax.set_ylabel(label)
             ax.legend(fontsize=8)
             save_figure(fig, into / f"{metric.split('_')[0]}_vs_ratio.png")
+
+
+#: The metrics ``comparison.csv`` compares, and whether higher is better.
+COMPARED_METRICS = (("ver", False), ("rougeL_vs_full", True))
+
+
+def comparison(frame: pd.DataFrame) -> pd.DataFrame:
+    """RCStat (target-ratio mode) against the best baseline at each ratio, paired by example.
+
+    For every subset (all examples, and answerable / unanswerable ones when the rows say),
+    ratio, window and metric of :data:`COMPARED_METRICS`: the baseline with the best mean at
+    that ratio, both means, their quotient, and :func:`~rcstat.evaluation.paired.paired_difference`
+    of RCStat minus that baseline over the examples both scored (interval, wins, ties, losses).
+    """
+    from rcstat.evaluation.paired import paired_difference
+
+    subsets: list[tuple[str, pd.DataFrame]] = [("all", frame)]
+    if "answerable" in frame and frame["answerable"].notna().all():
+        answerable = frame["answerable"].astype(bool)
+        subsets += [("answerable", frame[answerable]), ("unanswerable", frame[~answerable])]
+    rows = []
+    for subset, part in subsets:
+        ours = part[(part["method"] == "rcstat") & part["threshold"].isna()]
+        baselines = part[part["method"] != "rcstat"]
+        for (ratio, window), mine in ours.groupby(["ratio", "window"]):
+            at_ratio = baselines[baselines["ratio"] == ratio]
+            for metric, higher in COMPARED_METRICS:
+                if at_ratio.empty or metric not in part:
+                    continue
+                means = at_ratio.groupby("method")[metric].mean()
+                best = str(means.idxmax() if higher else means.idxmin())
+                theirs = at_ratio[at_ratio["method"] == best][["example", metric]]
+                both = mine[["example", metric]].merge(theirs, on="example", suffixes=("", "_b"))
+                both = both.dropna()
+                if both.empty:
+                    continue
+                found = paired_difference(
+                    both[metric], both[f"{metric}_b"], higher_is_better=higher
+                )
+                ours_mean, best_mean = float(both[metric].mean()), float(both[f"{metric}_b"].mean())
+                rows.append(
+                    {
+                        "subset": subset,
+                        "ratio": ratio,
+                        "window": window,
+                        "metric": metric,
+                        "baseline": best,
+                        "rcstat": ours_mean,
+                        "baseline_value": best_mean,
+                        "quotient": ours_mean / best_mean if best_mean else float("nan"),
+                        **found.to_dict(),
+                    }
+                )
+    return pd.DataFrame(rows)
