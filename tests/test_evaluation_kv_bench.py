@@ -35,6 +35,18 @@ EXAMPLES = [
 ]
 
 
+def test_the_gqa_rule_is_a_setting() -> None:
+    grid = settings_grid(["rcstat", "tova"], [0.5], [1.0], [8], ["max", "mean"])
+    assert [s.key for s in grid] == [
+        "rcstat|r=0.5|c=None|w=8",  # the default rule keeps the keys of earlier runs
+        "rcstat|r=None|c=1.0|w=8",
+        "rcstat|r=0.5|c=None|w=8|g=mean",
+        "rcstat|r=None|c=1.0|w=8|g=mean",
+        "tova|r=0.5|c=None|w=8",
+    ]
+    assert make_press(grid[2]).group == "mean"
+
+
 def test_grid_and_presses() -> None:
     grid = settings_grid(["knorm", "rcstat"], [0.3, 0.5], [1.0], [8, 16])
     assert Setting("knorm", ratio=0.3) in grid

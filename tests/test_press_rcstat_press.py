@@ -41,19 +41,37 @@ def _prefill(press: RCStatPress, arch: str = "llama", length: int = 48) -> tuple
     return model, ids
 
 
+@pytest.mark.parametrize("rule", ["max", "mean"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_keep_masks_follow_eq9_with_the_gqa_rule(arch: str) -> None:
+def test_keep_masks_follow_eq9_with_the_gqa_rule(arch: str, rule: str) -> None:
     """Recompute eq. 9 from q·k of the layers' own projections: a KV head keeps token i iff
-    some query head of its group has s_i / θ > c; the window is always kept."""
-    press = RCStatPress(threshold=1.0, window_size=8)
+    some query head of its group has s_i / θ > c (``max``), or the group's mean s_i / θ > c
+    (``mean``); the window is always kept."""
+    press = RCStatPress(threshold=1.0, window_size=8, group=rule)  # type: ignore[arg-type]
     model, ids = _prefill(press, arch)
     blocks = reference_scores(model, ids)  # [1, heads, T, T] per layer
     length, window, group = ids.shape[1], 8, 2
     for layer, block in enumerate(blocks):
         rows = block[0, :, length - window :, :].numpy()  # [heads, w, T]
         normalized = np.stack([_naive_normalized(rows[h], window) for h in range(4)])
-        keep = (normalized.reshape(2, group, -1) > 1.0).any(axis=1)  # [kv_heads, T - w]
+        grouped = normalized.reshape(2, group, -1)  # [kv_heads, group, T - w]
+        keep = (grouped > 1.0).any(axis=1) if rule == "max" else grouped.mean(axis=1) > 1.0
         np.testing.assert_array_equal(press.kept[layer][0].numpy(), keep.sum(-1) + window)
+
+
+def test_the_mean_rule_keeps_no_more_than_the_max_rule() -> None:
+    """A group's mean never exceeds its max: at one threshold ``mean`` evicts at least as much
+    per KV head; at one target ratio both evict the same number of entries per layer."""
+    by_rule = {}
+    for rule in ("max", "mean"):
+        press = RCStatPress(threshold=1.0, window_size=8, group=rule)  # type: ignore[arg-type]
+        _prefill(press)
+        by_rule[rule] = press.head_ratios()
+    assert (by_rule["mean"] >= by_rule["max"]).all() and (by_rule["mean"] > by_rule["max"]).any()
+    for rule in ("max", "mean"):
+        press = RCStatPress(compression_ratio=0.5, window_size=8, group=rule)  # type: ignore[arg-type]
+        _prefill(press)
+        assert all(v == pytest.approx(0.5) for v in press.layer_ratios().values())
 
 
 def test_threshold_zero_evicts_nothing_and_larger_c_evicts_more() -> None:
@@ -91,6 +109,8 @@ def test_bad_arguments() -> None:
         _prefill(RCStatPress(compression_ratio=0.9, window_size=8), length=20)
     with pytest.raises(RuntimeError, match="no prefill"):
         RCStatPress().realized_ratio()
+    with pytest.raises(ValueError, match="group must be one of max, mean"):
+        RCStatPress(group="median")  # type: ignore[arg-type]
 
 
 # -- with the ragged cache: real eviction, checked against the masked dense reference --------

@@ -87,6 +87,12 @@ def register(sub: Any) -> None:
         "--thresholds", default="0.2,0.7,0.8,1.0,1.2,1.3,1.8", help="RCStat thresholds c >= 0"
     )
     kv.add_argument("--window", default=f"{DEFAULT_WINDOW},16", help="RCStat window sizes")
+    kv.add_argument(
+        "--group",
+        default="max",
+        help="RCStat's GQA rules, comma-separated: max (a KV head keeps an entry any of its "
+        "query heads keeps) and/or mean (the group's mean relative score)",
+    )
     kv.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
     kv.add_argument("--max-new-tokens", type=int, default=32, help="answer length limit")
     kv.add_argument("--out", default="runs/bench_kv", help="output folder (resumable)")
@@ -184,6 +190,7 @@ class BenchKVArgs:
     n: int | None
     max_new_tokens: int
     out: Path
+    groups: list[str] = field(default_factory=lambda: ["max"])
     context: str | None = None
     max_tokens: int | None = None
     retry_failed: bool = True
@@ -207,6 +214,7 @@ class BenchKVArgs:
             ratios=float_list("--ratios", split_list(ns.ratios), low=0, high=1, high_open=True),
             thresholds=float_list("--thresholds", split_list(ns.thresholds), low=0),
             windows=int_list("--window", split_list(ns.window)),
+            groups=_groups(split_list(ns.group)),
             n=optional_count("--n", ns.n),
             max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             out=Path(ns.out),
@@ -214,6 +222,19 @@ class BenchKVArgs:
             max_tokens=optional_count("--max-tokens", ns.max_tokens, low=2),
             retry_failed=getattr(ns, "retry_failed", True),
         )
+
+
+def _groups(names: list[str]) -> list[str]:
+    """``--group`` values, checked (no torch import: the rules are named here)."""
+    rules = ("max", "mean")
+    unknown = [n for n in names if n not in rules]
+    if not names or unknown:
+        raise ValueError(
+            f"--group takes {' and/or '.join(rules)}, got {','.join(names) or '(none)'}"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"--group lists a rule twice: {','.join(names)}")
+    return names
 
 
 def _fits(tokenizer: Any, example: Any, budget: int) -> bool:
@@ -233,7 +254,7 @@ def run_kv(args: BenchKVArgs) -> int:
     from rcstat.merge import part_folder
     from rcstat.runs import model_label
 
-    grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows)
+    grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows, args.groups)
     # Not --n: a run grows by resuming with a larger --n.
     run_options = {
         "data": str(Path(args.data).resolve()) if args.data else None,

@@ -63,16 +63,22 @@ class Setting:
     ratio: float | None = None  # target ratio (baselines, RCStat target-ratio mode)
     threshold: float | None = None  # RCStat threshold mode (c)
     window: int = DEFAULT_WINDOW
+    group: str = "max"  # RCStat's GQA rule (RCStatPress.group)
 
     @property
     def key(self) -> str:
-        return f"{self.method}|r={self.ratio}|c={self.threshold}|w={self.window}"
+        rule = "" if self.group == "max" else f"|g={self.group}"  # keys of earlier runs stand
+        return f"{self.method}|r={self.ratio}|c={self.threshold}|w={self.window}{rule}"
 
 
 def make_press(setting: Setting) -> Any:
     """The press of a setting (see :func:`rcstat.press.registry.make_press`)."""
     return build_press(
-        setting.method, ratio=setting.ratio, threshold=setting.threshold, window=setting.window
+        setting.method,
+        ratio=setting.ratio,
+        threshold=setting.threshold,
+        window=setting.window,
+        group=setting.group,
     )
 
 
@@ -91,14 +97,22 @@ def settings_grid(
     ratios: Sequence[float],
     thresholds: Sequence[float],
     windows: Sequence[int],
+    groups: Sequence[str] = ("max",),
 ) -> list[Setting]:
     """Every baseline at every ratio; RCStat at every ratio (target mode) and every threshold
-    and window (threshold mode)."""
+    (threshold mode), for every window and GQA group rule."""
     grid: list[Setting] = []
     for method in presses:
         if method == "rcstat":
-            grid += [Setting("rcstat", ratio=r, window=w) for w in windows for r in ratios]
-            grid += [Setting("rcstat", threshold=c, window=w) for w in windows for c in thresholds]
+            for g in groups:
+                grid += [
+                    Setting("rcstat", ratio=r, window=w, group=g) for w in windows for r in ratios
+                ]
+                grid += [
+                    Setting("rcstat", threshold=c, window=w, group=g)
+                    for w in windows
+                    for c in thresholds
+                ]
         else:
             grid += [Setting(method, ratio=r) for r in ratios]
     return grid
@@ -292,7 +306,10 @@ class KVBench:
             frame = frame[frame["error"].isna()]
         if frame.empty:
             raise ValueError(f"every item failed (see {into / 'errors.csv'})")
-        keys = ["method", "ratio", "threshold", "window"]
+        if "group" not in frame:  # rows of runs before the GQA rule was an option
+            frame = frame.assign(group="max")
+        frame = frame.assign(group=frame["group"].fillna("max"))
+        keys = ["method", "ratio", "threshold", "window", "group"]
         summary = (
             frame.groupby(keys, dropna=False)
             .agg(
@@ -330,12 +347,18 @@ class KVBench:
         for metric, label in (("ver_mean", "VER (lower is better)"), ("rougeL", "ROUGE-L F1")):
             fig, ax = plt.subplots(figsize=(6, 4))
             groups = summary.groupby(
-                [summary["method"], summary["threshold"].notna(), summary["window"]]
+                [
+                    summary["method"],
+                    summary["threshold"].notna(),
+                    summary["window"],
+                    summary["group"],
+                ]
             )
-            for (method, mode, window), part in groups:
+            for (method, mode, window, group), part in groups:
                 part = part.sort_values("ratio_mean")
+                rule = "" if group == "max" else f", GQA {group}"
                 name = (
-                    f"{method} ({'threshold c' if mode else 'target ratio'}, w = {window})"
+                    f"{method} ({'threshold c' if mode else 'target ratio'}, w = {window}{rule})"
                     if method == "rcstat"
                     else method
                 )
@@ -362,6 +385,8 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """
     from rcstat.evaluation.paired import paired_difference
 
+    if "group" not in frame:
+        frame = frame.assign(group="max")
     subsets: list[tuple[str, pd.DataFrame]] = [("all", frame)]
     if "answerable" in frame and frame["answerable"].notna().all():
         answerable = frame["answerable"].astype(bool)
@@ -370,7 +395,7 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
     for subset, part in subsets:
         ours = part[(part["method"] == "rcstat") & part["threshold"].isna()]
         baselines = part[part["method"] != "rcstat"]
-        for (ratio, window), mine in ours.groupby(["ratio", "window"]):
+        for (ratio, window, group), mine in ours.groupby(["ratio", "window", "group"]):
             at_ratio = baselines[baselines["ratio"] == ratio]
             for metric, higher in COMPARED_METRICS:
                 if at_ratio.empty or metric not in part:
@@ -391,6 +416,7 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
                         "subset": subset,
                         "ratio": ratio,
                         "window": window,
+                        "group": group,
                         "metric": metric,
                         "baseline": best,
                         "rcstat": ours_mean,

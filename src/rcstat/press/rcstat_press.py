@@ -6,7 +6,8 @@ Every other prompt token ``i`` is scored by ``s_i = E(X({i}, ĝ), Y(ĝ, ĝ))`` �
 the window's queries against the window's own causal self scores — and compared with
 ``θ = E(X(p ∖ ĝ, ĝ), Y(ĝ, ĝ)) = mean_i s_i``. Token ``i`` is evicted from a head when
 ``s_i <= c·θ``; a KV head keeps ``i`` when any query head of its group keeps it
-(``max_h s_i^h / θ^h > c``); the window is never evicted. The number of evicted tokens
+(``max_h s_i^h / θ^h > c``; ``group="mean"`` averages the group's relative scores instead);
+the window is never evicted. The number of evicted tokens
 therefore differs per KV head and per layer. In target-ratio mode ``c`` is chosen per layer
 so that a fraction ``r`` of the layer's KV entries is evicted.
 
@@ -19,7 +20,7 @@ which keeps the memory).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -73,6 +74,10 @@ def relative_scores(scores: torch.Tensor) -> torch.Tensor:
     return torch.where(theta > 0, s / theta.clamp_min(torch.finfo(s.dtype).tiny), 0.0)
 
 
+#: How a GQA group's query heads combine their relative scores (:class:`RCStatPress`).
+GROUP_RULES = ("max", "mean")
+
+
 @dataclass
 class RCStatPress(BasePress):
     """Adaptive head-wise KV-cache eviction by relative contextualization (eq. 9).
@@ -88,6 +93,10 @@ class RCStatPress(BasePress):
         Target-ratio mode when set: per layer, the ``r·(KV heads × T)`` entries with the
         lowest relative scores ``max_h s_i^h / θ^h`` are evicted (window excluded), so
         heads still differ but the layer's ratio is ``r``. ``None`` (default): threshold mode.
+    group
+        How the query heads of a GQA group decide for their KV head: ``"max"`` (default,
+        the paper's rule: an entry stays when any query head keeps it) or ``"mean"`` (the
+        group's mean relative score ``mean_h s_i^h / θ^h`` is compared with ``c``).
 
     After each prefill, :attr:`kept` holds the number of kept entries per layer and KV head
     and the realized ratios are available from :meth:`realized_ratio`, :meth:`layer_ratios`
@@ -97,6 +106,7 @@ class RCStatPress(BasePress):
     threshold: float = 1.0
     window_size: int = DEFAULT_WINDOW
     compression_ratio: float | None = None
+    group: Literal["max", "mean"] = "max"
     kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
     lengths: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
@@ -107,6 +117,8 @@ class RCStatPress(BasePress):
             self.compression_ratio = check_number(
                 "compression_ratio", self.compression_ratio, low=0, high=1, high_open=True
             )
+        if self.group not in GROUP_RULES:
+            raise ValueError(f"group must be one of {', '.join(GROUP_RULES)}, got {self.group!r}")
 
     def keep_mask(
         self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
@@ -122,7 +134,8 @@ class RCStatPress(BasePress):
         query = window_queries(module, hidden_states, window, kwargs)  # [B, Hq, w, D]
         relative = relative_scores(grouped_scores(query, keys))  # [B, Hq, T - w]
         group = relative.shape[1] // kv_heads
-        per_kv = relative.view(batch, kv_heads, group, length - window).amax(2)  # GQA: any
+        grouped = relative.view(batch, kv_heads, group, length - window)
+        per_kv = grouped.amax(2) if self.group == "max" else grouped.mean(2)  # [B, Hkv, T - w]
         keep = torch.ones(batch, kv_heads, length, dtype=torch.bool, device=keys.device)
         if self.compression_ratio is None:
             if self.threshold > 0:

@@ -7,7 +7,7 @@ Names are plain data, so the CLI can validate ``--presses`` before anything heav
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_WINDOW
@@ -39,9 +39,11 @@ def make_press(
     ratio: float | None = None,
     threshold: float | None = None,
     window: int = DEFAULT_WINDOW,
+    group: str = "max",
 ) -> Any:
     """Build the press ``name``: RCStatPress in threshold mode (``threshold``) or target-ratio
-    mode (``ratio``), or a kvpress baseline at compression ratio ``ratio``."""
+    mode (``ratio``) with its GQA ``group`` rule, or a kvpress baseline at compression ratio
+    ``ratio``."""
     check_press_names([name])
     require_kvpress()
     from kvpress import AdaKVPress, KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress
@@ -50,9 +52,10 @@ def make_press(
 
     if name == "rcstat":
         window = check_count("window", window)
+        rule = cast(Any, group)
         if threshold is not None:
-            return RCStatPress(threshold=threshold, window_size=window)
-        return RCStatPress(compression_ratio=ratio, window_size=window)
+            return RCStatPress(threshold=threshold, window_size=window, group=rule)
+        return RCStatPress(compression_ratio=ratio, window_size=window, group=rule)
     r = check_number("ratio", 0.0 if ratio is None else ratio, low=0, high=1, high_open=True)
     factories: dict[str, Callable[[], Any]] = {
         "knorm": lambda: KnormPress(compression_ratio=r),
