@@ -45,3 +45,23 @@ def test_compress_prints_answer_ratios_and_memory(
 
 def test_compress_needs_context_and_question(model_dir: Path) -> None:
     assert cli.main(["compress", "--model", str(model_dir), "--question", "q?"]) == 2
+
+
+def test_compress_passes_the_gqa_rule_to_the_press(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rcstat.press import rcstat_press
+
+    made: list[str] = []
+
+    class Spy(rcstat_press.RCStatPress):
+        def __post_init__(self) -> None:
+            made.append(self.group)
+            super().__post_init__()
+
+    monkeypatch.setattr(rcstat_press, "RCStatPress", Spy)
+    context = "The cat sat on the warm mat near the door. " * 4
+    argv = ["compress", "--model", str(model_dir), "--context", context, "--question", "Where?"]
+    assert cli.main([*argv, "--group", "mean", "--max-new-tokens", "2", "--no-full"]) == 0
+    assert made == ["mean"]
+    assert "global" in _flat(capsys.readouterr().out)

@@ -44,6 +44,13 @@ def register(sub: Any) -> None:
         "--ratio", type=float, default=None, help="target compression ratio in [0, 1) (overrides c)"
     )
     co.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="window size w")
+    co.add_argument(
+        "--group",
+        choices=["max", "mean"],
+        default="max",
+        help="how a GQA group's query heads decide for their KV head: max (any head keeps an "
+        "entry) or mean (the group's mean relative score)",
+    )
     co.add_argument("--max-new-tokens", type=int, default=64, help="answer length limit")
     co.add_argument(
         "--no-full", action="store_true", help="skip the full-cache answer used for comparison"
@@ -65,6 +72,7 @@ class CompressArgs:
     max_new_tokens: int
     full: bool = True
     allow_special_tokens: bool = False
+    group: str = "max"
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> CompressArgs:
@@ -86,6 +94,7 @@ class CompressArgs:
             max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             full=not ns.no_full,
             allow_special_tokens=ns.allow_special_tokens,
+            group=ns.group,
         )
 
 
@@ -100,7 +109,10 @@ def run(args: CompressArgs) -> int:
     from rcstat.report.console import format_bytes
 
     press = RCStatPress(
-        threshold=args.threshold, window_size=args.window, compression_ratio=args.ratio
+        threshold=args.threshold,
+        window_size=args.window,
+        compression_ratio=args.ratio,
+        group=args.group,  # type: ignore[arg-type]
     )
     model, tokenizer = load_model_quietly(args.model, args.placement)
     with step("compressing the context and answering…"):
