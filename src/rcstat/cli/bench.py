@@ -485,7 +485,7 @@ def pd_table_frame(path: Path, *, metric: bool = False) -> str | None:
     frame = pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
     if frame.empty:
         return None
-    first = ["subset", "ratio", "window", "metric", "quotient"] if metric else ["method", "k"]
+    first = ["subset", "ratio", "group", "metric", "quotient"] if metric else ["method", "k"]
     shown = frame[[*first, "baseline", "difference", "low", "high", "win_share", "examples"]]
     return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
