@@ -248,5 +248,7 @@ def test_comparison_with_the_best_baseline_by_hand() -> None:
     assert (everything["wins"], everything["losses"]) == (1, 1)  # a lower VER wins
     assert found.loc[("answerable", "ver"), "difference"] == -1.0
     assert found.loc[("unanswerable", "ver"), "difference"] == 1.0
+    only_answerable = comparison(frame.assign(answerable=True))
+    assert set(only_answerable["subset"]) == {"all"}  # no subset that repeats "all"
     rouge = found.loc[("all", "rougeL_vs_full")]
     assert rouge["baseline"] in ("knorm", "tova") and rouge["difference"] == pytest.approx(0.05)

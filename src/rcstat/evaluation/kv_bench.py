@@ -378,7 +378,8 @@ COMPARED_METRICS = (("ver", False), ("rougeL_vs_full", True))
 def comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """RCStat (target-ratio mode) against the best baseline at each ratio, paired by example.
 
-    For every subset (all examples, and answerable / unanswerable ones when the rows say),
+    For every subset (all examples, and answerable / unanswerable ones apart when the rows
+    hold both),
     ratio, window and metric of :data:`COMPARED_METRICS`: the baseline with the best mean at
     that ratio, both means, their quotient, and :func:`~rcstat.evaluation.paired.paired_difference`
     of RCStat minus that baseline over the examples both scored (interval, wins, ties, losses).
@@ -390,7 +391,8 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
     subsets: list[tuple[str, pd.DataFrame]] = [("all", frame)]
     if "answerable" in frame and frame["answerable"].notna().all():
         answerable = frame["answerable"].astype(bool)
-        subsets += [("answerable", frame[answerable]), ("unanswerable", frame[~answerable])]
+        if answerable.any() and not answerable.all():  # a dataset with both kinds (SQuAD v2)
+            subsets += [("answerable", frame[answerable]), ("unanswerable", frame[~answerable])]
     rows = []
     for subset, part in subsets:
         ours = part[(part["method"] == "rcstat") & part["threshold"].isna()]
