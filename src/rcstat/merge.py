@@ -84,11 +84,13 @@ class RowFile:
     columns: tuple[str, ...] | None = None
     commit: bool = False
 
-    def read(self, folder: Path, *, repair: bool = False) -> list[dict[str, Any]]:
+    def read(self, folder: Path) -> list[dict[str, Any]]:
+        """The rows in ``folder``, read only (a cut last line is skipped, never truncated:
+        another process may be writing the file)."""
         path = folder / self.name
         if self.columns is None:
-            return read_jsonl(path, repair=repair)
-        return list(read_csv_rows(path, self.columns, repair=repair))
+            return read_jsonl(path, repair=False)
+        return list(read_csv_rows(path, self.columns, repair=False))
 
     def write(self, folder: Path, rows: Sequence[Mapping[str, Any]]) -> None:
         path = folder / self.name
@@ -189,7 +191,7 @@ def start_part(
 
 def _seed(out: Path, folder: Path, files: RunFiles, keys: set[str]) -> None:
     """Copy ``out``'s manifest and its committed rows of ``keys`` into a new part."""
-    keys &= _committed(out, files, repair=False)
+    keys &= _committed(out, files)
     for row_file in files.rows:
         rows = [r for r in row_file.read(out) if str(r.get(row_file.key)) in keys]
         if rows:
@@ -206,9 +208,10 @@ def _seed(out: Path, folder: Path, files: RunFiles, keys: set[str]) -> None:
     shutil.copy2(out / MANIFEST_FILE, folder / MANIFEST_FILE)  # last: the seed is whole
 
 
-def _committed(folder: Path, files: RunFiles, *, repair: bool) -> set[str]:
+def _committed(folder: Path, files: RunFiles) -> set[str]:
+    """The keys with a committing row in ``folder`` (read only)."""
     commit = files.commit
-    return {str(r.get(commit.key)) for r in commit.read(folder, repair=repair)}
+    return {str(r.get(commit.key)) for r in commit.read(folder)}
 
 
 def merge_if_last(out: str | Path, folder: Path, files: RunFiles) -> bool:
@@ -224,7 +227,7 @@ def finish_part(folder: Path, files: RunFiles) -> int | None:
     state = _read_json(folder / SHARD_FILE)
     if state is None:
         raise RunMismatchError(f"{folder} has no {SHARD_FILE}: not a part of a run")
-    committed = _committed(folder, files, repair=False)
+    committed = _committed(folder, files)
     complete = all(key in committed for _, key in state["plan"])
     if complete != state.get("complete"):
         _write_json(folder / SHARD_FILE, {**state, "complete": complete}, indent=None)
@@ -344,7 +347,8 @@ def merge_parts(
         count = parts[0].count
         owner, position = _owners(parts)
         missing_shards = sorted(set(range(count)) - {p.index for p in parts})
-        missing = {p.index: _missing(p, files) for p in parts}
+        committed = {p.index: _committed(p.folder, files) for p in parts}
+        missing = {p.index: sum(k not in committed[p.index] for k in p.plan) for p in parts}
         result = MergeResult(len(parts), sum(len(p.plan) for p in parts), missing)
         if missing_shards or any(missing.values()):
             if when_complete:
@@ -360,7 +364,7 @@ def merge_parts(
             result.merged = False
             return result
         _check_merged_manifest(out, manifest)
-        _write_rows(out, parts, files, owner, position)
+        _write_rows(out, parts, files, owner, position, committed)
         for name in files.copied:
             if (parts[0].folder / name).is_file():
                 shutil.copy2(parts[0].folder / name, out / name)
@@ -374,11 +378,6 @@ def merge_parts(
         _write_json(out / MANIFEST_FILE, manifest)
         _write_json(out / PARTS / _MERGED, {"state": state, "partial": result.partial})
     return result
-
-
-def _missing(part: Part, files: RunFiles) -> int:
-    committed = _committed(part.folder, files, repair=False)
-    return sum(key not in committed for key in part.plan)
 
 
 def _incomplete(out: Path, shards: list[int], missing: dict[int, int], count: int) -> str:
@@ -457,10 +456,10 @@ def _write_rows(
     files: RunFiles,
     owner: Mapping[str, int],
     position: Mapping[str, int],
+    committed: Mapping[int, set[str]],
 ) -> None:
     """Every row file: committed part rows by planned position, then the merged run's own
     rows of keys no part holds (in their order)."""
-    committed = {p.index: _committed(p.folder, files, repair=False) for p in parts}
     held = set().union(*committed.values())
     for row_file in files.rows:
         rows: list[tuple[float, int, int, dict[str, Any]]] = []
