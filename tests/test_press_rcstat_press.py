@@ -8,28 +8,32 @@ import torch
 from transformers import DynamicCache
 
 from rcstat.press.rcstat_press import RCStatPress, relative_scores
-from tests._reference import naive_expected_rc
+from tests._reference import algorithm1, naive_expected_rc
 from tests._tiny_models import reference_scores, tiny_model
 
 pytestmark = pytest.mark.press  # needs the rcstat[press] extra (kvpress)
 
 
-def _naive_normalized(scores: np.ndarray, window: int) -> np.ndarray:
+def _naive_normalized(scores: np.ndarray, window: int, score: str = "expected") -> np.ndarray:
     """s_i / θ for one head by loops; ``scores[j, i]`` = query j of the window, key i."""
     length = scores.shape[1]
     y = np.array([scores[q, length - window + k] for q in range(window) for k in range(q + 1)])
-    s = np.array([naive_expected_rc(scores[:, i], y) for i in range(length - window)])
+    if score == "expected":
+        s = np.array([naive_expected_rc(scores[:, i], y) for i in range(length - window)])
+    else:  # the paper's Algorithm 1 for the upper bound A
+        s = np.array([algorithm1(scores[:, i], y, "upper") for i in range(length - window)])
     theta = s.mean()
     return s / theta if theta > 0 else np.zeros_like(s)
 
 
+@pytest.mark.parametrize("score", ["expected", "upper"])
 @pytest.mark.parametrize("window", [4, 8])
-def test_relative_scores_equal_brute_force(window: int) -> None:
+def test_relative_scores_equal_brute_force(window: int, score: str) -> None:
     gen = torch.Generator().manual_seed(window)
     scores = torch.randn(1, 3, window, 40, generator=gen, dtype=torch.float64) * 5
-    got = relative_scores(scores)
+    got = relative_scores(scores, score)  # type: ignore[arg-type]
     for head in range(3):
-        want = _naive_normalized(scores[0, head].numpy(), window)
+        want = _naive_normalized(scores[0, head].numpy(), window, score)
         np.testing.assert_allclose(got[0, head].numpy(), want, rtol=1e-9, atol=1e-12)
 
 
@@ -111,6 +115,90 @@ def test_bad_arguments() -> None:
         RCStatPress().realized_ratio()
     with pytest.raises(ValueError, match="group must be one of max, mean"):
         RCStatPress(group="median")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="score must be one of expected, upper"):
+        RCStatPress(score="lower")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="budget must be one of layer, pooled"):
+        RCStatPress(budget="head")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs a compression_ratio"):
+        RCStatPress(budget="pooled")
+    with pytest.raises(ValueError, match="floor"):
+        RCStatPress(compression_ratio=0.5, budget="pooled", floor=1.5)
+    with pytest.raises(ValueError, match="outside the window and the floor"):
+        _prefill(RCStatPress(compression_ratio=0.7, budget="pooled", floor=1.0), length=48)
+
+
+def _naive_layer_scores(model, ids: torch.Tensor, window: int, score: str) -> np.ndarray:  # noqa: ANN001
+    """``[layers, kv_heads, T - w]``: the max over each group of s_i / θ, by loops."""
+    out = []
+    for block in reference_scores(model, ids):  # [1, heads, T, T]
+        rows = block[0, :, ids.shape[1] - window :, :].numpy()
+        normalized = np.stack([_naive_normalized(r, window, score) for r in rows])
+        out.append(normalized.reshape(2, 2, -1).max(axis=1))
+    return np.stack(out)
+
+
+def test_upper_bound_score_follows_the_oracle() -> None:
+    """score="upper" ranks by A(X({i}, ĝ), Y(ĝ, ĝ)) / mean_i A: at a target ratio each layer
+    evicts exactly its lowest entries by the brute-force scores."""
+    press = RCStatPress(compression_ratio=0.5, window_size=8, score="upper")
+    model, ids = _prefill(press)
+    naive = _naive_layer_scores(model, ids, 8, "upper")  # [L, Hkv, T - w]
+    for layer in range(naive.shape[0]):
+        order = np.sort(naive[layer].ravel())
+        evict = round(0.5 * 2 * 48)
+        kept_outside = press.kept[layer][0].numpy() - 8  # [Hkv]
+        cut = order[evict - 1]  # the largest evicted score (no ties in random data)
+        np.testing.assert_array_equal(kept_outside, (naive[layer] > cut).sum(-1))
+
+
+@pytest.mark.parametrize("floor", [0.0, 0.2, 0.6])
+def test_pooled_budget_evicts_the_models_lowest_entries_above_a_floor(floor: float) -> None:
+    """budget="pooled": r of all layers' entries go, the lowest relative scores of the whole
+    model except each head's protected best ⌈floor·(1 − r)·(T − w)⌉; layers then differ."""
+    ratio, window, length = 0.6, 8, 48
+    press = RCStatPress(compression_ratio=ratio, window_size=window, budget="pooled", floor=floor)
+    model, ids = _prefill(press, length=length)
+    naive = _naive_layer_scores(model, ids, window, "expected")  # [L, Hkv, T - w]
+    protect = int(np.ceil(floor * (1 - ratio) * (length - window)))
+    candidates = naive.copy()
+    if protect:
+        best = np.argsort(-naive, axis=-1)[..., :protect]
+        np.put_along_axis(candidates, best, np.inf, axis=-1)
+    evict = round(ratio * naive.shape[0] * naive.shape[1] * length)
+    cut = np.sort(candidates.ravel())[evict - 1]
+    want = (candidates > cut).sum(-1) + window  # [L, Hkv] kept entries
+    got = np.stack([press.kept[layer][0].numpy() for layer in range(naive.shape[0])])
+    np.testing.assert_array_equal(got, want)
+    assert press.realized_ratio() == pytest.approx(evict / (naive.size // (length - window) * length))
+    assert (got - window >= protect).all()
+    if floor == 0.0:
+        assert len(set(press.layer_ratios().values())) > 1  # layers differ
+
+
+def test_pooled_budget_on_the_ragged_cache_frees_what_it_masks() -> None:
+    """The pooled press applies every layer's evictions at the last layer: the ragged cache
+    holds exactly the kept entries and the question's logits equal kvpress's masked mode."""
+    from rcstat.press import RaggedCache, ragged_attention
+
+    model = tiny_model("llama")
+    context, question = _ids(40, 5), _ids(6, 6)
+    with torch.no_grad():
+        ragged = RCStatPress(compression_ratio=0.5, budget="pooled", floor=0.0)
+        cache = RaggedCache()
+        with ragged(model), ragged_attention(model):
+            model(context, past_key_values=cache)
+        with ragged_attention(model):
+            got = model(question, past_key_values=cache).logits
+        masked = RCStatPress(compression_ratio=0.5, budget="pooled", floor=0.0)
+        dense = DynamicCache()
+        with masked(model):
+            model(context, past_key_values=dense)
+            want = model(question, past_key_values=dense).logits
+    for layer in range(3):
+        assert torch.equal(ragged.kept[layer], masked.kept[layer])
+        assert torch.equal(cache.kept_lengths(layer) - question.shape[1], ragged.kept[layer])
+    assert ragged.realized_ratio() == pytest.approx(round(0.5 * 3 * 2 * 40) / (3 * 2 * 40))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
 
 
 # -- with the ragged cache: real eviction, checked against the masked dense reference --------

@@ -9,7 +9,10 @@ the window's queries against the window's own causal self scores — and compare
 (``max_h s_i^h / θ^h > c``; ``group="mean"`` averages the group's relative scores instead);
 the window is never evicted. The number of evicted tokens
 therefore differs per KV head and per layer. In target-ratio mode ``c`` is chosen per layer
-so that a fraction ``r`` of the layer's KV entries is evicted.
+so that a fraction ``r`` of the layer's KV entries is evicted (``budget="layer"``), or once
+for the whole model (``budget="pooled"``: layers differ too, each KV head keeping at least a
+``floor`` share of its budget). ``score="upper"`` ranks by the upper bound ``A`` (eq. 4) of
+each token's RC instead of ``E``, relative to the mean of ``A`` over the prompt.
 
 Where the evictions go: with an ``rcstat.press.RaggedCache`` as ``past_key_values`` the
 entries are removed from memory (packed per KV head); with any other cache the press records
@@ -19,6 +22,7 @@ which keeps the memory).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -29,7 +33,7 @@ from rcstat.capture import grouped_scores
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_WINDOW
 from rcstat.press.extra import require_kvpress
-from rcstat.stats import expected_rc_shared, self_samples
+from rcstat.stats import expected_rc_shared, rc_statistics, self_samples
 
 require_kvpress()
 from kvpress import BasePress  # noqa: E402
@@ -51,7 +55,9 @@ def window_queries(
     return query * cos + _rotate_half(query) * sin
 
 
-def relative_scores(scores: torch.Tensor) -> torch.Tensor:
+def relative_scores(
+    scores: torch.Tensor, score: Literal["expected", "upper"] = "expected"
+) -> torch.Tensor:
     """RC of every non-window prompt token relative to the mean, ``s_i / θ`` (paper eq. 9).
 
     Parameters
@@ -59,23 +65,34 @@ def relative_scores(scores: torch.Tensor) -> torch.Tensor:
     scores
         ``[batch, heads, w, T]`` raw scores of the window's queries (the last ``w`` of ``T``
         prompt positions) against every prompt key.
+    score
+        ``"expected"``: ``s_i = E(X({i}, ĝ), Y(ĝ, ĝ))``, whose mean over ``i`` is
+        ``θ = E(X(p ∖ ĝ, ĝ), Y(ĝ, ĝ))``; ``"upper"``: ``s_i = A(X({i}, ĝ), Y(ĝ, ĝ))``, the
+        overlap-area upper bound (eq. 4), and ``θ`` its mean over ``i``.
 
     Returns
     -------
     torch.Tensor
-        ``[batch, heads, T - w]`` float64: ``s_i / θ`` with ``s_i = E(X({i}, ĝ), Y(ĝ, ĝ))``
-        and ``θ = mean_i s_i`` (0 where ``θ = 0``).
+        ``[batch, heads, T - w]`` float64: ``s_i / θ`` (0 where ``θ = 0``).
     """
     window, length = scores.shape[-2], scores.shape[-1]
     y = self_samples(scores, length - window)  # [B, H, w(w+1)/2]: Y(ĝ, ĝ), key <= query
     x = scores[..., : length - window].transpose(-1, -2)  # [B, H, T - w, w]: X({i}, ĝ)
-    s = expected_rc_shared(x, y)  # [B, H, T - w]
-    theta = s.mean(-1, keepdim=True)  # [B, H, 1] = E(X(p \\ ĝ, ĝ), Y(ĝ, ĝ))
+    if score == "expected":
+        s = expected_rc_shared(x, y)  # [B, H, T - w]
+    else:
+        shared = y.unsqueeze(-2).expand(*x.shape[:-1], y.shape[-1])  # [B, H, T - w, w(w+1)/2]
+        s = rc_statistics(x, shared, lower=False).upper  # [B, H, T - w]
+    theta = s.mean(-1, keepdim=True)  # [B, H, 1]
     return torch.where(theta > 0, s / theta.clamp_min(torch.finfo(s.dtype).tiny), 0.0)
 
 
 #: How a GQA group's query heads combine their relative scores (:class:`RCStatPress`).
 GROUP_RULES = ("max", "mean")
+#: The statistic that scores each token (:class:`RCStatPress`).
+SCORES = ("expected", "upper")
+#: Where the target ratio holds (:class:`RCStatPress`).
+BUDGETS = ("layer", "pooled")
 
 
 @dataclass
@@ -90,13 +107,26 @@ class RCStatPress(BasePress):
     window_size
         ``w``, the number of last prompt tokens whose queries score the rest (8; 16 works).
     compression_ratio
-        Target-ratio mode when set: per layer, the ``r·(KV heads × T)`` entries with the
-        lowest relative scores ``max_h s_i^h / θ^h`` are evicted (window excluded), so
-        heads still differ but the layer's ratio is ``r``. ``None`` (default): threshold mode.
+        Target-ratio mode when set: the entries with the lowest relative scores
+        ``max_h s_i^h / θ^h`` are evicted (window excluded) so that the ratio is ``r``,
+        per layer or over the model (``budget``). ``None`` (default): threshold mode.
     group
         How the query heads of a GQA group decide for their KV head: ``"max"`` (default,
         the paper's rule: an entry stays when any query head keeps it) or ``"mean"`` (the
         group's mean relative score ``mean_h s_i^h / θ^h`` is compared with ``c``).
+    score
+        ``"expected"`` (default): ``s_i`` is the exact expected RC; ``"upper"``: its upper
+        bound ``A`` (eq. 4), relative to the mean of ``A`` over the prompt.
+    budget
+        Target-ratio mode only. ``"layer"`` (default): each layer evicts ``r`` of its
+        entries. ``"pooled"``: ``r`` of all layers' entries are evicted together, the lowest
+        relative scores of the whole model first, so layers differ as heads do; the layers'
+        evictions are applied when the last layer has been scored (prefill is not affected:
+        each layer attends to its full prompt before its cache is compressed).
+    floor
+        With ``budget="pooled"``: every KV head of every layer keeps at least
+        ``⌈floor · (1 − r) · (T − w)⌉`` of its best non-window entries (a share of the budget
+        it would have with a uniform ratio, as AdaKV's safeguard); 0 pools without a floor.
 
     After each prefill, :attr:`kept` holds the number of kept entries per layer and KV head
     and the realized ratios are available from :meth:`realized_ratio`, :meth:`layer_ratios`
@@ -107,8 +137,15 @@ class RCStatPress(BasePress):
     window_size: int = DEFAULT_WINDOW
     compression_ratio: float | None = None
     group: Literal["max", "mean"] = "max"
+    score: Literal["expected", "upper"] = "expected"
+    budget: Literal["layer", "pooled"] = "layer"
+    floor: float = 0.2
     kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
     lengths: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    # pooled budget: each scored layer's (module, cache, relative scores) until the last one
+    _pending: dict[int, tuple[nn.Module, Any, torch.Tensor]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         self.threshold = check_number("threshold", self.threshold, low=0)
@@ -117,13 +154,22 @@ class RCStatPress(BasePress):
             self.compression_ratio = check_number(
                 "compression_ratio", self.compression_ratio, low=0, high=1, high_open=True
             )
-        if self.group not in GROUP_RULES:
-            raise ValueError(f"group must be one of {', '.join(GROUP_RULES)}, got {self.group!r}")
+        for name, value, allowed in (
+            ("group", self.group, GROUP_RULES),
+            ("score", self.score, SCORES),
+            ("budget", self.budget, BUDGETS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        self.floor = check_number("floor", self.floor, low=0, high=1)
+        if self.budget == "pooled" and self.compression_ratio is None:
+            raise ValueError("budget='pooled' needs a compression_ratio (target-ratio mode)")
 
-    def keep_mask(
+    def relative(
         self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
     ) -> torch.Tensor:
-        """``[batch, kv_heads, T]`` boolean: which prompt entries each KV head keeps."""
+        """``[batch, kv_heads, T - w]`` float64: each KV head's relative score of every
+        non-window prompt token, its group's query heads combined by :attr:`group`."""
         batch, kv_heads, length, _ = keys.shape
         window = self.window_size
         if length <= window:
@@ -132,27 +178,75 @@ class RCStatPress(BasePress):
                 "compress (use a smaller window_size or a longer context)"
             )
         query = window_queries(module, hidden_states, window, kwargs)  # [B, Hq, w, D]
-        relative = relative_scores(grouped_scores(query, keys))  # [B, Hq, T - w]
-        group = relative.shape[1] // kv_heads
-        grouped = relative.view(batch, kv_heads, group, length - window)
-        per_kv = grouped.amax(2) if self.group == "max" else grouped.mean(2)  # [B, Hkv, T - w]
-        keep = torch.ones(batch, kv_heads, length, dtype=torch.bool, device=keys.device)
-        if self.compression_ratio is None:
-            if self.threshold > 0:
-                keep[..., : length - window] = per_kv > self.threshold
-            return keep
-        evict = round(self.compression_ratio * kv_heads * length)
-        if evict > kv_heads * (length - window):
+        relative = relative_scores(grouped_scores(query, keys), self.score)  # [B, Hq, T - w]
+        grouped = relative.view(batch, kv_heads, -1, length - window)
+        return grouped.amax(2) if self.group == "max" else grouped.mean(2)
+
+    def _lowest(self, scores: torch.Tensor, evict: int, protect: int = 0) -> torch.Tensor:
+        """``scores``' shape, bool: False at the ``evict`` lowest of each batch row, never at
+        the ``protect`` highest of a head (last axis)."""
+        flat = scores
+        if protect > 0:
+            best = scores.topk(protect, dim=-1).indices
+            flat = scores.scatter(-1, best, torch.inf)
+        flat = flat.reshape(scores.shape[0], -1)
+        heads = scores[0].numel() // scores.shape[-1]
+        available = heads * (scores.shape[-1] - protect)
+        if evict > available:
             raise ValueError(
                 f"compression_ratio {self.compression_ratio} needs {evict} evictions but only "
-                f"{kv_heads * (length - window)} entries lie outside the window"
+                f"{available} entries lie outside the window and the floor"
             )
+        keep = torch.ones_like(flat, dtype=torch.bool)
         if evict > 0:
-            flat = per_kv.reshape(batch, -1)  # [B, Hkv·(T - w)]
-            lowest = flat.topk(evict, dim=-1, largest=False).indices
-            candidates = torch.ones_like(flat, dtype=torch.bool).scatter_(-1, lowest, False)
-            keep[..., : length - window] = candidates.view(batch, kv_heads, length - window)
+            keep.scatter_(-1, flat.topk(evict, dim=-1, largest=False).indices, False)
+        return keep.view(scores.shape)
+
+    def _full_keep(self, per_kv: torch.Tensor, decided: torch.Tensor | None) -> torch.Tensor:
+        """``[B, Hkv, T]``: the window kept, the rest as ``decided`` (all kept when None)."""
+        batch, kv_heads, candidates = per_kv.shape
+        keep = torch.ones(
+            batch, kv_heads, candidates + self.window_size, dtype=torch.bool, device=per_kv.device
+        )
+        if decided is not None:
+            keep[..., :candidates] = decided
         return keep
+
+    def keep_mask(
+        self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
+    ) -> torch.Tensor:
+        """``[batch, kv_heads, T]`` boolean: which prompt entries each KV head keeps (per
+        layer: threshold mode or ``budget="layer"``)."""
+        per_kv = self.relative(module, hidden_states, keys, kwargs)  # [B, Hkv, T - w]
+        if self.compression_ratio is None:
+            return self._full_keep(per_kv, per_kv > self.threshold if self.threshold > 0 else None)
+        evict = round(self.compression_ratio * keys.shape[1] * keys.shape[2])
+        return self._full_keep(per_kv, self._lowest(per_kv, evict))
+
+    def _pooled_keeps(self) -> dict[int, torch.Tensor]:
+        """Per pending layer, ``[B, Hkv, T]``: the pooled budget's evictions."""
+        layers = sorted(self._pending)
+        scores = torch.stack([self._pending[i][2] for i in layers], 1)  # [B, L, Hkv, T - w]
+        length = scores.shape[-1] + self.window_size
+        ratio = cast(float, self.compression_ratio)
+        evict = round(ratio * scores.shape[1] * scores.shape[2] * length)
+        protect = min(scores.shape[-1], math.ceil(self.floor * (1 - ratio) * scores.shape[-1]))
+        decided = self._lowest(scores, evict, protect)  # [B, L, Hkv, T - w]
+        return {
+            layer: self._full_keep(scores[:, j], decided[:, j]) for j, layer in enumerate(layers)
+        }
+
+    def _apply(self, layer: int, module: nn.Module, cache: Any, keep: torch.Tensor) -> None:
+        """Record ``keep`` ``[B, Hkv, T]`` for ``layer`` and evict through ``cache``."""
+        self.kept[layer] = keep.sum(-1).cpu()
+        self.lengths[layer] = keep.shape[-1]
+        compress_layer = getattr(cache, "compress_layer", None)
+        masked: tuple[torch.Tensor, ...] | None = None
+        if compress_layer is not None:  # ragged cache: evicted entries are freed
+            compress_layer(layer, keep)
+        elif bool((~keep).any()):  # reference mode: kvpress masks them at decoding time
+            masked = tuple((~keep).nonzero(as_tuple=True))
+        cast(Any, module).masked_key_indices = masked  # read by kvpress's attention patch
 
     def compress(
         self,
@@ -172,17 +266,17 @@ class RCStatPress(BasePress):
         if layer == 0:  # a new prefill: forget the previous one's statistics
             self.kept.clear()
             self.lengths.clear()
-        keep = self.keep_mask(module, hidden_states, keys, kwargs)  # [B, Hkv, T]
-        self.kept[layer] = keep.sum(-1).cpu()
-        self.lengths[layer] = keys.shape[2]
+            self._pending.clear()
         cache = kwargs["past_key_values"]
-        compress_layer = getattr(cache, "compress_layer", None)
-        masked: tuple[torch.Tensor, ...] | None = None
-        if compress_layer is not None:  # ragged cache: evicted entries are freed
-            compress_layer(layer, keep)
-        elif bool((~keep).any()):  # reference mode: kvpress masks them at decoding time
-            masked = tuple((~keep).nonzero(as_tuple=True))
-        cast(Any, module).masked_key_indices = masked  # read by kvpress's attention patch
+        if self.budget == "layer":
+            self._apply(layer, module, cache, self.keep_mask(module, hidden_states, keys, kwargs))
+            return keys, values
+        per_kv = self.relative(module, hidden_states, keys, kwargs)
+        self._pending[layer] = (module, cache, per_kv)
+        if layer == int(cast(Any, module).config.num_hidden_layers) - 1:  # every layer scored
+            for i, keep in self._pooled_keeps().items():
+                self._apply(i, self._pending[i][0], self._pending[i][1], keep)
+            self._pending.clear()
         return keys, values
 
     def forward_hook(self, module: nn.Module, input: Any, kwargs: dict, output: Any) -> Any:
