@@ -149,6 +149,7 @@ def summarize(tables: dict[str, pd.DataFrame], out: Path) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="default: the embedded model")
     parser.add_argument("--dataset", default="squad_v2")
     parser.add_argument("--context", choices=("full", "relevant"), default=None)
     parser.add_argument("--max-tokens", type=int, default=2048)
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{ns.out} is not empty: give a new folder")
     options = {} if ns.context is None else {"context": ns.context}
     loaded = load_dataset(ns.dataset, None, limit=ns.n, **options)
-    model, tokenizer = load_model()
+    model, tokenizer = load_model(ns.model)
     examples = []
     for e in loaded:
         context, question = split_context_question(tokenizer, e.context, e.question)

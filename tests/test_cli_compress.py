@@ -65,3 +65,35 @@ def test_compress_passes_the_gqa_rule_to_the_press(
     assert cli.main([*argv, "--group", "mean", "--max-new-tokens", "2", "--no-full"]) == 0
     assert made == ["mean"]
     assert "global" in _flat(capsys.readouterr().out)
+
+
+def test_compress_query_aware_with_the_question_as_window(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--placement question --window question: the press's window is the question's tokens,
+    which end the compressed prompt; the pooled budget and the upper-bound score reach it."""
+    from rcstat.press import answer
+
+    seen: list[tuple[int, str, str, int]] = []
+    real = answer.prefill
+
+    def spy(model, context, press, cache):  # type: ignore[no-untyped-def]
+        if press is not None:
+            seen.append((press.window_size, press.score, press.budget, int(context.shape[1])))
+        return real(model, context, press, cache)
+
+    monkeypatch.setattr(answer, "prefill", spy)
+    context = "The cat sat on the warm mat near the door. " * 4
+    argv = ["compress", "--model", str(model_dir), "--context", context, "--question", "Where?"]
+    extra = ["--placement", "question", "--window", "question", "--ratio", "0.5"]
+    knobs = ["--budget", "pooled", "--floor", "0.1", "--score", "upper"]
+    assert cli.main([*argv, *extra, *knobs, "--max-new-tokens", "2", "--no-full"]) == 0
+    split = answer.split_prompt(_tokenizer(model_dir), context, "Where?", placement="question")
+    assert seen == [(split.question_tokens, "upper", "pooled", split.compressed.shape[1])]
+    assert "global 0.5" in _flat(capsys.readouterr().out)
+
+
+def _tokenizer(model_dir: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)

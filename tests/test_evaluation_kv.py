@@ -7,7 +7,7 @@ import torch
 from kvpress import KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress
 
 from rcstat.evaluation.kv import evaluate_example, full_reference
-from rcstat.press.answer import split_context_question
+from rcstat.press.answer import split_context_question, split_prompt
 from rcstat.segments import segment_chat
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
@@ -24,6 +24,24 @@ def test_split_keeps_every_token_and_cuts_at_the_question() -> None:
     whole = segment_chat(tok, CONTEXT, QUESTION).input_ids
     assert torch.equal(torch.cat([context_ids, question_ids], dim=1), whole)
     assert tok.decode(question_ids[0]).startswith(QUESTION)
+
+
+def test_query_aware_split_compresses_the_question_too() -> None:
+    tok = make_tiny_tokenizer()
+    plain = split_prompt(tok, CONTEXT, QUESTION)
+    aware = split_prompt(tok, CONTEXT, QUESTION, placement="question")
+    whole = segment_chat(tok, CONTEXT, QUESTION).input_ids
+    for split in (plain, aware):
+        assert torch.equal(torch.cat([split.compressed, split.rest], dim=1), whole)
+    q = aware.question_tokens
+    assert (
+        plain.question_tokens == 0
+        and q == whole.shape[1] - plain.compressed.shape[1] - (aware.rest.shape[1])
+    )
+    assert tok.decode(aware.compressed[0, -q:]).strip() == QUESTION
+    assert torch.equal(aware.compressed[:, : plain.compressed.shape[1]], plain.compressed)
+    with pytest.raises(ValueError, match="placement must be one of context, question"):
+        split_prompt(tok, CONTEXT, QUESTION, placement="answer")
 
 
 def test_no_compression_is_exact() -> None:

@@ -47,6 +47,58 @@ def test_the_gqa_rule_is_a_setting() -> None:
     assert make_press(grid[2]).group == "mean"
 
 
+def test_score_and_budget_are_settings() -> None:
+    grid = settings_grid(
+        ["rcstat"], [0.5], [1.0], [8], ["max"], scores=["expected", "upper"],
+        budgets=["layer", "pooled"], floor=0.1,
+    )  # fmt: skip
+    assert [s.key for s in grid] == [
+        "rcstat|r=0.5|c=None|w=8",  # every knob at its default: the keys of earlier runs
+        "rcstat|r=0.5|c=None|w=8|b=pooled,f=0.1",
+        "rcstat|r=None|c=1.0|w=8",  # the pooled budget has no threshold mode
+        "rcstat|r=0.5|c=None|w=8|s=upper",
+        "rcstat|r=0.5|c=None|w=8|s=upper|b=pooled,f=0.1",
+        "rcstat|r=None|c=1.0|w=8|s=upper",
+    ]
+    pooled = make_press(grid[4])
+    assert (pooled.score, pooled.budget, pooled.floor) == ("upper", "pooled", 0.1)
+    question = Setting("rcstat", ratio=0.5, window="question")
+    assert question.key == "rcstat|r=0.5|c=None|w=question"
+    assert make_press(question, question_tokens=6).window_size == 6
+    with pytest.raises(ValueError, match="needs the question inside the compressed prompt"):
+        make_press(question)
+
+
+def test_query_aware_placement_is_its_own_run(tmp_path: Path) -> None:
+    """placement="question" compresses the question too: the question window holds exactly
+    the question's tokens, the run's manifest differs from a question-agnostic one (rows never
+    mix), and a question-agnostic run keeps the manifest it always had."""
+    settings = [Setting("rcstat", ratio=0.5, window="question"), Setting("tova", ratio=0.5)]
+    made: list[int] = []
+    real = kv_bench.make_press
+
+    def spy(setting: Setting, question_tokens: int = 0) -> Any:
+        press = real(setting, question_tokens)
+        made.append(getattr(press, "window_size", -1))
+        return press
+
+    tok = make_tiny_tokenizer()
+    want = len(tok(EXAMPLES[0].question, add_special_tokens=False)["input_ids"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kv_bench, "make_press", spy)
+        summary = _bench(tmp_path / "q", settings=settings, placement="question").run(
+            tiny_model("llama"), tok, EXAMPLES
+        )
+    assert made[0] == want and set(summary["window"]) == {"question", "8"}
+    assert json.loads((tmp_path / "q" / "config.json").read_text())["placement"] == "question"
+    manifest = json.loads((tmp_path / "q" / "run.json").read_text())
+    assert manifest["options"]["placement"] == "question"
+    with pytest.raises(RunMismatchError, match="placement"):
+        _bench(tmp_path / "q", settings=settings).collect(tiny_model("llama"), tok, EXAMPLES)
+    plain = _bench(tmp_path / "c").manifest_options()
+    assert "placement" not in plain
+
+
 def test_grid_and_presses() -> None:
     grid = settings_grid(["knorm", "rcstat"], [0.3, 0.5], [1.0], [8, 16])
     assert Setting("knorm", ratio=0.3) in grid

@@ -127,7 +127,9 @@ def test_bad_arguments() -> None:
         _prefill(RCStatPress(compression_ratio=0.7, budget="pooled", floor=1.0), length=48)
 
 
-def _naive_layer_scores(model, ids: torch.Tensor, window: int, score: str) -> np.ndarray:  # noqa: ANN001
+def _naive_layer_scores(
+    model: torch.nn.Module, ids: torch.Tensor, window: int, score: str
+) -> np.ndarray:
     """``[layers, kv_heads, T - w]``: the max over each group of s_i / θ, by loops."""
     out = []
     for block in reference_scores(model, ids):  # [1, heads, T, T]
@@ -169,7 +171,9 @@ def test_pooled_budget_evicts_the_models_lowest_entries_above_a_floor(floor: flo
     want = (candidates > cut).sum(-1) + window  # [L, Hkv] kept entries
     got = np.stack([press.kept[layer][0].numpy() for layer in range(naive.shape[0])])
     np.testing.assert_array_equal(got, want)
-    assert press.realized_ratio() == pytest.approx(evict / (naive.size // (length - window) * length))
+    assert press.realized_ratio() == pytest.approx(
+        evict / (naive.size // (length - window) * length)
+    )
     assert (got - window >= protect).all()
     if floor == 0.0:
         assert len(set(press.layer_ratios().values())) > 1  # layers differ

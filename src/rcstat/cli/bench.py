@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from rcstat.checks import check_count
+from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     HelpFormatter,
     Placement,
@@ -35,7 +35,7 @@ from rcstat.cli._common import (
     staged_output,
     step,
 )
-from rcstat.defaults import DEFAULT_WINDOW
+from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.shards import Shard
 
 NAME = "bench"
@@ -86,12 +86,42 @@ def register(sub: Any) -> None:
     kv.add_argument(
         "--thresholds", default="0.2,0.7,0.8,1.0,1.2,1.3,1.8", help="RCStat thresholds c >= 0"
     )
-    kv.add_argument("--window", default=f"{DEFAULT_WINDOW},16", help="RCStat window sizes")
+    kv.add_argument(
+        "--window",
+        default=f"{DEFAULT_WINDOW},16",
+        help="RCStat window sizes; 'question' (with --placement question): the question's tokens",
+    )
     kv.add_argument(
         "--group",
         default="max",
         help="RCStat's GQA rules, comma-separated: max (a KV head keeps an entry any of its "
         "query heads keeps) and/or mean (the group's mean relative score)",
+    )
+    kv.add_argument(
+        "--score",
+        default="expected",
+        help="RCStat's token scores, comma-separated: expected (exact expected RC) and/or "
+        "upper (its upper bound A)",
+    )
+    kv.add_argument(
+        "--budget",
+        default="layer",
+        help="RCStat's target-ratio budgets, comma-separated: layer (each layer evicts r) "
+        "and/or pooled (r of the whole model, layers differ; see --floor)",
+    )
+    kv.add_argument(
+        "--floor",
+        type=float,
+        default=0.2,
+        help="pooled budget: every KV head keeps at least this share of a uniform budget",
+    )
+    kv.add_argument(
+        "--placement",
+        choices=["context", "question"],
+        default="context",
+        help="context: compress the context, then read the question (question-agnostic, "
+        "kvpress's pipeline); question: compress the question with it (query-aware; "
+        "reported apart)",
     )
     kv.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
     kv.add_argument("--max-new-tokens", type=int, default=32, help="answer length limit")
@@ -186,11 +216,15 @@ class BenchKVArgs:
     presses: list[str]
     ratios: list[float]
     thresholds: list[float]
-    windows: list[int]
+    windows: list[int | str]
     n: int | None
     max_new_tokens: int
     out: Path
     groups: list[str] = field(default_factory=lambda: ["max"])
+    scores: list[str] = field(default_factory=lambda: ["expected"])
+    budgets: list[str] = field(default_factory=lambda: ["layer"])
+    floor: float = 0.2
+    placement_of_question: str = "context"
     context: str | None = None
     max_tokens: int | None = None
     retry_failed: bool = True
@@ -213,8 +247,12 @@ class BenchKVArgs:
             presses=check_press_names(split_list(ns.presses)),
             ratios=float_list("--ratios", split_list(ns.ratios), low=0, high=1, high_open=True),
             thresholds=float_list("--thresholds", split_list(ns.thresholds), low=0),
-            windows=int_list("--window", split_list(ns.window)),
-            groups=_groups(split_list(ns.group)),
+            windows=_windows(split_list(ns.window), ns.placement),
+            groups=_named("--group", split_list(ns.group), ("max", "mean")),
+            scores=_named("--score", split_list(ns.score), ("expected", "upper")),
+            budgets=_named("--budget", split_list(ns.budget), ("layer", "pooled")),
+            floor=check_number("--floor", ns.floor, low=0, high=1),
+            placement_of_question=ns.placement,
             n=optional_count("--n", ns.n),
             max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             out=Path(ns.out),
@@ -224,17 +262,27 @@ class BenchKVArgs:
         )
 
 
-def _groups(names: list[str]) -> list[str]:
-    """``--group`` values, checked (no torch import: the rules are named here)."""
-    rules = ("max", "mean")
-    unknown = [n for n in names if n not in rules]
+def _named(option: str, names: list[str], allowed: tuple[str, ...]) -> list[str]:
+    """Comma-separated names of ``option``, each one of ``allowed``, none twice (checked
+    here, where no torch is imported)."""
+    unknown = [n for n in names if n not in allowed]
     if not names or unknown:
         raise ValueError(
-            f"--group takes {' and/or '.join(rules)}, got {','.join(names) or '(none)'}"
+            f"{option} takes {' and/or '.join(allowed)}, got {','.join(names) or '(none)'}"
         )
     if len(set(names)) != len(names):
-        raise ValueError(f"--group lists a rule twice: {','.join(names)}")
+        raise ValueError(f"{option} lists a value twice: {','.join(names)}")
     return names
+
+
+def _windows(values: list[str], placement: str) -> list[int | str]:
+    """``--window``: token counts, and ``question`` where the question is compressed too."""
+    if QUESTION_WINDOW in values and placement != "question":
+        raise ValueError(f"--window {QUESTION_WINDOW} needs --placement question")
+    if len(set(values)) != len(values):
+        raise ValueError(f"--window lists a value twice: {','.join(values)}")
+    numbers = iter(int_list("--window", [v for v in values if v != QUESTION_WINDOW] or ["1"]))
+    return [v if v == QUESTION_WINDOW else next(numbers) for v in values]
 
 
 def _fits(tokenizer: Any, example: Any, budget: int) -> bool:
@@ -254,14 +302,31 @@ def run_kv(args: BenchKVArgs) -> int:
     from rcstat.merge import part_folder
     from rcstat.runs import model_label
 
-    grid = settings_grid(args.presses, args.ratios, args.thresholds, args.windows, args.groups)
+    grid = settings_grid(
+        args.presses,
+        args.ratios,
+        args.thresholds,
+        args.windows,
+        args.groups,
+        scores=args.scores,
+        budgets=args.budgets,
+        floor=args.floor,
+    )
     # Not --n: a run grows by resuming with a larger --n.
     run_options = {
         "data": str(Path(args.data).resolve()) if args.data else None,
         "context": args.context,
         "max_tokens": args.max_tokens,
     }
-    probe = KVBench(args.out, args.dataset, "", grid, args.max_new_tokens, options=run_options)
+    probe = KVBench(
+        args.out,
+        args.dataset,
+        "",
+        grid,
+        args.max_new_tokens,
+        options=run_options,
+        placement=args.placement_of_question,
+    )
     check_output_folder(args.out, "bench kv")
     check_run_options(args.out, "bench kv", probe.manifest_options(), args.shard)
     options = {} if args.context is None else {"context": args.context}
@@ -288,6 +353,7 @@ def run_kv(args: BenchKVArgs) -> int:
         config={"skipped_too_long": skipped, "window": window},
         options=run_options,
         retry_failed=args.retry_failed,
+        placement=args.placement_of_question,
     )
     claim_output_folder(args.out, "bench kv")
     settings = {
@@ -299,7 +365,10 @@ def run_kv(args: BenchKVArgs) -> int:
     }
     scatter = None
     if "rcstat" in args.presses and args.shard.index == 0:  # before the rows: the last
-        scatter = head_scatter(model, tokenizer, fitting[:10], window=args.windows[0])
+        sized = [w for w in args.windows if isinstance(w, int)]
+        scatter = head_scatter(
+            model, tokenizer, fitting[:10], window=sized[0] if sized else DEFAULT_WINDOW
+        )
         if args.shard.split:  # process to finish summarises with it
             folder = part_folder(args.out, args.shard)
             folder.mkdir(parents=True, exist_ok=True)
@@ -485,7 +554,9 @@ def pd_table_frame(path: Path, *, metric: bool = False) -> str | None:
     frame = pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
     if frame.empty:
         return None
-    first = ["subset", "ratio", "group", "metric", "quotient"] if metric else ["method", "k"]
+    knobs = [c for c in ("window", "group", "score", "budget", "floor") if c in frame]
+    varying = [c for c in knobs if frame[c].nunique() > 1] if metric else []  # RCStat's knobs
+    first = ["subset", "ratio", *varying, "metric", "quotient"] if metric else ["method", "k"]
     shown = frame[[*first, "baseline", "difference", "low", "high", "win_share", "examples"]]
     return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 

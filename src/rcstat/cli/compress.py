@@ -18,11 +18,12 @@ from rcstat.cli._common import (
     add_text_options,
     answer_line,
     console,
+    int_list,
     load_model_quietly,
     read_texts,
     step,
 )
-from rcstat.defaults import DEFAULT_WINDOW
+from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
 
 NAME = "compress"
 
@@ -43,13 +44,43 @@ def register(sub: Any) -> None:
     co.add_argument(
         "--ratio", type=float, default=None, help="target compression ratio in [0, 1) (overrides c)"
     )
-    co.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="window size w")
+    co.add_argument(
+        "--window",
+        default=str(DEFAULT_WINDOW),
+        help=f"window size w; '{QUESTION_WINDOW}' (with --placement question): the question's "
+        "tokens",
+    )
     co.add_argument(
         "--group",
         choices=["max", "mean"],
         default="max",
         help="how a GQA group's query heads decide for their KV head: max (any head keeps an "
         "entry) or mean (the group's mean relative score)",
+    )
+    co.add_argument(
+        "--score",
+        choices=["expected", "upper"],
+        default="expected",
+        help="token score: the exact expected RC or its upper bound A",
+    )
+    co.add_argument(
+        "--budget",
+        choices=["layer", "pooled"],
+        default="layer",
+        help="with --ratio: each layer evicts r (layer) or r of the whole model (pooled)",
+    )
+    co.add_argument(
+        "--floor",
+        type=float,
+        default=0.2,
+        help="pooled budget: every KV head keeps at least this share of a uniform budget",
+    )
+    co.add_argument(
+        "--placement",
+        choices=["context", "question"],
+        default="context",
+        help="context: compress the context, then read the question; question: compress the "
+        "question with it (query-aware)",
     )
     co.add_argument("--max-new-tokens", type=int, default=64, help="answer length limit")
     co.add_argument(
@@ -68,11 +99,15 @@ class CompressArgs:
     question: str
     threshold: float
     ratio: float | None
-    window: int
+    window: int | str
     max_new_tokens: int
     full: bool = True
     allow_special_tokens: bool = False
     group: str = "max"
+    score: str = "expected"
+    budget: str = "layer"
+    floor: float = 0.2
+    question_placement: str = "context"
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> CompressArgs:
@@ -83,6 +118,14 @@ class CompressArgs:
         ratio = ns.ratio
         if ratio is not None:
             ratio = check_number("--ratio", ratio, low=0, high=1, high_open=True)
+        if ns.budget == "pooled" and ratio is None:
+            raise ValueError("--budget pooled needs --ratio (a target ratio for the whole model)")
+        window: int | str = ns.window
+        if ns.window == QUESTION_WINDOW:
+            if ns.placement != "question":
+                raise ValueError(f"--window {QUESTION_WINDOW} needs --placement question")
+        else:
+            window = int_list("--window", [ns.window])[0]
         return cls(
             model=ns.model,
             placement=Placement.from_namespace(ns),
@@ -90,11 +133,15 @@ class CompressArgs:
             question=question,
             threshold=check_number("--threshold", ns.threshold, low=0),
             ratio=ratio,
-            window=check_count("--window", ns.window),
+            window=window,
             max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             full=not ns.no_full,
             allow_special_tokens=ns.allow_special_tokens,
             group=ns.group,
+            score=ns.score,
+            budget=ns.budget,
+            floor=check_number("--floor", ns.floor, low=0, high=1),
+            question_placement=ns.placement,
         )
 
 
@@ -108,11 +155,15 @@ def run(args: CompressArgs) -> int:
     from rcstat.press.rcstat_press import RCStatPress
     from rcstat.report.console import format_bytes
 
+    question_window = args.window == QUESTION_WINDOW
     press = RCStatPress(
         threshold=args.threshold,
-        window_size=args.window,
+        window_size=DEFAULT_WINDOW if question_window else int(args.window),
         compression_ratio=args.ratio,
         group=args.group,  # type: ignore[arg-type]
+        score=args.score,  # type: ignore[arg-type]
+        budget=args.budget,  # type: ignore[arg-type]
+        floor=args.floor,
     )
     model, tokenizer = load_model_quietly(args.model, args.placement)
     with step("compressing the context and answering…"):
@@ -124,6 +175,8 @@ def run(args: CompressArgs) -> int:
             press,
             max_new_tokens=args.max_new_tokens,
             allow_special_tokens=args.allow_special_tokens,
+            placement=args.question_placement,
+            question_window=question_window,
         )
     console.print(escape(answer_line("answer (compressed cache)", report.answer, report.finished)))
     if args.full:
@@ -135,6 +188,7 @@ def run(args: CompressArgs) -> int:
                 args.question,
                 max_new_tokens=args.max_new_tokens,
                 allow_special_tokens=args.allow_special_tokens,
+                placement=args.question_placement,
             )
         full_text = tokenizer.decode(full.ids, skip_special_tokens=True)
         console.print(escape(answer_line("answer (full cache)      ", full_text, full.finished)))

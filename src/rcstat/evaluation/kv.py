@@ -2,7 +2,9 @@
 
 Query placement follows kvpress's pipeline: the context (the chat-rendered prompt up to the
 question) is prefilled — and compressed by the press — then the question and the answer are
-processed on top of the compressed cache. For every example and press:
+processed on top of the compressed cache. With ``placement="question"`` (query-aware, reported
+apart) the question is compressed with the context and only the end of the user turn follows
+(:func:`rcstat.press.answer.split_prompt`). For every example and press:
 
 1. with the full cache, the model answers greedily (the reference generation ``g``);
 2. the reference ``g`` is teacher-forced after the question with the full and with the
@@ -14,6 +16,7 @@ processed on top of the compressed cache. For every example and press:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -23,7 +26,7 @@ from transformers import DynamicCache
 
 from rcstat.evaluation.metrics import head_outputs, rouge_f1, value_errors
 from rcstat.generation import input_device, stop_token_ids
-from rcstat.press.answer import answer_on_cache, attention_for, prefill, split_context_question
+from rcstat.press.answer import answer_on_cache, attention_for, prefill, split_prompt
 
 CacheFactory = Callable[[], Any]
 
@@ -85,30 +88,43 @@ class FullReference:
     finished: bool
     outputs: torch.Tensor  # [|g|, heads, dim]
     stops: frozenset[int]
+    question_tokens: int = 0  # the question's tokens at the end of context_ids (query-aware)
 
 
 def full_reference(
-    model: Any, tokenizer: Any, context: str, question: str, *, max_new_tokens: int = 32
+    model: Any,
+    tokenizer: Any,
+    context: str,
+    question: str,
+    *,
+    max_new_tokens: int = 32,
+    placement: str = "context",
 ) -> FullReference:
-    """Steps 1–2 of the module doc with the full cache (shared by every press of an example)."""
+    """Steps 1–2 of the module doc with the full cache (shared by every press of an example);
+    ``placement`` says where the prompt is cut (:func:`rcstat.press.answer.split_prompt`)."""
     device = input_device(model)
-    context_ids, question_ids = (
-        t.to(device) for t in split_context_question(tokenizer, context, question)
-    )
+    split = split_prompt(tokenizer, context, question, placement=placement)
+    context_ids, question_ids = split.compressed.to(device), split.rest.to(device)
     stops = stop_token_ids(model, tokenizer)
     start = context_ids.shape[1]
     full = DynamicCache()
     prefill(model, context_ids, None, full)
+    forced = copy.deepcopy(full)  # one prefill, two continuations
     generated = answer_on_cache(model, full, question_ids, max_new_tokens, stops, start)
     answer_ids = generated.ids
     if not answer_ids:
         raise ValueError("the model's full-cache answer is empty: VER needs generated tokens")
-    full = DynamicCache()
-    prefill(model, context_ids, None, full)
-    outputs = _teacher_forced_outputs(model, full, question_ids, answer_ids, start)
+    outputs = _teacher_forced_outputs(model, forced, question_ids, answer_ids, start)
     answer = tokenizer.decode(answer_ids, skip_special_tokens=True)
     return FullReference(
-        context_ids, question_ids, answer_ids, answer, generated.finished, outputs, stops
+        context_ids,
+        question_ids,
+        answer_ids,
+        answer,
+        generated.finished,
+        outputs,
+        stops,
+        split.question_tokens,
     )
 
 
@@ -136,14 +152,13 @@ def evaluate_example(
     compressed = cache_factory()
     prefill(model, context_ids, press, compressed)
     ratio = realized_ratio(press, compressed, context_ids.shape[1])
+    # one prefill, two continuations (a masking press's module masks stay set for both)
+    answering = copy.deepcopy(compressed)
     errors = value_errors(
         full.outputs,
         _teacher_forced_outputs(model, compressed, question_ids, full.answer_ids, start),
     )
-
-    compressed = cache_factory()
-    prefill(model, context_ids, press, compressed)
-    generated = answer_on_cache(model, compressed, question_ids, max_new_tokens, full.stops, start)
+    generated = answer_on_cache(model, answering, question_ids, max_new_tokens, full.stops, start)
     answer = tokenizer.decode(generated.ids, skip_special_tokens=True)
     vs_data = (
         rouge_f1(answer, references)

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from rcstat.data import QAExample
-from rcstat.defaults import DEFAULT_WINDOW
+from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
 from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.press.registry import make_press as build_press
@@ -57,28 +57,47 @@ RUN_FILES = RunFiles(
 
 @dataclass(frozen=True)
 class Setting:
-    """One compression configuration: a method and its knob."""
+    """One compression configuration: a method and its knobs."""
 
     method: str  # "rcstat" or a baseline name
     ratio: float | None = None  # target ratio (baselines, RCStat target-ratio mode)
     threshold: float | None = None  # RCStat threshold mode (c)
-    window: int = DEFAULT_WINDOW
+    window: int | str = DEFAULT_WINDOW  # RCStat's window: tokens, or QUESTION_WINDOW
     group: str = "max"  # RCStat's GQA rule (RCStatPress.group)
+    score: str = "expected"  # RCStatPress.score
+    budget: str = "layer"  # RCStatPress.budget
+    floor: float = 0.2  # RCStatPress.floor (pooled budget only)
 
     @property
     def key(self) -> str:
-        rule = "" if self.group == "max" else f"|g={self.group}"  # keys of earlier runs stand
-        return f"{self.method}|r={self.ratio}|c={self.threshold}|w={self.window}{rule}"
+        # options at their defaults add nothing, so the keys of earlier runs stand
+        rule = "" if self.group == "max" else f"|g={self.group}"
+        score = "" if self.score == "expected" else f"|s={self.score}"
+        budget = "" if self.budget == "layer" else f"|b={self.budget},f={self.floor}"
+        base = f"{self.method}|r={self.ratio}|c={self.threshold}|w={self.window}"
+        return base + rule + score + budget
 
 
-def make_press(setting: Setting) -> Any:
-    """The press of a setting (see :func:`rcstat.press.registry.make_press`)."""
+def make_press(setting: Setting, question_tokens: int = 0) -> Any:
+    """The press of a setting (see :func:`rcstat.press.registry.make_press`); a
+    :data:`QUESTION_WINDOW` window is the ``question_tokens`` ending the compressed prompt."""
+    window = setting.window
+    if window == QUESTION_WINDOW:
+        if question_tokens <= 0:
+            raise ValueError(
+                "a question window needs the question inside the compressed prompt "
+                "(placement 'question')"
+            )
+        window = question_tokens
     return build_press(
         setting.method,
         ratio=setting.ratio,
         threshold=setting.threshold,
-        window=setting.window,
+        window=int(window),
         group=setting.group,
+        score=setting.score,
+        budget=setting.budget,
+        floor=setting.floor,
     )
 
 
@@ -96,25 +115,28 @@ def settings_grid(
     presses: Sequence[str],
     ratios: Sequence[float],
     thresholds: Sequence[float],
-    windows: Sequence[int],
+    windows: Sequence[int | str],
     groups: Sequence[str] = ("max",),
+    *,
+    scores: Sequence[str] = ("expected",),
+    budgets: Sequence[str] = ("layer",),
+    floor: float = 0.2,
 ) -> list[Setting]:
     """Every baseline at every ratio; RCStat at every ratio (target mode) and every threshold
-    (threshold mode), for every window and GQA group rule."""
+    (threshold mode), for every window, GQA group rule and score, and at every ratio for every
+    budget (the pooled budget has no threshold mode)."""
     grid: list[Setting] = []
     for method in presses:
-        if method == "rcstat":
-            for g in groups:
-                grid += [
-                    Setting("rcstat", ratio=r, window=w, group=g) for w in windows for r in ratios
-                ]
-                grid += [
-                    Setting("rcstat", threshold=c, window=w, group=g)
-                    for w in windows
-                    for c in thresholds
-                ]
-        else:
+        if method != "rcstat":
             grid += [Setting(method, ratio=r) for r in ratios]
+            continue
+        for g in groups:
+            for s in scores:
+                base = Setting("rcstat", group=g, score=s)
+                for b in budgets:
+                    budgeted = base if b == "layer" else replace(base, budget=b, floor=floor)
+                    grid += [replace(budgeted, ratio=r, window=w) for w in windows for r in ratios]
+                grid += [replace(base, threshold=c, window=w) for w in windows for c in thresholds]
     return grid
 
 
@@ -153,6 +175,10 @@ class KVBench:
         manifest and compared on resume.
     retry_failed : bool, default True
         Evaluate again the items recorded with an error.
+    placement : {"context", "question"}, default "context"
+        Where the prompt is cut for compression (:func:`rcstat.press.answer.split_prompt`):
+        question-agnostic, or query-aware with the question compressed too (part of the
+        manifest when not the default, so query-aware rows never mix with the others).
     """
 
     out: Path
@@ -163,6 +189,7 @@ class KVBench:
     config: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     retry_failed: bool = True
+    placement: str = "context"
     #: Whether the last :meth:`collect` with a shard merged the run.
     merged: bool = field(default=False, init=False)
 
@@ -177,6 +204,7 @@ class KVBench:
             "settings": [s.key for s in self.settings],
             "max_new_tokens": self.max_new_tokens,
             "cache": _factory_name(cache_factory),
+            **({} if self.placement == "context" else {"placement": self.placement}),
             **self.options,
         }
 
@@ -247,6 +275,7 @@ class KVBench:
             "model": self.model_name,
             "settings": [asdict(s) for s in self.settings],
             "max_new_tokens": self.max_new_tokens,
+            "placement": self.placement,
             **self.options,
             **self.config,
         }
@@ -273,6 +302,7 @@ class KVBench:
                             example.context,
                             example.question,
                             max_new_tokens=self.max_new_tokens,
+                            placement=self.placement,
                         ),
                     )
                 result = evaluate_example(
@@ -281,7 +311,7 @@ class KVBench:
                     example.context,
                     example.question,
                     example.answers,
-                    make_press(setting),
+                    make_press(setting, reference[1].question_tokens),
                     max_new_tokens=self.max_new_tokens,
                     cache_factory=cache_factory or partial(cache_for, setting),
                     full=reference[1],
@@ -306,12 +336,9 @@ class KVBench:
             frame = frame[frame["error"].isna()]
         if frame.empty:
             raise ValueError(f"every item failed (see {into / 'errors.csv'})")
-        if "group" not in frame:  # rows of runs before the GQA rule was an option
-            frame = frame.assign(group="max")
-        frame = frame.assign(group=frame["group"].fillna("max"))
-        keys = ["method", "ratio", "threshold", "window", "group"]
+        frame = with_knobs(frame)
         summary = (
-            frame.groupby(keys, dropna=False)
+            frame.groupby(SETTING_COLUMNS, dropna=False, sort=False)
             .agg(
                 ver_mean=("ver", "mean"),
                 ver_std=("ver", "std"),
@@ -346,22 +373,21 @@ class KVBench:
 
         for metric, label in (("ver_mean", "VER (lower is better)"), ("rougeL", "ROUGE-L F1")):
             fig, ax = plt.subplots(figsize=(6, 4))
-            groups = summary.groupby(
-                [
-                    summary["method"],
-                    summary["threshold"].notna(),
-                    summary["window"],
-                    summary["group"],
-                ]
-            )
-            for (method, mode, window, group), part in groups:
+            mode = summary["threshold"].notna().rename("mode")
+            knobs = [summary[c] for c in SETTING_COLUMNS if c not in ("ratio", "threshold")]
+            for (method, window, *options, threshold), part in summary.groupby(
+                [*knobs, mode], sort=False
+            ):
                 part = part.sort_values("ratio_mean")
-                rule = "" if group == "max" else f", GQA {group}"
-                name = (
-                    f"{method} ({'threshold c' if mode else 'target ratio'}, w = {window}{rule})"
-                    if method == "rcstat"
-                    else method
-                )
+                knob = dict(zip(KNOB_DEFAULTS, options, strict=True))
+                shown = [f"{n} {v}" for n, v in knob.items() if v != KNOB_DEFAULTS[n]]
+                if knob["budget"] == "layer":  # the floor belongs to the pooled budget
+                    shown = [text for text in shown if not text.startswith("floor")]
+                elif knob["floor"] == KNOB_DEFAULTS["floor"]:
+                    shown.append(f"floor {knob['floor']}")
+                extra = "".join(f", {text}" for text in shown)
+                kind = "threshold c" if threshold else "target ratio"
+                name = f"{method} ({kind}, w = {window}{extra})" if method == "rcstat" else method
                 ax.plot(part["ratio_mean"], part[metric], marker="o", label=name)
             if metric == "ver_mean" and (summary[metric] > 0).all():
                 ax.set_yscale("log")  # VER spans orders of magnitude across ratios
@@ -369,6 +395,28 @@ class KVBench:
             ax.set_ylabel(label)
             ax.legend(fontsize=8)
             save_figure(fig, into / f"{metric.split('_')[0]}_vs_ratio.png")
+
+
+#: RCStat's knobs besides ratio, threshold and window, at their defaults (rows of runs from
+#: before a knob existed hold its default).
+KNOB_DEFAULTS: dict[str, Any] = {
+    "group": "max",
+    "score": "expected",
+    "budget": "layer",
+    "floor": 0.2,
+}
+#: The columns that name a setting in the summaries.
+SETTING_COLUMNS = ["method", "ratio", "threshold", "window", *KNOB_DEFAULTS]
+
+
+def with_knobs(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every knob column of :data:`KNOB_DEFAULTS` present and filled, and the
+    window as text (a number of tokens, or the question)."""
+    filled = {
+        name: frame[name].fillna(default) if name in frame else default
+        for name, default in KNOB_DEFAULTS.items()
+    }
+    return frame.assign(**filled, window=frame["window"].astype(str))
 
 
 #: The metrics ``comparison.csv`` compares, and whether higher is better.
@@ -386,8 +434,7 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """
     from rcstat.evaluation.paired import paired_difference
 
-    if "group" not in frame:
-        frame = frame.assign(group="max")
+    frame = with_knobs(frame)
     subsets: list[tuple[str, pd.DataFrame]] = [("all", frame)]
     if "answerable" in frame and frame["answerable"].notna().all():
         answerable = frame["answerable"].astype(bool)
@@ -397,7 +444,8 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
     for subset, part in subsets:
         ours = part[(part["method"] == "rcstat") & part["threshold"].isna()]
         baselines = part[part["method"] != "rcstat"]
-        for (ratio, window, group), mine in ours.groupby(["ratio", "window", "group"]):
+        knobs = ["window", *KNOB_DEFAULTS]
+        for (ratio, *values), mine in ours.groupby(["ratio", *knobs], sort=False):
             at_ratio = baselines[baselines["ratio"] == ratio]
             for metric, higher in COMPARED_METRICS:
                 if at_ratio.empty or metric not in part:
@@ -417,8 +465,7 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
                     {
                         "subset": subset,
                         "ratio": ratio,
-                        "window": window,
-                        "group": group,
+                        **dict(zip(knobs, values, strict=True)),
                         "metric": metric,
                         "baseline": best,
                         "rcstat": ours_mean,

@@ -17,21 +17,24 @@ head by KV head:
 Evictions are read from the press itself: kvpress's masking presses (and RCStatPress on a
 plain cache) record ``masked_key_indices``, truncating presses leave fewer keys, which are
 matched to their positions among the full cache's keys. Every VER here is computed on the
-full cache with the evicted entries masked by kvpress's attention patch, which gives the same
-attention outputs as removing them (the tests check it against :mod:`rcstat.evaluation.kv`).
+full cache by an exact attention (float64 scores) that leaves out each head's evicted
+entries, which gives the attention outputs of removing them (the tests check it against
+:mod:`rcstat.evaluation.kv`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 from transformers import DynamicCache
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
-from rcstat.capture import attention_probs, capture_scores, softmax_params
+from rcstat.capture import attention_probs, capture_scores, grouped_scores, softmax_params
+from rcstat.capture.switch import switched_attention
 from rcstat.evaluation.kv import FullReference, full_reference
 from rcstat.evaluation.metrics import head_outputs, value_errors
 from rcstat.press.answer import prefill
@@ -70,6 +73,11 @@ class Diagnosis:
 
 def _attention_modules(model: Any) -> list[Any]:
     return [layer.self_attn for layer in cast(Any, model).model.layers]
+
+
+def _keys(cache: DynamicCache, layer: int) -> torch.Tensor:
+    """``[batch, kv_heads, length, dim]``: a filled layer's keys."""
+    return cast(torch.Tensor, cache.layers[layer].keys)
 
 
 def answer_attention(model: Any, reference: FullReference) -> torch.Tensor:
@@ -114,7 +122,7 @@ def kept_entries(model: Any, context: torch.Tensor, press: Any, full: DynamicCac
     m = context.shape[1]
     masks: list[torch.Tensor] = []
     for layer, module in enumerate(_attention_modules(model)):
-        keys = cache.layers[layer].keys  # [1, Hkv, n, D]
+        keys = _keys(cache, layer)  # [1, Hkv, n, D]
         keep = torch.ones(keys.shape[1], m, dtype=torch.bool)
         masked = getattr(module, "masked_key_indices", None)
         if masked is not None:  # masking press: every key is still there
@@ -122,7 +130,7 @@ def kept_entries(model: Any, context: torch.Tensor, press: Any, full: DynamicCac
             keep[heads, where] = False
         elif keys.shape[2] < m:  # truncating press
             keep[:] = False
-            reference = full.layers[layer].keys
+            reference = _keys(full, layer)
             for head in range(keys.shape[1]):
                 keep[head, _positions_of(keys[0, head], reference[0, head, :m])] = True
         masks.append(keep)
@@ -130,33 +138,60 @@ def kept_entries(model: Any, context: torch.Tensor, press: Any, full: DynamicCac
     return torch.stack(masks)
 
 
+def _masked_attention(keep: Mapping[int, torch.Tensor]) -> Callable[..., Any]:
+    """An attention function computing softmax attention exactly (float64 scores), with the
+    context entries ``keep[layer]`` ``[Hkv, m]`` lacks removed from each KV head's keys."""
+
+    def attention(
+        module: Any,
+        query: torch.Tensor,  # [B, Hq, q, D]
+        key: torch.Tensor,  # [B, Hkv, k, D]
+        value: torch.Tensor,  # [B, Hkv, k, D]
+        attention_mask: torch.Tensor | None,
+        dropout: float = 0.0,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, None]:
+        group = query.shape[1] // key.shape[1]
+        scores = grouped_scores(query, key).double() * float(module.scaling)  # [B, Hq, q, k]
+        rows, columns = scores.shape[-2:]
+        visible = torch.ones(rows, columns, dtype=torch.bool, device=scores.device).tril(
+            columns - rows
+        )  # query row r sits at position k - q + r
+        visible = visible.expand(scores.shape[1], rows, columns).clone()  # [Hq, q, k]
+        mask = keep.get(int(module.layer_idx))
+        if mask is not None:
+            m = mask.shape[-1]
+            visible[:, :, :m] &= mask.to(scores.device).repeat_interleave(group, 0)[:, None, :]
+        probs = scores.masked_fill(~visible, float("-inf")).softmax(-1)
+        values = value.double().repeat_interleave(group, 1)  # [B, Hq, k, D]
+        output = (probs @ values).to(query.dtype)  # [B, Hq, q, D]
+        return output.transpose(1, 2).contiguous(), None
+
+    return attention
+
+
 def _masked_outputs(
     model: Any, full: DynamicCache, reference: FullReference, keep: Mapping[int, torch.Tensor]
 ) -> list[torch.Tensor]:
     """Every layer's head outputs ``[|g|, H, D]`` at the answer positions, the reference answer
-    teacher-forced on ``full`` with the entries ``keep[layer]`` ``[Hkv, m]`` lacks masked."""
-    modules = _attention_modules(model)
+    teacher-forced on ``full`` with the entries ``keep[layer]`` ``[Hkv, m]`` lacks removed."""
     question = reference.question_ids
     answer = torch.tensor([reference.answer_ids], device=question.device)
     tokens = torch.cat([question, answer], dim=1)
     m = reference.context_ids.shape[1]
     positions = torch.arange(m, m + tokens.shape[1], device=tokens.device).unsqueeze(0)
-    saved = {layer: full.layers[layer].keys.clone() for layer in keep}  # the patch writes keys
-    for layer, mask in keep.items():
-        heads, where = (~mask).nonzero(as_tuple=True)
-        if heads.numel():
-            batch = torch.zeros_like(heads)
-            modules[layer].masked_key_indices = (batch, heads, where)
+    layers = len(_attention_modules(model))
+    mask = ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]  # no padding: None, the attention is causal
     try:
-        with torch.no_grad(), ExitStack() as stack:
-            recorded = [stack.enter_context(head_outputs(model, i)) for i in range(len(modules))]
+        with (
+            torch.no_grad(),
+            switched_attention(model, "rcstat-masked", _masked_attention(keep), mask),
+            ExitStack() as stack,
+        ):
+            recorded = [stack.enter_context(head_outputs(model, i)) for i in range(layers)]
             model(tokens, past_key_values=full, position_ids=positions)
     finally:
         full.crop(m)
-        for layer, keys in saved.items():
-            full.layers[layer].keys.copy_(keys)
-        for module in modules:
-            module.masked_key_indices = None
     return [r[-1][0, question.shape[1] :] for r in recorded]
 
 
@@ -172,8 +207,6 @@ def diagnose(
     """Diagnose every press of ``presses`` (name → kvpress press) on one example."""
     if not presses:
         raise ValueError("give at least one press to diagnose")
-    import kvpress  # noqa: F401  (its attention patch masks the evicted entries)
-
     reference = full_reference(model, tokenizer, context, question, max_new_tokens=max_new_tokens)
     attention = answer_attention(model, reference)  # [L, Hkv, m]
     full = DynamicCache()
@@ -190,8 +223,9 @@ def diagnose(
         )
         alone = torch.stack(
             [
-                value_errors(baseline[-1], _masked_outputs(model, full, reference, {i: keep[i]})[-1])
-                .mean()
+                value_errors(
+                    baseline[-1], _masked_outputs(model, full, reference, {i: keep[i]})[-1]
+                ).mean()
                 for i in range(layers)
             ]
         )

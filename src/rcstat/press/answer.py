@@ -15,7 +15,7 @@ spare room for appended tokens). :func:`answer_full` gives the full-cache answer
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,13 +30,16 @@ if TYPE_CHECKING:
     from rcstat.press.rcstat_press import RCStatPress
 
 __all__ = [
+    "PLACEMENTS",
     "CompressionReport",
+    "PromptSplit",
     "answer_full",
     "answer_on_cache",
     "attention_for",
     "compress_and_answer",
     "prefill",
     "split_context_question",
+    "split_prompt",
 ]
 
 
@@ -55,21 +58,58 @@ class CompressionReport:
     allocated_bytes: int  # live + spare room
 
 
+#: Where the question goes relative to the compressed part (kvpress's pipeline conventions).
+PLACEMENTS = ("context", "question")
+
+
+@dataclass(frozen=True)
+class PromptSplit:
+    """The chat-rendered prompt cut in two: what the press compresses, and what follows."""
+
+    compressed: torch.Tensor  # [1, m]
+    rest: torch.Tensor  # [1, q]
+    question_tokens: int  # the question's tokens at the end of `compressed` (0: not there)
+
+
+def split_prompt(
+    tokenizer: Any,
+    context: str,
+    question: str,
+    *,
+    placement: str = "context",
+    allow_special_tokens: bool = False,
+) -> PromptSplit:
+    """Cut the chat-rendered prompt for compression.
+
+    ``placement="context"`` (question-agnostic, kvpress's default pipeline): the cut is at the
+    question's first token, so the question, the end of the user turn and the assistant header
+    follow the compressed context. ``"question"`` (query-aware): the cut is after the
+    question's last token, so the question is compressed with the context and can sit in the
+    scoring window; only the end of the user turn and the assistant header follow.
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    example = segment_chat(
+        tokenizer,
+        context,
+        question,
+        question_placement="prompt",
+        allow_special_tokens=allow_special_tokens,
+    )
+    ids = example.input_ids  # [1, T]
+    start, end = example.token_span("question")
+    cut, inside = (start, 0) if placement == "context" else (end, end - start)
+    return PromptSplit(ids[:, :cut], ids[:, cut:], inside)
+
+
 def split_context_question(
     tokenizer: Any, context: str, question: str, *, allow_special_tokens: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(context_ids [1, m], question_ids [1, q])``: the chat-rendered prompt cut at the first
     token of the question (the question, the end of the user turn and the assistant header
-    follow the compressed context)."""
-    example = segment_chat(
-        tokenizer,
-        context,
-        question,
-        question_placement="generation",
-        allow_special_tokens=allow_special_tokens,
-    )
-    ids = example.input_ids
-    return ids[:, : example.prompt_len], ids[:, example.prompt_len :]
+    follow the compressed context); :func:`split_prompt` with the context placement."""
+    split = split_prompt(tokenizer, context, question, allow_special_tokens=allow_special_tokens)
+    return split.compressed, split.rest
 
 
 def attention_for(model: Any, cache: Any) -> AbstractContextManager[Any]:
@@ -93,13 +133,22 @@ def answer_on_cache(
 
 
 def _split_on_device(
-    model: Any, tokenizer: Any, context: str, question: str, allow_special_tokens: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+    model: Any,
+    tokenizer: Any,
+    context: str,
+    question: str,
+    allow_special_tokens: bool,
+    placement: str = "context",
+) -> PromptSplit:
     device = input_device(model)
-    ids = split_context_question(
-        tokenizer, context, question, allow_special_tokens=allow_special_tokens
+    split = split_prompt(
+        tokenizer,
+        context,
+        question,
+        placement=placement,
+        allow_special_tokens=allow_special_tokens,
     )
-    return ids[0].to(device), ids[1].to(device)
+    return replace(split, compressed=split.compressed.to(device), rest=split.rest.to(device))
 
 
 def answer_full(
@@ -110,13 +159,15 @@ def answer_full(
     *,
     max_new_tokens: int = 64,
     allow_special_tokens: bool = False,
+    placement: str = "context",
 ) -> Generated:
     """The full-cache answer with the same prompt split and decoding as the compressed one."""
-    ctx, q = _split_on_device(model, tokenizer, context, question, allow_special_tokens)
+    split = _split_on_device(model, tokenizer, context, question, allow_special_tokens, placement)
     cache = DynamicCache()
-    prefill(model, ctx, None, cache)
+    prefill(model, split.compressed, None, cache)
     stops = stop_token_ids(model, tokenizer)
-    return answer_on_cache(model, cache, q, max_new_tokens, stops, int(ctx.shape[1]))
+    start = int(split.compressed.shape[1])
+    return answer_on_cache(model, cache, split.rest, max_new_tokens, stops, start)
 
 
 def compress_and_answer(
@@ -129,14 +180,25 @@ def compress_and_answer(
     max_new_tokens: int = 64,
     slack: int = 64,
     allow_special_tokens: bool = False,
+    placement: str = "context",
+    question_window: bool = False,
 ) -> CompressionReport:
-    """Compress the context with ``press`` into a :class:`RaggedCache` and answer."""
-    ctx, q = _split_on_device(model, tokenizer, context, question, allow_special_tokens)
+    """Compress the context with ``press`` into a :class:`RaggedCache` and answer.
+
+    ``placement="question"`` compresses the question with the context (query-aware, see
+    :func:`split_prompt`); ``question_window`` then makes the press's window the question's
+    tokens (the press's ``window_size`` is set to their number)."""
+    split = _split_on_device(model, tokenizer, context, question, allow_special_tokens, placement)
+    if question_window:
+        if split.question_tokens == 0:
+            raise ValueError("a question window needs placement='question'")
+        press.window_size = split.question_tokens
+    ctx = split.compressed
     cache = RaggedCache(slack=slack)
     prefill(model, ctx, press, cache)
     dense, live, allocated = cache.dense_bytes(), cache.physical_bytes(), cache.allocated_bytes()
     stops = stop_token_ids(model, tokenizer)
-    generated = answer_on_cache(model, cache, q, max_new_tokens, stops, int(ctx.shape[1]))
+    generated = answer_on_cache(model, cache, split.rest, max_new_tokens, stops, int(ctx.shape[1]))
     heads = press.head_ratios()[:, 0]  # [layers, kv_heads]
     return CompressionReport(
         answer=tokenizer.decode(generated.ids, skip_special_tokens=True),

@@ -40,10 +40,13 @@ def make_press(
     threshold: float | None = None,
     window: int = DEFAULT_WINDOW,
     group: str = "max",
+    score: str = "expected",
+    budget: str = "layer",
+    floor: float = 0.2,
 ) -> Any:
     """Build the press ``name``: RCStatPress in threshold mode (``threshold``) or target-ratio
-    mode (``ratio``) with its GQA ``group`` rule, or a kvpress baseline at compression ratio
-    ``ratio``."""
+    mode (``ratio``) with its GQA ``group`` rule, token ``score`` and ``budget`` (with its
+    ``floor``), or a kvpress baseline at compression ratio ``ratio``."""
     check_press_names([name])
     require_kvpress()
     from kvpress import AdaKVPress, KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress
@@ -52,10 +55,12 @@ def make_press(
 
     if name == "rcstat":
         window = check_count("window", window)
-        rule = cast(Any, group)
+        options: dict[str, Any] = {"window_size": window, "group": group, "score": score}
         if threshold is not None:
-            return RCStatPress(threshold=threshold, window_size=window, group=rule)
-        return RCStatPress(compression_ratio=ratio, window_size=window, group=rule)
+            return RCStatPress(threshold=threshold, **options)
+        return RCStatPress(
+            compression_ratio=ratio, budget=cast(Any, budget), floor=floor, **options
+        )
     r = check_number("ratio", 0.0 if ratio is None else ratio, low=0, high=1, high_open=True)
     factories: dict[str, Callable[[], Any]] = {
         "knorm": lambda: KnormPress(compression_ratio=r),
