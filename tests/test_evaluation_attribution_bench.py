@@ -34,6 +34,12 @@ def test_numbered_layout_spans_are_whole_entries() -> None:
     assert text.startswith("[1] In 1990") and len(spans or []) == 3
 
 
+def test_numbered_text_layout_is_the_same_prompt_with_the_chunk_texts_as_spans() -> None:
+    text, spans = render(_example(), "numbered-text")
+    assert text == render(_example(), "numbered")[0]
+    assert [text[a:b] for a, b in spans or []] == list(CHUNKS)
+
+
 def test_plain_layout_is_the_chunks_and_unknown_layouts_are_refused() -> None:
     assert render(_example(), "plain") == (list(CHUNKS), None)
     with pytest.raises(ValueError, match="unknown layout 'xml'"):

@@ -150,9 +150,11 @@ def register(sub: Any) -> None:
     ab.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
     ab.add_argument(
         "--layout",
-        choices=["numbered", "plain"],
+        choices=["numbered", "numbered-text", "plain"],
         default="numbered",
-        help="numbered: sources as '[k] Title: text' paragraphs (as RAG prompts write them); "
+        help="numbered: sources as '[k] Title: text' paragraphs (as RAG prompts write them), "
+        "each entry a candidate span; numbered-text: the same prompt, the chunk text alone "
+        "the span; "
         "plain: the bare chunks joined by blank lines (the first benchmark runs)",
     )
     ab.add_argument(

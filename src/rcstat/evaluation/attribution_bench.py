@@ -17,8 +17,10 @@ are all zero counts as wrong.
 **Layout** (:data:`LAYOUTS`): every method sees the same prompt. ``numbered`` renders the
 sources as RAG prompts do, one per paragraph, ``[k] Title: text`` (the title where the dataset
 has one, QuoteSum's; VERI-GRAN's passages have none), and a candidate span is a whole source
-entry, marker and title included (some QuoteSum units quote a title); ``plain`` joins the bare
-chunks with blank lines (the layout of the first benchmark runs, kept for comparison).
+entry, marker and title included (some QuoteSum units quote a title); ``numbered-text`` is the
+same prompt with the chunk's own text as the candidate span (marker and title left out);
+``plain`` joins the bare chunks with blank lines (the layout of the first benchmark runs, kept
+for comparison).
 **Lengths**: each line records the prompt's token count (chat template, context and question);
 ``accuracy_by_length.csv`` splits the accuracy by :data:`LENGTH_BUCKETS`. **Paired
 comparisons** (``comparison.csv``, :mod:`rcstat.evaluation.paired`): the RC rankings at the
@@ -83,7 +85,7 @@ RUN_FILES = RunFiles(KIND, (RowFile("predictions.jsonl", "example", commit=True)
 RANKED_METHODS = ("top", "bottom", "top_post_softmax", "bottom_post_softmax")
 ALL = "all"
 #: How the sources are written into the prompt (see the module notes).
-LAYOUTS = ("numbered", "plain")
+LAYOUTS = ("numbered", "numbered-text", "plain")
 #: Prompt-length buckets of ``accuracy_by_length.csv``: ``[low, high)`` in tokens.
 LENGTH_BUCKETS = ((0, 1000), (1000, 2500), (2500, None))
 #: The methods compared with the baselines in ``comparison.csv`` (at the table's k) and the
@@ -103,19 +105,26 @@ def render(
     ...                         {"titles": ("Final", "")})
     >>> render(ex, "numbered")
     ('[1] Final: Red won.\\n\\n[2] Blue lost.', [(0, 19), (21, 35)])
+    >>> render(ex, "numbered-text")[1]
+    [(11, 19), (25, 35)]
     """
     if layout == "plain":
         return list(example.chunks), None
-    if layout != "numbered":
+    if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
     titles = tuple(example.meta.get("titles", ())) if example.meta else ()
-    entries = []
+    entries, spans, start = [], [], 0
     for k, chunk in enumerate(example.chunks):
         title = titles[k].strip() if k < len(titles) and titles[k] else ""
-        entries.append(f"[{k + 1}] {title}: {chunk}" if title else f"[{k + 1}] {chunk}")
-    spans, start = [], 0
-    for entry in entries:
-        spans.append((start, start + len(entry)))
+        head = f"[{k + 1}] {title}: " if title else f"[{k + 1}] "
+        entry = head + chunk
+        # numbered: the whole entry; numbered-text: the chunk's own text only
+        spans.append(
+            (start, start + len(entry))
+            if layout == "numbered"
+            else (start + len(head), start + len(entry))
+        )
+        entries.append(entry)
         start += len(entry) + 2
     return "\n\n".join(entries), spans
 
