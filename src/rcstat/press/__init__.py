@@ -11,7 +11,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rcstat.press.answer import CompressionReport, answer_full, compress_and_answer
+    from rcstat.press.answer import (
+        CompressionReport,
+        PromptSplit,
+        answer_full,
+        compress_and_answer,
+        split_prompt,
+    )
     from rcstat.press.attention import packed_attention, ragged_attention
     from rcstat.press.cache import RaggedCache, RaggedLayer
     from rcstat.press.layout import PackedKV
@@ -22,6 +28,7 @@ __all__ = [
     "PRESS_NAMES",
     "CompressionReport",
     "PackedKV",
+    "PromptSplit",
     "RCStatPress",
     "RaggedCache",
     "RaggedLayer",
@@ -30,12 +37,15 @@ __all__ = [
     "make_press",
     "packed_attention",
     "ragged_attention",
+    "split_prompt",
 ]
 
 _HOMES = {
     "CompressionReport": "rcstat.press.answer",
     "answer_full": "rcstat.press.answer",
     "compress_and_answer": "rcstat.press.answer",
+    "PromptSplit": "rcstat.press.answer",
+    "split_prompt": "rcstat.press.answer",
     "PackedKV": "rcstat.press.layout",
     "packed_attention": "rcstat.press.attention",
     "ragged_attention": "rcstat.press.attention",
