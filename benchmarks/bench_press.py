@@ -1,7 +1,9 @@
 """KV-cache press benchmarks, as ratios measured in one run.
 
 Prefill: a forward pass over the context with ``RCStatPress`` (threshold and target-ratio
-modes) vs ``SnapKVPress`` at the same ratio vs no press, for each context length.
+modes, and the target-ratio mode with the mean GQA rule, the upper-bound score and the pooled
+budget) vs ``SnapKVPress`` at the same ratio vs no press, for each context length; the columns
+after SnapKV's time are each RCStat variant's time / SnapKV's.
 
     python benchmarks/bench_press.py                                    # CPU, default model
     python benchmarks/bench_press.py --model llama-8b --device cuda --context 4096,16384
@@ -30,19 +32,31 @@ def prefill(model: Any, ids: torch.Tensor, press: Any) -> None:
             model(ids, past_key_values=DynamicCache())
 
 
+#: The RCStatPress settings timed against SnapKV (the default ones first).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "rcstat_threshold": {"threshold": 1.0},
+    "rcstat_ratio": {},
+    "rcstat_mean": {"group": "mean"},
+    "rcstat_upper": {"score": "upper"},
+    "rcstat_pooled": {"budget": "pooled"},
+}
+
+
 def measure(model: Any, pool: list[int], length: int, args: argparse.Namespace) -> dict:
-    """Interleaved prefill times of no press, SnapKV and RCStat (both modes)."""
+    """Interleaved prefill times of no press, SnapKV and every RCStat variant."""
     ids = torch.tensor([(pool * (length // len(pool) + 1))[:length]], device=args.device)
-    return interleaved(
-        {
-            "none": lambda: prefill(model, ids, None),
-            "snapkv": lambda: prefill(model, ids, SnapKVPress(compression_ratio=args.ratio)),
-            "rcstat_threshold": lambda: prefill(model, ids, RCStatPress(threshold=1.0)),
-            "rcstat_ratio": lambda: prefill(model, ids, RCStatPress(compression_ratio=args.ratio)),
-        },
-        args.device,
-        args.rounds,
-    )
+
+    def rcstat(options: dict[str, Any]) -> RCStatPress:
+        ratio = None if "threshold" in options else args.ratio
+        return RCStatPress(compression_ratio=ratio, **options)
+
+    runs = {
+        "none": lambda: prefill(model, ids, None),
+        "snapkv": lambda: prefill(model, ids, SnapKVPress(compression_ratio=args.ratio)),
+    }
+    for name, options in VARIANTS.items():
+        runs[name] = lambda options=options: prefill(model, ids, rcstat(options))
+    return interleaved(runs, args.device, args.rounds)
 
 
 def main() -> None:
@@ -52,23 +66,19 @@ def main() -> None:
 
     model, pool = build_model(args.model, args.device)
     rows = []
-    print(
-        f"{'context':>8} {'none s':>8} {'snapkv s':>9} {'rcstat c s':>10} {'rcstat r s':>10} "
-        f"{'c / snap':>8} {'r / snap':>8}"
-    )
+    short = [name.removeprefix("rcstat_") for name in VARIANTS]
+    print(f"{'context':>8} {'none s':>8} {'snapkv s':>9} " + " ".join(f"{n:>9}" for n in short))
     for length in args.context:
         times = measure(model, pool, length, args)
-        row = {
-            "context": length,
-            **{f"{k}_s": v for k, v in times.items()},
-            "threshold_vs_snapkv": times["rcstat_threshold"] / times["snapkv"],
-            "ratio_vs_snapkv": times["rcstat_ratio"] / times["snapkv"],
-        }
+        row: dict[str, Any] = {"context": length, **{f"{k}_s": v for k, v in times.items()}}
+        for name in VARIANTS:  # the first two keep the column names of earlier results
+            column = {"rcstat_threshold": "threshold", "rcstat_ratio": "ratio"}.get(name, name)
+            row[f"{column}_vs_snapkv"] = times[name] / times["snapkv"]
         rows.append(row)
+        ratios = [times[name] / times["snapkv"] for name in VARIANTS]
         print(
             f"{length:>8} {times['none']:>8.3f} {times['snapkv']:>9.3f} "
-            f"{times['rcstat_threshold']:>10.3f} {times['rcstat_ratio']:>10.3f} "
-            f"{row['threshold_vs_snapkv']:>8.2f} {row['ratio_vs_snapkv']:>8.2f}",
+            + " ".join(f"{r:>8.2f}x" for r in ratios),
             flush=True,
         )
     meta = {**machine(args.device), "model": args.model, "ratio": args.ratio}

@@ -129,7 +129,8 @@ class RCStatPress(BasePress):
         it would have with a uniform ratio, as AdaKV's safeguard); 0 pools without a floor.
 
     After each prefill, :attr:`kept` holds the number of kept entries per layer and KV head
-    and the realized ratios are available from :meth:`realized_ratio`, :meth:`layer_ratios`
+    (on the layer's device until a ratio is read, then on the CPU) and the realized ratios
+    are available from :meth:`realized_ratio`, :meth:`layer_ratios`
     and :meth:`head_ratios`.
     """
 
@@ -238,7 +239,7 @@ class RCStatPress(BasePress):
 
     def _apply(self, layer: int, module: nn.Module, cache: Any, keep: torch.Tensor) -> None:
         """Record ``keep`` ``[B, Hkv, T]`` for ``layer`` and evict through ``cache``."""
-        self.kept[layer] = keep.sum(-1).cpu()
+        self.kept[layer] = keep.sum(-1)  # on the device: read back once, when asked
         self.lengths[layer] = keep.shape[-1]
         compress_layer = getattr(cache, "compress_layer", None)
         masked: tuple[torch.Tensor, ...] | None = None
@@ -295,6 +296,7 @@ class RCStatPress(BasePress):
     def _check_compressed(self) -> list[int]:
         if not self.kept:
             raise RuntimeError("no prefill has been compressed yet")
+        self.kept = {i: kept.cpu() for i, kept in self.kept.items()}  # one wait, not one a layer
         return sorted(self.kept)
 
     def realized_ratio(self) -> float:
