@@ -205,6 +205,47 @@ def add_special_tokens_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: RCStatPress's named options on the command line: (flag, values, what each value means).
+PRESS_CHOICES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "--group",
+        ("max", "mean"),
+        "how a GQA group's query heads decide for their KV head: max (any head keeps an "
+        "entry) or mean (the group's mean relative score)",
+    ),
+    ("--score", ("expected", "upper"), "token score: the exact expected RC or its upper bound A"),
+    (
+        "--budget",
+        ("layer", "pooled"),
+        "target-ratio mode: each layer evicts r (layer) or r of the whole model (pooled)",
+    ),
+)
+
+
+def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
+    """RCStatPress's ``--group``, ``--score``, ``--budget`` (comma-separated lists when
+    ``sweep``), ``--floor`` and ``--placement``."""
+    for flag, values, meaning in PRESS_CHOICES:
+        if sweep:
+            parser.add_argument(flag, default=values[0], help=f"comma-separated; {meaning}")
+        else:
+            parser.add_argument(flag, choices=list(values), default=values[0], help=meaning)
+    parser.add_argument(
+        "--floor",
+        type=float,
+        default=0.2,
+        help="pooled budget: every KV head keeps at least this share of a uniform budget",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=["context", "question"],
+        default="context",
+        help="context: compress the context, then read the question (question-agnostic, "
+        "kvpress's pipeline); question: compress the question with it (query-aware"
+        + ("; reported apart)" if sweep else ")"),
+    )
+
+
 def read_texts(ns: argparse.Namespace, names: Sequence[str]) -> dict[str, str | None]:
     """The text of each ``--NAME`` / ``--NAME-file`` pair (None when neither is given).
 

@@ -18,9 +18,11 @@ from rich.markup import escape
 
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
+    PRESS_CHOICES,
     HelpFormatter,
     Placement,
     add_model_option,
+    add_press_options,
     add_shard_option,
     check_output_folder,
     check_run_options,
@@ -91,38 +93,7 @@ def register(sub: Any) -> None:
         default=f"{DEFAULT_WINDOW},16",
         help="RCStat window sizes; 'question' (with --placement question): the question's tokens",
     )
-    kv.add_argument(
-        "--group",
-        default="max",
-        help="RCStat's GQA rules, comma-separated: max (a KV head keeps an entry any of its "
-        "query heads keeps) and/or mean (the group's mean relative score)",
-    )
-    kv.add_argument(
-        "--score",
-        default="expected",
-        help="RCStat's token scores, comma-separated: expected (exact expected RC) and/or "
-        "upper (its upper bound A)",
-    )
-    kv.add_argument(
-        "--budget",
-        default="layer",
-        help="RCStat's target-ratio budgets, comma-separated: layer (each layer evicts r) "
-        "and/or pooled (r of the whole model, layers differ; see --floor)",
-    )
-    kv.add_argument(
-        "--floor",
-        type=float,
-        default=0.2,
-        help="pooled budget: every KV head keeps at least this share of a uniform budget",
-    )
-    kv.add_argument(
-        "--placement",
-        choices=["context", "question"],
-        default="context",
-        help="context: compress the context, then read the question (question-agnostic, "
-        "kvpress's pipeline); question: compress the question with it (query-aware; "
-        "reported apart)",
-    )
+    add_press_options(kv, sweep=True)
     kv.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
     kv.add_argument("--max-new-tokens", type=int, default=32, help="answer length limit")
     kv.add_argument("--out", default="runs/bench_kv", help="output folder (resumable)")
@@ -250,9 +221,9 @@ class BenchKVArgs:
             ratios=float_list("--ratios", split_list(ns.ratios), low=0, high=1, high_open=True),
             thresholds=float_list("--thresholds", split_list(ns.thresholds), low=0),
             windows=_windows(split_list(ns.window), ns.placement),
-            groups=_named("--group", split_list(ns.group), ("max", "mean")),
-            scores=_named("--score", split_list(ns.score), ("expected", "upper")),
-            budgets=_named("--budget", split_list(ns.budget), ("layer", "pooled")),
+            groups=_named("--group", split_list(ns.group)),
+            scores=_named("--score", split_list(ns.score)),
+            budgets=_named("--budget", split_list(ns.budget)),
             floor=check_number("--floor", ns.floor, low=0, high=1),
             placement_of_question=ns.placement,
             n=optional_count("--n", ns.n),
@@ -264,9 +235,10 @@ class BenchKVArgs:
         )
 
 
-def _named(option: str, names: list[str], allowed: tuple[str, ...]) -> list[str]:
-    """Comma-separated names of ``option``, each one of ``allowed``, none twice (checked
-    here, where no torch is imported)."""
+def _named(option: str, names: list[str]) -> list[str]:
+    """Comma-separated names of ``option``, each one it allows (:data:`PRESS_CHOICES`), none
+    twice (checked here, where no torch is imported)."""
+    allowed = next(values for flag, values, _ in PRESS_CHOICES if flag == option)
     unknown = [n for n in names if n not in allowed]
     if not names or unknown:
         raise ValueError(

@@ -14,6 +14,7 @@ from rcstat.cli._common import (
     HelpFormatter,
     Placement,
     add_model_option,
+    add_press_options,
     add_special_tokens_option,
     add_text_options,
     answer_line,
@@ -50,38 +51,7 @@ def register(sub: Any) -> None:
         help=f"window size w; '{QUESTION_WINDOW}' (with --placement question): the question's "
         "tokens",
     )
-    co.add_argument(
-        "--group",
-        choices=["max", "mean"],
-        default="max",
-        help="how a GQA group's query heads decide for their KV head: max (any head keeps an "
-        "entry) or mean (the group's mean relative score)",
-    )
-    co.add_argument(
-        "--score",
-        choices=["expected", "upper"],
-        default="expected",
-        help="token score: the exact expected RC or its upper bound A",
-    )
-    co.add_argument(
-        "--budget",
-        choices=["layer", "pooled"],
-        default="layer",
-        help="with --ratio: each layer evicts r (layer) or r of the whole model (pooled)",
-    )
-    co.add_argument(
-        "--floor",
-        type=float,
-        default=0.2,
-        help="pooled budget: every KV head keeps at least this share of a uniform budget",
-    )
-    co.add_argument(
-        "--placement",
-        choices=["context", "question"],
-        default="context",
-        help="context: compress the context, then read the question; question: compress the "
-        "question with it (query-aware)",
-    )
+    add_press_options(co, sweep=False)
     co.add_argument("--max-new-tokens", type=int, default=64, help="answer length limit")
     co.add_argument(
         "--no-full", action="store_true", help="skip the full-cache answer used for comparison"
