@@ -79,6 +79,8 @@ CHAT = ["--model", NO_MODEL, "--context", CONTEXT, "--question", QUESTION]
         (["bench", "kv", "--model", NO_MODEL, "--window", "question"], "needs --placement q"),
         (["bench", "kv", "--model", NO_MODEL, "--window", "8,8"], "--window lists a value"),
         (["compress", *CHAT, "--budget", "pooled"], "--budget pooled needs --ratio"),
+        (["compress", *CHAT, "--sinks", "-4"], "--sinks must be an integer in [0"),
+        (["bench", "kv", "--model", NO_MODEL, "--sinks", "0,x"], "--sinks: 'x' is not an"),
         (["compress", *CHAT, "--window", "question"], "needs --placement question"),
         (["compress", *CHAT, "--window", "eight"], "--window: 'eight' is not an integer"),
         (["compress", *CHAT, "--ratio", "0.5", "--floor", "-1"], "--floor must be in [0, 1]"),

@@ -74,22 +74,23 @@ def test_compress_query_aware_with_the_question_as_window(
     which end the compressed prompt; the pooled budget and the upper-bound score reach it."""
     from rcstat.press import answer
 
-    seen: list[tuple[int, str, str, int]] = []
+    seen: list[tuple[int, str, str, int, int]] = []
     real = answer.prefill
 
     def spy(model, context, press, cache):  # type: ignore[no-untyped-def]
         if press is not None:
-            seen.append((press.window_size, press.score, press.budget, int(context.shape[1])))
+            shape = int(context.shape[1])
+            seen.append((press.window_size, press.score, press.budget, press.sinks, shape))
         return real(model, context, press, cache)
 
     monkeypatch.setattr(answer, "prefill", spy)
     context = "The cat sat on the warm mat near the door. " * 4
     argv = ["compress", "--model", str(model_dir), "--context", context, "--question", "Where?"]
     extra = ["--placement", "question", "--window", "question", "--ratio", "0.5"]
-    knobs = ["--budget", "pooled", "--floor", "0.1", "--score", "upper"]
+    knobs = ["--budget", "pooled", "--floor", "0.1", "--score", "upper", "--sinks", "3"]
     assert cli.main([*argv, *extra, *knobs, "--max-new-tokens", "2", "--no-full"]) == 0
     split = answer.split_prompt(_tokenizer(model_dir), context, "Where?", placement="question")
-    assert seen == [(split.question_tokens, "upper", "pooled", split.compressed.shape[1])]
+    assert seen == [(split.question_tokens, "upper", "pooled", 3, split.compressed.shape[1])]
     assert "global 0.5" in _flat(capsys.readouterr().out)
 
 

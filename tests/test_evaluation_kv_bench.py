@@ -62,6 +62,14 @@ def test_score_and_budget_are_settings() -> None:
     ]
     pooled = make_press(grid[4])
     assert (pooled.score, pooled.budget, pooled.floor) == ("upper", "pooled", 0.1)
+    sinks = settings_grid(["rcstat"], [0.5], [1.0], [8], sinks=[0, 4])
+    assert [s.key for s in sinks] == [
+        "rcstat|r=0.5|c=None|w=8",
+        "rcstat|r=None|c=1.0|w=8",
+        "rcstat|r=0.5|c=None|w=8|sinks=4",
+        "rcstat|r=None|c=1.0|w=8|sinks=4",
+    ]
+    assert make_press(sinks[3]).sinks == 4
     question = Setting("rcstat", ratio=0.5, window="question")
     assert question.key == "rcstat|r=0.5|c=None|w=question"
     assert make_press(question, question_tokens=6).window_size == 6

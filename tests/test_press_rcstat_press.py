@@ -123,7 +123,7 @@ def test_bad_arguments() -> None:
         RCStatPress(budget="pooled")
     with pytest.raises(ValueError, match="floor"):
         RCStatPress(compression_ratio=0.5, budget="pooled", floor=1.5)
-    with pytest.raises(ValueError, match="outside the window and the floor"):
+    with pytest.raises(ValueError, match="outside the window, the sinks and the floor"):
         _prefill(RCStatPress(compression_ratio=0.7, budget="pooled", floor=1.0), length=48)
 
 
@@ -151,6 +151,36 @@ def test_upper_bound_score_follows_the_oracle() -> None:
         kept_outside = press.kept[layer][0].numpy() - 8  # [Hkv]
         cut = order[evict - 1]  # the largest evicted score (no ties in random data)
         np.testing.assert_array_equal(kept_outside, (naive[layer] > cut).sum(-1))
+
+
+@pytest.mark.parametrize("budget", ["layer", "pooled"])
+def test_sinks_are_never_evicted(budget: str) -> None:
+    """The first ``sinks`` tokens stay in every head; the rest is as without sinks, the
+    evictions moving to the next-lowest entries (target ratio) or unchanged (threshold)."""
+    window, length, sinks = 8, 48, 5
+    press = RCStatPress(compression_ratio=0.6, budget=budget, floor=0.0, sinks=sinks)  # type: ignore[arg-type]
+    model, ids = _prefill(press, length=length)
+    naive = _naive_layer_scores(model, ids, window, "expected")  # [L, Hkv, T - w]
+    naive[..., :sinks] = np.inf
+    if budget == "layer":
+        want = []
+        for layer in naive:
+            cut = np.sort(layer.ravel())[round(0.6 * 2 * length) - 1]
+            want.append((layer > cut).sum(-1) + window)
+    else:
+        cut = np.sort(naive.ravel())[round(0.6 * naive.shape[0] * 2 * length) - 1]
+        want = list((naive > cut).sum(-1) + window)
+    got = [press.kept[layer][0].numpy() for layer in range(naive.shape[0])]
+    np.testing.assert_array_equal(np.stack(got), np.stack(want))
+    threshold = RCStatPress(threshold=1.0, sinks=sinks)
+    _prefill(threshold, length=length)
+    plain = RCStatPress(threshold=1.0)
+    _prefill(plain, length=length)
+    for layer in range(3):  # at most the sinks more per head
+        extra = threshold.kept[layer] - plain.kept[layer]
+        assert bool(((extra >= 0) & (extra <= sinks)).all())
+    with pytest.raises(ValueError, match="sinks"):
+        RCStatPress(sinks=-1)
 
 
 @pytest.mark.parametrize("floor", [0.0, 0.2, 0.6])

@@ -237,6 +237,12 @@ def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
         help="pooled budget: every KV head keeps at least this share of a uniform budget",
     )
     parser.add_argument(
+        "--sinks",
+        default="0",
+        help=("comma-separated; " if sweep else "")
+        + "the first N prompt tokens are never evicted (attention sinks, the chat template)",
+    )
+    parser.add_argument(
         "--placement",
         choices=["context", "question"],
         default="context",

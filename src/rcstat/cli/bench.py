@@ -197,6 +197,7 @@ class BenchKVArgs:
     scores: list[str] = field(default_factory=lambda: ["expected"])
     budgets: list[str] = field(default_factory=lambda: ["layer"])
     floor: float = 0.2
+    sinks: list[int] = field(default_factory=lambda: [0])
     placement_of_question: str = "context"
     context: str | None = None
     max_tokens: int | None = None
@@ -225,6 +226,7 @@ class BenchKVArgs:
             scores=_named("--score", split_list(ns.score)),
             budgets=_named("--budget", split_list(ns.budget)),
             floor=check_number("--floor", ns.floor, low=0, high=1),
+            sinks=int_list("--sinks", split_list(ns.sinks), low=0),
             placement_of_question=ns.placement,
             n=optional_count("--n", ns.n),
             max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
@@ -285,6 +287,7 @@ def run_kv(args: BenchKVArgs) -> int:
         scores=args.scores,
         budgets=args.budgets,
         floor=args.floor,
+        sinks=args.sinks,
     )
     # Not --n: a run grows by resuming with a larger --n.
     run_options = {
@@ -528,7 +531,7 @@ def pd_table_frame(path: Path, *, metric: bool = False) -> str | None:
     frame = pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
     if frame.empty:
         return None
-    knobs = [c for c in ("window", "group", "score", "budget", "floor") if c in frame]
+    knobs = [c for c in ("window", "group", "score", "budget", "floor", "sinks") if c in frame]
     varying = [c for c in knobs if frame[c].nunique() > 1] if metric else []  # RCStat's knobs
     first = ["subset", "ratio", *varying, "metric", "quotient"] if metric else ["method", "k"]
     shown = frame[[*first, "baseline", "difference", "low", "high", "win_share", "examples"]]

@@ -77,6 +77,7 @@ class CompressArgs:
     score: str = "expected"
     budget: str = "layer"
     floor: float = 0.2
+    sinks: int = 0
     question_placement: str = "context"
 
     @classmethod
@@ -111,6 +112,7 @@ class CompressArgs:
             score=ns.score,
             budget=ns.budget,
             floor=check_number("--floor", ns.floor, low=0, high=1),
+            sinks=int_list("--sinks", [ns.sinks], low=0)[0],
             question_placement=ns.placement,
         )
 
@@ -134,6 +136,7 @@ def run(args: CompressArgs) -> int:
         score=args.score,  # type: ignore[arg-type]
         budget=args.budget,  # type: ignore[arg-type]
         floor=args.floor,
+        sinks=args.sinks,
     )
     model, tokenizer = load_model_quietly(args.model, args.placement)
     with step("compressing the context and answering…"):

@@ -17,6 +17,7 @@ and window), and ``ver_vs_ratio.png`` / ``rougeL_vs_ratio.png`` (the paper's Fig
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -67,6 +68,7 @@ class Setting:
     score: str = "expected"  # RCStatPress.score
     budget: str = "layer"  # RCStatPress.budget
     floor: float = 0.2  # RCStatPress.floor (pooled budget only)
+    sinks: int = 0  # RCStatPress.sinks
 
     @property
     def key(self) -> str:
@@ -74,8 +76,9 @@ class Setting:
         rule = "" if self.group == "max" else f"|g={self.group}"
         score = "" if self.score == "expected" else f"|s={self.score}"
         budget = "" if self.budget == "layer" else f"|b={self.budget},f={self.floor}"
+        sinks = "" if self.sinks == 0 else f"|sinks={self.sinks}"
         base = f"{self.method}|r={self.ratio}|c={self.threshold}|w={self.window}"
-        return base + rule + score + budget
+        return base + rule + score + budget + sinks
 
 
 def make_press(setting: Setting, question_tokens: int = 0) -> Any:
@@ -98,6 +101,7 @@ def make_press(setting: Setting, question_tokens: int = 0) -> Any:
         score=setting.score,
         budget=setting.budget,
         floor=setting.floor,
+        sinks=setting.sinks,
     )
 
 
@@ -121,22 +125,22 @@ def settings_grid(
     scores: Sequence[str] = ("expected",),
     budgets: Sequence[str] = ("layer",),
     floor: float = 0.2,
+    sinks: Sequence[int] = (0,),
 ) -> list[Setting]:
     """Every baseline at every ratio; RCStat at every ratio (target mode) and every threshold
-    (threshold mode), for every window, GQA group rule and score, and at every ratio for every
-    budget (the pooled budget has no threshold mode)."""
+    (threshold mode), for every window, GQA group rule, score and number of sinks, and at
+    every ratio for every budget (the pooled budget has no threshold mode)."""
     grid: list[Setting] = []
     for method in presses:
         if method != "rcstat":
             grid += [Setting(method, ratio=r) for r in ratios]
             continue
-        for g in groups:
-            for s in scores:
-                base = Setting("rcstat", group=g, score=s)
-                for b in budgets:
-                    budgeted = base if b == "layer" else replace(base, budget=b, floor=floor)
-                    grid += [replace(budgeted, ratio=r, window=w) for w in windows for r in ratios]
-                grid += [replace(base, threshold=c, window=w) for w in windows for c in thresholds]
+        for g, s, k in itertools.product(groups, scores, sinks):
+            base = Setting("rcstat", group=g, score=s, sinks=k)
+            for b in budgets:
+                budgeted = base if b == "layer" else replace(base, budget=b, floor=floor)
+                grid += [replace(budgeted, ratio=r, window=w) for w in windows for r in ratios]
+            grid += [replace(base, threshold=c, window=w) for w in windows for c in thresholds]
     return grid
 
 

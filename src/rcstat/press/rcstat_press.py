@@ -127,6 +127,9 @@ class RCStatPress(BasePress):
         With ``budget="pooled"``: every KV head of every layer keeps at least
         ``⌈floor · (1 − r) · (T − w)⌉`` of its best non-window entries (a share of the budget
         it would have with a uniform ratio, as AdaKV's safeguard); 0 pools without a floor.
+    sinks
+        The first ``sinks`` prompt tokens are never evicted, like the window (StreamingLLM's
+        attention sinks; a chat template's opening tokens); 0 (default) protects none.
 
     After each prefill, :attr:`kept` holds the number of kept entries per layer and KV head
     (on the layer's device until a ratio is read, then on the CPU) and the realized ratios
@@ -141,6 +144,7 @@ class RCStatPress(BasePress):
     score: Literal["expected", "upper"] = "expected"
     budget: Literal["layer", "pooled"] = "layer"
     floor: float = 0.2
+    sinks: int = 0
     kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
     lengths: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     # pooled budget: each scored layer's (module, cache, relative scores) until the last one
@@ -163,6 +167,7 @@ class RCStatPress(BasePress):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         self.floor = check_number("floor", self.floor, low=0, high=1)
+        self.sinks = check_count("sinks", self.sinks, low=0)
         if self.budget == "pooled" and self.compression_ratio is None:
             raise ValueError("budget='pooled' needs a compression_ratio (target-ratio mode)")
 
@@ -181,7 +186,9 @@ class RCStatPress(BasePress):
         query = window_queries(module, hidden_states, window, kwargs)  # [B, Hq, w, D]
         relative = relative_scores(grouped_scores(query, keys), self.score)  # [B, Hq, T - w]
         grouped = relative.view(batch, kv_heads, -1, length - window)
-        return grouped.amax(2) if self.group == "max" else grouped.mean(2)
+        per_kv = grouped.amax(2) if self.group == "max" else grouped.mean(2)
+        per_kv[..., : self.sinks] = torch.inf  # the sinks are kept by every rule
+        return per_kv
 
     def _lowest(self, scores: torch.Tensor, evict: int, protect: int = 0) -> torch.Tensor:
         """``scores``' shape, bool: False at the ``evict`` lowest of each batch row, never at
@@ -192,11 +199,11 @@ class RCStatPress(BasePress):
             flat = scores.scatter(-1, best, torch.inf)
         flat = flat.reshape(scores.shape[0], -1)
         heads = scores[0].numel() // scores.shape[-1]
-        available = heads * (scores.shape[-1] - protect)
+        available = heads * max(scores.shape[-1] - max(protect, self.sinks), 0)
         if evict > available:
             raise ValueError(
                 f"compression_ratio {self.compression_ratio} needs {evict} evictions but only "
-                f"{available} entries lie outside the window and the floor"
+                f"{available} entries lie outside the window, the sinks and the floor"
             )
         keep = torch.ones_like(flat, dtype=torch.bool)
         if evict > 0:

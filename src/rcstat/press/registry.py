@@ -43,10 +43,11 @@ def make_press(
     score: str = "expected",
     budget: str = "layer",
     floor: float = 0.2,
+    sinks: int = 0,
 ) -> Any:
     """Build the press ``name``: RCStatPress in threshold mode (``threshold``) or target-ratio
-    mode (``ratio``) with its GQA ``group`` rule, token ``score`` and ``budget`` (with its
-    ``floor``), or a kvpress baseline at compression ratio ``ratio``."""
+    mode (``ratio``) with its GQA ``group`` rule, token ``score``, ``budget`` (with its
+    ``floor``) and protected ``sinks``, or a kvpress baseline at compression ratio ``ratio``."""
     check_press_names([name])
     require_kvpress()
     from kvpress import AdaKVPress, KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress
@@ -55,7 +56,12 @@ def make_press(
 
     if name == "rcstat":
         window = check_count("window", window)
-        options: dict[str, Any] = {"window_size": window, "group": group, "score": score}
+        options: dict[str, Any] = {
+            "window_size": window,
+            "group": group,
+            "score": score,
+            "sinks": sinks,
+        }
         if threshold is not None:
             return RCStatPress(threshold=threshold, **options)
         return RCStatPress(
