@@ -14,7 +14,10 @@ layer compressed. Written to ``--out`` (a new folder):
 - ``needed.csv``: per example the ``--top`` context tokens the full-cache answer attended to
   most (mean over layers and heads) with, per press, the share of (layer, KV head) pairs
   that evicted each;
-- ``summary.csv`` / ``summary.md``: per press the means over examples, and per layer;
+- ``summary.csv`` / ``summary.md``: per press the means over examples, the share of the
+  most-attended tokens evicted and Spearman correlations over layers (lost attention vs VER
+  alone) and over (layer, KV head) (realized ratio vs lost attention);
+  ``summary_layers.csv``: per press and layer;
 - ``layers.png``: per press and layer, the mean realized ratio, lost attention and VER alone.
 
     PYTHONPATH=src:. python -m benchmarks.press_diagnosis --dataset qmsum --context relevant \\
@@ -125,14 +128,24 @@ def summarize(tables: dict[str, pd.DataFrame], out: Path) -> pd.DataFrame:
     per_layer = layers.groupby(["press", "layer"], sort=False)[
         ["ratio", "lost_attention", "ver_by_layer", "ver_alone"]
     ].mean()
-    for column in ("ratio", "lost_attention"):  # over layers; NaN where one is constant
-        summary[f"spearman_{column}_vs_ver_alone"] = pd.Series(
-            {
-                name: float(group[column].corr(group["ver_alone"], method="spearman"))
-                for name, group in per_layer.reset_index().groupby("press", sort=False)
-                if group[column].nunique() > 1
-            }
-        )
+    summary["spearman_lost_attention_vs_ver_alone"] = pd.Series(
+        {  # over layers: does a layer that loses more of the answer's reading cause more error?
+            name: float(group["lost_attention"].corr(group["ver_alone"], method="spearman"))
+            for name, group in per_layer.reset_index().groupby("press", sort=False)
+        }
+    )
+    by_head = (
+        tables["heads"]
+        .groupby(["press", "layer", "kv_head"], sort=False)[["ratio", "lost_attention"]]
+        .mean()
+    )
+    summary["spearman_head_ratio_vs_lost_attention"] = pd.Series(
+        {  # over (layer, KV head): does a head that evicts more lose more of the answer's reading?
+            name: float(group["ratio"].corr(group["lost_attention"], method="spearman"))
+            for name, group in by_head.reset_index().groupby("press", sort=False)
+            if group["ratio"].nunique() > 1
+        }
+    )
     summary.to_csv(out / "summary.csv")
     per_layer.to_csv(out / "summary_layers.csv")
     (out / "summary.md").write_text(f"```\n{summary.to_string(float_format='%.4f')}\n```\n")
