@@ -1,9 +1,10 @@
 """KV-cache press benchmarks, as ratios measured in one run.
 
 Prefill: a forward pass over the context with ``RCStatPress`` (threshold and target-ratio
-modes, and the target-ratio mode with the mean GQA rule, the upper-bound score and the pooled
-budget) vs ``SnapKVPress`` at the same ratio vs no press, for each context length; the columns
-after SnapKV's time are each RCStat variant's time / SnapKV's.
+modes, and the target-ratio mode with the mean GQA rule, the upper-bound score, the pooled
+budget, and the pooled budget with 24 sinks) vs ``SnapKVPress`` at the same ratio vs no
+press, for each context length; the columns after SnapKV's time are each RCStat variant's
+time / SnapKV's.
 
     python benchmarks/bench_press.py                                    # CPU, default model
     python benchmarks/bench_press.py --model llama-8b --device cuda --context 4096,16384
@@ -39,6 +40,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "rcstat_mean": {"group": "mean"},
     "rcstat_upper": {"score": "upper"},
     "rcstat_pooled": {"budget": "pooled"},
+    "rcstat_pooled_sinks": {"budget": "pooled", "sinks": 24},
 }
 
 
