@@ -312,3 +312,24 @@ def test_comparison_with_the_best_baseline_by_hand() -> None:
     assert set(only_answerable["subset"]) == {"all"}  # no subset that repeats "all"
     rouge = found.loc[("all", "rougeL_vs_full")]
     assert rouge["baseline"] in ("knorm", "tova") and rouge["difference"] == pytest.approx(0.05)
+
+
+def test_every_knob_of_rcstat_is_its_own_row_of_the_summaries(tmp_path: Path) -> None:
+    """Settings that differ in one knob only (GQA rule, score, budget, floor, sinks) are never
+    pooled in ``summary.csv`` or ``comparison.csv``: each compares its own examples."""
+    from rcstat.evaluation.kv_bench import KNOB_DEFAULTS, comparison
+
+    variants = [{}, {"group": "mean"}, {"score": "upper"}, {"budget": "pooled"}]
+    variants += [{"budget": "pooled", "floor": 0.0}, {"sinks": 24}]
+    assert {k for v in variants for k in v} == set(KNOB_DEFAULTS)
+    rows = []
+    for example, base in (("a", 1.0), ("b", 3.0)):
+        common = {"example": example, "ratio": 0.5, "window": 8, "threshold": None}
+        rows.append({**common, "method": "tova", "ver": 2 * base, "rougeL_vs_full": 0.5})
+        for j, knobs in enumerate(variants):
+            ver = base + j
+            rows.append({**common, "method": "rcstat", **knobs, "ver": ver, "rougeL_vs_full": 0.5})
+    found = comparison(pd.DataFrame(rows))
+    ver = found[found["metric"] == "ver"]
+    assert len(ver) == len(variants) and (ver["examples"] == 2).all()
+    assert sorted(ver["rcstat"]) == [2.0 + j for j in range(len(variants))]

@@ -408,6 +408,7 @@ KNOB_DEFAULTS: dict[str, Any] = {
     "score": "expected",
     "budget": "layer",
     "floor": 0.2,
+    "sinks": 0,
 }
 #: The columns that name a setting in the summaries.
 SETTING_COLUMNS = ["method", "ratio", "threshold", "window", *KNOB_DEFAULTS]
