@@ -1,10 +1,10 @@
 """KV-cache press benchmarks, as ratios measured in one run.
 
 Prefill: a forward pass over the context with ``RCStatPress`` (threshold and target-ratio
-modes, and the target-ratio mode with the mean GQA rule, the upper-bound score, the pooled
-budget, and the pooled budget with 24 sinks) vs ``SnapKVPress`` at the same ratio vs no
-press, for each context length; the columns after SnapKV's time are each RCStat variant's
-time / SnapKV's.
+modes at their defaults, then the target-ratio mode per layer with either GQA rule, pooled
+with the any-head rule, with the upper-bound score and with 24 sinks: :data:`VARIANTS`) vs
+``SnapKVPress`` at the same ratio vs no press, for each context length; the columns after
+SnapKV's time are each RCStat variant's time / SnapKV's.
 
     python benchmarks/bench_press.py                                    # CPU, default model
     python benchmarks/bench_press.py --model llama-8b --device cuda --context 4096,16384
@@ -33,14 +33,16 @@ def prefill(model: Any, ids: torch.Tensor, press: Any) -> None:
             model(ids, past_key_values=DynamicCache())
 
 
-#: The RCStatPress settings timed against SnapKV (the default ones first).
+#: The RCStatPress settings timed against SnapKV: the two modes at their defaults (target
+#: ratio: the GQA group's mean, the budget pooled over layers), then the other options.
 VARIANTS: dict[str, dict[str, Any]] = {
     "rcstat_threshold": {"threshold": 1.0},
     "rcstat_ratio": {},
-    "rcstat_mean": {"group": "mean"},
+    "rcstat_layer_max": {"budget": "layer", "group": "max"},
+    "rcstat_layer_mean": {"budget": "layer", "group": "mean"},
+    "rcstat_pooled_max": {"budget": "pooled", "group": "max"},
     "rcstat_upper": {"score": "upper"},
-    "rcstat_pooled": {"budget": "pooled"},
-    "rcstat_pooled_sinks": {"budget": "pooled", "sinks": 24},
+    "rcstat_sinks": {"sinks": 24},
 }
 
 

@@ -45,12 +45,17 @@ from rcstat.report.plots import save_figure
 
 
 def press_spec(spec: str, ratio: float, window: int) -> tuple[str, Any]:
-    """``name`` or ``rcstat:<group rule>`` → (label, press at ``ratio``)."""
-    name, _, rule = spec.partition(":")
-    if name not in PRESS_NAMES or (rule and name != "rcstat"):
-        raise ValueError(f"unknown press {spec!r}: {', '.join(PRESS_NAMES)} or rcstat:<rule>")
+    """``name`` or ``rcstat:<group rule>[:<budget>]`` → (label, press at ``ratio``); the
+    press's defaults where a part is left out."""
+    name, _, knobs = spec.partition(":")
+    rule, _, budget = knobs.partition(":")
+    if name not in PRESS_NAMES or (knobs and name != "rcstat"):
+        raise ValueError(
+            f"unknown press {spec!r}: {', '.join(PRESS_NAMES)} or rcstat:<rule>[:<budget>]"
+        )
     if name == "rcstat":
-        return spec, make_press("rcstat", ratio=ratio, window=window, group=rule or "max")
+        options = {"group": rule or None, **({"budget": budget} if budget else {})}
+        return spec, make_press("rcstat", ratio=ratio, window=window, **options)
     return spec, make_press(name, ratio=ratio)
 
 

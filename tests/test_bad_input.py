@@ -71,10 +71,16 @@ CHAT = ["--model", NO_MODEL, "--context", CONTEXT, "--question", QUESTION]
         (["bench", "attribution", "--model", NO_MODEL, "--k", "0"], "--k must be an integer"),
         (["bench", "attribution", "--model", NO_MODEL, "--k", ","], "--k needs at least one"),
         (["heads", "--model", NO_MODEL, "--shard", "2/2"], "need 0 <= i < N"),
-        (["bench", "kv", "--model", NO_MODEL, "--group", "max,median"], "--group takes max"),
+        (
+            ["bench", "kv", "--model", NO_MODEL, "--group", "max,median"],
+            "--group takes mean and/or max",
+        ),
         (["bench", "kv", "--model", NO_MODEL, "--group", "mean,mean"], "--group lists a value"),
         (["bench", "kv", "--model", NO_MODEL, "--score", "lower"], "--score takes expected"),
-        (["bench", "kv", "--model", NO_MODEL, "--budget", "layer,head"], "--budget takes layer"),
+        (
+            ["bench", "kv", "--model", NO_MODEL, "--budget", "layer,head"],
+            "--budget takes pooled and/or layer",
+        ),
         (["bench", "kv", "--model", NO_MODEL, "--floor", "2"], "--floor must be in [0, 1]"),
         (["bench", "kv", "--model", NO_MODEL, "--window", "question"], "needs --placement q"),
         (["bench", "kv", "--model", NO_MODEL, "--window", "8,8"], "--window lists a value"),

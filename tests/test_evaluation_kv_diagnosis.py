@@ -25,7 +25,7 @@ QUESTION = "Where did the cat sit?"
 
 def _presses() -> dict[str, object]:
     return {
-        "rcstat": RCStatPress(compression_ratio=0.5),
+        "rcstat": RCStatPress(compression_ratio=0.5, budget="layer", group="max"),
         "rcstat_pooled": RCStatPress(compression_ratio=0.5, budget="pooled", floor=0.0),
         "tova": TOVAPress(0.5),
         "snapkv": SnapKVPress(0.5, window_size=8),

@@ -73,7 +73,7 @@ def test_the_mean_rule_keeps_no_more_than_the_max_rule() -> None:
         by_rule[rule] = press.head_ratios()
     assert (by_rule["mean"] >= by_rule["max"]).all() and (by_rule["mean"] > by_rule["max"]).any()
     for rule in ("max", "mean"):
-        press = RCStatPress(compression_ratio=0.5, window_size=8, group=rule)  # type: ignore[arg-type]
+        press = RCStatPress(compression_ratio=0.5, window_size=8, group=rule, budget="layer")  # type: ignore[arg-type]
         _prefill(press)
         assert all(v == pytest.approx(0.5) for v in press.layer_ratios().values())
 
@@ -90,7 +90,7 @@ def test_threshold_zero_evicts_nothing_and_larger_c_evicts_more() -> None:
 
 @pytest.mark.parametrize("ratio", [0.25, 0.5, 0.7])
 def test_target_ratio_mode(ratio: float) -> None:
-    press = RCStatPress(compression_ratio=ratio, window_size=8)
+    press = RCStatPress(compression_ratio=ratio, window_size=8, budget="layer")
     _prefill(press, length=48)
     for value in press.layer_ratios().values():
         assert value == pytest.approx(round(ratio * 2 * 48) / (2 * 48))
@@ -119,8 +119,6 @@ def test_bad_arguments() -> None:
         RCStatPress(score="lower")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="budget must be one of layer, pooled"):
         RCStatPress(budget="head")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="needs a compression_ratio"):
-        RCStatPress(budget="pooled")
     with pytest.raises(ValueError, match="floor"):
         RCStatPress(compression_ratio=0.5, budget="pooled", floor=1.5)
     with pytest.raises(ValueError, match="outside the window, the sinks and the floor"):
@@ -142,7 +140,9 @@ def _naive_layer_scores(
 def test_upper_bound_score_follows_the_oracle() -> None:
     """score="upper" ranks by A(X({i}, ĝ), Y(ĝ, ĝ)) / mean_i A: at a target ratio each layer
     evicts exactly its lowest entries by the brute-force scores."""
-    press = RCStatPress(compression_ratio=0.5, window_size=8, score="upper")
+    press = RCStatPress(
+        compression_ratio=0.5, window_size=8, score="upper", group="max", budget="layer"
+    )
     model, ids = _prefill(press)
     naive = _naive_layer_scores(model, ids, 8, "upper")  # [L, Hkv, T - w]
     for layer in range(naive.shape[0]):
@@ -158,7 +158,7 @@ def test_sinks_are_never_evicted(budget: str) -> None:
     """The first ``sinks`` tokens stay in every head; the rest is as without sinks, the
     evictions moving to the next-lowest entries (target ratio) or unchanged (threshold)."""
     window, length, sinks = 8, 48, 5
-    press = RCStatPress(compression_ratio=0.6, budget=budget, floor=0.0, sinks=sinks)  # type: ignore[arg-type]
+    press = RCStatPress(compression_ratio=0.6, budget=budget, floor=0.0, sinks=sinks, group="max")  # type: ignore[arg-type]
     model, ids = _prefill(press, length=length)
     naive = _naive_layer_scores(model, ids, window, "expected")  # [L, Hkv, T - w]
     naive[..., :sinks] = np.inf
@@ -188,7 +188,9 @@ def test_pooled_budget_evicts_the_models_lowest_entries_above_a_floor(floor: flo
     """budget="pooled": r of all layers' entries go, the lowest relative scores of the whole
     model except each head's protected best ⌈floor·(1 − r)·(T − w)⌉; layers then differ."""
     ratio, window, length = 0.6, 8, 48
-    press = RCStatPress(compression_ratio=ratio, window_size=window, budget="pooled", floor=floor)
+    press = RCStatPress(
+        compression_ratio=ratio, window_size=window, budget="pooled", floor=floor, group="max"
+    )
     model, ids = _prefill(press, length=length)
     naive = _naive_layer_scores(model, ids, window, "expected")  # [L, Hkv, T - w]
     protect = int(np.ceil(floor * (1 - ratio) * (length - window)))
@@ -299,3 +301,16 @@ def test_threshold_zero_generation_equals_no_press() -> None:
             )
     assert press.realized_ratio() == 0.0
     assert torch.equal(pressed, plain)
+
+
+def test_the_defaults_follow_the_mode() -> None:
+    """Target-ratio mode: the group's mean and the pooled budget (chosen on the slices);
+    threshold mode: the paper's any-head rule, and a budget has nothing to pool."""
+    ratio = RCStatPress(compression_ratio=0.5)
+    assert (ratio.group, ratio.budget) == ("mean", "pooled")
+    threshold = RCStatPress(threshold=1.0)
+    assert threshold.group == "max"
+    _prefill(threshold)
+    per_layer = RCStatPress(threshold=1.0, budget="layer")
+    _prefill(per_layer)
+    assert all(torch.equal(threshold.kept[i], per_layer.kept[i]) for i in range(3))

@@ -205,19 +205,22 @@ def add_special_tokens_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: RCStatPress's named options on the command line: (flag, values, what each value means).
+#: RCStatPress's named options on the command line: (flag, values with the default first,
+#: what each value means).
 PRESS_CHOICES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "--group",
-        ("max", "mean"),
-        "how a GQA group's query heads decide for their KV head: max (any head keeps an "
-        "entry) or mean (the group's mean relative score)",
+        ("mean", "max"),
+        "how a GQA group's query heads decide for their KV head: mean (the group's mean "
+        "relative score) or max (any head keeps an entry, the paper's rule); the press's "
+        "default: mean with a target ratio, max with a threshold",
     ),
     ("--score", ("expected", "upper"), "token score: the exact expected RC or its upper bound A"),
     (
         "--budget",
-        ("layer", "pooled"),
-        "target-ratio mode: each layer evicts r (layer) or r of the whole model (pooled)",
+        ("pooled", "layer"),
+        "target-ratio mode: r of the whole model, layers differing (pooled), or r per layer "
+        "(layer, the paper's)",
     ),
 )
 
@@ -228,8 +231,9 @@ def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
     for flag, values, meaning in PRESS_CHOICES:
         if sweep:
             parser.add_argument(flag, default=values[0], help=f"comma-separated; {meaning}")
-        else:
-            parser.add_argument(flag, choices=list(values), default=values[0], help=meaning)
+        else:  # None: the press's own default
+            default = values[0] if flag == "--score" else None
+            parser.add_argument(flag, choices=list(values), default=default, help=meaning)
     parser.add_argument(
         "--floor",
         type=float,

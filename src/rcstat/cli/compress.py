@@ -73,9 +73,9 @@ class CompressArgs:
     max_new_tokens: int
     full: bool = True
     allow_special_tokens: bool = False
-    group: str = "max"
+    group: str | None = None
     score: str = "expected"
-    budget: str = "layer"
+    budget: str | None = None
     floor: float = 0.2
     sinks: int = 0
     question_placement: str = "context"
@@ -134,7 +134,7 @@ def run(args: CompressArgs) -> int:
         compression_ratio=args.ratio,
         group=args.group,  # type: ignore[arg-type]
         score=args.score,  # type: ignore[arg-type]
-        budget=args.budget,  # type: ignore[arg-type]
+        **({} if args.budget is None else {"budget": args.budget}),  # type: ignore[arg-type]
         floor=args.floor,
         sinks=args.sinks,
     )

@@ -5,14 +5,16 @@ At prefill, for each layer and query head, the last ``w`` prompt tokens form the
 Every other prompt token ``i`` is scored by ``s_i = E(X({i}, ĝ), Y(ĝ, ĝ))`` — its scores from
 the window's queries against the window's own causal self scores — and compared with
 ``θ = E(X(p ∖ ĝ, ĝ), Y(ĝ, ĝ)) = mean_i s_i``. Token ``i`` is evicted from a head when
-``s_i <= c·θ``; a KV head keeps ``i`` when any query head of its group keeps it
-(``max_h s_i^h / θ^h > c``; ``group="mean"`` averages the group's relative scores instead);
-the window is never evicted. The number of evicted tokens
-therefore differs per KV head and per layer. In target-ratio mode ``c`` is chosen per layer
-so that a fraction ``r`` of the layer's KV entries is evicted (``budget="layer"``), or once
-for the whole model (``budget="pooled"``: layers differ too, each KV head keeping at least a
-``floor`` share of its budget). ``score="upper"`` ranks by the upper bound ``A`` (eq. 4) of
-each token's RC instead of ``E``, relative to the mean of ``A`` over the prompt.
+``s_i <= c·θ``; in threshold mode a KV head keeps ``i`` when any query head of its group keeps
+it (``max_h s_i^h / θ^h > c``, the paper's rule; ``group="mean"`` averages the group's relative
+scores instead); the window is never evicted. The number of evicted tokens therefore differs
+per KV head and per layer. In target-ratio mode the group's mean relative score ranks the
+entries and ``c`` is chosen once for the whole model so that a fraction ``r`` of all KV
+entries is evicted (``budget="pooled"``: layers differ too, each KV head keeping at least a
+``floor`` share of its budget), or per layer (``budget="layer"``, the paper's); these defaults
+were chosen on the benchmark slices by the rule of docs/benchmarks.md §10 (see §11).
+``score="upper"`` ranks by the upper bound ``A`` (eq. 4) of each token's RC instead of ``E``,
+relative to the mean of ``A`` over the prompt.
 
 Where the evictions go: with an ``rcstat.press.RaggedCache`` as ``past_key_values`` the
 entries are removed from memory (packed per KV head); with any other cache the press records
@@ -111,18 +113,21 @@ class RCStatPress(BasePress):
         ``max_h s_i^h / θ^h`` are evicted (window excluded) so that the ratio is ``r``,
         per layer or over the model (``budget``). ``None`` (default): threshold mode.
     group
-        How the query heads of a GQA group decide for their KV head: ``"max"`` (default,
-        the paper's rule: an entry stays when any query head keeps it) or ``"mean"`` (the
-        group's mean relative score ``mean_h s_i^h / θ^h`` is compared with ``c``).
+        How the query heads of a GQA group decide for their KV head: ``"max"`` (the paper's
+        rule: an entry stays when any query head keeps it) or ``"mean"`` (the group's mean
+        relative score ``mean_h s_i^h / θ^h`` is compared with ``c``). Default (None):
+        ``"mean"`` in target-ratio mode (chosen on the slices, docs/benchmarks.md §11),
+        ``"max"`` in threshold mode (where the mean rule was not measured).
     score
         ``"expected"`` (default): ``s_i`` is the exact expected RC; ``"upper"``: its upper
         bound ``A`` (eq. 4), relative to the mean of ``A`` over the prompt.
     budget
-        Target-ratio mode only. ``"layer"`` (default): each layer evicts ``r`` of its
-        entries. ``"pooled"``: ``r`` of all layers' entries are evicted together, the lowest
-        relative scores of the whole model first, so layers differ as heads do; the layers'
-        evictions are applied when the last layer has been scored (prefill is not affected:
-        each layer attends to its full prompt before its cache is compressed).
+        Target-ratio mode only (ignored in threshold mode). ``"pooled"`` (default): ``r`` of
+        all layers' entries are evicted together, the lowest relative scores of the whole
+        model first, so layers differ as heads do; the layers' evictions are applied when the
+        last layer has been scored (prefill is not affected: each layer attends to its full
+        prompt before its cache is compressed). ``"layer"``: each layer evicts ``r`` of its
+        entries (the paper's target-ratio mode).
     floor
         With ``budget="pooled"``: every KV head of every layer keeps at least
         ``⌈floor · (1 − r) · (T − w)⌉`` of its best non-window entries (a share of the budget
@@ -140,9 +145,9 @@ class RCStatPress(BasePress):
     threshold: float = 1.0
     window_size: int = DEFAULT_WINDOW
     compression_ratio: float | None = None
-    group: Literal["max", "mean"] = "max"
+    group: Literal["max", "mean"] | None = None
     score: Literal["expected", "upper"] = "expected"
-    budget: Literal["layer", "pooled"] = "layer"
+    budget: Literal["layer", "pooled"] = "pooled"
     floor: float = 0.2
     sinks: int = 0
     kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
@@ -159,6 +164,8 @@ class RCStatPress(BasePress):
             self.compression_ratio = check_number(
                 "compression_ratio", self.compression_ratio, low=0, high=1, high_open=True
             )
+        if self.group is None:  # the default of the mode (see the docstring)
+            self.group = "max" if self.compression_ratio is None else "mean"
         for name, value, allowed in (
             ("group", self.group, GROUP_RULES),
             ("score", self.score, SCORES),
@@ -168,8 +175,6 @@ class RCStatPress(BasePress):
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         self.floor = check_number("floor", self.floor, low=0, high=1)
         self.sinks = check_count("sinks", self.sinks, low=0)
-        if self.budget == "pooled" and self.compression_ratio is None:
-            raise ValueError("budget='pooled' needs a compression_ratio (target-ratio mode)")
 
     def relative(
         self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
@@ -276,7 +281,7 @@ class RCStatPress(BasePress):
             self.lengths.clear()
             self._pending.clear()
         cache = kwargs["past_key_values"]
-        if self.budget == "layer":
+        if self.budget == "layer" or self.compression_ratio is None:
             self._apply(layer, module, cache, self.keep_mask(module, hidden_states, keys, kwargs))
             return keys, values
         per_kv = self.relative(module, hidden_states, keys, kwargs)

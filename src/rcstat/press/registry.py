@@ -39,9 +39,9 @@ def make_press(
     ratio: float | None = None,
     threshold: float | None = None,
     window: int = DEFAULT_WINDOW,
-    group: str = "max",
+    group: str | None = None,
     score: str = "expected",
-    budget: str = "layer",
+    budget: str = "pooled",
     floor: float = 0.2,
     sinks: int = 0,
 ) -> Any:
