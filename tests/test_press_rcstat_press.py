@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -314,3 +316,31 @@ def test_the_defaults_follow_the_mode() -> None:
     per_layer = RCStatPress(threshold=1.0, budget="layer")
     _prefill(per_layer)
     assert all(torch.equal(threshold.kept[i], per_layer.kept[i]) for i in range(3))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("budget", ["layer", "pooled"])
+def test_the_press_on_cuda_frees_what_kvpress_masks(budget: str) -> None:
+    """On a GPU in float32 (the ragged cache's reference attention, not varlen): the press
+    keeps on the device what it keeps on the CPU and the question's logits equal the masked
+    dense reference."""
+    from rcstat.press import RaggedCache, ragged_attention
+
+    model = copy.deepcopy(tiny_model("llama")).cuda()  # the cached CPU model stays on the CPU
+    context, question = _ids(60, 5).cuda(), _ids(6, 6).cuda()
+    with torch.no_grad():
+        ragged = RCStatPress(compression_ratio=0.5, budget=budget)  # type: ignore[arg-type]
+        cache = RaggedCache()
+        with ragged(model), ragged_attention(model):
+            model(context, past_key_values=cache)
+        with ragged_attention(model):
+            got = model(question, past_key_values=cache).logits
+        masked = RCStatPress(compression_ratio=0.5, budget=budget)  # type: ignore[arg-type]
+        dense = DynamicCache()
+        with masked(model):
+            model(context, past_key_values=dense)
+            want = model(question, past_key_values=dense).logits
+    assert ragged.realized_ratio() == pytest.approx(masked.realized_ratio())
+    assert all(torch.equal(ragged.kept[i], masked.kept[i]) for i in range(3))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)

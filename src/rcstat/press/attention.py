@@ -165,7 +165,8 @@ def _reference_attention(
         attn_mask=allowed.reshape(batch, kv_heads, group * q_len, length),
         scale=scaling,
     )  # [B, Hkv, G·q, D]
-    return out.view(batch, heads, q_len, dim).transpose(1, 2).contiguous()
+    # reshape: a CUDA sdpa kernel may return [B, Hkv, G·q, D] with other strides
+    return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous()
 
 
 def _varlen_attention(
