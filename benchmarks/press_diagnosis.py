@@ -21,7 +21,7 @@ layer compressed. Written to ``--out`` (a new folder):
 - ``layers.png``: per press and layer, the mean realized ratio, lost attention and VER alone.
 
     PYTHONPATH=src:. python -m benchmarks.press_diagnosis --dataset qmsum --context relevant \\
-        --max-tokens 2048 --ratio 0.7 --presses rcstat,rcstat:mean,tova \\
+        --max-tokens 2048 --ratio 0.7 --presses rcstat,rcstat:max:layer,tova \\
         --max-new-tokens 24 --out runs/diag/qmsum_07
 """
 
