@@ -58,7 +58,12 @@ RUN_FILES = RunFiles(
 
 @dataclass(frozen=True)
 class Setting:
-    """One compression configuration: a method and its knobs."""
+    """One compression configuration: a method and its knobs.
+
+    The knobs' defaults are the paper's press (per-layer budget, any-head rule), so that the
+    keys of runs made before a knob existed still name their rows; ``rcstat bench kv`` passes
+    the press's own defaults (pooled budget, the group's mean) explicitly.
+    """
 
     method: str  # "rcstat" or a baseline name
     ratio: float | None = None  # target ratio (baselines, RCStat target-ratio mode)
