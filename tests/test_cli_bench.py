@@ -89,3 +89,27 @@ def test_bench_kv_on_a_squad_file(
     (heads / ".rcstat-output.json").write_text(json.dumps({"command": "heads", "files": []}))
     assert cli.main([*args[:-1], str(heads), "--presses", "knorm"]) == 2
     assert "holds the output of `rcstat heads`" in capsys.readouterr().out
+
+
+def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:
+    """Without --group / --budget the grid holds the press's own defaults: the group's mean
+    and the pooled budget with a target ratio, the any-head rule with a threshold."""
+    import argparse
+
+    from rcstat.cli.bench import BenchKVArgs, register
+    from rcstat.evaluation.kv_bench import settings_grid
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    ns = parser.parse_args(["bench", "kv", "--presses", "rcstat", "--thresholds", "1.0"])
+    args = BenchKVArgs.from_namespace(ns)
+    grid = settings_grid(
+        args.presses, args.ratios, args.thresholds, args.windows, args.groups,
+        scores=args.scores, budgets=args.budgets, floor=args.floor, sinks=args.sinks,
+    )  # fmt: skip
+    target = [s for s in grid if s.ratio is not None]
+    threshold = [s for s in grid if s.threshold is not None]
+    assert target and all((s.group, s.budget) == ("mean", "pooled") for s in target)
+    assert threshold and all(s.group == "max" for s in threshold)
+    ns = parser.parse_args(["bench", "kv", "--presses", "rcstat", "--group", "max,mean"])
+    assert BenchKVArgs.from_namespace(ns).groups == ["max", "mean"]

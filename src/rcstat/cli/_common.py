@@ -229,8 +229,9 @@ def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
     """RCStatPress's ``--group``, ``--score``, ``--budget`` (comma-separated lists when
     ``sweep``), ``--floor`` and ``--placement``."""
     for flag, values, meaning in PRESS_CHOICES:
-        if sweep:
-            parser.add_argument(flag, default=values[0], help=f"comma-separated; {meaning}")
+        if sweep:  # --group's default: the press's, which depends on the mode
+            default = None if flag == "--group" else values[0]
+            parser.add_argument(flag, default=default, help=f"comma-separated; {meaning}")
         else:  # None: the press's own default
             default = values[0] if flag == "--score" else None
             parser.add_argument(flag, choices=list(values), default=default, help=meaning)

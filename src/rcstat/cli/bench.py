@@ -193,7 +193,7 @@ class BenchKVArgs:
     n: int | None
     max_new_tokens: int
     out: Path
-    groups: list[str] = field(default_factory=lambda: ["max"])
+    groups: list[str | None] = field(default_factory=lambda: [None])
     scores: list[str] = field(default_factory=lambda: ["expected"])
     budgets: list[str] = field(default_factory=lambda: ["layer"])
     floor: float = 0.2
@@ -222,7 +222,7 @@ class BenchKVArgs:
             ratios=float_list("--ratios", split_list(ns.ratios), low=0, high=1, high_open=True),
             thresholds=float_list("--thresholds", split_list(ns.thresholds), low=0),
             windows=_windows(split_list(ns.window), ns.placement),
-            groups=_named("--group", split_list(ns.group)),
+            groups=_groups(ns.group),
             scores=_named("--score", split_list(ns.score)),
             budgets=_named("--budget", split_list(ns.budget)),
             floor=check_number("--floor", ns.floor, low=0, high=1),
@@ -248,7 +248,12 @@ def _named(option: str, names: list[str]) -> list[str]:
         )
     if len(set(names)) != len(names):
         raise ValueError(f"{option} lists a value twice: {','.join(names)}")
-    return names
+    return list(names)
+
+
+def _groups(value: str | None) -> list[str | None]:
+    """``--group``: the rules named, or the press's default of each mode (None)."""
+    return [None] if value is None else [*_named("--group", split_list(value))]
 
 
 def _windows(values: list[str], placement: str) -> list[int | str]:

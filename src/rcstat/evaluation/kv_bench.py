@@ -125,7 +125,7 @@ def settings_grid(
     ratios: Sequence[float],
     thresholds: Sequence[float],
     windows: Sequence[int | str],
-    groups: Sequence[str] = ("max",),
+    groups: Sequence[str | None] = ("max",),
     *,
     scores: Sequence[str] = ("expected",),
     budgets: Sequence[str] = ("layer",),
@@ -134,17 +134,20 @@ def settings_grid(
 ) -> list[Setting]:
     """Every baseline at every ratio; RCStat at every ratio (target mode) and every threshold
     (threshold mode), for every window, GQA group rule, score and number of sinks, and at
-    every ratio for every budget (the pooled budget has no threshold mode)."""
+    every ratio for every budget (the pooled budget has no threshold mode). A group rule of
+    None is the press's default of each mode: the mean with a target ratio, any head with a
+    threshold."""
     grid: list[Setting] = []
     for method in presses:
         if method != "rcstat":
             grid += [Setting(method, ratio=r) for r in ratios]
             continue
         for g, s, k in itertools.product(groups, scores, sinks):
-            base = Setting("rcstat", group=g, score=s, sinks=k)
+            base = Setting("rcstat", group=g or "mean", score=s, sinks=k)
             for b in budgets:
                 budgeted = base if b == "layer" else replace(base, budget=b, floor=floor)
                 grid += [replace(budgeted, ratio=r, window=w) for w in windows for r in ratios]
+            base = replace(base, group=g or "max")
             grid += [replace(base, threshold=c, window=w) for w in windows for c in thresholds]
     return grid
 
