@@ -262,8 +262,9 @@ def _windows(values: list[str], placement: str) -> list[int | str]:
         raise ValueError(f"--window {QUESTION_WINDOW} needs --placement question")
     if len(set(values)) != len(values):
         raise ValueError(f"--window lists a value twice: {','.join(values)}")
-    numbers = iter(int_list("--window", [v for v in values if v != QUESTION_WINDOW] or ["1"]))
-    return [v if v == QUESTION_WINDOW else next(numbers) for v in values]
+    sizes = [v for v in values if v != QUESTION_WINDOW]
+    checked = iter(int_list("--window", sizes) if sizes else [])
+    return [v if v == QUESTION_WINDOW else next(checked) for v in values]
 
 
 def _fits(tokenizer: Any, example: Any, budget: int) -> bool:

@@ -109,8 +109,9 @@ class RCStatPress(BasePress):
     window_size
         ``w``, the number of last prompt tokens whose queries score the rest (8; 16 works).
     compression_ratio
-        Target-ratio mode when set: the entries with the lowest relative scores
-        ``max_h s_i^h / θ^h`` are evicted (window excluded) so that the ratio is ``r``,
+        Target-ratio mode when set: the entries with the lowest relative scores (the
+        group's combined ``s_i^h / θ^h``, see ``group``) are evicted (window excluded) so
+        that the ratio is ``r``,
         per layer or over the model (``budget``). ``None`` (default): threshold mode.
     group
         How the query heads of a GQA group decide for their KV head: ``"max"`` (the paper's
