@@ -235,6 +235,86 @@ def test_explicit_spans_read_the_context_columns_of_their_own_tokens(setup) -> N
     np.testing.assert_allclose(later.per_head, chunks.per_head[..., 1:], rtol=1e-6)
 
 
+# ----------------------------------------------------------------------- span scores, order
+
+TWO_SENTENCE_CHUNKS = [
+    "The cat sat on the warm mat. It purred near the door.",
+    "The dog slept in the garden. It dreamt all day long.",
+    "A bird sang in the old tree. The river ran by it.",
+]
+
+
+def test_span_scores_sum_and_best_sentence_against_sentence_spans(setup) -> None:  # type: ignore[no-untyped-def]
+    _, _, attributor = setup
+    chunks = attributor.attribute(TWO_SENTENCE_CHUNKS, QUESTION, ANSWER)
+    text, _ = join_chunks(TWO_SENTENCE_CHUNKS)
+    # an independent pass with the sentences as candidate spans, scored by the paper's mean
+    sentences = attributor.attribute(text, QUESTION, ANSWER, granularity="sentence")
+    assert len(sentences.spans) == 6
+    for heads in (chunks.heads_for("top", 5), chunks.heads_for("all", None), [(1, 2)]):
+        per_sentence = sentences.head_totals(heads)  # [U, 6], float64 per-head path
+        want = per_sentence.reshape(2, 3, 2).max(axis=-1)  # each chunk: its best sentence
+        np.testing.assert_allclose(chunks.head_totals(heads, "sentence"), want, rtol=1e-5)
+        lengths = np.array([b - a for a, b in chunks.span_tokens])
+        np.testing.assert_allclose(
+            chunks.head_totals(heads, "sum"), chunks.head_totals(heads) * lengths, rtol=1e-12
+        )
+        keys = sum(chunks.token_scores[la, h].astype(np.float64) for la, h in heads)  # [U, C]
+        first = chunks.context_start
+        summed = [keys[:, a - first : b - first].sum(axis=1) for a, b in chunks.span_tokens]
+        np.testing.assert_allclose(chunks.head_totals(heads, "sum"), np.stack(summed, 1), rtol=1e-5)
+    # a configured span score drives scores / attributed / method
+    rescored = Attributor(*setup[:2], top_k=5, span_score="sentence").attribute(
+        TWO_SENTENCE_CHUNKS, QUESTION, ANSWER
+    )
+    np.testing.assert_allclose(
+        rescored.scores, chunks.scores_for("top", 5, "sentence")[0], rtol=1e-12
+    )
+    assert rescored.method == "top-5 RC heads, span sentence"
+    # with one sentence per chunk, the best sentence is the chunk itself
+    single = attributor.attribute(CHUNKS, QUESTION, ANSWER)
+    np.testing.assert_allclose(
+        single.head_totals(single.heads, "sentence"), single.head_totals(single.heads), rtol=1e-5
+    )
+
+
+def test_span_score_errors(setup) -> None:  # type: ignore[no-untyped-def]
+    model, tok, attributor = setup
+    with pytest.raises(ValueError, match="span_score must be one of"):
+        Attributor(model, tok, top_k=2, span_score="median")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="upper bound does not split over keys"):
+        Attributor(model, tok, top_k=2, statistic="upper", span_score="sum")
+    result = attributor.attribute(CHUNKS, QUESTION, ANSWER)
+    with pytest.raises(ValueError, match="outside the model's 3 layers × 4 heads"):
+        result.scores_for_heads([(3, 0)])
+    with pytest.raises(ValueError, match="at least one"):
+        result.scores_for_heads([])
+    upper = Attributor(model, tok, top_k=2, statistic="upper").attribute(CHUNKS, QUESTION, ANSWER)
+    with pytest.raises(ValueError, match="upper bound does not split"):
+        upper.scores_for("top", 2, "sentence")
+    with pytest.raises(TypeError, match="question_first"):
+        Attributor(model, tok, top_k=2, question_first=1)  # type: ignore[arg-type]
+
+
+def test_question_first_prompt_against_projections(setup) -> None:  # type: ignore[no-untyped-def]
+    model, tok, _ = setup
+    result = Attributor(model, tok, top_k=5, question_first=True).attribute(
+        CHUNKS, QUESTION, ANSWER
+    )
+    text, _ = join_chunks(CHUNKS)
+    example = segment_chat(tok, text, QUESTION, ANSWER, question_first=True)
+    assert example.token_span("question")[1] <= result.context_start
+    assert "".join(result.context_tokens) == text
+    ref = reference_scores(model, example.input_ids)
+    m = example.prompt_len
+    for layer, head in [(0, 3), (2, 1)]:
+        for u, unit in enumerate(result.unit_tokens):
+            for s, span in enumerate(result.span_tokens):
+                x, y = _samples(ref[layer][0, head], m, unit, span)
+                want = naive_expected_rc(x, y)
+                assert result.per_head[layer, head, u, s] == pytest.approx(want, rel=1e-4, abs=1e-4)
+
+
 # ----------------------------------------------------------------------- result: files, cut
 
 
@@ -242,6 +322,7 @@ def test_save_load_round_trip(setup, tmp_path: Path) -> None:  # type: ignore[no
     _, _, attributor = setup
     result = attributor.attribute(["The cat sat on the mat.", "Dogs bark."], "Who sat?", "The cat.")
     result.gold = [0]
+    result.span_score = "sum"
     path = result.save(tmp_path / "a.npz")
     back = Attribution.load(path)
     for name in ("ranking", "per_head", "token_scores", "attention"):
@@ -261,6 +342,7 @@ def test_save_load_round_trip(setup, tmp_path: Path) -> None:  # type: ignore[no
         "top_k",
         "gold",
         "finished",
+        "span_score",
     ):
         assert getattr(back, name) == getattr(result, name), name
     assert back.to_json() == result.to_json()

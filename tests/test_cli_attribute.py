@@ -7,11 +7,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from rcstat import cli
 from rcstat.attribution import Attributor
+from rcstat.models import load_model
 from tests.test_data import _quotesum_record, _squad_doc, _write_json, _write_jsonl
 
 CHUNKS = ["The cat sat on the warm mat near the door.", "The dog slept in the garden all day."]
@@ -45,6 +47,33 @@ def test_attribute_chunks_writes_csv_json_html(model_dir: Path, tmp_path: Path, 
     assert 'data-method="top-3 RC heads"' in html and 'data-method="mean attention"' in html
     printed = " ".join(capsys.readouterr().out.split())
     assert "The dog slept in the garden." in printed and "attribution.html" in printed
+
+
+def test_attribute_span_score_and_question_first(model_dir: Path, tmp_path: Path) -> None:
+    chunks = tmp_path / "chunks.json"
+    chunks.write_text(json.dumps(CHUNKS))
+    out = tmp_path / "sentence"
+    extra = ["--chunks-file", str(chunks), "--answer", ANSWER, "--top-k", "3"]
+    assert _attribute(model_dir, out, *extra, "--span-score", "sentence", "--question-first") == 0
+    payload = json.loads((out / "attribution.json").read_text())
+    assert payload["method"] == "top-3 RC heads, span sentence"
+    # the context now follows the question in the prompt
+    model, tokenizer = load_model(model_dir)
+    direct = Attributor(
+        model,
+        tokenizer,
+        top_k=3,
+        span_score="sentence",
+        question_first=True,
+    ).attribute(CHUNKS, QUESTION, ANSWER)
+    np.testing.assert_allclose([u["scores"] for u in payload["units"]], direct.scores, rtol=1e-6)
+    assert (
+        _attribute(
+            model_dir, tmp_path / "bad", *extra, "--span-score", "sum", "--statistic", "upper"
+        )
+        == 2
+    )
+    assert not (tmp_path / "bad").exists()
 
 
 def test_attribute_paragraph_file_and_token_granularity(model_dir: Path, tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -93,3 +95,58 @@ def test_bench_attribution_layouts_and_max_tokens(model_dir: Path, tmp_path: Pat
     assert (
         cli.main([*args, "--out", str(numbered), "--max-tokens", "120", "--layout", "plain"]) == 2
     )
+
+
+def test_bench_attribution_fixed_heads_span_score_and_question_first(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    records = [_quotesum_record(qid=f"AMBIG_x_{i}", unique_id=f"AMBIG_x_{i}_0") for i in (1, 2)]
+    data = _write_jsonl(tmp_path / "dev.jsonl", records)
+    args = ["bench", "attribution", "--model", str(model_dir), "--dataset", "quotesum"]
+    args += ["--data", str(data), "--k", "1,3,all"]
+    source, fixed = tmp_path / "source", tmp_path / "fixed"
+    assert cli.main([*args, "--out", str(source), "--n", "1"]) == 0
+    lines = pd.read_json(source / "predictions.jsonl", lines=True)
+    ranking = np.array(lines["head_scores"].iloc[0])
+    assert ranking.shape == (3, 4) and not np.isnan(ranking).any()
+    assert cli.main([*args, "--out", str(fixed), "--fixed-heads-from", str(source)]) == 0
+    units = pd.read_csv(fixed / "units.csv")
+    first = units[units["example"] == units["example"].iloc[0]]
+
+    def picks(method: str, k: int) -> list[int]:
+        part = first[(first["method"] == method) & (first["k"] == k)]
+        return part.sort_values("unit")["predicted"].tolist()
+
+    # one source example: its own ranking, so its fixed set is its top-k
+    for k in (1, 3):
+        assert picks("top_fixed", k) == picks("top", k)
+    assert picks("top_fixed", 12) == picks("all", 12)  # every head
+    assert "top_fixed" in set(pd.read_csv(fixed / "comparison.csv")["method"])
+    assert any("one set for the dataset" in r for r in pd.read_csv(fixed / "table1.csv")["row"])
+    manifest = json.loads((fixed / "run.json").read_text())
+    assert manifest["options"]["fixed_heads"]["from"] == str(source)
+
+    # span score and question order are options of the run, recorded and compared on resume
+    sentence = tmp_path / "sentence"
+    run = [*args, "--out", str(sentence), "--span-score", "sentence", "--question-first"]
+    assert cli.main(run) == 0
+    options = json.loads((sentence / "run.json").read_text())["options"]
+    assert options["span_score"] == "sentence" and options["question_first"] is True
+    assert "span_score" not in json.loads((source / "run.json").read_text())["options"]
+    assert cli.main([*args, "--out", str(sentence), "--question-first"]) == 2  # another score
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--span-score", "sum", "--statistic", "upper"], "--statistic expected"),
+        (["--fixed-heads-from", "nowhere"], "no bench attribution run there"),
+    ],
+)
+def test_bench_attribution_bad_options_are_refused_before_work(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["bench", "attribution", "--model", "/no/model", "--out", str(tmp_path / "o")]
+    assert cli.main([*args, *extra]) == 2
+    assert message in " ".join(capsys.readouterr().out.split())
+    assert not (tmp_path / "o").exists()

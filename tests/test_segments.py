@@ -131,6 +131,48 @@ def test_question_placement_generation_moves_split_to_question(tok):
     assert g.gen_len == p.gen_len + (p.prompt_len - g.prompt_len)
 
 
+@pytest.mark.parametrize("system_prompt", [None, "Answer briefly."])
+def test_question_first_puts_the_question_before_the_context(tok, system_prompt):
+    seg = segment_chat(
+        tok, CONTEXT, QUESTION, ANSWER, question_first=True, system_prompt=system_prompt
+    )
+    rendered = _render(tok, QUESTION + "\n\n" + CONTEXT, system_prompt)
+    p_ids = tok(rendered, add_special_tokens=False).input_ids
+    assert _ids(seg) == p_ids + tok(ANSWER, add_special_tokens=False).input_ids
+    assert seg.prompt_len == len(p_ids) and seg.text == rendered + ANSWER
+    user_start = rendered.index("<|im_start|>user\n") + len("<|im_start|>user\n")
+    assert seg.parts["question"] == (user_start, user_start + len(QUESTION))
+    assert seg.parts["context"][0] == user_start + len(QUESTION) + 2
+    assert seg.part_text("context") == CONTEXT and seg.part_text("answer") == ANSWER
+    _, q_last = seg.token_span("question")
+    c_first, c_last = seg.token_span("context")
+    assert q_last <= c_first and c_last <= seg.prompt_len
+    # the same text and answer as the default order, only the user message's order differs
+    default = segment_chat(tok, CONTEXT, QUESTION, ANSWER, system_prompt=system_prompt)
+    assert default.parts["context"][0] == user_start
+    assert seg.gen_len == default.gen_len
+
+
+def test_question_first_in_an_altering_template_is_searched(tok):
+    t = copy.deepcopy(tok)
+    t.chat_template = (
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+        " ({{ message['content'] | length }} chars)<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    seg = segment_chat(t, "Why? Why?", "Why?", "Because.", question_first=True)
+    user_start = seg.text.index("<|im_start|>user\n") + len("<|im_start|>user\n")
+    assert seg.parts["question"] == (user_start, user_start + 4)
+    assert seg.parts["context"] == (user_start + 6, user_start + 15)
+
+
+def test_question_first_needs_the_question_in_the_prompt(tok):
+    with pytest.raises(ValueError, match="question_first: the question cannot come first"):
+        segment_chat(tok, CONTEXT, QUESTION, question_first=True, question_placement="generation")
+    with pytest.raises(TypeError, match="question_first"):
+        segment_chat(tok, CONTEXT, QUESTION, question_first="yes")
+
+
 def test_context_also_in_system_prompt_is_located_in_user_message(tok):
     # The context and question also occur in the (default or given) system prompt: a naive
     # str.find would match there.
@@ -631,17 +673,26 @@ _PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthC
     answer=st.one_of(st.none(), _text),
     system=st.one_of(st.none(), _text),
     placement=st.sampled_from(["prompt", "generation"]),
+    question_first=st.booleans(),
     data=st.data(),
 )
-def test_property_chat_spans(context, question, answer, system, placement, data):
+def test_property_chat_spans(context, question, answer, system, placement, question_first, data):
     tok = make_tiny_tokenizer()
     assume(all("<|" not in s for s in (context, question, answer or "", system or "")))
+    assume(not (question_first and placement == "generation"))
     seg = segment_chat(
-        tok, context, question, answer, question_placement=placement, system_prompt=system
+        tok,
+        context,
+        question,
+        answer,
+        question_placement=placement,
+        question_first=question_first,
+        system_prompt=system,
     )
     ids = _ids(seg)
     assert seg.part_text("context") == context and seg.part_text("question") == question
-    rendered = _render(tok, context + "\n\n" + question, system)
+    message = (question, context) if question_first else (context, question)
+    rendered = _render(tok, "\n\n".join(message), system)
     n_prompt = len(tok(rendered, add_special_tokens=False).input_ids)
     assert ids[:n_prompt] == tok(rendered, add_special_tokens=False).input_ids
     if answer is not None:

@@ -306,15 +306,17 @@ def segment_chat(
     answer: str | None = None,
     *,
     question_placement: Literal["prompt", "generation"] = "prompt",
+    question_first: bool = False,
     system_prompt: str | None = None,
     max_length: int | None = None,
     allow_special_tokens: bool = False,
 ) -> Segmented:
     """Tokenise a (context, question, answer) example through the tokenizer's chat template.
 
-    The single user message is ``context + "\\n\\n" + question`` (:data:`CHAT_SEPARATOR`),
-    preceded by a system message when `system_prompt` is given (otherwise the template's own
-    default, if any). It is rendered with
+    The single user message is ``context + "\\n\\n" + question`` (:data:`CHAT_SEPARATOR`;
+    ``question + "\\n\\n" + context`` with `question_first`), preceded by a system message
+    when `system_prompt` is given (otherwise the template's own default, if any). It is
+    rendered with
     ``tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)``
     and tokenised with ``add_special_tokens=False`` (the template writes its own special
     tokens). The answer is teacher-forced: its tokens are ``tokenizer(answer,
@@ -341,6 +343,10 @@ def segment_chat(
         first token of the question, so ``g`` is the question tokens, the rest of the template
         (end of the user turn, assistant header) and the answer tokens. If the question's
         first token also holds characters before the question, it still starts ``g``.
+    question_first : bool, default False
+        Put the question before the context in the user message (instructions first, as
+        many RAG prompts do). Only with ``question_placement="prompt"``: the generation part
+        starts at the question, so it cannot come before the context.
     system_prompt : str or None, default None
         Content of a system message placed before the user message.
     max_length : int or None, default None
@@ -363,7 +369,8 @@ def segment_chat(
         slow tokenizer.
     ValueError
         Blank context/question/answer (empty or whitespace only), no chat template, unknown
-        `question_placement`, the template altered the message so that the context/question
+        `question_placement`, `question_first` with ``question_placement="generation"``, the
+        template altered the message so that the context/question
         cannot be located, the template's special tokens cannot be told apart from the user's
         text, the tokenizer cannot encode special-token strings literally, or more than
         `max_length` tokens.
@@ -397,6 +404,12 @@ def segment_chat(
         raise ValueError(
             f"question_placement: expected 'prompt' or 'generation', got {question_placement!r}"
         )
+    _check_flag("question_first", question_first)
+    if question_first and question_placement == "generation":
+        raise ValueError(
+            "question_first: the question cannot come first when it starts the generation "
+            "(question_placement='generation')"
+        )
     _check_max_length(max_length)
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
@@ -404,11 +417,11 @@ def segment_chat(
             "(template-free) text, or set tokenizer.chat_template"
         )
 
-    user_message = context + CHAT_SEPARATOR + question
+    order = (question, context) if question_first else (context, question)
+    user_message = CHAT_SEPARATOR.join(order)
     prompt_text = _render(tokenizer, user_message, system_prompt)
-    ctx_start, q_start, message_window = _locate_message(
-        tokenizer, prompt_text, context, question, system_prompt
-    )
+    starts, message_window = _locate_message(tokenizer, prompt_text, order, system_prompt)
+    q_start, ctx_start = starts if question_first else starts[::-1]
     parts = {
         "context": (ctx_start, ctx_start + len(context)),
         "question": (q_start, q_start + len(question)),
@@ -726,16 +739,17 @@ def _render(tokenizer: Any, user_message: str, system_prompt: str | None) -> str
 
 
 def _locate_message(
-    tokenizer: Any, rendered: str, context: str, question: str, system_prompt: str | None
-) -> tuple[int, int, tuple[int, int]]:
-    """Character starts of `context` and `question` inside the rendered prompt, and the
-    ``[lo, hi)`` window of the rendered prompt that holds the user message.
+    tokenizer: Any, rendered: str, order: tuple[str, str], system_prompt: str | None
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Character starts of the user message's two texts (``order``: context and question,
+    in the order written) inside the rendered prompt, and the ``[lo, hi)`` window of the
+    rendered prompt that holds the user message.
 
     The template is rendered again with a sentinel user message. Its text before the sentinel
     (``head``) and after it (``tail``) is matched against `rendered` from the left and from the
     right; the user message lies between. When the template reproduced the message verbatim
-    (the usual case) the positions follow directly; otherwise the context and then the question
-    are searched for inside that window only.
+    (the usual case) the positions follow directly; otherwise the first text and then the
+    second are searched for inside that window only.
     """
     # The sentinel must not occur in the real text.
     sentinel = _unused_sentinel(_SENTINEL, rendered + (system_prompt or ""))
@@ -748,20 +762,21 @@ def _locate_message(
     head, tail = with_sentinel.split(sentinel)
     lo = _common_prefix_len(rendered, head)
     hi = len(rendered) - _common_prefix_len(rendered[::-1], tail[::-1])
-    message = context + CHAT_SEPARATOR + question
+    first, second = order
+    message = first + CHAT_SEPARATOR + second
     if hi - lo == len(message) and rendered[lo:hi] == message:
-        return lo, lo + len(context) + len(CHAT_SEPARATOR), (lo, hi)
+        return (lo, lo + len(first) + len(CHAT_SEPARATOR)), (lo, hi)
     # The template changed the message (e.g. stripped it): search inside the message window.
     window_lo, window_hi = min(lo, hi), max(lo, hi)
-    ctx = rendered.find(context, window_lo, window_hi)
-    q = rendered.find(question, ctx + len(context), window_hi) if ctx >= 0 else -1
-    if ctx < 0 or q < 0:
+    at_first = rendered.find(first, window_lo, window_hi)
+    at_second = rendered.find(second, at_first + len(first), window_hi) if at_first >= 0 else -1
+    if at_first < 0 or at_second < 0:
         raise ValueError(
             "context/question: the chat template altered the user message (e.g. stripped "
             "leading/trailing whitespace) so they cannot be located in the rendered prompt; "
             "strip them first or use segment_text"
         )
-    return ctx, q, (window_lo, window_hi)
+    return (at_first, at_second), (window_lo, window_hi)
 
 
 def _common_prefix_len(a: str, b: str) -> int:

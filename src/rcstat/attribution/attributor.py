@@ -29,7 +29,9 @@ from rcstat.attribution.result import (
     Attribution,
     Granularity,
     HeadRanking,
+    SpanScore,
     SpanStatistic,
+    _check_span_score,
     _check_top_k,
 )
 from rcstat.attribution.spans import (
@@ -79,6 +81,13 @@ class Attributor:
         Language code for sentence splitting (abbreviation lists); sentence ends of every
         script (``。``, ``؟``, ``।`` …) split in any language (see
         :func:`~rcstat.attribution.spans.split_sentences`).
+    span_score : {"mean", "sum", "sentence"}, default "mean"
+        How a span's keys make its score (:meth:`Attribution.head_totals`): the paper's mean
+        over the span, the sum (longer spans weigh more) or the span's best sentence. Every
+        choice reads the same forward pass; the result can be rescored with another.
+    question_first : bool, default False
+        Write the question before the context in the user message (the context comes first
+        by default).
 
     Examples
     --------
@@ -103,6 +112,8 @@ class Attributor:
         rank_post_softmax: bool | None = None,
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,
+        span_score: SpanScore = "mean",
+        question_first: bool = False,
     ) -> None:
         layout = attention_layout(model)
         if head_ranking not in HEAD_RANKINGS:
@@ -111,6 +122,9 @@ class Attributor:
             raise ValueError(f"statistic must be 'expected' or 'upper', got {statistic!r}")
         if head_ranking != "all":
             _check_top_k(top_k, layout.num_layers * layout.num_heads)
+        _check_span_score(span_score, statistic)
+        if not isinstance(question_first, bool):
+            raise TypeError(f"question_first: expected a bool, got {type(question_first).__name__}")
         check_max_new_tokens(max_new_tokens)
         self.model = model
         self.tokenizer = tokenizer
@@ -120,6 +134,8 @@ class Attributor:
         self.max_new_tokens = max_new_tokens
         self.allow_special_tokens = allow_special_tokens
         self.language = language
+        self.span_score: SpanScore = span_score
+        self.question_first = question_first
         self.rank_post_softmax = (
             head_ranking.endswith("post_softmax")
             if rank_post_softmax is None
@@ -170,7 +186,11 @@ class Attributor:
         finished = True
         if answer is None:
             prompt = segment_chat(
-                self.tokenizer, text, question, allow_special_tokens=self.allow_special_tokens
+                self.tokenizer,
+                text,
+                question,
+                question_first=self.question_first,
+                allow_special_tokens=self.allow_special_tokens,
             )
             answered = generate_answer(self.model, self.tokenizer, prompt, self.max_new_tokens)
             example, finished = answered.example, answered.finished
@@ -180,6 +200,7 @@ class Attributor:
                 text,
                 question,
                 answer,
+                question_first=self.question_first,
                 allow_special_tokens=self.allow_special_tokens,
             )
         answer_text = example.part_text("answer")
@@ -306,4 +327,5 @@ class Attributor:
             statistic=self.statistic,
             head_ranking=self.head_ranking,
             top_k=self.top_k,
+            span_score=self.span_score,
         )

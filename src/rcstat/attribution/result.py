@@ -19,15 +19,17 @@ from typing import Any, Literal, cast, get_args
 import numpy as np
 import pandas as pd
 
-from rcstat.attribution.spans import TextSpan
+from rcstat.attribution.spans import TextSpan, split_sentences
 from rcstat.checks import check_count
 from rcstat.defaults import DEFAULT_TOP_K
 
 __all__ = [
     "HEAD_RANKINGS",
+    "SPAN_SCORES",
     "Attribution",
     "Granularity",
     "HeadRanking",
+    "SpanScore",
     "SpanStatistic",
     "eq10_normalize",
 ]
@@ -35,7 +37,9 @@ __all__ = [
 HeadRanking = Literal["top", "bottom", "all", "top_post_softmax", "bottom_post_softmax"]
 SpanStatistic = Literal["expected", "upper"]
 Granularity = Literal["chunk", "sentence", "token"]
+SpanScore = Literal["mean", "sum", "sentence"]
 HEAD_RANKINGS: tuple[str, ...] = get_args(HeadRanking)
+SPAN_SCORES: tuple[str, ...] = get_args(SpanScore)
 _SAVE_FORMAT = "rcstat-attribution-1"
 _ARRAYS = ("ranking", "per_head", "token_scores", "attention")
 _RANK_ROW = {  # row of Attribution.ranking: (statistic, post-softmax) -> index
@@ -86,8 +90,9 @@ class Attribution:
     context_start
         Absolute position of the first context token (column 0 of ``token_scores`` and
         ``attention``).
-    statistic, head_ranking, top_k
-        The configuration of :attr:`scores` / :attr:`attributed` / :attr:`heads`.
+    statistic, head_ranking, top_k, span_score
+        The configuration of :attr:`scores` / :attr:`attributed` / :attr:`heads`
+        (``span_score``: see :meth:`head_totals`).
     gold
         Optional gold span per unit (set by benchmarks), used by the HTML view.
     finished
@@ -113,6 +118,13 @@ class Attribution:
     top_k: int | None = DEFAULT_TOP_K
     gold: list[int | None] = field(default_factory=list)
     finished: bool = True
+    span_score: SpanScore = "mean"
+    _sentences: list[list[tuple[int, int]]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        _check_span_score(self.span_score, self.statistic)
 
     @property
     def num_heads(self) -> int:
@@ -144,12 +156,94 @@ class Attribution:
         return [divmod(int(i), heads) for i in order[: cast(int, top_k)]]
 
     def scores_for(
-        self, head_ranking: HeadRanking, top_k: int | None
+        self, head_ranking: HeadRanking, top_k: int | None, span_score: SpanScore | None = None
     ) -> tuple[np.ndarray, list[int | None]]:
-        """Eq. (10) scores ``[U, S]`` and the attributed span per unit for a head selection."""
-        chosen = self.heads_for(head_ranking, top_k)
+        """Eq. (10) scores ``[U, S]`` and the attributed span per unit for a head selection
+        (``span_score``: see :meth:`head_totals`; default :attr:`span_score`)."""
+        return self.scores_for_heads(self.heads_for(head_ranking, top_k), span_score)
+
+    def scores_for_heads(
+        self, heads: Sequence[tuple[int, int]], span_score: SpanScore | None = None
+    ) -> tuple[np.ndarray, list[int | None]]:
+        """Eq. (10) scores ``[U, S]`` and the attributed span per unit for any given set of
+        ``(layer, head)`` pairs, e.g. a set fixed over a dataset (:func:`consensus_heads`)."""
+        return eq10_normalize(self.head_totals(heads, span_score))
+
+    def head_totals(
+        self, heads: Sequence[tuple[int, int]], span_score: SpanScore | None = None
+    ) -> np.ndarray:
+        """``[U, S]`` span scores of ``heads`` before the eq. (10) normalisation.
+
+        ``span_score`` (default :attr:`span_score`) says how a span's keys make its score, with
+        ``t_h(g', i)`` the key-level expected RC (:mod:`rcstat.attribution.reduce`):
+
+        * ``"mean"`` (the paper's eq. 10): ``Σ_h e_h(p_i)`` with ``e_h(p_i) = E(X(p_i, g'),
+          Y(g, g')) = mean_{i∈p_i} t_h(g', i)`` (or the upper bound ``A`` with
+          ``statistic="upper"``);
+        * ``"sum"``: ``Σ_h Σ_{i∈p_i} t_h(g', i)`` — the mean times the span's length in
+          tokens, so longer spans weigh more, as attention mass does;
+        * ``"sentence"``: the span's best sentence, ``max_{s⊂p_i} Σ_h mean_{i∈s} t_h(g', i)``
+          (sentences of :func:`~rcstat.attribution.spans.split_sentences`): a long chunk is
+          not diluted by its sentences the unit does not use.
+
+        ``"sum"`` and ``"sentence"`` add up per-key parts, which only the expected RC has.
+
+        Raises
+        ------
+        ValueError
+            Unknown ``span_score``, a per-key one with ``statistic="upper"``, or no head.
+        """
+        how = self.span_score if span_score is None else span_score
+        _check_span_score(how, self.statistic)
+        chosen = list(heads)
+        if not chosen:
+            raise ValueError("heads: give at least one (layer, head) pair")
+        layers, per_layer = self.per_head.shape[:2]
+        for layer, head in chosen:
+            if not (0 <= layer < layers and 0 <= head < per_layer):
+                raise ValueError(
+                    f"heads: ({layer}, {head}) is outside the model's {layers} layers × "
+                    f"{per_layer} heads"
+                )
         rows, cols = (np.array(v) for v in zip(*chosen, strict=True))
-        return eq10_normalize(self.per_head[rows, cols].sum(axis=0))
+        if how == "mean":
+            return self.per_head[rows, cols].sum(axis=0)  # [U, S]
+        if how == "sum":
+            lengths = np.array([end - start for start, end in self.span_tokens])  # [S]
+            return self.per_head[rows, cols].sum(axis=0) * lengths
+        keys = self.token_scores[rows, cols].sum(axis=0, dtype=np.float64)  # [U, C]
+        prefix = np.pad(keys.cumsum(axis=-1), ((0, 0), (1, 0)))  # [U, C + 1]
+        best = np.empty((keys.shape[0], len(self.spans)))  # [U, S]
+        for s, pieces in enumerate(self._sentence_tokens()):
+            bounds = np.array(pieces)  # [n, 2]
+            means = (prefix[:, bounds[:, 1]] - prefix[:, bounds[:, 0]]) / (
+                bounds[:, 1] - bounds[:, 0]
+            )  # [U, n]
+            best[:, s] = means.max(axis=1)
+        return best
+
+    def _sentence_tokens(self) -> list[list[tuple[int, int]]]:
+        """Per span, the token ranges of its sentences (columns of :attr:`token_scores`),
+        inside the span's own tokens; a span with no sentence is its own single piece."""
+        if self._sentences is None:
+            lengths = np.array([len(t) for t in self.context_tokens])
+            ends = np.cumsum(lengths)  # [C]: token k covers [ends[k] - len, ends[k])
+            starts = ends - lengths
+            first = self.context_start
+            pieces = []
+            for span, (lo, hi) in zip(self.spans, self.span_tokens, strict=True):
+                lo, hi = lo - first, hi - first
+                found = []
+                for sentence in split_sentences(span.text):
+                    a, b = span.start + sentence.start, span.start + sentence.end
+                    hit = np.nonzero((starts < b) & (ends > a))[0]
+                    a_tok = max(int(hit[0]), lo) if len(hit) else lo
+                    b_tok = min(int(hit[-1]) + 1, hi) if len(hit) else hi
+                    if b_tok > a_tok:
+                        found.append((a_tok, b_tok))
+                pieces.append(found or [(lo, hi)])
+            self._sentences = pieces
+        return self._sentences
 
     def attention_scores(self) -> tuple[np.ndarray, list[int | None]]:
         """The baseline: attention mass on each span (mean over heads, layers and the unit's
@@ -179,7 +273,14 @@ class Attribution:
     @property
     def method(self) -> str:
         """A readable name of this result's configuration."""
-        return _method_name(self.head_ranking, self.top_k, self.statistic)
+        name = _method_name(self.head_ranking, self.top_k, self.statistic)
+        return name if self.span_score == "mean" else f"{name}, span {self.span_score}"
+
+    @property
+    def head_scores(self) -> np.ndarray:
+        """``[layers, heads]``: each head's ranking score on raw scores with this result's
+        statistic (``E(X(p, g), Y(g, g))``, or ``A``), the input of :func:`consensus_heads`."""
+        return self.ranking[_RANK_ROW[(self.statistic, False)]]
 
     def token_weights(self, heads: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
         """``[U, C]`` token-level RC summed over ``heads`` (default: :attr:`heads`), each unit
@@ -261,6 +362,7 @@ class Attribution:
             "statistic": self.statistic,
             "head_ranking": self.head_ranking,
             "top_k": self.top_k,
+            "span_score": self.span_score,
             "gold": self.gold,
             "finished": self.finished,
         }
@@ -298,6 +400,7 @@ class Attribution:
             statistic=header["statistic"],
             head_ranking=header["head_ranking"],
             top_k=header["top_k"],
+            span_score=header.get("span_score", "mean"),  # files of 0.x before the option
             gold=list(header["gold"]),
             finished=bool(header["finished"]),
             **arrays,
@@ -325,6 +428,17 @@ def _method_name(head_ranking: str, top_k: int | None, statistic: str) -> str:
     side, _, post = head_ranking.partition("_")
     source = "post-softmax RC" if post else "RC"
     return f"{side}-{top_k} {source} heads{stat}"
+
+
+def _check_span_score(span_score: str, statistic: str) -> None:
+    """``span_score`` must be one of :data:`SPAN_SCORES`; the per-key ones need the expected RC."""
+    if span_score not in SPAN_SCORES:
+        raise ValueError(f"span_score must be one of {SPAN_SCORES}, got {span_score!r}")
+    if span_score != "mean" and statistic != "expected":
+        raise ValueError(
+            f"span_score={span_score!r} adds up the expected RC of single keys; the upper bound "
+            "does not split over keys (use statistic='expected' or span_score='mean')"
+        )
 
 
 def _check_top_k(top_k: int | None, num_heads: int) -> None:

@@ -225,6 +225,32 @@ PRESS_CHOICES: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
+def add_attribution_options(parser: argparse.ArgumentParser) -> None:
+    """``--span-score`` and ``--question-first`` (``rcstat attribute`` and its benchmark)."""
+    parser.add_argument(
+        "--span-score",
+        choices=["mean", "sum", "sentence"],
+        default="mean",
+        help="how a span's tokens make its score: their mean (the paper's eq. 10), their sum "
+        "(longer spans weigh more) or the span's best sentence; sum and sentence need "
+        "--statistic expected",
+    )
+    parser.add_argument(
+        "--question-first",
+        action="store_true",
+        help="write the question before the context in the prompt (default: after it)",
+    )
+
+
+def check_span_score(span_score: str, statistic: str) -> None:
+    """Refuse ``--span-score sum|sentence`` with ``--statistic upper`` before any work."""
+    if span_score != "mean" and statistic != "expected":
+        raise ValueError(
+            f"--span-score {span_score} adds up the expected RC of single tokens; the upper "
+            "bound does not split over tokens (use --statistic expected)"
+        )
+
+
 def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
     """RCStatPress's ``--group``, ``--score``, ``--budget`` (comma-separated lists when
     ``sweep``), ``--floor`` and ``--placement``."""

@@ -16,11 +16,13 @@ from rcstat.cli._common import (
     CUT_MARK,
     HelpFormatter,
     Placement,
+    add_attribution_options,
     add_model_option,
     add_special_tokens_option,
     add_text_options,
     answer_line,
     check_output_folder,
+    check_span_score,
     clip,
     console,
     load_model_quietly,
@@ -71,6 +73,7 @@ def register(sub: Any) -> None:
     at.add_argument(
         "--statistic", choices=["expected", "upper"], default="expected", help="RC statistic"
     )
+    add_attribution_options(at)
     at.add_argument("--max-new-tokens", type=int, default=64, help="length of a generated answer")
     at.add_argument(
         "--language", default="en", help="language code for sentence splitting (any script splits)"
@@ -96,6 +99,8 @@ class AttributeArgs:
     out: Path
     allow_special_tokens: bool = False
     language: str = "en"
+    span_score: str = "mean"
+    question_first: bool = False
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> AttributeArgs:
@@ -115,6 +120,7 @@ class AttributeArgs:
             )
         if texts["answer"] is not None and not texts["answer"].strip():
             raise ValueError("--answer is empty or whitespace only")
+        check_span_score(ns.span_score, ns.statistic)
         return cls(
             model=ns.model,
             placement=Placement.from_namespace(ns),
@@ -129,6 +135,8 @@ class AttributeArgs:
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,
             language=ns.language,
+            span_score=ns.span_score,
+            question_first=ns.question_first,
         )
 
 
@@ -161,6 +169,8 @@ def run(args: AttributeArgs) -> int:
         max_new_tokens=args.max_new_tokens,
         allow_special_tokens=args.allow_special_tokens,
         language=args.language,
+        span_score=args.span_score,  # type: ignore[arg-type]
+        question_first=args.question_first,
     )
     with step("attributing (one forward pass)…"):
         result = attributor.attribute(

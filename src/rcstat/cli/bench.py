@@ -21,11 +21,13 @@ from rcstat.cli._common import (
     PRESS_CHOICES,
     HelpFormatter,
     Placement,
+    add_attribution_options,
     add_model_option,
     add_press_options,
     add_shard_option,
     check_output_folder,
     check_run_options,
+    check_span_score,
     claim_output_folder,
     console,
     float_list,
@@ -139,6 +141,14 @@ def register(sub: Any) -> None:
         choices=["expected", "upper"],
         default="expected",
         help="the RC statistic that scores spans and ranks heads",
+    )
+    add_attribution_options(ab)
+    ab.add_argument(
+        "--fixed-heads-from",
+        default=None,
+        metavar="RUN",
+        help="another bench attribution run of the same model: adds top_fixed, one head set "
+        "for every example (the heads of lowest mean rank over that run's examples)",
     )
     ab.add_argument("--out", default="runs/bench_attribution", help="output folder (resumable)")
     _add_run_options(ab)
@@ -423,6 +433,9 @@ class BenchAttributionArgs:
     layout: str = "numbered"
     max_tokens: int | None = None
     statistic: str = "expected"
+    span_score: str = "mean"
+    question_first: bool = False
+    fixed_heads_from: Path | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> BenchAttributionArgs:
@@ -433,6 +446,7 @@ class BenchAttributionArgs:
             if k != "all":
                 int_list("--k", [k])
         placement, shard = _placed(ns)
+        check_span_score(ns.span_score, ns.statistic)
         return cls(
             model=ns.model,
             placement=placement,
@@ -446,7 +460,22 @@ class BenchAttributionArgs:
             layout=ns.layout,
             max_tokens=optional_count("--max-tokens", ns.max_tokens, low=2),
             statistic=ns.statistic,
+            span_score=ns.span_score,
+            question_first=ns.question_first,
+            fixed_heads_from=_fixed_heads_from(ns.fixed_heads_from, Path(ns.out)),
         )
+
+
+def _fixed_heads_from(value: str | None, out: Path) -> Path | None:
+    """``--fixed-heads-from``: an existing run folder other than ``--out``."""
+    if value is None:
+        return None
+    path = Path(value)
+    if not (path / "predictions.jsonl").is_file():
+        raise ValueError(f"--fixed-heads-from {value}: no bench attribution run there")
+    if path.resolve() == out.resolve():
+        raise ValueError("--fixed-heads-from: give another run than --out")
+    return path
 
 
 def run_attribution(args: BenchAttributionArgs) -> int:
@@ -454,7 +483,12 @@ def run_attribution(args: BenchAttributionArgs) -> int:
     from rcstat.attribution import Attributor
     from rcstat.capture import attention_layout
     from rcstat.data import AttributionExample, load_dataset
-    from rcstat.evaluation.attribution_bench import AttributionBench, parse_ks, prompt_tokens
+    from rcstat.evaluation.attribution_bench import (
+        AttributionBench,
+        parse_ks,
+        prompt_tokens,
+        read_head_scores,
+    )
     from rcstat.runs import model_label
 
     # The k values are resolved against the model's head count; they are compared later.
@@ -463,12 +497,17 @@ def run_attribution(args: BenchAttributionArgs) -> int:
         "max_tokens": args.max_tokens,
     }
     check_output_folder(args.out, "bench attribution")
-    compared = {
+    compared: dict[str, Any] = {
         "dataset": args.dataset,
         "layout": args.layout,
         "statistic": args.statistic,
         **run_options,
     }
+    if args.span_score != "mean":
+        compared["span_score"] = args.span_score
+    if args.question_first:
+        compared["question_first"] = True
+    fixed = read_head_scores(args.fixed_heads_from) if args.fixed_heads_from else None
     check_run_options(args.out, "bench attribution", compared, args.shard)
     loaded = load_dataset(args.dataset, args.data, limit=args.n)
     examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]
@@ -480,7 +519,10 @@ def run_attribution(args: BenchAttributionArgs) -> int:
     layout = attention_layout(model)
     if args.max_tokens is not None:
         fitting = [
-            e for e in examples if prompt_tokens(tokenizer, e, args.layout) <= args.max_tokens
+            e
+            for e in examples
+            if prompt_tokens(tokenizer, e, args.layout, question_first=args.question_first)
+            <= args.max_tokens
         ]
         if len(fitting) != len(examples):
             console.print(
@@ -497,6 +539,8 @@ def run_attribution(args: BenchAttributionArgs) -> int:
         head_ranking="all",
         rank_post_softmax=True,
         statistic=args.statistic,  # type: ignore[arg-type]
+        span_score=args.span_score,  # type: ignore[arg-type]
+        question_first=args.question_first,
     )
     heads = layout.num_layers * layout.num_heads
     bench = AttributionBench(
@@ -507,6 +551,9 @@ def run_attribution(args: BenchAttributionArgs) -> int:
         options=run_options,
         retry_failed=args.retry_failed,
         layout=args.layout,
+        fixed_rankings=None if fixed is None else fixed[0],
+        fixed_source=None if args.fixed_heads_from is None else str(args.fixed_heads_from),
+        fixed_model=None if fixed is None else fixed[1],
     )
     claim_output_folder(args.out, "bench attribution")
     settings = {"dataset": args.dataset, "model_name": model_label(args.model), "ks": bench.ks}

@@ -9,7 +9,16 @@ gold chunk. From that single pass every method is scored:
   (supplement Table 2);
 * ``all``: RC summed over every head;
 * ``attention``: mean post-softmax attention over all heads and layers (the standard
-  attention attribution).
+  attention attribution);
+* ``top_fixed`` (with ``fixed_rankings``): one head set for every example, the ``k`` heads of
+  lowest mean rank over the head rankings of another run's examples
+  (:func:`~rcstat.attribution.consensus_heads`; the ranking reads no gold label, so that run
+  may be of the same examples).
+
+The RC methods score a span by its keys' mean (the paper's eq. 10), their sum or the span's
+best sentence (``span_score``, :meth:`~rcstat.attribution.Attribution.head_totals`); the
+question follows the sources unless ``question_first``. Each line keeps the example's head
+ranking (``head_scores``, ``[layers, heads]``), which a later run reads as its fixed set.
 
 A unit is correct when its argmax chunk is the gold one (docs/definitions.md); a unit whose scores
 are all zero counts as wrong.
@@ -43,9 +52,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from rcstat.attribution import Attribution, Attributor
+from rcstat.attribution import Attribution, Attributor, consensus_heads
 from rcstat.data import AttributionExample
 from rcstat.evaluation.paired import paired_difference
 from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
@@ -71,6 +81,7 @@ __all__ = [
     "example_hash",
     "parse_ks",
     "prompt_tokens",
+    "read_head_scores",
     "render",
     "score_example",
 ]
@@ -83,6 +94,8 @@ ROW_FILES = (MANIFEST_FILE, "predictions.jsonl")
 RUN_FILES = RunFiles(KIND, (RowFile("predictions.jsonl", "example", commit=True),))
 
 RANKED_METHODS = ("top", "bottom", "top_post_softmax", "bottom_post_softmax")
+#: The method of a head set fixed over a dataset (``fixed_rankings``).
+FIXED = "top_fixed"
 ALL = "all"
 #: How the sources are written into the prompt (see the module notes).
 LAYOUTS = ("numbered", "numbered-text", "plain")
@@ -90,7 +103,7 @@ LAYOUTS = ("numbered", "numbered-text", "plain")
 LENGTH_BUCKETS = ((0, 1000), (1000, 2500), (2500, None))
 #: The methods compared with the baselines in ``comparison.csv`` (at the table's k) and the
 #: baselines.
-COMPARED = ("top", "top_post_softmax")
+COMPARED = ("top", "top_post_softmax", FIXED)
 BASELINES = ("attention", ALL)
 
 
@@ -129,13 +142,47 @@ def render(
     return "\n\n".join(entries), spans
 
 
-def prompt_tokens(tokenizer: Any, example: AttributionExample, layout: str) -> int:
+def prompt_tokens(
+    tokenizer: Any, example: AttributionExample, layout: str, *, question_first: bool = False
+) -> int:
     """The prompt's length in tokens (chat template, rendered context and question)."""
     from rcstat.segments import segment_chat
 
     context, _ = render(example, layout)
     text = context if isinstance(context, str) else "\n\n".join(context)
-    return segment_chat(tokenizer, text, example.question).prompt_len
+    return segment_chat(tokenizer, text, example.question, question_first=question_first).prompt_len
+
+
+def read_head_scores(run: Path) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """The per-example head rankings (``[layers, heads]``) of a finished ``bench attribution``
+    run, and the model identity of its manifest (a fixed head set must come from the same
+    model).
+
+    Raises
+    ------
+    ValueError
+        ``run`` is not an attribution run, or none of its lines holds a ranking (runs of
+        rcstat before rankings were kept).
+    """
+    import json
+
+    from rcstat.runs import MANIFEST_FILE as manifest_file
+
+    path = Path(run)
+    try:
+        manifest = json.loads((path / manifest_file).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: no readable run manifest ({err})") from err
+    if manifest.get("kind") != KIND:
+        raise ValueError(f"{path}: a {manifest.get('kind')!r} run, not a {KIND!r} run")
+    rankings = [
+        np.asarray(line["head_scores"], dtype=np.float64)
+        for line in read_jsonl(path / "predictions.jsonl")
+        if line.get("head_scores") is not None
+    ]
+    if not rankings:
+        raise ValueError(f"{path}: no example holds a head ranking (run it again to keep them)")
+    return rankings, manifest["model"]
 
 
 def parse_ks(text: str, num_heads: int) -> list[int]:
@@ -159,8 +206,14 @@ def parse_ks(text: str, num_heads: int) -> list[int]:
     return sorted(ks)
 
 
-def score_example(result: Attribution, gold: Sequence[int], ks: Sequence[int]) -> list[dict]:
-    """Per unit and method, the predicted chunk and whether it is the gold one."""
+def score_example(
+    result: Attribution,
+    gold: Sequence[int],
+    ks: Sequence[int],
+    fixed: dict[int, list[tuple[int, int]]] | None = None,
+) -> list[dict]:
+    """Per unit and method, the predicted chunk and whether it is the gold one (``fixed``:
+    the fixed head set of each ``k``)."""
     rows: list[dict[str, Any]] = []
 
     def add(method: str, k: int | None, attributed: Sequence[int | None]) -> None:
@@ -179,6 +232,8 @@ def score_example(result: Attribution, gold: Sequence[int], ks: Sequence[int]) -
     for method in RANKED_METHODS:
         for k in ks:
             add(method, k, result.scores_for(method, k)[1])  # type: ignore[arg-type]
+    for k, heads in (fixed or {}).items():
+        add(FIXED, k, result.scores_for_heads(heads)[1])
     add(ALL, result.num_heads, result.scores_for("all", None)[1])
     add("attention", result.num_heads, result.attention_scores()[1])
     return rows
@@ -204,7 +259,9 @@ class AttributionBench:
     ``dataset``, ``model_name``, ``ks`` and ``options`` (e.g. the data file) are recorded in
     the run's manifest with the model, the tokenizer and the attributor's settings, and
     compared on resume; ``table_k`` only shapes ``table1.csv``. ``retry_failed`` scores again
-    the examples recorded with an error.
+    the examples recorded with an error. ``fixed_rankings`` (:func:`read_head_scores` of
+    another run, with ``fixed_source`` its folder and ``fixed_model`` its model) adds the
+    ``top_fixed`` method.
     """
 
     out: Path
@@ -215,6 +272,9 @@ class AttributionBench:
     options: dict[str, Any] = field(default_factory=dict)
     retry_failed: bool = True
     layout: str = "numbered"
+    fixed_rankings: list[np.ndarray] | None = None
+    fixed_source: str | None = None
+    fixed_model: dict[str, Any] | None = None
     #: Whether the last :meth:`collect` with a shard merged the run.
     merged: bool = field(default=False, init=False)
 
@@ -224,7 +284,7 @@ class AttributionBench:
 
     def manifest_options(self, attributor: Attributor) -> dict[str, Any]:
         """The options of the manifest (besides model, tokenizer and rcstat version)."""
-        return {
+        options: dict[str, Any] = {
             "dataset": self.dataset,
             "ks": list(self.ks),
             "statistic": attributor.statistic,
@@ -232,6 +292,17 @@ class AttributionBench:
             "layout": self.layout,
             **self.options,
         }
+        # recorded only when set, so that runs made before these options still resume
+        if attributor.span_score != "mean":
+            options["span_score"] = attributor.span_score
+        if attributor.question_first:
+            options["question_first"] = True
+        if self.fixed_rankings is not None:
+            options["fixed_heads"] = {
+                "from": self.fixed_source,
+                "rankings": content_hash([r.tolist() for r in self.fixed_rankings]),
+            }
+        return options
 
     def run(self, attributor: Attributor, examples: Sequence[AttributionExample]) -> pd.DataFrame:
         """:meth:`collect`, then :meth:`summarize` into ``out``; return the accuracy table."""
@@ -275,6 +346,7 @@ class AttributionBench:
             self.manifest_options(attributor),
             model_name=self.model_name,
         )
+        fixed = self._fixed_heads(manifest.model)
         open_run(self.out, manifest, rows=ROW_FILES[1:])
         hashes = {e.id: example_hash(e) for e in examples}
         done = resume_jsonl(self.predictions, hashes, key="example", retry_failed=self.retry_failed)
@@ -295,13 +367,31 @@ class AttributionBench:
                     units=[(u.start, u.end) for u in example.units],
                 )
                 gold = [u.gold_chunk for u in example.units]
-                line["prompt_tokens"] = prompt_tokens(attributor.tokenizer, example, self.layout)
-                line["rows"] = score_example(result, gold, self.ks)
+                line["prompt_tokens"] = prompt_tokens(
+                    attributor.tokenizer,
+                    example,
+                    self.layout,
+                    question_first=attributor.question_first,
+                )
+                line["rows"] = score_example(result, gold, self.ks, fixed)
+                line["head_scores"] = result.head_scores.tolist()
                 line["error"] = None
             except ValueError as err:  # recorded (e.g. longer than the window)
                 line["rows"], line["error"] = [], f"{type(err).__name__}: {err}"
             append_jsonl(self.predictions, line)
         return len(todo)
+
+    def _fixed_heads(self, model: dict[str, Any]) -> dict[int, list[tuple[int, int]]] | None:
+        """The fixed head set of every ``k`` (None without ``fixed_rankings``)."""
+        if self.fixed_rankings is None:
+            return None
+        if self.fixed_model is not None and self.fixed_model.get("weights") != model["weights"]:
+            raise ValueError(
+                f"fixed heads: {self.fixed_source} was run with another model "
+                f"({self.fixed_model.get('name')}); a head set only means something for its "
+                "own model"
+            )
+        return {k: consensus_heads(self.fixed_rankings, k) for k in self.ks}
 
     def summarize(self, into: Path | None = None) -> pd.DataFrame:
         """Write ``units.csv``, ``errors.csv``, ``accuracy.csv``, ``table1.csv`` and the Fig. 7
@@ -384,6 +474,7 @@ class AttributionBench:
             (ALL, None, "RC, all heads"),
             ("bottom", k, f"least RC, k={k}"),
             ("top", k, f"most RC, k={k}"),
+            (FIXED, k, f"most RC, one set for the dataset, k={k}"),
             ("bottom_post_softmax", k, f"least RC post-softmax, k={k}"),
             ("top_post_softmax", k, f"most RC post-softmax, k={k}"),
         ]
@@ -425,7 +516,7 @@ def plot_accuracy_vs_k(accuracy: pd.DataFrame, path: Path, *, title: str) -> Non
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for method in RANKED_METHODS:
+    for method in (*RANKED_METHODS, FIXED):
         part = accuracy[accuracy["method"] == method].sort_values("k")
         if len(part):
             style = "-" if method.startswith("top") else "--"
