@@ -113,3 +113,21 @@ def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:
     assert threshold and all(s.group == "max" for s in threshold)
     ns = parser.parse_args(["bench", "kv", "--presses", "rcstat", "--group", "max,mean"])
     assert BenchKVArgs.from_namespace(ns).groups == ["max", "mean"]
+
+
+def test_bench_kv_qmsum_window_cuts_each_meeting_to_fit(model_dir: Path, tmp_path: Path) -> None:
+    from tests.test_data import _qmsum_record, _write_jsonl
+
+    record = _qmsum_record()
+    for t, turn in enumerate(record["meeting_transcripts"]):
+        turn["content"] = f"turn {t} " + "word " * 10  # about 48 tokens
+    data = _write_jsonl(tmp_path / "val.jsonl", [record])
+    out = tmp_path / "window"
+    args = ["bench", "kv", "--model", str(model_dir), "--dataset", "qmsum", "--data", str(data)]
+    args += ["--presses", "knorm", "--ratios", "0.5", "--max-new-tokens", "2", "--out", str(out)]
+    assert cli.main([*args, "--context", "window", "--max-tokens", "200"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    # turn 1 (the first specific query's span) fits with a neighbour; turns 1..4 do not
+    assert len(config["skipped_too_long"]) == 1 and config["skipped_too_long"][0].endswith(":1")
+    assert len(pd.read_csv(out / "results.csv")) == 2
+    assert json.loads((out / "run.json").read_text())["options"]["context"] == "window"

@@ -32,6 +32,7 @@ from rcstat.data import (
     QAExample,
     default_path,
     find_shared_data,
+    fit_turns,
     load_2wiki,
     load_dataset,
     load_qmsum,
@@ -251,6 +252,63 @@ def test_qmsum_hermetic(tmp_path):
     assert relevant[2].meta["context_mode"] == "relevant"
     with pytest.raises(ValueError, match="context must be"):
         load_qmsum(path, context="topic")  # type: ignore[arg-type]
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def test_qmsum_fit_turns_by_hand(tmp_path):
+    path = _write_jsonl(tmp_path / "val.jsonl", [_qmsum_record()])
+    general, specific, several = load_qmsum(path)
+    lines = general.context.split("\n")  # five turns of 5 words (6 with the line break)
+    cut = fit_turns(specific, _words, 12)  # span: turn 1; grows after (turn 2), then stops
+    assert cut is not None and cut.meta["window_turns"] == (1, 2)
+    assert cut.context == "\n".join(lines[1:3]) and cut.meta["context_mode"] == "window"
+    assert specific.meta["context_mode"] == "full"  # the input is left as it was
+    cut = fit_turns(specific, _words, 18)  # after, then before
+    assert cut is not None and cut.meta["window_turns"] == (0, 2)
+    assert fit_turns(specific, _words, 100).context == general.context  # everything fits
+    opening = fit_turns(general, _words, 13)  # no span: from the meeting's first turn
+    assert opening is not None and opening.meta["window_turns"] == (0, 1)
+    assert fit_turns(several, _words, 100).meta["window_turns"] == (0, 4)
+    assert fit_turns(several, _words, 19) is None  # turns 1..4 are 20 words
+    assert fit_turns(several, _words, 20).meta["window_turns"] == (1, 4)
+    with pytest.raises(ValueError, match="context='full'"):
+        fit_turns(load_qmsum(path, context="relevant")[1], _words, 10)
+    with pytest.raises(ValueError, match="budget must be positive"):
+        fit_turns(specific, _words, 0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=12),
+    data=st.data(),
+)
+def test_qmsum_fit_turns_properties(sizes, data):
+    lines = [f"S{i}: " + " ".join(["w"] * size) for i, size in enumerate(sizes)]
+    first = data.draw(st.integers(0, len(lines) - 1))
+    last = data.draw(st.integers(first, len(lines) - 1))
+    spans = data.draw(st.sampled_from([None, ((first, last),)]))
+    budget = data.draw(st.integers(1, 60))
+    meta = {"context_mode": "full", "n_turns": len(lines)}
+    if spans is not None:
+        meta["relevant_text_span"] = spans
+    example = QAExample("m", "\n".join(lines), "q?", ("a",), "qmsum", meta)
+    lo, hi = (first, last) if spans else (0, 0)
+    cut = fit_turns(example, _words, budget)
+    if cut is None:
+        assert _words("\n".join(lines[lo : hi + 1])) > budget
+        return
+    a, b = cut.meta["window_turns"]
+    assert a <= lo and b >= hi  # the span is kept whole
+    assert cut.context == "\n".join(lines[a : b + 1])
+    assert _words(cut.context) <= budget
+    # the window could not take one more turn on either side (line counts: words + 1)
+    used = sum(_words(line) + 1 for line in lines[a : b + 1])
+    for side in (a - 1, b + 1):
+        if 0 <= side < len(lines):
+            assert used + _words(lines[side]) + 1 > budget
 
 
 def test_2wiki_hermetic(tmp_path):

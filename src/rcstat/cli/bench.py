@@ -101,9 +101,10 @@ def register(sub: Any) -> None:
     kv.add_argument("--out", default="runs/bench_kv", help="output folder (resumable)")
     kv.add_argument(
         "--context",
-        choices=["full", "relevant"],
+        choices=["full", "relevant", "window"],
         default=None,
-        help="qmsum only: whole transcript (default) or the query's relevant turns",
+        help="qmsum only: whole transcript (default), the query's relevant turns, or the most "
+        "turns around them that fit the window (--max-tokens, else the model's)",
     )
     kv.add_argument(
         "--max-tokens",
@@ -280,7 +281,29 @@ def _windows(values: list[str], placement: str) -> list[int | str]:
 def _fits(tokenizer: Any, example: Any, budget: int) -> bool:
     """Whether the chat-rendered context + question fit in ``budget`` tokens."""
     text = example.context + "\n\n" + example.question
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"]) + 32 <= budget
+    return _count(tokenizer, text) + _TEMPLATE_TOKENS <= budget
+
+
+#: Tokens left for the chat template around context and question.
+_TEMPLATE_TOKENS = 32
+
+
+def _count(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _fit_windows(tokenizer: Any, examples: list[Any], budget: int) -> list[Any]:
+    """Each QMSum query's transcript cut to the turns around its span that fit ``budget``
+    with the question and template (:func:`rcstat.data.qmsum.fit_turns`); a query whose span
+    alone is too long keeps its whole transcript (and is then skipped as too long)."""
+    from rcstat.data.qmsum import fit_turns
+
+    fitted = []
+    for example in examples:
+        room = budget - _TEMPLATE_TOKENS - _count(tokenizer, "\n\n" + example.question)
+        cut = fit_turns(example, lambda text: _count(tokenizer, text), room)
+        fitted.append(example if cut is None else cut)
+    return fitted
 
 
 def run_kv(args: BenchKVArgs) -> int:
@@ -323,6 +346,8 @@ def run_kv(args: BenchKVArgs) -> int:
     check_output_folder(args.out, "bench kv")
     check_run_options(args.out, "bench kv", probe.manifest_options(), args.shard)
     options = {} if args.context is None else {"context": args.context}
+    if args.context == "window":  # whole transcripts, cut once the tokenizer is loaded
+        options["context"] = "full"
     loaded = load_dataset(args.dataset, args.data, limit=args.n, **options)
     examples = [e for e in loaded if isinstance(e, QAExample)]
     if not examples:
@@ -331,6 +356,8 @@ def run_kv(args: BenchKVArgs) -> int:
     window = int(model.config.max_position_embeddings)
     if args.max_tokens is not None:
         window = min(window, args.max_tokens)
+    if args.context == "window":
+        examples = _fit_windows(tokenizer, examples, window - args.max_new_tokens)
     fitting = [e for e in examples if _fits(tokenizer, e, window - args.max_new_tokens)]
     skipped = [e.id for e in examples if e not in fitting]
     if skipped:

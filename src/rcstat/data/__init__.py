@@ -19,7 +19,7 @@ from rcstat.data.examples import (
 )
 from rcstat.data.faithbench import load_faithbench
 from rcstat.data.markup import MarkedSpan, MarkupError, parse_span_markup
-from rcstat.data.qmsum import load_qmsum
+from rcstat.data.qmsum import fit_turns, load_qmsum
 from rcstat.data.quotesum import load_quotesum
 from rcstat.data.records import DatasetFormatError, find_shared_data
 from rcstat.data.registry import DATASETS, default_path, load_dataset
@@ -40,6 +40,7 @@ __all__ = [
     "QAExample",
     "default_path",
     "find_shared_data",
+    "fit_turns",
     "load_2wiki",
     "load_dataset",
     "load_faithbench",

@@ -15,12 +15,14 @@ The context is the transcript rendered one turn per line as ``"Speaker: content"
 also those with empty content, so turn ``i`` is line ``i``). With ``context="relevant"`` a
 specific query gets only the turns of its spans (their union, in transcript order); a general
 query has no span and keeps the whole transcript. Queries come general first, then specific,
-meeting by meeting.
+meeting by meeting. :func:`fit_turns` cuts a whole transcript to the contiguous turns around a
+query's relevant span that fit a token budget (meetings are longer than small models' windows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +30,7 @@ from typing import Any, Literal
 from rcstat.data.examples import QAExample
 from rcstat.data.records import _Where, check_limit, iter_jsonl, resolve_file
 
-__all__ = ["load_qmsum"]
+__all__ = ["fit_turns", "load_qmsum"]
 
 DATASET = "qmsum"
 
@@ -139,3 +141,66 @@ def _iter_qmsum(path: Path, mode: ContextMode) -> Iterator[QAExample]:
                 yield QAExample(
                     f"{path.stem}:L{line}:{kind}:{j}", context, query, (answer,), DATASET, meta
                 )
+
+
+def fit_turns(example: QAExample, tokens: Callable[[str], int], budget: int) -> QAExample | None:
+    """The query with its transcript cut to the most turns around its relevant span that fit.
+
+    The window starts at the turns of the span (from its first to its last turn; a general
+    query, which has none, starts at the meeting's first turn) and grows one turn at a time,
+    after it then before it, while the context stays within ``budget`` tokens (``tokens``
+    counts a text's tokens; the lines are counted one by one, then the whole window is counted
+    and shrunk from its far side until it fits).
+
+    Parameters
+    ----------
+    example
+        A query loaded with ``context="full"``.
+    tokens
+        Counts the tokens of a text (e.g. ``lambda t: len(tokenizer(t).input_ids)``).
+    budget
+        Tokens the context may take.
+
+    Returns
+    -------
+    QAExample or None
+        ``meta["context_mode"]`` ``"window"`` and ``meta["window_turns"]`` the inclusive
+        ``(first, last)`` turns kept; None when the span's own turns do not fit.
+
+    Raises
+    ------
+    ValueError
+        Not a whole-transcript QMSum query, or a budget below 1.
+    """
+    meta = dict(example.meta or {})
+    if example.dataset != DATASET or meta.get("context_mode") != "full":
+        raise ValueError("fit_turns needs a QMSum query loaded with context='full'")
+    if budget < 1:
+        raise ValueError(f"budget must be positive, got {budget}")
+    lines = example.context.split("\n")
+    if len(lines) != meta["n_turns"]:
+        raise ValueError(f"{example.id}: {len(lines)} lines for {meta['n_turns']} turns")
+    spans = meta.get("relevant_text_span")
+    lo, hi = (min(a for a, _ in spans), max(b for _, b in spans) + 1) if spans else (0, 1)
+    first_lo, first_hi = lo, hi
+    sizes = [tokens(line) + 1 for line in lines]  # + the line break
+    used = sum(sizes[lo:hi])
+    grow = True
+    while grow:
+        grow = False
+        for side in ("after", "before"):
+            index = hi if side == "after" else lo - 1
+            if 0 <= index < len(lines) and used + sizes[index] <= budget:
+                used += sizes[index]
+                hi, lo = (hi + 1, lo) if side == "after" else (hi, lo - 1)
+                grow = True
+    while tokens("\n".join(lines[lo:hi])) > budget:  # the line counts were an estimate
+        after, before = hi > first_hi, lo < first_lo  # turns beyond the span on each side
+        if not (after or before):
+            return None  # the span alone is too long
+        if after and (not before or hi - first_hi >= first_lo - lo):
+            hi -= 1
+        else:
+            lo += 1
+    meta.update(context_mode="window", window_turns=(lo, hi - 1))
+    return replace(example, context="\n".join(lines[lo:hi]), meta=meta)
