@@ -2,14 +2,16 @@
 
 Inputs are real attribution examples of the shared slices (QuoteSum: ~3 passages; VERI-GRAN:
 ~80 sentence chunks, ~2k tokens) with their annotated answers, on the embedded default model.
-``Attributor.attribute`` (tokenisation, one forward pass with the capture, every statistic of
-every head and span, post-softmax baseline) is timed against ``model(ids, use_cache=False)``
+``Attributor.attribute`` followed by reading the attributed spans (tokenisation, one forward
+pass with the capture, every statistic of every head and span, post-softmax baseline, eq. 10
+with the chosen span score) is timed, for each ``--span-scores`` value, against
+``model(ids, use_cache=False)``
 of the same token ids (what a user runs) and ``logits_to_keep=1`` (no vocabulary logits).
 The number of forward passes an ablation method needs for the same example is recorded from
 its documented defaults: ContextCite (``ContextCiter(num_ablations=64)``, MadryLab/
 context-cite) runs 64 ablated forward passes after generation; rcstat runs one.
 
-    python -m benchmarks.bench_attribution --dataset verigran --n 5
+    python -m benchmarks.bench_attribution --dataset verigran --n 5 --span-scores mean,sentence
     python -m benchmarks.bench_attribution --model random --model-dir DIR --device cuda
 """
 
@@ -30,17 +32,28 @@ CONTEXTCITE_FORWARD_PASSES = 64  # ContextCiter's default num_ablations
 
 
 def measure(
-    attributor: Attributor, example: AttributionExample, device: str, rounds: int
+    attributors: dict[str, Attributor], example: AttributionExample, device: str, rounds: int
 ) -> dict[str, Any]:
-    model, tokenizer = attributor.model, attributor.tokenizer
+    """Seconds of each attributor (by span score) and of the plain forward passes; the first
+    span score is the row's ``attribute_s``."""
+    first = next(iter(attributors.values()))
+    model, tokenizer = first.model, first.tokenizer
     text, _ = join_chunks(list(example.chunks))
     ids = segment_chat(tokenizer, text, example.question, example.answer).input_ids.to(device)
     units = [(u.start, u.end) for u in example.units]
 
-    def attribute() -> None:
-        attributor.attribute(list(example.chunks), example.question, example.answer, units=units)
+    def attribute(attributor: Attributor) -> Any:
+        return lambda: (
+            attributor.attribute(
+                list(example.chunks), example.question, example.answer, units=units
+            ).attributed
+        )
 
-    times = interleaved({"attribute": attribute, **forward_fns(model, ids)}, device, rounds)
+    timed = {f"attribute_{score}": attribute(a) for score, a in attributors.items()}
+    names = list(timed)
+    times = interleaved({**timed, **forward_fns(model, ids)}, device, rounds)
+    times["attribute"] = times[names[0]]
+    others = {f"{name}_vs_{names[0]}": times[name] / times[names[0]] for name in names[1:]}
     return {
         "example": example.id,
         "tokens": int(ids.shape[1]),
@@ -53,6 +66,8 @@ def measure(
         "ratio_vs_forward_last": times["attribute"] / times["forward_last"],
         "rcstat_forward_passes": 1,
         "contextcite_forward_passes": CONTEXTCITE_FORWARD_PASSES,
+        **{f"{name}_s": times[name] for name in names},
+        **others,
     }
 
 
@@ -65,10 +80,18 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--span-scores",
+        default="mean",
+        help="comma-separated span scores to time (first: the row's)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     model, tokenizer = build(args.model, args.model_dir, args.device)
-    attributor = Attributor(model, tokenizer)
+    attributors = {
+        score: Attributor(model, tokenizer, span_score=score)
+        for score in args.span_scores.split(",")
+    }
     examples = [
         e
         for e in load_dataset(args.dataset, args.data, limit=args.n)
@@ -76,13 +99,15 @@ def main() -> None:
     ]
     rows = []
     for example in examples:
-        row = measure(attributor, example, args.device, args.rounds)
+        row = measure(attributors, example, args.device, args.rounds)
         rows.append(row)
+        others = ", ".join(f"{k} {v:.3f}×" for k, v in row.items() if "_vs_attribute_" in k)
         print(
             f"{row['example']}: {row['tokens']} tokens, {row['chunks']} chunks, "
             f"{row['units']} units: attribute {row['attribute_s']:.3f}s, forward "
             f"{row['forward_s']:.3f}s → {row['ratio_vs_forward']:.2f}× "
             f"({row['ratio_vs_forward_last']:.2f}× vs logits_to_keep=1)"
+            + (f"; {others}" if others else "")
         )
     meta = machine(args.device) | {"dataset": args.dataset, "rounds": args.rounds}
     name = f"attribution_{args.dataset}_{args.model}_{device_label(args.device)}"
