@@ -346,6 +346,13 @@ def test_save_load_round_trip(setup, tmp_path: Path) -> None:  # type: ignore[no
     ):
         assert getattr(back, name) == getattr(result, name), name
     assert back.to_json() == result.to_json()
+    # a file written before span scores existed reads as the paper's mean
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: np.array(data[k]) for k in data.files}
+    header = json.loads(str(arrays.pop("header")))
+    del header["span_score"]
+    np.savez(tmp_path / "old.npz", header=np.array(json.dumps(header)), **arrays)
+    assert Attribution.load(tmp_path / "old.npz").span_score == "mean"
     with pytest.raises(ValueError, match=r"\.npz"):
         result.save(tmp_path / "a.pkl")
     np.savez(tmp_path / "other.npz", header=np.array("{}"))
