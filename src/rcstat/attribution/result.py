@@ -233,6 +233,9 @@ class Attribution:
             pieces = []
             for span, (lo, hi) in zip(self.spans, self.span_tokens, strict=True):
                 lo, hi = lo - first, hi - first
+                if hi - lo == 1:  # one token (token granularity): nothing to split
+                    pieces.append([(lo, hi)])
+                    continue
                 found = []
                 for sentence in split_sentences(span.text):
                     a, b = span.start + sentence.start, span.start + sentence.end
@@ -274,7 +277,8 @@ class Attribution:
     def method(self) -> str:
         """A readable name of this result's configuration."""
         name = _method_name(self.head_ranking, self.top_k, self.statistic)
-        return name if self.span_score == "mean" else f"{name}, span {self.span_score}"
+        suffix = {"mean": "", "sum": ", span sum", "sentence": ", best sentence"}
+        return name + suffix[self.span_score]
 
     @property
     def head_scores(self) -> np.ndarray:

@@ -230,10 +230,10 @@ def add_attribution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--span-score",
         choices=["mean", "sum", "sentence"],
-        default="mean",
+        default=None,
         help="how a span's tokens make its score: their mean (the paper's eq. 10), their sum "
         "(longer spans weigh more) or the span's best sentence; sum and sentence need "
-        "--statistic expected",
+        "--statistic expected (default: sentence, mean with --statistic upper)",
     )
     parser.add_argument(
         "--question-first",
@@ -242,13 +242,19 @@ def add_attribution_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_span_score(span_score: str, statistic: str) -> None:
-    """Refuse ``--span-score sum|sentence`` with ``--statistic upper`` before any work."""
+def check_span_score(span_score: str | None, statistic: str) -> str:
+    """``--span-score`` (None: the default of ``statistic``); ``sum|sentence`` with
+    ``--statistic upper`` is refused before any work."""
+    from rcstat.defaults import default_span_score
+
+    if span_score is None:
+        return default_span_score(statistic)
     if span_score != "mean" and statistic != "expected":
         raise ValueError(
             f"--span-score {span_score} adds up the expected RC of single tokens; the upper "
             "bound does not split over tokens (use --statistic expected)"
         )
+    return span_score
 
 
 def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:

@@ -99,7 +99,7 @@ class AttributeArgs:
     out: Path
     allow_special_tokens: bool = False
     language: str = "en"
-    span_score: str = "mean"
+    span_score: str = "sentence"
     question_first: bool = False
 
     @classmethod
@@ -120,7 +120,6 @@ class AttributeArgs:
             )
         if texts["answer"] is not None and not texts["answer"].strip():
             raise ValueError("--answer is empty or whitespace only")
-        check_span_score(ns.span_score, ns.statistic)
         return cls(
             model=ns.model,
             placement=Placement.from_namespace(ns),
@@ -135,7 +134,7 @@ class AttributeArgs:
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,
             language=ns.language,
-            span_score=ns.span_score,
+            span_score=check_span_score(ns.span_score, ns.statistic),
             question_first=ns.question_first,
         )
 

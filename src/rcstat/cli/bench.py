@@ -460,7 +460,7 @@ class BenchAttributionArgs:
     layout: str = "numbered"
     max_tokens: int | None = None
     statistic: str = "expected"
-    span_score: str = "mean"
+    span_score: str = "sentence"
     question_first: bool = False
     fixed_heads_from: Path | None = None
 
@@ -473,7 +473,6 @@ class BenchAttributionArgs:
             if k != "all":
                 int_list("--k", [k])
         placement, shard = _placed(ns)
-        check_span_score(ns.span_score, ns.statistic)
         return cls(
             model=ns.model,
             placement=placement,
@@ -487,7 +486,7 @@ class BenchAttributionArgs:
             layout=ns.layout,
             max_tokens=optional_count("--max-tokens", ns.max_tokens, low=2),
             statistic=ns.statistic,
-            span_score=ns.span_score,
+            span_score=check_span_score(ns.span_score, ns.statistic),
             question_first=ns.question_first,
             fixed_heads_from=_fixed_heads_from(ns.fixed_heads_from, Path(ns.out)),
         )
