@@ -254,7 +254,7 @@ def test_qmsum_hermetic(tmp_path):
         load_qmsum(path, context="topic")  # type: ignore[arg-type]
 
 
-def _words(text: str) -> int:
+def _word_count(text: str) -> int:
     return len(text.split())
 
 
@@ -262,22 +262,22 @@ def test_qmsum_fit_turns_by_hand(tmp_path):
     path = _write_jsonl(tmp_path / "val.jsonl", [_qmsum_record()])
     general, specific, several = load_qmsum(path)
     lines = general.context.split("\n")  # five turns of 5 words (6 with the line break)
-    cut = fit_turns(specific, _words, 12)  # span: turn 1; grows after (turn 2), then stops
+    cut = fit_turns(specific, _word_count, 12)  # span: turn 1; grows after (turn 2), then stops
     assert cut is not None and cut.meta["window_turns"] == (1, 2)
     assert cut.context == "\n".join(lines[1:3]) and cut.meta["context_mode"] == "window"
     assert specific.meta["context_mode"] == "full"  # the input is left as it was
-    cut = fit_turns(specific, _words, 18)  # after, then before
+    cut = fit_turns(specific, _word_count, 18)  # after, then before
     assert cut is not None and cut.meta["window_turns"] == (0, 2)
-    assert fit_turns(specific, _words, 100).context == general.context  # everything fits
-    opening = fit_turns(general, _words, 13)  # no span: from the meeting's first turn
+    assert fit_turns(specific, _word_count, 100).context == general.context  # everything fits
+    opening = fit_turns(general, _word_count, 13)  # no span: from the meeting's first turn
     assert opening is not None and opening.meta["window_turns"] == (0, 1)
-    assert fit_turns(several, _words, 100).meta["window_turns"] == (0, 4)
-    assert fit_turns(several, _words, 19) is None  # turns 1..4 are 20 words
-    assert fit_turns(several, _words, 20).meta["window_turns"] == (1, 4)
+    assert fit_turns(several, _word_count, 100).meta["window_turns"] == (0, 4)
+    assert fit_turns(several, _word_count, 19) is None  # turns 1..4 are 20 words
+    assert fit_turns(several, _word_count, 20).meta["window_turns"] == (1, 4)
     with pytest.raises(ValueError, match="context='full'"):
-        fit_turns(load_qmsum(path, context="relevant")[1], _words, 10)
+        fit_turns(load_qmsum(path, context="relevant")[1], _word_count, 10)
     with pytest.raises(ValueError, match="budget must be positive"):
-        fit_turns(specific, _words, 0)
+        fit_turns(specific, _word_count, 0)
 
 
 @settings(max_examples=80, deadline=None)
@@ -296,19 +296,19 @@ def test_qmsum_fit_turns_properties(sizes, data):
         meta["relevant_text_span"] = spans
     example = QAExample("m", "\n".join(lines), "q?", ("a",), "qmsum", meta)
     lo, hi = (first, last) if spans else (0, 0)
-    cut = fit_turns(example, _words, budget)
+    cut = fit_turns(example, _word_count, budget)
     if cut is None:
-        assert _words("\n".join(lines[lo : hi + 1])) > budget
+        assert _word_count("\n".join(lines[lo : hi + 1])) > budget
         return
     a, b = cut.meta["window_turns"]
     assert a <= lo and b >= hi  # the span is kept whole
     assert cut.context == "\n".join(lines[a : b + 1])
-    assert _words(cut.context) <= budget
+    assert _word_count(cut.context) <= budget
     # the window could not take one more turn on either side (line counts: words + 1)
-    used = sum(_words(line) + 1 for line in lines[a : b + 1])
+    used = sum(_word_count(line) + 1 for line in lines[a : b + 1])
     for side in (a - 1, b + 1):
         if 0 <= side < len(lines):
-            assert used + _words(lines[side]) + 1 > budget
+            assert used + _word_count(lines[side]) + 1 > budget
 
 
 def test_2wiki_hermetic(tmp_path):
