@@ -15,8 +15,8 @@ gold chunk. From that single pass every method is scored:
   (:func:`~rcstat.attribution.consensus_heads`; the ranking reads no gold label, so that run
   may be of the same examples).
 
-The RC methods score a span by its keys' mean (the paper's eq. 10), their sum or the span's
-best sentence (``span_score``, :meth:`~rcstat.attribution.Attribution.head_totals`); the
+The RC methods score a span by its best sentence (the default), its keys' mean (the paper's
+eq. 10) or their sum (``span_score``, :meth:`~rcstat.attribution.Attribution.head_totals`); the
 question follows the sources unless ``question_first``. Each line keeps the example's head
 ranking (``head_scores``, ``[layers, heads]``), which a later run reads as its fixed set.
 
@@ -166,11 +166,9 @@ def read_head_scores(run: Path) -> tuple[list[np.ndarray], dict[str, Any]]:
     """
     import json
 
-    from rcstat.runs import MANIFEST_FILE as manifest_file
-
     path = Path(run)
     try:
-        manifest = json.loads((path / manifest_file).read_text(encoding="utf-8"))
+        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"{path}: no readable run manifest ({err})") from err
     if manifest.get("kind") != KIND:
