@@ -1,4 +1,5 @@
-"""Tests of rcstat.grounding.probe: the trained hallucination probe and its grouped CV."""
+"""Tests of rcstat.grounding.probe, .cross_validation and .folds: the trained hallucination
+probe, its threshold rule and its grouped cross-validation."""
 
 from __future__ import annotations
 
