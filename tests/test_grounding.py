@@ -42,6 +42,7 @@ from rcstat.grounding.calibrate import build_profile
 from rcstat.grounding.grounder import feature_names
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.score import aggregate, bigram_overlap
+from rcstat.report.grounding_html import grounding_page, save_grounding_html
 from tests._tiny_models import reference_scores, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
@@ -528,13 +529,14 @@ def test_grounding_frames(grounding) -> None:  # type: ignore[no-untyped-def]
 
 def test_grounding_html_escapes_the_tokens(grounding, tmp_path) -> None:  # type: ignore[no-untyped-def]
     hand = _hand_grounding()
-    page = hand.to_html(tmp_path / "g.html")
+    page = grounding_page(hand)
+    assert save_grounding_html(tmp_path / "g.html", hand) == tmp_path / "g.html"
     assert page == (tmp_path / "g.html").read_text(encoding="utf-8")
     assert page.lstrip().lower().startswith("<!doctype html")
     for token in hand.token_texts:
         assert html.escape(token, quote=True) in page
     assert '<b>"ran"</b>' not in page
-    real = grounding.to_html()
+    real = grounding_page(grounding)
     for token in grounding.token_texts:
         assert html.escape(token, quote=True) in real
 

@@ -1,4 +1,5 @@
-"""Tests of rcstat.grounding.probe: the trained hallucination probe and its grouped CV."""
+"""Tests of rcstat.grounding.probe, .cross_validation and .folds: the trained hallucination
+probe, its threshold rule and its grouped cross-validation."""
 
 from __future__ import annotations
 
@@ -14,16 +15,10 @@ pytest.importorskip("sklearn")
 
 from sklearn.metrics import roc_auc_score
 
-from rcstat.grounding.probe import (
-    CrossValidation,
-    GroundingProbe,
-    _auroc_columns,
-    _balanced_accuracy,
-    _best_threshold,
-    _shuffled_group_folds,
-    _splits,
-    cross_validate,
-)
+from rcstat.grounding.cross_validation import CrossValidation, cross_validate
+from rcstat.grounding.folds import grouped_splits, shuffled_group_folds
+from rcstat.grounding.probe import GroundingProbe, decision_threshold
+from rcstat.metrics.thresholds import balanced_accuracy_of_predictions as _balanced_accuracy
 
 N_FEATURES = 20
 NAMES = [f"nrc:L{j // 5}H{j % 5}" for j in range(N_FEATURES)]
@@ -174,7 +169,7 @@ def test_stratification_falls_back_to_group_kfold() -> None:
         warnings.simplefilter("error", UserWarning)
         probe = GroundingProbe.fit(X, y, groups, feature_names=list("abcd"), inner_splits=3)
     assert probe.selected[0] == 2
-    folds = list(_splits(y, groups, 3, 0))
+    folds = list(grouped_splits(y, groups, 3, 0))
     test_sets = [set(groups[test].tolist()) for _, test in folds]
     assert sorted(g for t in test_sets for g in t) == list(range(8))  # a partition of groups
     for train, test in folds:
@@ -186,7 +181,7 @@ def test_shuffled_group_folds_partition_groups_and_depend_on_seed() -> None:
     assignments = []
     for seed in range(4):
         fold = np.full(group_ids.shape[0], -1)
-        for k, (train, test) in enumerate(_shuffled_group_folds(group_ids, 4, seed)):
+        for k, (train, test) in enumerate(shuffled_group_folds(group_ids, 4, seed)):
             assert test.size > 0 and np.array_equal(np.sort(np.r_[train, test]), np.arange(78))
             fold[test] = k
         assert (fold >= 0).all()
@@ -231,26 +226,22 @@ def test_threshold_separates_separable_training_data() -> None:
 
 def test_best_threshold_hand_cases_and_brute_force() -> None:
     f, t = False, True
-    assert _best_threshold(np.array([0.1, 0.4, 0.6, 0.9]), np.array([f, f, t, t])) == 0.5
-    assert _best_threshold(np.array([0.1, 0.2, 0.3]), np.array([f, t, t])) == pytest.approx(0.15)
-    assert _best_threshold(np.array([0.7, 0.7]), np.array([f, t])) == 0.5  # one value
+    assert decision_threshold(np.array([0.1, 0.4, 0.6, 0.9]), np.array([f, f, t, t])) == 0.5
+    assert decision_threshold(np.array([0.1, 0.2, 0.3]), np.array([f, t, t])) == pytest.approx(0.15)
+    assert decision_threshold(np.array([0.7, 0.7]), np.array([f, t])) == 0.5  # one value
+    # balanced accuracy 0.75 at 0.2 and at 0.7: ties go to the smallest (the rule of
+    # rcstat.metrics.best_threshold; the probe's own search took the one nearest 0.5, 0.7)
+    p = np.array([0.1, 0.3, 0.6, 0.8])
+    assert decision_threshold(p, np.array([f, t, f, t])) == pytest.approx(0.2)
     rng = np.random.default_rng(0)
     for _ in range(20):
         p = rng.integers(0, 12, size=30) / 12.0  # ties included
         y = rng.random(30) < 0.4
         if y.all() or not y.any():
             continue
-        chosen = _balanced_accuracy(p >= _best_threshold(p, y), y)
+        chosen = _balanced_accuracy(p >= decision_threshold(p, y), y)
         brute = max(_balanced_accuracy(p >= c, y) for c in [*np.unique(p), math.inf])
         assert chosen == pytest.approx(brute)
-
-
-def test_univariate_auroc_matches_sklearn() -> None:
-    rng = np.random.default_rng(1)
-    X = rng.integers(0, 5, size=(50, 4)).astype(float)  # many ties
-    y = rng.random(50) < 0.5
-    expected = [roc_auc_score(y, X[:, j]) for j in range(4)]
-    np.testing.assert_allclose(_auroc_columns(X, y), expected, rtol=1e-12)
 
 
 # ---------------------------------------------------------------------- save / load

@@ -21,7 +21,7 @@ PACKAGE = SRC / "rcstat"
 #: Components from the bottom up; a component may import only its own modules and rows above.
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"defaults", "checks"}),
-    frozenset({"stats", "report"}),
+    frozenset({"stats", "metrics", "report"}),
     frozenset({"segments", "models", "data", "runs", "shards"}),
     frozenset({"merge"}),
     frozenset({"capture"}),

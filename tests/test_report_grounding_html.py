@@ -12,6 +12,8 @@ presses keys, reads computed styles and layout boxes, and writes what it saw int
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import math
 import re
@@ -394,13 +396,34 @@ def test_invalid_groundings_raise():
         grounding_page(g)
 
 
-def test_save_and_to_html(tmp_path):
+def test_save_grounding_html(tmp_path):
     g = _grounding()
     target = tmp_path / "grounding.html"
     assert save_grounding_html(target, g) == target
     assert target.read_text(encoding="utf-8") == grounding_page(g)
     assert [p.name for p in tmp_path.iterdir()] == ["grounding.html"]  # no temporary left
-    assert g.to_html(tmp_path / "to.html") == grounding_page(g)
+
+
+def _rcstat_imports(path: Path) -> set[str]:
+    """Every ``rcstat`` module a file imports, under ``if TYPE_CHECKING:`` and in functions too."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return {name for name in found if name.split(".")[0] == "rcstat"}
+
+
+def test_the_page_and_the_grounding_never_import_each_other():
+    """report renders through its protocols; grounding never imports report (a leaf)."""
+    report = Path(module.__file__).parent
+    for name in ("grounding_html.py", "grounding_view.py"):
+        imported = _rcstat_imports(report / name)
+        assert all(m.startswith("rcstat.report.") for m in imported), (name, imported)
+    for path in Path(inspect.getfile(Grounding)).parent.rglob("*.py"):
+        imported = _rcstat_imports(path)
+        assert not any(m.startswith("rcstat.report") for m in imported), (path.name, imported)
 
 
 def test_a_round_trip_through_save_load_renders_the_same(tmp_path):

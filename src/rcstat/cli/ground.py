@@ -27,6 +27,7 @@ from rcstat.cli._common import (
     step,
 )
 from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K
+from rcstat.report.grounding_html import save_grounding_html
 
 NAME = "ground"
 
@@ -167,7 +168,7 @@ def run(args: GroundArgs) -> int:
         result.to_frame().to_csv(stage / "ground.csv", index=False)
         result.to_frame("token").to_csv(stage / "ground_tokens.csv", index=False)
         result.save(stage / "ground.json")
-        result.to_html(stage / "ground.html")
+        save_grounding_html(stage / "ground.html", result)
     verdict = "supported" if result.supported else "UNSUPPORTED"
     console.print(
         f"response score {result.score:.3f} (threshold {result.threshold:.3f}): {verdict}"

@@ -57,8 +57,8 @@ import pandas as pd
 
 from rcstat.attribution import Attribution, Attributor, consensus_heads
 from rcstat.data import AttributionExample
-from rcstat.evaluation.paired import paired_difference
 from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
+from rcstat.metrics.paired import paired_difference
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
 from rcstat.runs import (

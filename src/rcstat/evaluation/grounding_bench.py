@@ -36,13 +36,7 @@ import numpy as np
 import pandas as pd
 
 from rcstat.data import GroundingExample, QAExample
-from rcstat.evaluation.grounding_metrics import (
-    auroc,
-    breakdown,
-    evaluate,
-    threshold_transfer,
-    token_auroc,
-)
+from rcstat.grounding.cross_validation import cross_validate
 from rcstat.grounding.features import HEAD_FEATURES
 from rcstat.grounding.grounder import (
     Grounder,
@@ -51,9 +45,12 @@ from rcstat.grounding.grounder import (
     feature_names,
     sentence_scores,
 )
-from rcstat.grounding.probe import GroundingProbe, cross_validate
+from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.score import aggregate, token_scores
 from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
+from rcstat.metrics.detector import breakdown, evaluate
+from rcstat.metrics.ranking import auroc, token_auroc
+from rcstat.metrics.thresholds import threshold_transfer
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
 from rcstat.runs import (

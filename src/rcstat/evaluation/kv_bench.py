@@ -445,7 +445,7 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
     that ratio, both means, their quotient, and :func:`~rcstat.evaluation.paired.paired_difference`
     of RCStat minus that baseline over the examples both scored (interval, wins, ties, losses).
     """
-    from rcstat.evaluation.paired import paired_difference
+    from rcstat.metrics.paired import paired_difference
 
     frame = with_knobs(frame)
     subsets: list[tuple[str, pd.DataFrame]] = [("all", frame)]

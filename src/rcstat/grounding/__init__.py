@@ -6,8 +6,9 @@ contextual heads without hallucination labels; :class:`GroundingProbe` is the tr
 alternative (logistic regression on per-head features).
 """
 
+from rcstat.grounding.cross_validation import CrossValidation, cross_validate
 from rcstat.grounding.grounder import DEFAULT_INSTRUCTION, Grounder, Measurement, Measurer
-from rcstat.grounding.probe import CrossValidation, GroundingProbe, cross_validate
+from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.profile import HeadProfile, shipped_profile
 from rcstat.grounding.result import Grounding, SentenceGrounding
 

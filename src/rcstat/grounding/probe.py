@@ -14,9 +14,10 @@ Design:
   that :meth:`GroundingProbe.fit` receives, and nothing else. Inside the inner
   cross-validation the features are ranked again on each inner training fold, so that the
   inner scores are not inflated by a ranking that saw the inner validation rows.
-* :func:`cross_validate` fits one probe per outer fold on the other folds only; all samples of
-  one group fall in one fold (``StratifiedGroupKFold``), so its scores measure transfer to new
-  documents, not to new summaries of a seen document.
+* :func:`~rcstat.grounding.cross_validation.cross_validate` fits one probe per outer fold on
+  the other folds only (:mod:`rcstat.grounding.cross_validation`); the grouped folds are in
+  :mod:`rcstat.grounding.folds`, the input checks in :mod:`rcstat.grounding.probe_checks` and
+  the metrics (AUROC, balanced accuracy, the best threshold) in :mod:`rcstat.metrics`.
 * A fitted probe is a small dataclass of numpy arrays: :meth:`GroundingProbe.predict_proba`
   is plain numpy (scikit-learn is needed to fit, not to predict) and the probe saves to and
   loads from JSON, never pickle, so that loading a probe cannot run code.
@@ -26,21 +27,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from scipy.special import expit
-from scipy.stats import rankdata
 
-__all__ = ["CrossValidation", "FoldScore", "GroundingProbe", "cross_validate"]
+from rcstat.grounding.folds import check_splits, grouped_splits
+from rcstat.grounding.probe_checks import check_data, check_grid, check_matrix, check_names
+from rcstat.metrics.ranking import auroc_columns
+from rcstat.metrics.thresholds import best_threshold
+
+__all__ = ["GroundingProbe", "decision_threshold", "sklearn_logistic"]
 
 _SAVE_FORMAT = "rcstat-probe-1"
-_CV_FORMAT = "rcstat-probe-cv-1"
 _MAX_ITER = 10_000
 # Mean inner AUROCs closer than this are ties (then fewer features, then smaller C win).
 _TIE = 1e-12
@@ -106,7 +108,7 @@ class GroundingProbe:
         self.C = float(self.C)
         self.threshold = float(self.threshold)
         self.inner_auroc = float(self.inner_auroc)
-        _check_names(self.feature_names, len(self.feature_names))
+        check_names(self.feature_names, len(self.feature_names))
         m = self.selected.shape[0]
         if m == 0:
             raise ValueError("selected is empty: a probe uses at least one feature")
@@ -187,7 +189,9 @@ class GroundingProbe:
         3. The final model is refit with the chosen ``(m, C)`` on all of ``X``; its threshold
            maximises the balanced accuracy ``(TPR + TNR) / 2`` of ``p >= threshold`` on the
            chosen candidate's inner out-of-fold probabilities (the smallest probability or a
-           midpoint between two consecutive distinct ones; ties go to the one nearest 0.5).
+           midpoint between two consecutive distinct ones; ties go to the smallest, the rule
+           of :func:`~rcstat.metrics.thresholds.best_threshold`; 0.5 when the probabilities
+           cannot separate the classes, see :func:`decision_threshold`).
 
         Examples
         --------
@@ -203,16 +207,16 @@ class GroundingProbe:
         >>> bool(probe.predict(X[:1])[0])
         True
         """
-        X, y, group_ids = _check_data(X, y, groups)
-        names = _check_names(feature_names, X.shape[1])
-        ms, Cs_ = _check_grid(max_features, Cs, X.shape[1])
-        inner_splits = _check_splits(inner_splits, "inner_splits", group_ids)
-        LogisticRegression = _sklearn_logistic()
+        X, y, group_ids = check_data(X, y, groups)
+        names = check_names(feature_names, X.shape[1])
+        ms, Cs_ = check_grid(max_features, Cs, X.shape[1])
+        inner_splits = check_splits(inner_splits, "inner_splits", group_ids)
+        LogisticRegression = sklearn_logistic()
 
         # Inner CV: oof[(m, C)] and per-fold AUROCs, ranking re-done on each inner train fold.
         oof = {(m, C): np.full(y.shape[0], np.nan) for m in ms for C in Cs_}  # each [n]
         fold_auc: dict[tuple[int, float], list[float]] = {k: [] for k in oof}
-        for train, test in _splits(y, group_ids, inner_splits, seed):
+        for train, test in grouped_splits(y, group_ids, inner_splits, seed):
             if y[train].all() or not y[train].any():
                 continue  # a one-class training fold cannot be fit
             order = _rank_features(X[train], y[train])  # [n_features]
@@ -225,7 +229,7 @@ class GroundingProbe:
                     model = _logistic(LogisticRegression, C).fit(Z_train, y[train])
                     p = expit(Z_test @ model.coef_[0] + model.intercept_[0])  # [n_test]
                     oof[(m, C)][test] = p
-                    fold_auc[(m, C)].append(_auroc(p, y[test]))
+                    fold_auc[(m, C)].append(float(auroc_columns(p[:, None], y[test])[0]))
 
         best: tuple[int, float] | None = None
         best_score = -math.inf
@@ -246,7 +250,7 @@ class GroundingProbe:
         mu, sd = _standardisation(X[:, cols])
         model = _logistic(LogisticRegression, C).fit((X[:, cols] - mu) / sd, y)
         scored = ~np.isnan(oof[best])
-        threshold = _best_threshold(oof[best][scored], y[scored])
+        threshold = decision_threshold(oof[best][scored], y[scored])
         return cls(
             feature_names=names,
             selected=cols,
@@ -278,7 +282,7 @@ class GroundingProbe:
         -----
         ``p = 1 / (1 + exp(-(((X[:, selected] - mean) / scale) @ coef + intercept)))``.
         """
-        X = _check_matrix(X)
+        X = check_matrix(X)
         if X.shape[1] != len(self.feature_names):
             raise ValueError(
                 f"X has {X.shape[1]} columns, the probe was fit on "
@@ -373,249 +377,12 @@ class GroundingProbe:
         return cls.from_dict(data, source=str(path))
 
 
-# ---------------------------------------------------------------------- cross-validation
-
-
-@dataclass(frozen=True)
-class FoldScore:
-    """One outer fold of :func:`cross_validate`.
-
-    Attributes
-    ----------
-    fold
-        Fold index.
-    n_train, n_test
-        Samples the fold's probe was fit on / scored on.
-    auroc
-        AUROC of the fold's held-out probabilities (NaN when the fold holds one class).
-    balanced_accuracy
-        ``(TPR + TNR) / 2`` of ``p >= threshold`` on the held-out samples (NaN when the fold
-        holds one class).
-    threshold, n_selected, C
-        The fold probe's threshold, number of features and regularisation.
-    """
-
-    fold: int
-    n_train: int
-    n_test: int
-    auroc: float
-    balanced_accuracy: float
-    threshold: float
-    n_selected: int
-    C: float
-
-
-@dataclass
-class CrossValidation:
-    """Out-of-fold predictions of probes fit by grouped cross-validation.
-
-    Attributes
-    ----------
-    y
-        ``[n]`` labels (True = hallucinated).
-    groups
-        ``[n]`` the groups as given.
-    oof
-        ``[n]`` out-of-fold probability of each sample, from the probe that did not see it.
-    fold
-        ``[n]`` index of the fold each sample was held out in.
-    predicted
-        ``[n]`` ``oof >= threshold`` of the sample's own fold.
-    folds
-        Per-fold scores (:class:`FoldScore`).
-    probes
-        The probe of each fold, fit on the other folds only.
-    auroc
-        AUROC of the pooled out-of-fold probabilities.
-    balanced_accuracy
-        Balanced accuracy of the pooled ``predicted``.
-    n_splits, seed
-        The outer split.
-    """
-
-    y: np.ndarray  # [n] bool
-    groups: list[Hashable]
-    oof: np.ndarray  # [n] float64
-    fold: np.ndarray  # [n] int64
-    predicted: np.ndarray  # [n] bool
-    folds: list[FoldScore]
-    probes: list[GroundingProbe]
-    auroc: float
-    balanced_accuracy: float
-    n_splits: int
-    seed: int
-
-    def to_frame(self) -> pd.DataFrame:
-        """One row per sample: ``sample, group, fold, y, p, predicted``."""
-        return pd.DataFrame(
-            {
-                "sample": np.arange(self.y.shape[0]),
-                "group": pd.Series(self.groups, dtype=object),
-                "fold": self.fold,
-                "y": self.y,
-                "p": self.oof,
-                "predicted": self.predicted,
-            }
-        )
-
-    def folds_frame(self) -> pd.DataFrame:
-        """One row per fold (the fields of :class:`FoldScore`)."""
-        return pd.DataFrame([vars(f) for f in self.folds])
-
-    def to_dict(self) -> dict[str, Any]:
-        """Everything as plain JSON types (NaN written as None; non-JSON groups as str)."""
-        return {
-            "format": _CV_FORMAT,
-            "n_splits": self.n_splits,
-            "seed": self.seed,
-            "auroc": _num(self.auroc),
-            "balanced_accuracy": _num(self.balanced_accuracy),
-            "folds": [
-                {
-                    **vars(f),
-                    "auroc": _num(f.auroc),
-                    "balanced_accuracy": _num(f.balanced_accuracy),
-                }
-                for f in self.folds
-            ],
-            "samples": {
-                "group": [_json_scalar(g) for g in self.groups],
-                "fold": self.fold.tolist(),
-                "y": self.y.tolist(),
-                "p": self.oof.tolist(),
-                "predicted": self.predicted.tolist(),
-            },
-            "probes": [p.to_dict() for p in self.probes],
-        }
-
-
-def cross_validate(
-    X: np.ndarray,
-    y: np.ndarray | Sequence[bool],
-    groups: Sequence[Hashable] | np.ndarray,
-    *,
-    feature_names: Sequence[str],
-    n_splits: int = 5,
-    seed: int = 0,
-    **fit_options: Any,
-) -> CrossValidation:
-    """Out-of-fold probabilities of :class:`GroundingProbe`\\ s, one per grouped fold.
-
-    Parameters
-    ----------
-    X, y, groups, feature_names
-        As for :meth:`GroundingProbe.fit`.
-    n_splits : int
-        Outer folds (>= 2, at most the number of groups). ``StratifiedGroupKFold`` with
-        ``shuffle=True, random_state=seed`` (a seeded shuffled group k-fold when some class
-        occurs in fewer than ``n_splits`` groups): all samples of one group land in one fold.
-    seed : int
-        Seed of the outer split, also passed to each fold's :meth:`GroundingProbe.fit`.
-    **fit_options
-        ``max_features``, ``Cs``, ``inner_splits``, ``meta`` for :meth:`GroundingProbe.fit`.
-
-    Returns
-    -------
-    CrossValidation
-
-    Notes
-    -----
-    The probe of fold ``k`` is ``GroundingProbe.fit(X[fold != k], y[fold != k],
-    groups[fold != k], seed=seed, ...)``: its features, ``(m, C)``, standardisation and
-    threshold never see the held-out rows. ``predicted`` uses each fold's own threshold;
-    :attr:`CrossValidation.auroc` pools the out-of-fold probabilities of all folds.
-
-    Examples
-    --------
-    >>> rng = np.random.default_rng(0)
-    >>> y = np.arange(80) % 2 == 0
-    >>> X = rng.normal(size=(80, 5))
-    >>> X[:, 0] += 3.0 * y
-    >>> cv = cross_validate(X, y, np.arange(80) // 2, feature_names=list("abcde"),
-    ...                     n_splits=4, max_features=(1, None), Cs=(1.0,))
-    >>> cv.auroc > 0.9
-    True
-    """
-    X, y, group_ids = _check_data(X, y, groups)
-    names = _check_names(feature_names, X.shape[1])
-    n_splits = _check_splits(n_splits, "n_splits", group_ids)
-    unknown = set(fit_options) - {"max_features", "Cs", "inner_splits", "meta"}
-    if unknown:
-        raise ValueError(f"unknown fit options: {', '.join(sorted(unknown))}")
-    _sklearn_logistic()  # fail before any work when scikit-learn is absent
-
-    oof = np.full(y.shape[0], np.nan)  # [n]
-    fold = np.full(y.shape[0], -1, dtype=np.int64)  # [n]
-    predicted = np.zeros(y.shape[0], dtype=bool)  # [n]
-    folds: list[FoldScore] = []
-    probes: list[GroundingProbe] = []
-    for k, (train, test) in enumerate(_splits(y, group_ids, n_splits, seed)):
-        probe = GroundingProbe.fit(
-            X[train],
-            y[train],
-            group_ids[train],
-            feature_names=names,
-            seed=seed,
-            **fit_options,
-        )
-        p = probe.predict_proba(X[test])  # [n_test]
-        oof[test] = p
-        fold[test] = k
-        predicted[test] = p >= probe.threshold
-        probes.append(probe)
-        folds.append(
-            FoldScore(
-                fold=k,
-                n_train=int(train.shape[0]),
-                n_test=int(test.shape[0]),
-                auroc=_auroc(p, y[test]),
-                balanced_accuracy=_balanced_accuracy(predicted[test], y[test]),
-                threshold=probe.threshold,
-                n_selected=int(probe.selected.shape[0]),
-                C=probe.C,
-            )
-        )
-    return CrossValidation(
-        y=y,
-        groups=list(groups),
-        oof=oof,
-        fold=fold,
-        predicted=predicted,
-        folds=folds,
-        probes=probes,
-        auroc=_auroc(oof, y),
-        balanced_accuracy=_balanced_accuracy(predicted, y),
-        n_splits=n_splits,
-        seed=seed,
-    )
-
-
-# ---------------------------------------------------------------------- kernels
-
-
-def _auroc(scores: np.ndarray, y: np.ndarray) -> float:
-    """Mann–Whitney AUROC of ``scores`` for ``y`` (ties count 1/2); NaN for one class."""
-    return float(_auroc_columns(np.asarray(scores, dtype=np.float64)[:, None], y)[0])
-
-
-def _auroc_columns(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``[n_features]`` AUROC of every column of ``X`` ``[n, n_features]`` against ``y``.
-
-    ``AUROC = (R_+ - n_+ (n_+ + 1) / 2) / (n_+ n_-)`` with ``R_+`` the sum of the positives'
-    mid-ranks within the column.
-    """
-    n_pos = int(y.sum())
-    n_neg = int(y.shape[0]) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return np.full(X.shape[1], np.nan)
-    ranks = rankdata(X, axis=0)  # [n, n_features] mid-ranks
-    r_pos = ranks[y].sum(axis=0)  # [n_features]
-    return np.asarray((r_pos - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg), dtype=np.float64)
+# ---------------------------------------------------------------------- fitting kernels
 
 
 def _rank_features(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Column indices by decreasing ``|AUROC - 0.5|``; ties keep column order."""
-    strength = np.abs(_auroc_columns(X, y) - 0.5)  # [n_features]
+    strength = np.abs(auroc_columns(X, y) - 0.5)  # [n_features]
     return np.argsort(-strength, kind="stable").astype(np.int64)
 
 
@@ -627,80 +394,20 @@ def _standardisation(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, scale
 
 
-def _balanced_accuracy(predicted: np.ndarray, y: np.ndarray) -> float:
-    """``(TPR + TNR) / 2``; NaN when ``y`` holds one class."""
-    n_pos = int(y.sum())
-    n_neg = int(y.shape[0]) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return math.nan
-    tpr = float((predicted & y).sum()) / n_pos
-    tnr = float((~predicted & ~y).sum()) / n_neg
-    return (tpr + tnr) / 2
+def decision_threshold(p: np.ndarray, y: np.ndarray) -> float:
+    """The probe's threshold for out-of-fold probabilities ``p`` of labels ``y``.
 
-
-def _best_threshold(p: np.ndarray, y: np.ndarray) -> float:
-    """The threshold ``t`` maximising the balanced accuracy of ``p >= t`` for ``y``.
-
-    Candidates are ``min(p)`` (everything positive) and the midpoints between consecutive
-    distinct values of ``p`` (every other split of the sorted probabilities); ties go to the
-    candidate nearest 0.5. Returns 0.5 when ``p`` has fewer than two distinct values or ``y``
-    holds one class.
+    :func:`~rcstat.metrics.thresholds.best_threshold` (the smallest threshold of largest
+    balanced accuracy of ``p >= t``), or 0.5 — even odds — when ``p`` cannot separate
+    anything: ``y`` holds one class or ``p`` fewer than two distinct values.
     """
-    n_pos = int(y.sum())
-    n_neg = int(y.shape[0]) - n_pos
-    values = np.unique(p)  # [k] ascending
-    if values.shape[0] < 2 or n_pos == 0 or n_neg == 0:
+    if np.unique(p).shape[0] < 2 or y.all() or not y.any():
         return 0.5
-    cuts = np.r_[values[0], (values[:-1] + values[1:]) / 2]  # [k]
-    # p >= cuts[i]  <=>  p > values[i - 1] (i >= 1): count the samples at or below values[i-1].
-    pos_below = np.r_[0, np.searchsorted(np.sort(p[y]), values[:-1], side="right")]  # [k]
-    neg_below = np.r_[0, np.searchsorted(np.sort(p[~y]), values[:-1], side="right")]  # [k]
-    bacc = ((n_pos - pos_below) / n_pos + neg_below / n_neg) / 2  # [k]
-    best = np.flatnonzero(bacc >= bacc.max() - _TIE)
-    return float(cuts[best[np.argmin(np.abs(cuts[best] - 0.5))]])
+    return best_threshold(p, y)
 
 
-def _splits(
-    y: np.ndarray, group_ids: np.ndarray, n_splits: int, seed: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Grouped folds: stratified when each class occurs in at least ``n_splits`` groups.
-
-    ``StratifiedGroupKFold(n_splits, shuffle=True, random_state=seed)``; otherwise
-    :func:`_shuffled_group_folds` (``GroupKFold`` shuffles only from scikit-learn 1.6 on, and
-    the results must not depend on the installed release).
-    """
-    from sklearn.model_selection import StratifiedGroupKFold
-
-    pos_groups = np.unique(group_ids[y]).shape[0]
-    neg_groups = np.unique(group_ids[~y]).shape[0]
-    if min(pos_groups, neg_groups) < n_splits:
-        yield from _shuffled_group_folds(group_ids, n_splits, seed)
-        return
-    splitter = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
-    dummy = np.zeros((y.shape[0], 1))
-    for train, test in splitter.split(dummy, y, group_ids):
-        yield np.asarray(train, dtype=np.int64), np.asarray(test, dtype=np.int64)
-
-
-def _shuffled_group_folds(
-    group_ids: np.ndarray, n_splits: int, seed: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Group k-fold without stratification: groups in a seeded random order, each put in the
-    fold with the fewest samples so far (ties: lowest fold), so folds have similar sizes."""
-    unique, sizes = np.unique(group_ids, return_counts=True)  # [n_groups] each
-    order = np.random.default_rng(seed).permutation(unique.shape[0])
-    fold_of_group = np.empty(unique.shape[0], dtype=np.int64)
-    load = np.zeros(n_splits, dtype=np.int64)
-    for g in order:
-        k = int(np.argmin(load))
-        fold_of_group[g] = k
-        load[k] += sizes[g]
-    fold = fold_of_group[np.searchsorted(unique, group_ids)]  # [n]
-    for k in range(n_splits):
-        yield np.flatnonzero(fold != k), np.flatnonzero(fold == k)
-
-
-def _sklearn_logistic() -> Any:
+def sklearn_logistic() -> Any:
+    """scikit-learn's ``LogisticRegression`` class, or an ``ImportError`` that says why."""
     try:
         from sklearn.linear_model import LogisticRegression
     except ImportError as e:  # pragma: no cover - depends on the environment
@@ -713,116 +420,3 @@ def _sklearn_logistic() -> Any:
 
 def _logistic(LogisticRegression: Any, C: float) -> Any:
     return LogisticRegression(C=C, solver="lbfgs", max_iter=_MAX_ITER, class_weight="balanced")
-
-
-# ---------------------------------------------------------------------- validation
-
-
-def _check_matrix(X: Any) -> np.ndarray:
-    """``X`` as a finite 2-D float64 array; names the first non-finite entry."""
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        hint = " (one sample: X.reshape(1, -1))" if X.ndim == 1 else ""
-        raise ValueError(f"X must be 2-D [n_samples, n_features], got shape {X.shape}{hint}")
-    bad = ~np.isfinite(X)
-    if bad.any():
-        row, col = (int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"X has a non-finite value ({X[row, col]}) at row {row}, column {col}")
-    return X
-
-
-def _check_data(X: Any, y: Any, groups: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Validated ``X [n, f]`` float64, ``y [n]`` bool and integer group ids ``[n]``."""
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D [n_samples, n_features], got shape {X.shape}")
-    y_arr = np.asarray(y)
-    if y_arr.ndim != 1:
-        raise ValueError(f"y must be 1-D [n_samples], got shape {y_arr.shape}")
-    groups_list = list(groups)
-    n = X.shape[0]
-    if y_arr.shape[0] != n or len(groups_list) != n:
-        raise ValueError(
-            f"X, y and groups must have the same length, got {n}, {y_arr.shape[0]} and "
-            f"{len(groups_list)}"
-        )
-    if n == 0 or X.shape[1] == 0:
-        raise ValueError(f"X is empty (shape {X.shape})")
-    X = _check_matrix(X)
-    if y_arr.dtype != np.bool_:
-        if not (np.issubdtype(y_arr.dtype, np.number) and np.isin(y_arr, (0, 1)).all()):
-            raise ValueError(f"y must be bool (True = hallucinated) or 0/1, got {y_arr.dtype}")
-        y_arr = y_arr.astype(bool)
-    n_pos = int(y_arr.sum())
-    if n_pos == 0 or n_pos == n:
-        raise ValueError(
-            f"y holds a single class ({'all True' if n_pos else 'all False'}); "
-            "a probe needs hallucinated and supported samples"
-        )
-    ids: dict[Hashable, int] = {}
-    group_ids = np.empty(n, dtype=np.int64)
-    for i, g in enumerate(groups_list):
-        try:
-            group_ids[i] = ids.setdefault(g, len(ids))
-        except TypeError as e:
-            raise ValueError(f"groups[{i}] is not hashable ({type(g).__name__})") from e
-    return X, y_arr, group_ids
-
-
-def _check_names(feature_names: Any, n_features: int) -> list[str]:
-    if isinstance(feature_names, str):
-        raise ValueError("feature_names must be a sequence of names, got one string")
-    names = [str(n) for n in feature_names]
-    if len(names) != n_features:
-        raise ValueError(f"feature_names has {len(names)} names, X has {n_features} columns")
-    if len(set(names)) != len(names):
-        dup = next(n for n, count in Counter(names).items() if count > 1)
-        raise ValueError(f"feature_names must be unique, {dup!r} repeats")
-    return names
-
-
-def _check_grid(
-    max_features: Sequence[int | None], Cs: Sequence[float], n_features: int
-) -> tuple[list[int], list[float]]:
-    """Sorted unique ``m`` (clipped to ``n_features``, None = all) and sorted unique ``C``."""
-    ms: set[int] = set()
-    for m in list(max_features):
-        if m is None:
-            ms.add(n_features)
-            continue
-        if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
-            raise ValueError(f"max_features entries must be integers >= 1 or None, got {m!r}")
-        ms.add(min(int(m), n_features))
-    if not ms:
-        raise ValueError("max_features is empty")
-    cs: set[float] = set()
-    for C in list(Cs):
-        if not (isinstance(C, int | float | np.number) and math.isfinite(C) and C > 0):
-            raise ValueError(f"Cs entries must be finite numbers > 0, got {C!r}")
-        cs.add(float(C))
-    if not cs:
-        raise ValueError("Cs is empty")
-    return sorted(ms), sorted(cs)
-
-
-def _check_splits(n_splits: int, name: str, group_ids: np.ndarray) -> int:
-    if isinstance(n_splits, bool) or not isinstance(n_splits, int | np.integer) or n_splits < 2:
-        raise ValueError(f"{name} must be an integer >= 2, got {n_splits!r}")
-    n_groups = int(np.unique(group_ids).shape[0])
-    if n_groups < n_splits:
-        raise ValueError(
-            f"fewer groups ({n_groups}) than {name} ({n_splits}): every fold needs a group"
-        )
-    return int(n_splits)
-
-
-def _num(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)
-
-
-def _json_scalar(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        value = value.item()
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)

@@ -5,7 +5,9 @@ measured: a grounding score per response token (higher = more supported by the c
 per sentence (its weakest window of tokens), one for the whole response (its weakest
 sentence), the flag of each sentence against the threshold, the context span that best
 supports each sentence (attribution, paper eq. 10), and the same-pass baseline scores. It
-renders as a table, JSON or a self-contained HTML page and saves to / loads from one JSON file.
+renders as a table or JSON and saves to / loads from one JSON file; the HTML page is
+:func:`rcstat.report.grounding_html.grounding_page` (``save_grounding_html(path, result)``),
+which the caller applies, so grounding never imports report.
 """
 
 from __future__ import annotations
@@ -218,19 +220,6 @@ class Grounding:
             model=data["model"],
             finished=bool(data["finished"]),
         )
-
-    def to_html(self, path: str | Path | None = None) -> str:
-        """The grounding page: response tokens coloured by score, unsupported sentences
-        marked, a click on a sentence shows its supporting context span; with a legend.
-
-        Returns the self-contained HTML document; also writes it to ``path`` when given.
-        """
-        from rcstat.report.grounding_html import grounding_page
-
-        html = grounding_page(self)
-        if path is not None:
-            Path(path).write_text(html, encoding="utf-8")
-        return html
 
 
 def _num(value: float | None) -> float | None:

@@ -1,4 +1,4 @@
-"""A self-contained HTML view of a grounding result (:class:`~rcstat.grounding.result.Grounding`).
+"""A self-contained HTML view of a grounding result (:class:`~rcstat.grounding.Grounding`).
 
 The page has a header (the verdict, the response's score against the threshold, the model,
 the probe's score, a warning when the response was cut at the model's window, the same-pass
@@ -22,8 +22,10 @@ baselines), a legend, and the response beside its context.
 
 Nothing is fetched: CSS and JS are inline. Every user text is HTML-escaped, carriage returns as
 ``&#13;`` (a browser would drop them from the text and shift the character offsets of the
-supporting spans). The grounding is read by duck typing (no import of
-:mod:`rcstat.grounding` at run time).
+supporting spans). The grounding is read through the protocols of
+:mod:`rcstat.report.grounding_view`; this module imports no application, and applications do
+not import it: a caller renders a result with ``grounding_page(result)`` or
+``save_grounding_html(path, result)``.
 """
 
 from __future__ import annotations
@@ -35,15 +37,11 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rcstat.report.grounding_view import GroundingView, SentenceView, SpanView
 from rcstat.report.html import html_table, script_json, write_atomic
-
-if TYPE_CHECKING:
-    from rcstat.attribution.spans import TextSpan
-    from rcstat.grounding.result import Grounding, SentenceGrounding
 
 __all__ = ["BINS", "PALETTE", "grounding_page", "save_grounding_html", "score_bins"]
 
@@ -242,15 +240,17 @@ def score_bins(scores: Sequence[float] | np.ndarray) -> np.ndarray:
     return np.where(nan, -1, bins)
 
 
-def grounding_page(grounding: Grounding, *, title: str = "rcstat grounding") -> str:
+def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding") -> str:
     """A complete, self-contained HTML document of a grounding result.
 
     Parameters
     ----------
     grounding
-        The result (read by duck typing: ``context``, ``question``, ``response``,
-        ``token_texts``, ``token_scores``, ``sentences``, ``score``, ``threshold``,
-        ``supported``, ``baselines``, ``probe_score``, ``method``, ``model``, ``finished``).
+        The result, e.g. a :class:`rcstat.grounding.Grounding` (read through
+        :class:`~rcstat.report.grounding_view.GroundingView`: ``context``, ``question``,
+        ``response``, ``token_texts``, ``token_scores``, ``sentences``, ``score``,
+        ``threshold``, ``supported``, ``baselines``, ``probe_score``, ``method``, ``model``,
+        ``finished``).
     title
         The page's title.
 
@@ -332,7 +332,7 @@ def grounding_page(grounding: Grounding, *, title: str = "rcstat grounding") -> 
 
 
 def save_grounding_html(
-    path: str | os.PathLike[str], grounding: Grounding, *, title: str = "rcstat grounding"
+    path: str | os.PathLike[str], grounding: GroundingView, *, title: str = "rcstat grounding"
 ) -> Path:
     """Write :func:`grounding_page` to ``path`` atomically (a temporary file in the same folder,
     moved over ``path``), as ``save_attribution_html`` does.
@@ -359,7 +359,7 @@ def _score(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.3f}"
 
 
-def _offsets(span: TextSpan | None) -> list[int] | None:
+def _offsets(span: SpanView | None) -> list[int] | None:
     return None if span is None else [int(span.start), int(span.end)]
 
 
@@ -385,7 +385,7 @@ def _palette_css() -> str:
 
 
 def _render_header(
-    g: Grounding, title: str, score: float, threshold: float, n: int, n_unsupported: int
+    g: GroundingView, title: str, score: float, threshold: float, n: int, n_unsupported: int
 ) -> str:
     if math.isnan(score):
         verdict = '<span class="verdict none" id="verdict" data-verdict="none">no score</span>'
@@ -463,7 +463,7 @@ def _render_legend(threshold: float) -> str:
 
 
 def _render_response(
-    tokens: list[str], scores: np.ndarray, sentences: Sequence[SentenceGrounding]
+    tokens: list[str], scores: np.ndarray, sentences: Sequence[SentenceView]
 ) -> str:
     """Token spans, those of each sentence inside its focusable sentence element."""
     bins = score_bins(scores)
@@ -496,7 +496,7 @@ def _render_response(
     return "".join(parts)
 
 
-def _render_context(context: str, sentences: Sequence[SentenceGrounding]) -> str:
+def _render_context(context: str, sentences: Sequence[SentenceView]) -> str:
     """The context once, cut at every support boundary; pieces inside a support are spans."""
     supports = [
         (int(s.support.start), int(s.support.end)) for s in sentences if s.support is not None
@@ -516,7 +516,7 @@ def _render_context(context: str, sentences: Sequence[SentenceGrounding]) -> str
 
 
 def _validate(
-    tokens: list[str], scores: np.ndarray, sentences: Sequence[SentenceGrounding], context: str
+    tokens: list[str], scores: np.ndarray, sentences: Sequence[SentenceView], context: str
 ) -> None:
     """Check what the page relies on; ``ValueError`` naming the field and the problem."""
     if scores.shape != (len(tokens),):

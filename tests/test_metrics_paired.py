@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rcstat.evaluation.paired import paired_difference
+from rcstat.metrics.paired import paired_difference
 
 scores = st.lists(st.floats(0, 100, allow_nan=False), min_size=2, max_size=30)
 

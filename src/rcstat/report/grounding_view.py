@@ -1,0 +1,82 @@
+"""What the grounding page reads of a grounding result, as protocols (no application import).
+
+:mod:`rcstat.report.grounding_html` renders any object with these attributes —
+:class:`rcstat.grounding.Grounding` is one, a ``types.SimpleNamespace`` in a test is another —
+so ``report`` stays a leaf: it imports no application, and no application imports it (the
+caller hands the result to :func:`~rcstat.report.grounding_html.grounding_page`).
+Every member is a read-only property, so frozen dataclasses satisfy them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = ["GroundingView", "SentenceView", "SpanView"]
+
+
+class SpanView(Protocol):
+    """A context span: ``context[start:end]``."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+
+
+class SentenceView(Protocol):
+    """One sentence of the response with its grounding."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def tokens(self) -> tuple[int, int]:
+        """``[first, last)`` indices into the response tokens."""
+
+    @property
+    def score(self) -> float: ...
+    @property
+    def supported(self) -> bool: ...
+    @property
+    def support(self) -> SpanView | None:
+        """The supporting context span, None when no span gets any weight."""
+
+    @property
+    def support_share(self) -> float | None: ...
+
+
+class GroundingView(Protocol):
+    """A grounding result: token and sentence scores of a response against its context."""
+
+    @property
+    def context(self) -> str: ...
+    @property
+    def question(self) -> str: ...
+    @property
+    def response(self) -> str: ...
+    @property
+    def token_texts(self) -> Sequence[str]: ...
+    @property
+    def token_scores(self) -> np.ndarray:
+        """``[G]`` one score per response token, higher = supported."""
+
+    @property
+    def sentences(self) -> Sequence[SentenceView]: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def threshold(self) -> float: ...
+    @property
+    def supported(self) -> bool: ...
+    @property
+    def baselines(self) -> Mapping[str, float]: ...
+    @property
+    def probe_score(self) -> float | None: ...
+    @property
+    def method(self) -> Mapping[str, Any]: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def finished(self) -> bool: ...
