@@ -33,6 +33,7 @@ from rcstat.defaults import (
     resolve_span_score,
 )
 from rcstat.press.options import knob_choices, knob_default
+from rcstat.report.console import CUT_MARK
 from rcstat.shards import process_gpus
 
 if TYPE_CHECKING:
@@ -486,9 +487,6 @@ def clip(text: str, width: int = 70) -> str:
     """One line of at most ``width`` characters (``…`` marks a cut)."""
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-CUT_MARK = " [cut at the token limit]"
 
 
 def answer_line(label: str, text: str, finished: bool | None) -> str:

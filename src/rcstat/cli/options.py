@@ -141,4 +141,3 @@ def join_dash_values(argv: Sequence[str]) -> list[str]:
         out.append(items[i])
         i += 1
     return out
-
