@@ -230,10 +230,10 @@ def add_special_tokens_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _default_first(name: str) -> tuple[str, ...]:
-    """The values of RCStatPress's option ``name``, its default first (when it has one)."""
-    values, default = knob_choices(name), knob_default(name)
-    return values if default is None else (default, *(v for v in values if v != default))
+def _default_first(name: str, default: str | None = None) -> tuple[str, ...]:
+    """The values of RCStatPress's option ``name``, its default (or ``default``) first."""
+    values, first = knob_choices(name), default or knob_default(name)
+    return (first, *(v for v in values if v != first))
 
 
 #: RCStatPress's named options on the command line: (flag, values with the default first,
@@ -242,7 +242,7 @@ def _default_first(name: str) -> tuple[str, ...]:
 PRESS_CHOICES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "--group",
-        _default_first("group"),
+        _default_first("group", "mean"),  # the default of the target-ratio mode first
         "how a GQA group's query heads decide for their KV head: mean (the group's mean "
         "relative score) or max (any head keeps an entry, the paper's rule); the press's "
         "default: mean with a target ratio, max with a threshold",

@@ -125,7 +125,8 @@ class AttributeArgs:
             )
         if texts["answer"] is not None and not texts["answer"].strip():
             raise ValueError("--answer is empty or whitespace only")
-        check_top_k(ns.top_k, ns.model)
+        if ns.ranking != "all":  # --ranking all uses every head, whatever --top-k says
+            check_top_k(ns.top_k, ns.model)
         return cls(
             model=ns.model,
             placement=Placement.from_namespace(ns),
