@@ -688,7 +688,7 @@ def test_cli_shards_and_rcstat_merge(model_dir: Path, tmp_path: Path) -> None:
     assert "shard 1/2 (--shard): part done" in " ".join(printed.getvalue().split())
     assert not (out / "heads.csv").exists()
     merge = io.StringIO()
-    with contextlib.redirect_stdout(merge):
+    with contextlib.redirect_stdout(merge), contextlib.redirect_stderr(merge):
         assert cli.main(["merge", str(out)]) == 2
         assert cli.main(["merge", str(out), "--partial"]) == 0
     text = " ".join(merge.getvalue().split())
