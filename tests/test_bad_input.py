@@ -25,10 +25,10 @@ CONTEXT, QUESTION, ANSWER = "The cat sat on the mat.", "Where did the cat sit?",
 def _run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     code = cli.main(argv)
     captured = capsys.readouterr()
-    assert code == 2, captured.out
+    assert code == 2, captured.err
     assert "Traceback" not in captured.out + captured.err
     assert "loading model" not in captured.err  # refused before the model
-    return " ".join(captured.out.split())
+    return " ".join(captured.err.split())
 
 
 CHAT = ["--model", NO_MODEL, "--context", CONTEXT, "--question", QUESTION]

@@ -218,7 +218,7 @@ def test_bad_input_exits_2_and_writes_nothing(
     else:
         argv += extra
     assert cli.main(argv) == 2
-    printed = _flat(capsys.readouterr().out)
+    printed = _flat(capsys.readouterr().err.splitlines()[-1])
     assert printed.startswith("error:")
     assert message in printed
     assert "Traceback" not in printed
@@ -235,7 +235,7 @@ def test_bad_model_path_is_a_clear_error(
     out = tmp_path / "run"
     argv = ["analyze", "--model", str(model), "--prompt", "hello", "--generation", " world"]
     assert cli.main([*argv, "--out", str(out)]) == 2
-    printed = _flat(capsys.readouterr().out)
+    printed = _flat(capsys.readouterr().err.splitlines()[-1])
     assert printed.startswith("error: model:")
     assert str(model) in printed
     assert ("not an existing local directory" if kind == "missing" else "is a file") in printed
@@ -248,7 +248,9 @@ def test_text_and_file_of_the_same_input_is_refused(
     (tmp_path / "context.txt").write_text(CONTEXT, encoding="utf-8")
     argv = _chat_args(model_dir, tmp_path / "run", "--context-file", str(tmp_path / "context.txt"))
     assert cli.main(argv) == 2
-    assert "error: give --context or --context-file, not both" in _flat(capsys.readouterr().out)
+    assert "error: give --context or --context-file, not both" in _flat(
+        capsys.readouterr().err.splitlines()[-1]
+    )
     assert _leftovers(tmp_path, tmp_path / "run") == []
 
 
@@ -258,7 +260,7 @@ def test_unreadable_input_file_is_refused(
     argv = ["analyze", "--model", str(model_dir), "--out", str(tmp_path / "run")]
     argv += ["--prompt-file", str(tmp_path / "missing.txt")]
     assert cli.main(argv) == 2
-    assert "error: cannot read --prompt-file" in _flat(capsys.readouterr().out)
+    assert "error: cannot read --prompt-file" in _flat(capsys.readouterr().err.splitlines()[-1])
 
 
 @pytest.mark.parametrize("head", ["3", "1.x", "1.2.3", ""])
@@ -312,10 +314,14 @@ def test_no_lower_bound_leaves_it_out(
     "placement", [["--device", "cpu", "--dtype", "float32"], ["--device-map", "auto"]]
 )
 def test_placement_options_give_the_same_scores(
-    model_dir: Path, tmp_path: Path, placement: list[str]
+    model_dir: Path, tmp_path: Path, placement: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``--device cpu`` and a device map (accelerate; all on the CPU here) load the model where
-    asked and give the scores of the default placement."""
+    """``--device cpu`` and a device map (accelerate; all on the CPU here, the CLI's GPU check
+    — ``--device-map`` needs a GPU — passed by a stub) load the model where asked and give the
+    scores of the default placement."""
+    from rcstat.cli import _common
+
+    monkeypatch.setattr(_common, "visible_gpus", lambda: 1)
     plain, placed = tmp_path / "plain", tmp_path / "placed"
     assert cli.main(_chat_args(model_dir, plain)) == 0
     assert cli.main(_chat_args(model_dir, placed, *placement)) == 0

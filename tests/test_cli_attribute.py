@@ -103,7 +103,7 @@ def test_attribute_paragraph_file_and_token_granularity(model_dir: Path, tmp_pat
     [
         (
             ["--context", "x", "--answer", ANSWER],
-            "top_k must be an integer in [1, 12]",
+            "--top-k 20: the model has 12 heads",
         ),  # default k = 20
         (["--answer", ANSWER, "--top-k", "2"], "attribute needs a context"),
         (["--context", "Some text.", "--answer", "  ", "--top-k", "2"], "answer is empty"),
@@ -114,7 +114,7 @@ def test_attribute_bad_input_exits_2(
 ) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "bad"
     assert _attribute(model_dir, out, *extra) == 2
-    assert message in " ".join(capsys.readouterr().out.split())
+    assert message in " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert not out.exists()
 
 
@@ -153,7 +153,7 @@ def test_bench_attribution_refuses_a_qa_dataset(model_dir: Path, tmp_path: Path,
     data = _write_json(tmp_path / "dev-v2.0.json", _squad_doc())
     args = ["bench", "attribution", "--model", str(model_dir), "--dataset", "squad_v2"]
     assert cli.main([*args, "--data", str(data), "--out", str(tmp_path / "out")]) == 2
-    assert "needs quotesum or verigran" in capsys.readouterr().out
+    assert "needs quotesum or verigran" in capsys.readouterr().err.splitlines()[-1]
 
 
 def _sorted_lines(out: Path) -> list[dict[str, Any]]:
@@ -189,7 +189,7 @@ def test_bench_attribution_resumes_safely(
     monkeypatch.setattr(Attributor, "attribute", counting)
     capsys.readouterr()
     assert cli.main([*args, "--out", str(out)]) == 130
-    printed = " ".join(capsys.readouterr().out.split())
+    printed = " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert (
         printed
         == f"interrupted: rows finished so far are kept in {out}; run the same command to resume"
@@ -206,7 +206,9 @@ def test_bench_attribution_resumes_safely(
     files = {p.name: p.read_bytes() for p in out.iterdir()}
     capsys.readouterr()
     assert cli.main([*args[:-1], "1,all", "--out", str(out)]) == 2
-    assert "ks: [1, 5, 12] in the run, [1, 12] now" in " ".join(capsys.readouterr().out.split())
+    assert "ks: [1, 5, 12] in the run, [1, 12] now" in " ".join(
+        capsys.readouterr().err.splitlines()[-1].split()
+    )
     assert {p.name: p.read_bytes() for p in out.iterdir()} == files
 
     # A changed example (same id) is scored again and its line replaced.

@@ -71,11 +71,11 @@ def test_bench_kv_on_a_squad_file(
     capsys.readouterr()
     assert cli.main([*args, "--presses", "knorm,tova", "--max-new-tokens", "5"]) == 2
     captured = capsys.readouterr()
-    assert "max_new_tokens: 3 in the run, 5 now" in " ".join(captured.out.split())
+    assert "max_new_tokens: 3 in the run, 5 now" in " ".join(captured.err.split())
     assert "loading model" not in captured.err
     assert cli.main([*args, "--presses", "knorm", "--max-new-tokens", "3"]) == 2
     assert 'settings: ["knorm|r=0.5|c=None|w=8", "tova|r=0.5|c=None|w=8"] in the run' in " ".join(
-        capsys.readouterr().out.split()
+        capsys.readouterr().err.splitlines()[-1].split()
     )
     assert {p.name: p.read_bytes() for p in out.iterdir()} == files
 
@@ -88,7 +88,7 @@ def test_bench_kv_on_a_squad_file(
     heads.mkdir()
     (heads / ".rcstat-output.json").write_text(json.dumps({"command": "heads", "files": []}))
     assert cli.main([*args[:-1], str(heads), "--presses", "knorm"]) == 2
-    assert "holds the output of `rcstat heads`" in capsys.readouterr().out
+    assert "holds the output of `rcstat heads`" in capsys.readouterr().err.splitlines()[-1]
 
 
 def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:

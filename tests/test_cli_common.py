@@ -145,12 +145,15 @@ def test_int_lists_refuse_bad_values(bad: str) -> None:
         int_list("--window", ["8", bad])
 
 
-def test_placement_defaults_and_load_arguments() -> None:
+def test_placement_defaults_and_load_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
+
+    from rcstat.cli import _common
 
     default = Placement.from_namespace(argparse.Namespace(device=None, device_map=None, dtype=None))
     gpu = torch.cuda.is_available()
     assert default.load_kwargs() == {"device": "cuda" if gpu else None, "dtype": None}
+    monkeypatch.setattr(_common, "visible_gpus", lambda: 1)  # --device-map needs a GPU
     mapped = Placement.from_namespace(
         argparse.Namespace(device=None, device_map="auto", dtype=None)
     )

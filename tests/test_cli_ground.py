@@ -124,7 +124,7 @@ def test_ground_bad_options_exit_2_before_loading(  # type: ignore[no-untyped-de
     monkeypatch.setattr("rcstat.cli.ground.load_model_quietly", _no_model)
     out = tmp_path / "out"
     assert _ground(model_dir, profiles[0], out, *extra) == 2
-    printed = " ".join(capsys.readouterr().out.split())
+    printed = " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert printed.startswith("error:") and message in printed
     assert not out.exists()
 
@@ -135,13 +135,13 @@ def test_ground_missing_profile_and_foreign_out(  # type: ignore[no-untyped-def]
     monkeypatch.setattr("rcstat.cli.ground.load_model_quietly", _no_model)
     texts = ["--context", CONTEXT, "--response", RESPONSE]
     assert _ground(model_dir, tmp_path / "missing.json", tmp_path / "a", *texts) == 2
-    assert "--profile" in capsys.readouterr().out
+    assert "--profile" in capsys.readouterr().err.splitlines()[-1]
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
     profile = _make_profile(tmp_path / "p.json", 0)
     assert _ground(model_dir, profile, foreign, *texts) == 2
-    printed = " ".join(capsys.readouterr().out.split())
+    printed = " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert printed.startswith("error:") and "not written by rcstat" in printed
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
 
@@ -150,7 +150,7 @@ def test_ground_refuses_a_profile_of_another_shape(model_dir, tmp_path, capsys) 
     profile = HeadProfile("other", np.full((2, 9), 0.5), 0.1, 0.1).save(tmp_path / "p.json")
     out = tmp_path / "out"
     assert _ground(model_dir, profile, out, "--context", CONTEXT, "--response", RESPONSE) == 2
-    assert "2 layers x 9 heads" in " ".join(capsys.readouterr().out.split())
+    assert "2 layers x 9 heads" in " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert not out.exists()
 
 
@@ -236,7 +236,7 @@ def test_ground_profile_bad_options_exit_2(  # type: ignore[no-untyped-def]
     monkeypatch.setattr("rcstat.cli.ground_profile.load_model_quietly", _no_model)
     out = tmp_path / "out"
     assert cli.main(["ground-profile", "--model", str(model_dir), "--out", str(out), *extra]) == 2
-    printed = " ".join(capsys.readouterr().out.split())
+    printed = " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert printed.startswith("error:") and message in printed
     assert not out.exists()
 
@@ -289,7 +289,7 @@ def test_bench_grounding_squad_contrast_and_resume(  # type: ignore[no-untyped-d
     capsys.readouterr()
     other = ["--dataset", "squad-contrast", "--data", str(data), "--profile", str(profiles[1])]
     assert _bench(model_dir, out, *other) == 2
-    printed = " ".join(capsys.readouterr().out.split())
+    printed = " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert printed.startswith("error:") and "other settings" in printed and "profile" in printed
     assert (out / "predictions.jsonl").read_text() == before
 
@@ -310,7 +310,7 @@ def test_bench_grounding_bad_options_exit_2(  # type: ignore[no-untyped-def]
     monkeypatch.setattr("rcstat.cli.bench.load_model_quietly", _no_model)
     out = tmp_path / "out"
     assert _bench(model_dir, out, *extra) == 2
-    printed = " ".join(capsys.readouterr().out.split())
+    printed = " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert printed.startswith("error:") and message in printed
     assert not out.exists()
 

@@ -150,5 +150,5 @@ def test_bench_attribution_bad_options_are_refused_before_work(
 ) -> None:
     args = ["bench", "attribution", "--model", "/no/model", "--out", str(tmp_path / "o")]
     assert cli.main([*args, *extra]) == 2
-    assert message in " ".join(capsys.readouterr().out.split())
+    assert message in " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert not (tmp_path / "o").exists()

@@ -602,7 +602,7 @@ def _cli(console_file: io.StringIO, *argv: str) -> int:
     width = console.width
     console.width = 200
     try:
-        with contextlib.redirect_stdout(console_file):
+        with contextlib.redirect_stdout(console_file), contextlib.redirect_stderr(console_file):
             return cli.main(["heads", *argv])
     finally:
         console.width = width
@@ -688,7 +688,7 @@ def test_cli_shards_and_rcstat_merge(model_dir: Path, tmp_path: Path) -> None:
     assert "shard 1/2 (--shard): part done" in " ".join(printed.getvalue().split())
     assert not (out / "heads.csv").exists()
     merge = io.StringIO()
-    with contextlib.redirect_stdout(merge):
+    with contextlib.redirect_stdout(merge), contextlib.redirect_stderr(merge):
         assert cli.main(["merge", str(out)]) == 2
         assert cli.main(["merge", str(out), "--partial"]) == 0
     text = " ".join(merge.getvalue().split())
@@ -766,7 +766,7 @@ def test_cli_interrupted_run_resumes_to_the_same_rows(
     monkeypatch.setattr(collect_module, "analyze", interrupted)
     printed = io.StringIO()
     assert _cli(printed, *common, "--out", str(cut)) == 130
-    text = " ".join(printed.getvalue().split())
+    text = " ".join(printed.getvalue().splitlines()[-1].split())
     assert text.startswith("interrupted:") and "Traceback" not in text
     assert f"kept in {cut}" in text and "run the same command to resume" in text
     assert read_heads(cut)["example"].nunique() == 1 and len(_log(cut)) == 1

@@ -29,6 +29,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"analysis", "press", "attribution"}),
     frozenset({"heads", "grounding"}),
     frozenset({"evaluation"}),
+    frozenset({"demo"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )

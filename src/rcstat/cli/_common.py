@@ -26,26 +26,39 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from rcstat.checks import check_count, check_number
-from rcstat.defaults import DEFAULT_MODEL_NAME
+from rcstat.defaults import (
+    DEFAULT_MODEL_NAME,
+    DEFAULT_SPAN_SCORE,
+    SPAN_SCORES,
+    resolve_span_score,
+)
+from rcstat.press.options import knob_choices, knob_default
+from rcstat.report.console import CUT_MARK
 from rcstat.shards import process_gpus
 
 if TYPE_CHECKING:
     from rcstat.shards import Shard
 
-console = Console(stderr=False, highlight=False)
-# Progress goes to standard error, so that standard output holds only results and errors.
-progress_console = Console(stderr=True, highlight=False)
+# Results go to standard output; progress, errors and warnings to standard error. Every line
+# stays one line in a pipe (soft_wrap: no wrapping at the console width).
+console = Console(stderr=False, highlight=False, soft_wrap=True)
+progress_console = Console(stderr=True, highlight=False, soft_wrap=True)
+error_console = progress_console
 
 #: The file that marks a folder as written by an rcstat command (and lists what it wrote).
 OUTPUT_MARKER = ".rcstat-output.json"
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """``--help`` shows every default (``(default: …)``) but not for flags and ``None``."""
+    """``--help`` shows every default (``(default: …)``) but not for ``None`` and not for flags
+    that take no value (``--no-full``, ``--no-retry-failed``: their help says what the default
+    does)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text:
+            return text
+        if action.nargs == 0:  # store_true / store_false / store_const
             return text
         return super()._get_help_string(action)
 
@@ -116,6 +129,13 @@ def check_run_options(out: Path, kind: str, options: dict[str, Any], shard: Shar
         check_options(part_folder(out, shard), kind, options)
 
 
+def visible_gpus() -> int:
+    """The number of CUDA devices this process sees (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where and in which precision a command's model runs (checked before it loads).
@@ -135,6 +155,11 @@ class Placement:
         device, device_map = getattr(ns, "device", None), getattr(ns, "device_map", None)
         if device is not None and device_map is not None:
             raise ValueError("--device and --device-map: give one of them, not both")
+        if device_map is not None and not visible_gpus():
+            raise ValueError(
+                f"--device-map {device_map}: no GPU is visible (it splits a model across GPUs; "
+                "leave it out to run on the CPU)"
+            )
         if device is not None:
             import torch
 
@@ -145,7 +170,7 @@ class Placement:
                     f"--device {device!r} is not a device (cpu, cuda, cuda:N)"
                 ) from err
             if parsed.type == "cuda":
-                visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+                visible = visible_gpus()
                 if (parsed.index is not None and parsed.index >= visible) or not visible:
                     raise ValueError(f"--device {device}: {visible} CUDA device(s) visible")
             elif parsed.type != "cpu":
@@ -205,20 +230,31 @@ def add_special_tokens_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _default_first(name: str, default: str | None = None) -> tuple[str, ...]:
+    """The values of RCStatPress's option ``name``, its default (or ``default``) first."""
+    values, first = knob_choices(name), default or knob_default(name)
+    return (first, *(v for v in values if v != first))
+
+
 #: RCStatPress's named options on the command line: (flag, values with the default first,
-#: what each value means).
+#: what each value means); the values and defaults come from
+#: :class:`~rcstat.press.options.RCStatOptions`.
 PRESS_CHOICES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "--group",
-        ("mean", "max"),
+        _default_first("group", "mean"),  # the default of the target-ratio mode first
         "how a GQA group's query heads decide for their KV head: mean (the group's mean "
         "relative score) or max (any head keeps an entry, the paper's rule); the press's "
         "default: mean with a target ratio, max with a threshold",
     ),
-    ("--score", ("expected", "upper"), "token score: the exact expected RC or its upper bound A"),
+    (
+        "--score",
+        _default_first("score"),
+        "token score: the exact expected RC or its upper bound A",
+    ),
     (
         "--budget",
-        ("pooled", "layer"),
+        _default_first("budget"),
         "target-ratio mode: r of the whole model, layers differing (pooled), or r per layer "
         "(layer, the paper's)",
     ),
@@ -229,11 +265,11 @@ def add_attribution_options(parser: argparse.ArgumentParser) -> None:
     """``--span-score`` and ``--question-first`` (``rcstat attribute`` and its benchmark)."""
     parser.add_argument(
         "--span-score",
-        choices=["mean", "sum", "sentence"],
+        choices=list(SPAN_SCORES),
         default=None,
         help="how a span's tokens make its score: their mean (the paper's eq. 10), their sum "
         "(longer spans weigh more) or the span's best sentence; sum and sentence need "
-        "--statistic expected (default: sentence, mean with --statistic upper)",
+        f"--statistic expected (default: {DEFAULT_SPAN_SCORE}, mean with --statistic upper)",
     )
     parser.add_argument(
         "--question-first",
@@ -244,38 +280,30 @@ def add_attribution_options(parser: argparse.ArgumentParser) -> None:
 
 def check_span_score(span_score: str | None, statistic: str) -> str:
     """``--span-score`` (None: the default of ``statistic``); ``sum|sentence`` with
-    ``--statistic upper`` is refused before any work."""
-    from rcstat.defaults import default_span_score
-
-    if span_score is None:
-        return default_span_score(statistic)
-    if span_score != "mean" and statistic != "expected":
-        raise ValueError(
-            f"--span-score {span_score} adds up the expected RC of single tokens; the upper "
-            "bound does not split over tokens (use --statistic expected)"
-        )
-    return span_score
+    ``--statistic upper`` is refused before any work (see
+    :func:`rcstat.defaults.resolve_span_score`)."""
+    return resolve_span_score(span_score, statistic, names=("--span-score", "--statistic"))
 
 
 def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
     """RCStatPress's ``--group``, ``--score``, ``--budget`` (comma-separated lists when
     ``sweep``), ``--floor`` and ``--placement``."""
     for flag, values, meaning in PRESS_CHOICES:
+        press_default = knob_default(flag.removeprefix("--"))
         if sweep:  # --group's default: the press's, which depends on the mode
-            default = None if flag == "--group" else values[0]
-            parser.add_argument(flag, default=default, help=f"comma-separated; {meaning}")
-        else:  # None: the press's own default
-            default = values[0] if flag == "--score" else None
+            parser.add_argument(flag, default=press_default, help=f"comma-separated; {meaning}")
+        else:  # None (--group, --budget): the press's own default, which depends on the mode
+            default = press_default if flag == "--score" else None
             parser.add_argument(flag, choices=list(values), default=default, help=meaning)
     parser.add_argument(
         "--floor",
         type=float,
-        default=0.2,
+        default=knob_default("floor"),
         help="pooled budget: every KV head keeps at least this share of a uniform budget",
     )
     parser.add_argument(
         "--sinks",
-        default="0",
+        default=str(knob_default("sinks")),
         help=("comma-separated; " if sweep else "")
         + "the first N prompt tokens are never evicted (attention sinks, the chat template)",
     )
@@ -459,9 +487,6 @@ def clip(text: str, width: int = 70) -> str:
     """One line of at most ``width`` characters (``…`` marks a cut)."""
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-CUT_MARK = " [cut at the token limit]"
 
 
 def answer_line(label: str, text: str, finished: bool | None) -> str:

@@ -25,6 +25,7 @@ from rcstat.cli._common import (
     staged_output,
     step,
 )
+from rcstat.cli.options import add_max_new_tokens_option, add_out_option
 from rcstat.defaults import DEFAULT_TAU
 
 NAME = "analyze"
@@ -60,7 +61,7 @@ def register(sub: Any) -> None:
     )
     add_text_options(an, _TEXTS)
     add_model_option(an)
-    an.add_argument("--out", default="runs/analyze", help="output folder")
+    add_out_option(an, NAME)
     an.add_argument("--tau", type=float, default=DEFAULT_TAU, help="threshold for head counts")
     an.add_argument("--top", type=int, default=10, help="rows of the top-heads table")
     an.add_argument(
@@ -75,7 +76,7 @@ def register(sub: Any) -> None:
         default="prompt",
         help="chat mode: the question ends the prompt or starts the generation",
     )
-    an.add_argument("--max-new-tokens", type=int, default=64, help="length of a generated answer")
+    add_max_new_tokens_option(an, 64, "length of a generated answer")
     an.add_argument("--scaled", action="store_true", help="use <q,k>/sqrt(d) instead of raw")
     an.add_argument(
         "--lower-bound",

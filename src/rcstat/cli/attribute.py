@@ -31,6 +31,13 @@ from rcstat.cli._common import (
     staged_output,
     step,
 )
+from rcstat.cli.options import (
+    add_language_option,
+    add_max_new_tokens_option,
+    add_out_option,
+    check_language,
+    check_top_k,
+)
 from rcstat.defaults import DEFAULT_TOP_K
 
 NAME = "attribute"
@@ -74,11 +81,9 @@ def register(sub: Any) -> None:
         "--statistic", choices=["expected", "upper"], default="expected", help="RC statistic"
     )
     add_attribution_options(at)
-    at.add_argument("--max-new-tokens", type=int, default=64, help="length of a generated answer")
-    at.add_argument(
-        "--language", default="en", help="language code for sentence splitting (any script splits)"
-    )
-    at.add_argument("--out", default="runs/attribute", help="output folder")
+    add_max_new_tokens_option(at, 64, "length of a generated answer")
+    add_language_option(at)
+    add_out_option(at, NAME)
     add_special_tokens_option(at)
 
 
@@ -120,6 +125,8 @@ class AttributeArgs:
             )
         if texts["answer"] is not None and not texts["answer"].strip():
             raise ValueError("--answer is empty or whitespace only")
+        if ns.ranking != "all":  # --ranking all uses every head, whatever --top-k says
+            check_top_k(ns.top_k, ns.model)
         return cls(
             model=ns.model,
             placement=Placement.from_namespace(ns),
@@ -133,7 +140,7 @@ class AttributeArgs:
             max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,
-            language=ns.language,
+            language=check_language(ns.language),
             span_score=check_span_score(ns.span_score, ns.statistic),
             question_first=ns.question_first,
         )

@@ -24,7 +24,9 @@ from rcstat.cli._common import (
     read_texts,
     step,
 )
+from rcstat.cli.options import add_max_new_tokens_option
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
+from rcstat.press.options import knob_default
 
 NAME = "compress"
 
@@ -41,9 +43,17 @@ def register(sub: Any) -> None:
     )
     add_model_option(co)
     add_text_options(co, (("context", "context text"), ("question", "question text")))
-    co.add_argument("--threshold", type=float, default=1.0, help="c of eq. 9 (threshold mode)")
     co.add_argument(
-        "--ratio", type=float, default=None, help="target compression ratio in [0, 1) (overrides c)"
+        "--threshold",
+        type=float,
+        default=None,
+        help=f"c of eq. 9, threshold mode (default: {knob_default('threshold')})",
+    )
+    co.add_argument(
+        "--ratio",
+        type=float,
+        default=None,
+        help="target compression ratio in [0, 1): target-ratio mode instead of --threshold",
     )
     co.add_argument(
         "--window",
@@ -52,7 +62,7 @@ def register(sub: Any) -> None:
         "tokens",
     )
     add_press_options(co, sweep=False)
-    co.add_argument("--max-new-tokens", type=int, default=64, help="answer length limit")
+    add_max_new_tokens_option(co, 64, "answer length limit")
     co.add_argument(
         "--no-full", action="store_true", help="skip the full-cache answer used for comparison"
     )
@@ -76,7 +86,7 @@ class CompressArgs:
     group: str | None = None
     score: str = "expected"
     budget: str | None = None
-    floor: float = 0.2
+    floor: float = knob_default("floor")
     sinks: int = 0
     question_placement: str = "context"
 
@@ -87,6 +97,10 @@ class CompressArgs:
         if context is None or question is None:
             raise ValueError("compress needs --context (or --context-file) and --question")
         ratio = ns.ratio
+        if ratio is not None and ns.threshold is not None:
+            raise ValueError(
+                "--ratio and --threshold: give one of them (target-ratio or threshold mode)"
+            )
         if ratio is not None:
             ratio = check_number("--ratio", ratio, low=0, high=1, high_open=True)
         if ns.budget == "pooled" and ratio is None:
@@ -102,7 +116,11 @@ class CompressArgs:
             placement=Placement.from_namespace(ns),
             context=context,
             question=question,
-            threshold=check_number("--threshold", ns.threshold, low=0),
+            threshold=check_number(
+                "--threshold",
+                knob_default("threshold") if ns.threshold is None else ns.threshold,
+                low=0,
+            ),
             ratio=ratio,
             window=window,
             max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),

@@ -26,6 +26,7 @@ from rcstat.cli._common import (
     staged_output,
     step,
 )
+from rcstat.cli.options import add_language_option, add_out_option, check_language, check_top_k
 from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K
 from rcstat.report.grounding_html import save_grounding_html
 
@@ -76,8 +77,8 @@ def register(sub: Any) -> None:
         default=None,
         help=f"heads that find supporting spans (default: {DEFAULT_TOP_K}, at most every head)",
     )
-    gr.add_argument("--language", default="en", help="language code for sentence splitting")
-    gr.add_argument("--out", default="runs/ground", help="output folder")
+    add_language_option(gr)
+    add_out_option(gr, NAME)
     add_special_tokens_option(gr)
 
 
@@ -124,6 +125,8 @@ class GroundArgs:
         threshold = ns.threshold
         if threshold is not None:
             threshold = check_number("--threshold", threshold)
+        top_k = optional_count("--top-k", ns.top_k)
+        check_top_k(top_k, ns.model)
         return cls(
             model=ns.model,
             placement=Placement.from_namespace(ns),
@@ -137,8 +140,8 @@ class GroundArgs:
                 "--quantile", ns.quantile, low=0.0, high=1.0, low_open=True, high_open=True
             ),
             threshold=threshold,
-            top_k=optional_count("--top-k", ns.top_k),
-            language=ns.language,
+            top_k=top_k,
+            language=check_language(ns.language),
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,
         )

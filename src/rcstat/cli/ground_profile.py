@@ -20,11 +20,18 @@ from rcstat.cli._common import (
     optional_count,
     staged_output,
 )
-from rcstat.data.registry import DATASETS, canonical_name
+from rcstat.cli.options import (
+    add_data_option,
+    add_dataset_option,
+    add_max_new_tokens_option,
+    add_n_option,
+    add_out_option,
+)
+from rcstat.data.registry import canonical_name, dataset_names
 from rcstat.defaults import DEFAULT_GROUNDING_FRACTION
 
 NAME = "ground-profile"
-QA_DATASETS = tuple(n for n, i in DATASETS.items() if i.task == "qa")
+QA_DATASETS = dataset_names(("qa",))
 
 
 def register(sub: Any) -> None:
@@ -39,10 +46,10 @@ def register(sub: Any) -> None:
         formatter_class=HelpFormatter,
     )
     add_model_option(p)
-    p.add_argument("--dataset", default="squad_v2", help=f"one of {', '.join(QA_DATASETS)}")
-    p.add_argument("--data", default=None, help="data file (default: the shared slice)")
-    p.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="length of each answer")
+    add_dataset_option(p, "squad_v2", ("qa",))
+    add_data_option(p)
+    add_n_option(p)
+    add_max_new_tokens_option(p, 48, "length of each answer")
     p.add_argument(
         "--fraction",
         type=float,
@@ -55,7 +62,7 @@ def register(sub: Any) -> None:
         default=0.1,
         help="share of the model's own answers below the threshold",
     )
-    p.add_argument("--out", default="runs/ground-profile", help="output folder")
+    add_out_option(p, NAME)
 
 
 @dataclass
@@ -74,7 +81,7 @@ class GroundProfileArgs:
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GroundProfileArgs:
-        dataset = canonical_name(ns.dataset.strip().lower())
+        dataset = canonical_name(ns.dataset)
         if dataset not in QA_DATASETS:
             raise ValueError(
                 f"ground-profile needs questions with contexts; --dataset must be one of "

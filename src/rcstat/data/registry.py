@@ -8,7 +8,7 @@ files, of a folder of them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,13 +17,22 @@ from rcstat.data.examples import AttributionExample, GroundingExample, QAExample
 from rcstat.data.faithbench import load_faithbench
 from rcstat.data.qmsum import load_qmsum
 from rcstat.data.quotesum import load_quotesum
-from rcstat.data.records import find_shared_data
+from rcstat.data.records import DatasetFormatError, find_shared_data
 from rcstat.data.squad import load_squad_v2
 from rcstat.data.summedits import load_summedits
 from rcstat.data.verigran import load_verigran
 from rcstat.data.wiki2 import load_2wiki
 
-__all__ = ["DATASETS", "canonical_name", "dataset_task", "default_path", "load_dataset"]
+__all__ = [
+    "ALIASES",
+    "DATASETS",
+    "canonical_name",
+    "dataset_names",
+    "dataset_task",
+    "default_path",
+    "fold_name",
+    "load_dataset",
+]
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,8 @@ class DatasetInfo:
     task : str
         ``"qa"`` (:class:`QAExample`), ``"attribution"`` (:class:`AttributionExample`) or
         ``"grounding"`` (:class:`GroundingExample`).
+    expects : str
+        The upstream file format ``--data`` must name, for error messages.
     folder : bool, default False
         The slice is a folder of several data files that the loader reads together, and
         :func:`default_path` returns the folder; otherwise it holds exactly one data file.
@@ -50,31 +61,78 @@ class DatasetInfo:
     slice_folder: str
     suffix: str
     task: str
+    expects: str
     folder: bool = False
 
 
-#: The datasets :func:`load_dataset` knows, by canonical name.
+#: The datasets :func:`load_dataset` knows, by canonical name: the one table of dataset names.
 DATASETS: dict[str, DatasetInfo] = {
-    "squad_v2": DatasetInfo(load_squad_v2, "squad_v2", ".json", "qa"),
-    "qmsum": DatasetInfo(load_qmsum, "qmsum", ".jsonl", "qa"),
-    "2wiki": DatasetInfo(load_2wiki, "2wikimultihopqa", ".json", "qa"),
-    "quotesum": DatasetInfo(load_quotesum, "quotesum", ".jsonl", "attribution"),
-    "verigran": DatasetInfo(load_verigran, "veri_gran", ".jsonl", "attribution"),
-    "faithbench": DatasetInfo(load_faithbench, "faithbench", ".json", "grounding", folder=True),
-    "summedits": DatasetInfo(load_summedits, "summedits", ".json", "grounding", folder=True),
+    "squad_v2": DatasetInfo(
+        load_squad_v2, "squad_v2", ".json", "qa", "SQuAD 2.0 JSON (dev-v2.0.json)"
+    ),
+    "qmsum": DatasetInfo(load_qmsum, "qmsum", ".jsonl", "qa", "QMSum JSON lines (val.jsonl)"),
+    "2wiki": DatasetInfo(
+        load_2wiki, "2wikimultihopqa", ".json", "qa", "2WikiMultihopQA JSON (dev.json)"
+    ),
+    "quotesum": DatasetInfo(
+        load_quotesum, "quotesum", ".jsonl", "attribution", "QuoteSum JSON lines (dev.jsonl)"
+    ),
+    "verigran": DatasetInfo(
+        load_verigran,
+        "veri_gran",
+        ".jsonl",
+        "attribution",
+        "VeriGran JSON lines (verifiability_granular_dev.jsonl)",
+    ),
+    "faithbench": DatasetInfo(
+        load_faithbench,
+        "faithbench",
+        ".json",
+        "grounding",
+        "FaithBench JSON (batch_<k>.json, or a folder of them)",
+        folder=True,
+    ),
+    "summedits": DatasetInfo(
+        load_summedits,
+        "summedits",
+        ".json",
+        "grounding",
+        "SummEdits JSON (summedits_<domain>.json, or a folder of them)",
+        folder=True,
+    ),
 }
 
-_ALIASES = {"squad": "squad_v2", "2wikimultihopqa": "2wiki", "veri_gran": "verigran"}
+#: Other names of the datasets (folded by :func:`fold_name`).
+ALIASES = {"squad": "squad_v2", "2wikimultihopqa": "2wiki", "veri_gran": "verigran"}
+
+
+def fold_name(name: str) -> str:
+    """The one folding rule of dataset names: case, surrounding blanks and ``-``/``_`` ignored.
+
+    >>> fold_name(" SQuAD-v2 ")
+    'squad_v2'
+    """
+    return name.strip().lower().replace("-", "_")
 
 
 def canonical_name(name: str) -> str:
-    """The canonical name of dataset ``name`` (aliases, case and ``-``/``_`` folded);
-    ``ValueError`` listing the known names otherwise."""
-    key = name.strip().lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
+    """The canonical name of dataset ``name`` (aliases, case and ``-``/``_`` folded by
+    :func:`fold_name`); ``ValueError`` listing the known names otherwise."""
+    key = fold_name(name)
+    key = ALIASES.get(key, key)
     if key not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     return key
+
+
+def dataset_names(tasks: Sequence[str]) -> tuple[str, ...]:
+    """The canonical names of the datasets for ``tasks`` (``"qa"``, ``"attribution"``,
+    ``"grounding"``), in :data:`DATASETS`' order.
+
+    >>> dataset_names(["qa"])
+    ('squad_v2', 'qmsum', '2wiki')
+    """
+    return tuple(name for name, info in DATASETS.items() if info.task in tasks)
 
 
 def dataset_task(name: str) -> str:
@@ -108,7 +166,7 @@ def default_path(name: str) -> Path:
     key = canonical_name(name)
     info = DATASETS[key]
     shared = find_shared_data()
-    hint = f"pass the path of a {key} file in its upstream format (--data PATH)"
+    hint = f"pass the path of a {key} file in its upstream format, {info.expects} (--data PATH)"
     if shared is None:
         raise FileNotFoundError(f"no shared/data folder found for {key!r}; {hint}")
     folder = shared / info.slice_folder
@@ -153,16 +211,24 @@ def load_dataset(
     ------
     ValueError
         For an unknown name (:class:`DatasetFormatError`, a ``ValueError``, for a malformed
-        record).
+        record; its message names the expected format, :attr:`DatasetInfo.expects`).
     FileNotFoundError
-        If `path` (or the default slice) does not exist.
+        If `path` (or the default slice) does not exist (the message names the expected
+        format).
     TypeError
         For an option the loader does not take.
     """
     key = canonical_name(name)
     if path is None:
         path = default_path(key)
-    loader = DATASETS[key].loader
+    info = DATASETS[key]
     result: list[QAExample] | list[AttributionExample] | list[GroundingExample]
-    result = loader(path, limit=limit, **options)
+    try:
+        result = info.loader(path, limit=limit, **options)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{err} (expected: {info.expects})") from err
+    except DatasetFormatError as err:
+        raise DatasetFormatError(
+            err.path, err.location, f"{err.problem} (expected: {info.expects})"
+        ) from err
     return result

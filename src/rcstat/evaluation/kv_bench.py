@@ -31,6 +31,7 @@ from rcstat.data import QAExample
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
 from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
+from rcstat.press.options import KNOBS, PAPER_KNOBS, knob_default
 from rcstat.press.registry import make_press as build_press
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
@@ -56,6 +57,13 @@ RUN_FILES = RunFiles(
 )
 
 
+#: RCStat's knobs besides ratio, threshold and window, at their defaults: the press's own
+#: (:class:`~rcstat.press.options.RCStatOptions`) except where the paper's press differs
+#: (:data:`~rcstat.press.options.PAPER_KNOBS`: rows of runs from before a knob existed hold
+#: the paper's value, and a setting's key names only what differs from it).
+KNOB_DEFAULTS: dict[str, Any] = {name: knob_default(name) for name in KNOBS} | PAPER_KNOBS
+
+
 @dataclass(frozen=True)
 class Setting:
     """One compression configuration: a method and its knobs.
@@ -69,11 +77,11 @@ class Setting:
     ratio: float | None = None  # target ratio (baselines, RCStat target-ratio mode)
     threshold: float | None = None  # RCStat threshold mode (c)
     window: int | str = DEFAULT_WINDOW  # RCStat's window: tokens, or QUESTION_WINDOW
-    group: str = "max"  # RCStat's GQA rule (RCStatPress.group)
-    score: str = "expected"  # RCStatPress.score
-    budget: str = "layer"  # RCStatPress.budget
-    floor: float = 0.2  # RCStatPress.floor (pooled budget only)
-    sinks: int = 0  # RCStatPress.sinks
+    group: str = KNOB_DEFAULTS["group"]  # RCStat's GQA rule (RCStatPress.group)
+    score: str = KNOB_DEFAULTS["score"]  # RCStatPress.score
+    budget: str = KNOB_DEFAULTS["budget"]  # RCStatPress.budget
+    floor: float = KNOB_DEFAULTS["floor"]  # RCStatPress.floor (pooled budget only)
+    sinks: int = KNOB_DEFAULTS["sinks"]  # RCStatPress.sinks
 
     @property
     def key(self) -> str:
@@ -129,7 +137,7 @@ def settings_grid(
     *,
     scores: Sequence[str] = ("expected",),
     budgets: Sequence[str] = ("layer",),
-    floor: float = 0.2,
+    floor: float = KNOB_DEFAULTS["floor"],
     sinks: Sequence[int] = (0,),
 ) -> list[Setting]:
     """Every baseline at every ratio; RCStat at every ratio (target mode) and every threshold
@@ -409,15 +417,6 @@ class KVBench:
             save_figure(fig, into / f"{metric.split('_')[0]}_vs_ratio.png")
 
 
-#: RCStat's knobs besides ratio, threshold and window, at their defaults (rows of runs from
-#: before a knob existed hold its default).
-KNOB_DEFAULTS: dict[str, Any] = {
-    "group": "max",
-    "score": "expected",
-    "budget": "layer",
-    "floor": 0.2,
-    "sinks": 0,
-}
 #: The columns that name a setting in the summaries.
 SETTING_COLUMNS = ["method", "ratio", "threshold", "window", *KNOB_DEFAULTS]
 

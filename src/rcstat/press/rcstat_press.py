@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from rcstat.capture import grouped_scores
 from rcstat.checks import check_count, check_number
-from rcstat.defaults import DEFAULT_WINDOW
 from rcstat.press.extra import require_kvpress
+from rcstat.press.options import BUDGETS, GROUP_RULES, SCORES, RCStatOptions, TokenScore
 from rcstat.stats import expected_rc_shared, rc_statistics, self_samples
 
 require_kvpress()
@@ -57,9 +57,7 @@ def window_queries(
     return query * cos + _rotate_half(query) * sin
 
 
-def relative_scores(
-    scores: torch.Tensor, score: Literal["expected", "upper"] = "expected"
-) -> torch.Tensor:
+def relative_scores(scores: torch.Tensor, score: TokenScore = "expected") -> torch.Tensor:
     """RC of every non-window prompt token relative to the mean, ``s_i / θ`` (paper eq. 9).
 
     Parameters
@@ -89,16 +87,8 @@ def relative_scores(
     return torch.where(theta > 0, s / theta.clamp_min(torch.finfo(s.dtype).tiny), 0.0)
 
 
-#: How a GQA group's query heads combine their relative scores (:class:`RCStatPress`).
-GROUP_RULES = ("max", "mean")
-#: The statistic that scores each token (:class:`RCStatPress`).
-SCORES = ("expected", "upper")
-#: Where the target ratio holds (:class:`RCStatPress`).
-BUDGETS = ("layer", "pooled")
-
-
 @dataclass
-class RCStatPress(BasePress):
+class RCStatPress(BasePress, RCStatOptions):
     """Adaptive head-wise KV-cache eviction by relative contextualization (eq. 9).
 
     Parameters
@@ -140,17 +130,10 @@ class RCStatPress(BasePress):
     After each prefill, :attr:`kept` holds the number of kept entries per layer and KV head
     (on the layer's device until a ratio is read, then on the CPU) and the realized ratios
     are available from :meth:`realized_ratio`, :meth:`layer_ratios`
-    and :meth:`head_ratios`.
+    and :meth:`head_ratios`. The options' types and defaults live in
+    :class:`~rcstat.press.options.RCStatOptions` (their one home).
     """
 
-    threshold: float = 1.0
-    window_size: int = DEFAULT_WINDOW
-    compression_ratio: float | None = None
-    group: Literal["max", "mean"] | None = None
-    score: Literal["expected", "upper"] = "expected"
-    budget: Literal["layer", "pooled"] = "pooled"
-    floor: float = 0.2
-    sinks: int = 0
     kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
     lengths: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     # pooled budget: each scored layer's (module, cache, relative scores) until the last one

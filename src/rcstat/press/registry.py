@@ -12,6 +12,7 @@ from typing import Any, cast
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_WINDOW
 from rcstat.press.extra import require_kvpress
+from rcstat.press.options import knob_default
 
 __all__ = ["BASELINES", "PRESS_NAMES", "check_press_names", "make_press"]
 
@@ -39,15 +40,16 @@ def make_press(
     ratio: float | None = None,
     threshold: float | None = None,
     window: int = DEFAULT_WINDOW,
-    group: str | None = None,
-    score: str = "expected",
-    budget: str = "pooled",
-    floor: float = 0.2,
-    sinks: int = 0,
+    group: str | None = knob_default("group"),
+    score: str = knob_default("score"),
+    budget: str = knob_default("budget"),
+    floor: float = knob_default("floor"),
+    sinks: int = knob_default("sinks"),
 ) -> Any:
     """Build the press ``name``: RCStatPress in threshold mode (``threshold``) or target-ratio
     mode (``ratio``) with its GQA ``group`` rule, token ``score``, ``budget`` (with its
-    ``floor``) and protected ``sinks``, or a kvpress baseline at compression ratio ``ratio``."""
+    ``floor``) and protected ``sinks`` (defaults: :class:`~rcstat.press.options.RCStatOptions`),
+    or a kvpress baseline at compression ratio ``ratio``."""
     check_press_names([name])
     require_kvpress()
     from kvpress import AdaKVPress, KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress

@@ -7,9 +7,12 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TextIO, TypeVar
 
-__all__ = ["format_bytes", "progress"]
+__all__ = ["CUT_MARK", "format_bytes", "progress"]
 
 T = TypeVar("T")
+
+#: Appended to an answer that was cut at the token limit.
+CUT_MARK = " [cut at the token limit]"
 
 
 def format_bytes(count: int) -> str:

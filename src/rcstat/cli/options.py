@@ -1,0 +1,143 @@
+"""The options several commands share, each defined once: ``--out``, ``--n``, ``--data``,
+``--dataset``, ``--max-new-tokens``, ``--language`` and ``--top-k``, with the checks that refuse
+a bad value before any model is loaded (the error names the flag).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from rcstat.data.registry import dataset_names
+
+__all__ = [
+    "add_data_option",
+    "add_dataset_option",
+    "add_language_option",
+    "add_max_new_tokens_option",
+    "add_n_option",
+    "add_out_option",
+    "check_language",
+    "check_top_k",
+    "config_heads",
+    "join_dash_values",
+]
+
+
+def add_out_option(parser: argparse.ArgumentParser, command: str) -> None:
+    """``--out FOLDER`` (default ``runs/<command>``)."""
+    parser.add_argument("--out", default=f"runs/{command}", help="output folder")
+
+
+def add_n_option(parser: argparse.ArgumentParser) -> None:
+    """``--n N``: the first ``N`` examples of the dataset (default: all)."""
+    parser.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
+
+
+def add_data_option(parser: argparse.ArgumentParser) -> None:
+    """``--data PATH``: the dataset's file in its upstream format (default: the shared slice)."""
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="PATH",
+        help="data file (or folder) in the dataset's upstream format (default: the shared slice)",
+    )
+
+
+def add_dataset_option(
+    parser: argparse.ArgumentParser, default: str, tasks: Sequence[str] = ("qa",)
+) -> tuple[str, ...]:
+    """``--dataset NAME`` among the registry's datasets of ``tasks`` (:mod:`rcstat.data.registry`);
+    returns those names."""
+    names = dataset_names(tasks)
+    parser.add_argument("--dataset", default=default, help=f"one of {', '.join(names)}")
+    return names
+
+
+def add_max_new_tokens_option(parser: argparse.ArgumentParser, default: int, what: str) -> None:
+    """``--max-new-tokens N``: the token limit of each generated ``what``."""
+    parser.add_argument("--max-new-tokens", type=int, default=default, help=what)
+
+
+def add_language_option(parser: argparse.ArgumentParser) -> None:
+    """``--language CODE`` for sentence splitting (refused when it is not a language code)."""
+    parser.add_argument(
+        "--language",
+        default="en",
+        help="language code for sentence splitting, e.g. en, ja, zh-hant (any script splits)",
+    )
+
+
+# ISO 639-1 codes (and the deprecated sh, mo, iw, in, ji still in use); three-letter primary
+# subtags (ISO 639-2/3) are accepted by shape.
+_ISO_639_1 = frozenset(
+    """aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu
+    cv cy da de dv dz ee el en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho
+    hr ht hu hy hz ia id ie ig ii ik in io is it iu iw ja ji jv ka kg ki kj kk kl km kn ko kr
+    ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mo mr ms mt my na nb nd ne ng
+    nl nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg sh si sk
+    sl sm sn so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve
+    vi vo wa wo xh yi yo za zh zu""".split()
+)
+_LANGUAGE_TAG = re.compile(r"([a-z]{2,3})(?:[-_][a-z0-9]{2,8})*")
+
+
+def check_language(code: str) -> str:
+    """``code`` if it is a language tag (``en``, ``pt-br``, ``zh-hant``, ``yue``); a
+    ``ValueError`` naming ``--language`` otherwise (the segmenter would fall back to English
+    rules without a word)."""
+    tag = code.strip().lower()
+    match = _LANGUAGE_TAG.fullmatch(tag)
+    if match is None or (len(match[1]) == 2 and match[1] not in _ISO_639_1):
+        raise ValueError(
+            f"--language {code!r} is not a language code (ISO 639, e.g. en, de, ja, zh-hant)"
+        )
+    return code.strip()
+
+
+def config_heads(model: str | None) -> int | None:
+    """The number of attention heads (layers × heads per layer) of ``--model`` read from its
+    ``config.json`` without loading any weight; None when there is no local config to read
+    (the embedded default, a GGUF file or a hub id: the library checks after loading)."""
+    if model is None:
+        return None
+    config = Path(model).expanduser() / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+        data = data.get("text_config", data)
+        return int(data["num_hidden_layers"]) * int(data["num_attention_heads"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def check_top_k(top_k: int | None, model: str | None) -> None:
+    """Refuse ``--top-k`` beyond the heads of ``--model`` when its config tells them."""
+    heads = None if top_k is None else config_heads(model)
+    if heads is not None and top_k is not None and top_k > heads:
+        raise ValueError(f"--top-k {top_k}: the model has {heads} heads (layers × heads)")
+
+
+#: Options whose value may start with ``-`` (``--shard -1/2`` is then refused by its own check
+#: instead of argparse's "expected one argument").
+DASH_VALUE_FLAGS = ("--shard",)
+
+
+def join_dash_values(argv: Sequence[str]) -> list[str]:
+    """``["--shard", "-1/2"]`` → ``["--shard=-1/2"]`` for :data:`DASH_VALUE_FLAGS`."""
+    out: list[str] = []
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        value = items[i + 1] if i + 1 < len(items) else ""
+        if items[i] in DASH_VALUE_FLAGS and re.match(r"-\d", value):
+            out.append(f"{items[i]}={value}")
+            i += 2
+            continue
+        out.append(items[i])
+        i += 1
+    return out

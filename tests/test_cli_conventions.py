@@ -1,0 +1,162 @@
+"""CLI conventions every command keeps: results on standard output, rcstat's own ``error:`` and
+``interrupted:`` lines on standard error (one line each, never wrapped), documented exit codes,
+and the refusals that must happen before any model is loaded, naming the flag."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rcstat import cli
+from rcstat.cli import EXIT_CODES, build_parser
+from rcstat.cli.options import check_language, config_heads, join_dash_values
+
+LONG = "word " * 60  # a context far wider than 80 columns
+
+
+@pytest.fixture
+def no_loading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make loading a model fail the test: refusals must come before it."""
+    import rcstat.models
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(rcstat.models, "load_model", refuse)
+
+
+def _run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+REFUSALS = [
+    (["attribute", "--context", "c.", "--question", "q?", "--language", "english"], "--language"),
+    (["attribute", "--context", "c.", "--question", "q?", "--language", "xx"], "--language"),
+    (["ground", "--context", "c.", "--response", "r.", "--language", "fr_XX_"], "--language"),
+    (
+        ["compress", "--context", "c", "--question", "q", "--ratio", "0.5", "--threshold", "1"],
+        "--ratio and --threshold",
+    ),
+    (["analyze", "--prompt", "p", "--device-map", "auto"], "--device-map auto: no GPU"),
+    (["bench", "kv", "--shard", "-1/2"], "--shard '-1/2'"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), REFUSALS)
+def test_refusals_come_first_on_stderr_naming_the_flag(
+    argv: list[str],
+    message: str,
+    no_loading: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rcstat.cli import _common
+
+    monkeypatch.setattr(_common, "visible_gpus", lambda: 0)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(capsys, argv)
+    assert code == 2
+    assert out == ""  # standard output holds results only
+    assert err.startswith("error:") and message in err
+    assert len(err.splitlines()) == 1  # one line, whatever the width
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("command", ["attribute", "ground"])
+def test_top_k_beyond_the_heads_is_refused_before_loading(
+    command: str,
+    model_dir: Path,
+    no_loading: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    heads = config_heads(str(model_dir))
+    assert heads is not None and heads > 1
+    text = ["--response", "r."] if command == "ground" else ["--question", "q?"]
+    argv = [command, "--model", str(model_dir), "--context", "c.", *text]
+    code, out, err = _run(capsys, [*argv, "--top-k", str(heads + 1), "--out", str(tmp_path / "o")])
+    assert code == 2 and out == ""
+    assert err.startswith("error: --top-k") and f"has {heads} heads" in err
+
+
+def test_a_long_error_stays_on_one_line(
+    no_loading: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / ("a-very-long-folder-name-" * 6) / "ctx.txt"
+    code, out, err = _run(capsys, ["analyze", "--prompt-file", str(missing)])
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and len(err) > 100
+    assert err.startswith("error: cannot read --prompt-file")
+
+
+def test_interrupted_goes_to_stderr_with_status_130(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rcstat.cli import analyze
+
+    def interrupt(args: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analyze, "run", interrupt)
+    code, out, err = _run(capsys, ["analyze", "--prompt", LONG])
+    assert code == 130 and out == ""
+    assert err == "interrupted: nothing was written\n"
+
+
+def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--help"])
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert set(EXIT_CODES) == {0, 2, 130}
+    for code in EXIT_CODES:
+        assert f"{code} {EXIT_CODES[code].split()[0]}" in text
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for code in EXIT_CODES:
+        assert f"`{code}`" in readme
+
+
+def _help(*command: str) -> str:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    node: Any = sub.choices[command[0]]
+    for name in command[1:]:
+        inner = next(a for a in node._actions if isinstance(a, argparse._SubParsersAction))
+        node = inner.choices[name]
+    return " ".join(str(node.format_help()).split())
+
+
+def test_boolean_flags_state_their_behaviour_not_a_default() -> None:
+    text = _help("bench", "kv")
+    flag = text[text.index("--no-retry-failed") :]
+    assert "(default: True)" not in flag.split("--", 2)[1]
+    assert "instead of running them again" in flag
+    assert "(default: True)" not in _help("compress")
+
+
+def test_shard_values_that_look_like_options_reach_their_check() -> None:
+    assert join_dash_values(["bench", "kv", "--shard", "-1/2", "--n", "3"]) == [
+        "bench",
+        "kv",
+        "--shard=-1/2",
+        "--n",
+        "3",
+    ]
+    assert join_dash_values(["--shard", "--n", "3"]) == ["--shard", "--n", "3"]
+
+
+@pytest.mark.parametrize("code", ["en", "ja", "pt-br", "zh-hant", "yue", " de "])
+def test_language_codes_are_accepted(code: str) -> None:
+    assert check_language(code) == code.strip()
+
+
+@pytest.mark.parametrize("code", ["english", "xx", "e", "en us", "12", ""])
+def test_unknown_language_codes_are_refused(code: str) -> None:
+    with pytest.raises(ValueError, match="--language"):
+        check_language(code)
