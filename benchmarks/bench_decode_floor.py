@@ -1,7 +1,7 @@
 """The decode step at its floor: full vs ragged KV cache in graph-captured, static-shape loops.
 
 A decode step of an 8B model in eager transformers spends most of its time in Python, so a
-step-time ratio there says little about attention (docs/benchmarks.md §4). Here the work of
+step-time ratio there says little about attention (docs/benchmarks.md §3.5.3). Here the work of
 one decode step of Llama-3.1-8B shapes (32 layers, 32 query / 8 KV heads, head_dim 128,
 bfloat16) is recorded as one CUDA graph and replayed:
 

@@ -227,7 +227,7 @@ def analyze_segmented(
     lower_bound
         Compute the lower bound ``a`` (eq. 5). ``None`` (default): where it is free, that is
         everywhere except on CUDA with Triton installed, where E and A never sort the cross
-        samples but ``a`` needs their order (docs/benchmarks.md §2).
+        samples but ``a`` needs their order (docs/benchmarks.md §6.3).
     """
     layout = check_example(model, example)
     keep: dict[int, list[int]] = {}

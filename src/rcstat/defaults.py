@@ -47,7 +47,7 @@ QUESTION_WINDOW = "question"
 SpanScore = Literal["mean", "sum", "sentence"]
 SPAN_SCORES: tuple[str, ...] = get_args(SpanScore)
 #: How attribution scores a candidate span from its tokens' expected RC, by default: the span's
-#: best sentence (chosen on the slices, docs/benchmarks.md §12; the paper's eq. 10 is "mean").
+#: best sentence (chosen on the slices, docs/benchmarks.md §4.1; the paper's eq. 10 is "mean").
 DEFAULT_SPAN_SCORE: SpanScore = "sentence"
 
 

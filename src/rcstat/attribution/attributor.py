@@ -85,7 +85,7 @@ class Attributor:
         How a span's keys make its score (:meth:`Attribution.head_totals`): the paper's mean
         over the span, the sum (longer spans weigh more) or the span's best sentence. Default:
         ``"sentence"`` with the expected RC (ahead of the mean on the QuoteSum slice in every
-        prompt layout, never behind; docs/benchmarks.md §12), ``"mean"`` with the upper bound.
+        prompt layout, never behind; docs/benchmarks.md §4.1), ``"mean"`` with the upper bound.
         Every choice reads the same forward pass; the result can be rescored with another.
     question_first : bool, default False
         Write the question before the context in the user message (the context comes first

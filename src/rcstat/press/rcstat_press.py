@@ -12,7 +12,7 @@ per KV head and per layer. In target-ratio mode the group's mean relative score 
 entries and ``c`` is chosen once for the whole model so that a fraction ``r`` of all KV
 entries is evicted (``budget="pooled"``: layers differ too, each KV head keeping at least a
 ``floor`` share of its budget), or per layer (``budget="layer"``, the paper's); these defaults
-were chosen on the benchmark slices by the rule of docs/benchmarks.md §10 (see §11).
+were chosen on the benchmark slices by the rule of docs/benchmarks.md §3.6.1 (see §3.6.2).
 ``score="upper"`` ranks by the upper bound ``A`` (eq. 4) of each token's RC instead of ``E``,
 relative to the mean of ``A`` over the prompt.
 
@@ -107,7 +107,7 @@ class RCStatPress(BasePress, RCStatOptions):
         How the query heads of a GQA group decide for their KV head: ``"max"`` (the paper's
         rule: an entry stays when any query head keeps it) or ``"mean"`` (the group's mean
         relative score ``mean_h s_i^h / θ^h`` is compared with ``c``). Default (None):
-        ``"mean"`` in target-ratio mode (chosen on the slices, docs/benchmarks.md §11),
+        ``"mean"`` in target-ratio mode (chosen on the slices, docs/benchmarks.md §3.6.2),
         ``"max"`` in threshold mode (where the mean rule was not measured).
     score
         ``"expected"`` (default): ``s_i`` is the exact expected RC; ``"upper"``: its upper
