@@ -22,6 +22,7 @@ __all__ = [
 
 
 def check_fast(tokenizer: Any) -> None:
+    """Raise ``TypeError`` unless `tokenizer` is a fast tokenizer (needed for offsets)."""
     if not getattr(tokenizer, "is_fast", False):
         raise TypeError(
             "tokenizer: a fast tokenizer (transformers PreTrainedTokenizerFast) is required for "
@@ -30,6 +31,7 @@ def check_fast(tokenizer: Any) -> None:
 
 
 def check_text(name: str, value: Any, *, optional: bool = False) -> None:
+    """Raise ``TypeError`` unless `value` is one ``str``, ``ValueError`` if it is blank."""
     if not isinstance(value, str):
         if isinstance(value, (list, tuple)) or hasattr(value, "__iter__"):
             raise TypeError(
@@ -43,11 +45,13 @@ def check_text(name: str, value: Any, *, optional: bool = False) -> None:
 
 
 def check_flag(name: str, value: Any) -> None:
+    """Raise ``TypeError`` unless `value` is a ``bool``."""
     if not isinstance(value, bool):
         raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
 
 
 def check_max_length(max_length: int | None) -> None:
+    """Raise unless `max_length` is None or a positive ``int``."""
     if max_length is None:
         return
     if isinstance(max_length, bool) or not isinstance(max_length, int):

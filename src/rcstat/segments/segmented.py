@@ -297,6 +297,8 @@ def build(
     parts: dict[str, tuple[int, int]],
     max_length: int | None,
 ) -> Segmented:
+    """The :class:`Segmented` of the ids and offsets built so far; ``ValueError`` beyond
+    `max_length` tokens."""
     if max_length is not None and len(ids) > max_length:
         raise ValueError(f"max_length: the example has {len(ids)} tokens > max_length={max_length}")
     return Segmented(
