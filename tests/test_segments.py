@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken
 
+from rcstat.models import load_model
 from rcstat.segments import CHAT_SEPARATOR, Segmented, segment_chat, segment_text
 from tests._tiny_tokenizer import DEFAULT_SYSTEM_PROMPT, make_tiny_tokenizer
 
@@ -810,16 +811,8 @@ def test_property_user_text_never_adds_special_tokens(context, question, answer,
 
 
 def _smollm2_tokenizer():
-    models = pytest.importorskip("rcstat.models", reason="rcstat.models is not written yet")
-    if not hasattr(models, "load_model"):
-        pytest.skip("rcstat.models.load_model does not exist yet")
-    load_tokenizer = getattr(models, "load_tokenizer", None)
-    if load_tokenizer is not None:
-        return load_tokenizer()
-    loaded = models.load_model()
-    tokenizer = loaded[1] if isinstance(loaded, tuple) else getattr(loaded, "tokenizer", None)
-    if tokenizer is None:
-        pytest.skip("cannot find the tokenizer in what rcstat.models.load_model returns")
+    """The default model's tokenizer (its distribution is installed by every make target)."""
+    _, tokenizer = load_model()
     return tokenizer
 
 

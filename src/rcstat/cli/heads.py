@@ -44,7 +44,8 @@ from rcstat.data.registry import DATASETS
 from rcstat.defaults import DEFAULT_TAU
 
 if TYPE_CHECKING:
-    from rcstat.heads.summary import Comparison, HeadSummary
+    from rcstat.heads.comparison import Comparison
+    from rcstat.heads.summary import HeadSummary
     from rcstat.shards import Shard
 
 __all__ = ["DATASET_CHOICES", "HeadsArgs", "from_namespace", "register", "run"]
@@ -344,8 +345,8 @@ def summarize_run(out: Path, settings: dict[str, Any]) -> int:
 
 def _run_compare(args: HeadsArgs) -> int:
     from rcstat.heads.collection import read_heads
+    from rcstat.heads.comparison import compare
     from rcstat.heads.plots import plot_comparison
-    from rcstat.heads.summary import compare
     from rcstat.report.plots import save_figure
 
     assert args.compare is not None and args.labels is not None

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rcstat.heads.collection import JsonlExample, collect, load_jsonl, read_heads
+    from rcstat.heads.comparison import Comparison, MannWhitney, compare
     from rcstat.heads.plots import (
         plot_comparison,
         plot_head_distributions,
         plot_median_heatmap,
         plot_percentile_bands,
     )
-    from rcstat.heads.summary import Comparison, HeadSummary, MannWhitney, compare, summarize
+    from rcstat.heads.summary import HeadSummary, summarize
     from rcstat.report.plots import save_figure
 
 __all__ = [
@@ -49,10 +50,8 @@ _HOMES = {
     **dict.fromkeys(
         ("JsonlExample", "collect", "load_jsonl", "read_heads"), "rcstat.heads.collection"
     ),
-    **dict.fromkeys(
-        ("Comparison", "HeadSummary", "MannWhitney", "compare", "summarize"),
-        "rcstat.heads.summary",
-    ),
+    **dict.fromkeys(("HeadSummary", "summarize"), "rcstat.heads.summary"),
+    **dict.fromkeys(("Comparison", "MannWhitney", "compare"), "rcstat.heads.comparison"),
     **dict.fromkeys(
         (
             "plot_comparison",

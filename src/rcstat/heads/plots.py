@@ -16,7 +16,8 @@ import pandas as pd
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from rcstat.heads.summary import Comparison, HeadSummary
+    from rcstat.heads.comparison import Comparison
+    from rcstat.heads.summary import HeadSummary
 
 __all__ = [
     "plot_comparison",

@@ -5,12 +5,11 @@
 95th percentile, max; heads ordered by median; docs/definitions.md), the layers × heads median
 matrix, how many heads of each example contextualize (statistic above ``τ``, and above the
 dataset's own 95th percentile), where the top heads sit in depth, and how stable the head
-ranking is from one example to the next. :func:`compare` contrasts two datasets (the paper's
-"QMSum recruits more high-RC heads than SQuAD, p < 0.05") with a Mann–Whitney U test on the
-per-example head counts.
+ranking is from one example to the next; :mod:`rcstat.heads.comparison` contrasts two datasets
+on the same matrices.
 
 Everything works on an ``[examples, layers·heads]`` matrix built once per frame
-(:func:`_matrix`); the frame is validated in one place (every example must hold the same
+(:func:`head_matrix`); the frame is validated in one place (every example must hold the same
 complete grid of heads).
 """
 
@@ -22,9 +21,21 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu, spearmanr
+from scipy.stats import spearmanr
 
-__all__ = ["PERCENTILES", "Comparison", "HeadSummary", "MannWhitney", "compare", "summarize"]
+__all__ = [
+    "MAX_STABILITY_EXAMPLES",
+    "PERCENTILES",
+    "HeadMatrix",
+    "HeadStatistic",
+    "HeadSummary",
+    "check_options",
+    "fmt",
+    "head_matrix",
+    "json_float",
+    "summarize",
+    "summarize_matrix",
+]
 
 HeadStatistic = Literal["upper", "expected"]
 #: Columns of :attr:`HeadSummary.percentiles` and the percentile each one is.
@@ -42,26 +53,29 @@ PERCENTILES: dict[str, float] = {
 MAX_STABILITY_EXAMPLES = 2000
 
 
-def _num(value: float | None) -> float | None:
+def json_float(value: float | None) -> float | None:
     """A JSON-safe float: ``None`` for NaN / missing."""
     if value is None or not math.isfinite(float(value)):
         return None
     return float(value)
 
 
-def _fmt(value: float | None, digits: int = 3) -> str:
+def fmt(value: float | None, digits: int = 3) -> str:
+    """``value`` with ``digits`` decimals for the text reports; ``"n/a"`` for None or NaN."""
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
 @dataclass(frozen=True)
-class _Matrix:
+class HeadMatrix:
+    """A validated long table as ``values[example, layer · heads + head]`` (:func:`head_matrix`)."""
+
     examples: list[str]
     values: np.ndarray  # [example, layer·head] float64
     layers: int
     heads: int
 
 
-def _matrix(frame: pd.DataFrame, statistic: str, name: str = "frame") -> _Matrix:
+def head_matrix(frame: pd.DataFrame, statistic: str, name: str = "frame") -> HeadMatrix:
     """Validate a long table and pivot it to ``[examples, layers·heads]`` (row-major heads)."""
     if statistic not in ("upper", "expected"):
         raise ValueError(f"statistic must be 'upper' or 'expected', got {statistic!r}")
@@ -89,10 +103,10 @@ def _matrix(frame: pd.DataFrame, statistic: str, name: str = "frame") -> _Matrix
         )
     if not np.isfinite(values).all():
         raise ValueError(f"{name}: column {statistic!r} holds infinite values")
-    return _Matrix([str(e) for e in examples], values, layers, heads)
+    return HeadMatrix([str(e) for e in examples], values, layers, heads)
 
 
-def _percentiles(m: _Matrix) -> pd.DataFrame:
+def _percentiles(m: HeadMatrix) -> pd.DataFrame:
     table = pd.DataFrame(
         {
             "layer": np.repeat(np.arange(m.layers), m.heads),
@@ -253,8 +267,8 @@ class HeadSummary:
                 "mean_relative_depth": self.mean_depth,
             },
             "stability": {
-                "mean_spearman": _num(self.stability_mean),
-                "median_spearman": _num(self.stability_median),
+                "mean_spearman": json_float(self.stability_mean),
+                "median_spearman": json_float(self.stability_median),
                 "pairs": self.stability_pairs,
             },
             "median": self.median.tolist(),
@@ -274,7 +288,7 @@ class HeadSummary:
             f"- heads above the dataset's 95th percentile ({self.p95:.3f}) per example: mean "
             f"{c['above_p95'].mean():.1f}, median {c['above_p95'].median():g}",
             f"- ranking stability (pairwise Spearman between examples, {self.stability_pairs} "
-            f"pairs): mean {_fmt(self.stability_mean)}, median {_fmt(self.stability_median)}",
+            f"pairs): mean {fmt(self.stability_mean)}, median {fmt(self.stability_median)}",
             f"- top {self.top_n} heads by median: mean relative depth {self.mean_depth:.2f} "
             f"(0 = first layer, 1 = last); per layer "
             + ", ".join(f"L{i}: {int(n)}" for i, n in enumerate(self.layer_counts) if n),
@@ -290,7 +304,8 @@ class HeadSummary:
         return "\n".join(lines) + "\n"
 
 
-def _summarize(m: _Matrix, statistic: str, tau: float, top_n: int) -> HeadSummary:
+def summarize_matrix(m: HeadMatrix, statistic: str, tau: float, top_n: int) -> HeadSummary:
+    """The :class:`HeadSummary` of a validated matrix (the body of :func:`summarize`)."""
     percentiles = _percentiles(m)
     p95 = float(np.percentile(m.values, 95))
     counts = pd.DataFrame(
@@ -323,7 +338,8 @@ def _summarize(m: _Matrix, statistic: str, tau: float, top_n: int) -> HeadSummar
     )
 
 
-def _check_options(tau: float, top_n: int) -> None:
+def check_options(tau: float, top_n: int) -> None:
+    """Raise ``ValueError`` for a non-finite ``tau`` or a ``top_n`` below 1."""
     if not math.isfinite(tau):
         raise ValueError(f"tau must be a finite number, got {tau}")
     if top_n < 1:
@@ -380,261 +396,5 @@ def summarize(
     >>> round(s.stability_mean, 6)  # both examples rank the heads alike
     1.0
     """
-    _check_options(tau, top_n)
-    return _summarize(_matrix(frame, statistic), statistic, tau, top_n)
-
-
-@dataclass(frozen=True)
-class MannWhitney:
-    """A two-sided Mann–Whitney U test of dataset A's counts against dataset B's.
-
-    Attributes
-    ----------
-    u : float
-        scipy's statistic: ``U_A`` = number of pairs ``(a, b)`` with ``a > b`` plus half the
-        ties.
-    p_value : float
-        Two-sided p-value (scipy's default method: exact for small samples without ties,
-        else the normal approximation).
-    effect : float
-        Rank-biserial correlation ``r = 1 − 2·U_A / (n_A·n_B)`` in ``[−1, 1]``; equal to
-        ``P(b > a) − P(a > b)`` over all pairs: **positive when dataset B has more heads above
-        the threshold**, negative when A has more, 0 for no difference.
-    """
-
-    u: float
-    p_value: float
-    effect: float
-
-    def to_dict(self) -> dict[str, float | None]:
-        return {"u": _num(self.u), "p_value": _num(self.p_value), "effect": _num(self.effect)}
-
-
-def _mann_whitney(a: np.ndarray, b: np.ndarray) -> MannWhitney:
-    test = mannwhitneyu(a, b, alternative="two-sided")
-    u = float(test.statistic)
-    return MannWhitney(u, float(test.pvalue), 1.0 - 2.0 * u / (len(a) * len(b)))
-
-
-@dataclass
-class Comparison:
-    """Two datasets' head counts and head rankings side by side.
-
-    Attributes
-    ----------
-    labels : tuple of str
-        Names of dataset A and B.
-    statistic, tau
-        As in :func:`summarize`.
-    common_threshold : float
-        The 95th percentile of the pooled values of both datasets (see :func:`compare`).
-    counts : pandas.DataFrame
-        ``dataset, example, above_tau, above_common``: one row per example of either dataset.
-    tests : dict of str to MannWhitney
-        ``"tau"`` and ``"common"``: A's counts against B's.
-    rank_correlation, rank_correlation_p : float
-        Spearman rho (and its p-value) between the two datasets' per-head median vectors.
-    a, b : HeadSummary
-        Each dataset's own summary (percentiles, layer profile, stability).
-    """
-
-    labels: tuple[str, str]
-    statistic: str
-    tau: float
-    common_threshold: float
-    counts: pd.DataFrame
-    tests: dict[str, MannWhitney]
-    rank_correlation: float
-    rank_correlation_p: float
-    a: HeadSummary
-    b: HeadSummary
-
-    def count_stats(self) -> pd.DataFrame:
-        """``dataset, n, mean/median of above_tau, mean/median of above_common``."""
-        grouped = self.counts.groupby("dataset", sort=False)
-        table = grouped.agg(
-            n=("example", "size"),
-            mean_above_tau=("above_tau", "mean"),
-            median_above_tau=("above_tau", "median"),
-            mean_above_common=("above_common", "mean"),
-            median_above_common=("above_common", "median"),
-        )
-        return table.reindex(list(self.labels)).reset_index()
-
-    def layer_profiles(self) -> pd.DataFrame:
-        """``layer, <label A>, <label B>``: counts of each dataset's top heads per layer."""
-        return pd.DataFrame(
-            {
-                "layer": np.arange(self.a.n_layers),
-                self.labels[0]: self.a.layer_counts,
-                self.labels[1]: self.b.layer_counts,
-            }
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable comparison."""
-        stats = self.count_stats()
-        per_dataset = {
-            str(row["dataset"]): {
-                "n": int(row["n"]),
-                **{k: _num(v) for k, v in row.items() if k not in ("dataset", "n")},
-            }
-            for row in stats.to_dict(orient="records")
-        }
-        return {
-            "labels": list(self.labels),
-            "statistic": self.statistic,
-            "tau": self.tau,
-            "common_threshold": self.common_threshold,
-            "common_threshold_definition": "95th percentile of the pooled values of both datasets",
-            "counts": per_dataset,
-            "mann_whitney": {k: v.to_dict() for k, v in self.tests.items()},
-            "effect_sign": "rank-biserial r = 1 - 2U/(n_a n_b) > 0 means the second dataset "
-            f"({self.labels[1]}) has more heads above the threshold",
-            "median_rank_correlation": {
-                "spearman": _num(self.rank_correlation),
-                "p_value": _num(self.rank_correlation_p),
-            },
-            "layer_profile": {
-                "top_n": self.a.top_n,
-                self.labels[0]: {
-                    "counts": [int(c) for c in self.a.layer_counts],
-                    "mean_relative_depth": self.a.mean_depth,
-                },
-                self.labels[1]: {
-                    "counts": [int(c) for c in self.b.layer_counts],
-                    "mean_relative_depth": self.b.mean_depth,
-                },
-            },
-            "stability": {
-                self.labels[0]: _num(self.a.stability_mean),
-                self.labels[1]: _num(self.b.stability_mean),
-            },
-        }
-
-    def to_markdown(self) -> str:
-        """A short Markdown report of the comparison."""
-        la, lb = self.labels
-        lines = [
-            f"# {la} vs {lb}: heads with high {self.statistic}",
-            "",
-            f"Thresholds: τ = {self.tau:g}; common = {self.common_threshold:.3f} (95th "
-            "percentile of the pooled values of both datasets).",
-            "",
-            "| dataset | examples | mean > τ | median > τ | mean > common | median > common |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for row in self.count_stats().itertuples(index=False):
-            lines.append(
-                f"| {row.dataset} | {row.n} | {row.mean_above_tau:.1f} | "
-                f"{row.median_above_tau:g} | {row.mean_above_common:.1f} | "
-                f"{row.median_above_common:g} |"
-            )
-        lines += ["", "Mann–Whitney U (two-sided), counts of A against B:", ""]
-        for name, test in self.tests.items():
-            what = f"> τ = {self.tau:g}" if name == "tau" else "> common threshold"
-            lines.append(
-                f"- {what}: U = {test.u:g}, p = {_fmt(test.p_value, 4)}, rank-biserial "
-                f"r = {_fmt(test.effect)} (r > 0: {lb} has more such heads)"
-            )
-        lines += [
-            "",
-            f"Spearman correlation of the per-head medians: {_fmt(self.rank_correlation)} "
-            f"(p = {_fmt(self.rank_correlation_p, 4)}).",
-            f"Top {self.a.top_n} heads by median, mean relative depth: {la} "
-            f"{self.a.mean_depth:.2f}, {lb} {self.b.mean_depth:.2f}.",
-            "",
-        ]
-        return "\n".join(lines)
-
-
-def compare(
-    frame_a: pd.DataFrame,
-    frame_b: pd.DataFrame,
-    *,
-    labels: tuple[str, str] = ("a", "b"),
-    statistic: HeadStatistic = "upper",
-    tau: float = 1.5,
-    top_n: int = 20,
-) -> Comparison:
-    """Do the examples of dataset B recruit more high-RC heads than those of A?
-
-    Parameters
-    ----------
-    frame_a, frame_b : pandas.DataFrame
-        Long tables of :func:`rcstat.heads.collect` from the same model.
-    labels : (str, str), default ("a", "b")
-        Names of the two datasets (distinct).
-    statistic, tau, top_n
-        As in :func:`summarize`.
-
-    Returns
-    -------
-    Comparison
-
-    Raises
-    ------
-    ValueError
-        Frames with different numbers of layers or heads (different models), equal labels,
-        or any problem :func:`summarize` reports.
-
-    Notes
-    -----
-    Each example is reduced to its number of heads above a threshold, then the two samples of
-    counts are compared with ``scipy.stats.mannwhitneyu(a, b, alternative="two-sided")``.
-    Two thresholds: the absolute ``tau`` and a **common** one, the 95th percentile of the
-    *pooled* values of both datasets. A per-dataset 95th percentile would put about 5 % of
-    each dataset's values above its own threshold by construction, so both datasets would
-    count about the same number of heads whatever their RC; pooling puts both on one scale,
-    and a dataset with higher RC then has more heads above it. The effect size is the
-    rank-biserial correlation ``r = 1 − 2U/(n_a·n_b)``, positive when B's counts are larger.
-    The paper's §5.1 reports "QMSum requires 9× more high-RC heads than SQuAD (p < 0.05)".
-    """
-    _check_options(tau, top_n)
-    if len(labels) != 2 or labels[0] == labels[1]:
-        raise ValueError(f"labels must be two distinct names, got {labels!r}")
-    ma, mb = _matrix(frame_a, statistic, "frame_a"), _matrix(frame_b, statistic, "frame_b")
-    if (ma.layers, ma.heads) != (mb.layers, mb.heads):
-        raise ValueError(
-            f"the datasets come from different models: {ma.layers}×{ma.heads} vs "
-            f"{mb.layers}×{mb.heads} (layers × heads)"
-        )
-    common = float(np.percentile(np.concatenate([ma.values.ravel(), mb.values.ravel()]), 95))
-    parts = []
-    for label, m in zip(labels, (ma, mb), strict=True):
-        parts.append(
-            pd.DataFrame(
-                {
-                    "dataset": label,
-                    "example": m.examples,
-                    "above_tau": (m.values > tau).sum(axis=1),
-                    "above_common": (m.values > common).sum(axis=1),
-                }
-            )
-        )
-    counts = pd.concat(parts, ignore_index=True)
-    tests = {
-        name: _mann_whitney(
-            parts[0][column].to_numpy(dtype=float), parts[1][column].to_numpy(dtype=float)
-        )
-        for name, column in (("tau", "above_tau"), ("common", "above_common"))
-    }
-    sa, sb = _summarize(ma, statistic, tau, top_n), _summarize(mb, statistic, tau, top_n)
-    med_a, med_b = sa.median.ravel(), sb.median.ravel()
-    if np.ptp(med_a) == 0 or np.ptp(med_b) == 0:
-        rho, rho_p = math.nan, math.nan  # a constant vector has no ranking
-    else:
-        result = spearmanr(med_a, med_b)
-        rho, rho_p = float(result.statistic), float(result.pvalue)
-    return Comparison(
-        labels=(str(labels[0]), str(labels[1])),
-        statistic=statistic,
-        tau=float(tau),
-        common_threshold=common,
-        counts=counts,
-        tests=tests,
-        rank_correlation=rho,
-        rank_correlation_p=rho_p,
-        a=sa,
-        b=sb,
-    )
+    check_options(tau, top_n)
+    return summarize_matrix(head_matrix(frame, statistic), statistic, tau, top_n)

@@ -24,247 +24,40 @@ Design, for long contexts (a 3,000-token context gives a page of a few hundred k
 
 Nothing is fetched: CSS and JS are inline, no fonts or images. Every user text is HTML-escaped
 (or set with ``textContent`` by the script), and ``<`` is escaped inside the JSON blob. This
-module only renders arrays: :func:`attribution_page` reads an ``Attribution`` by duck typing
-(no import of :mod:`rcstat.attribution`).
+module only renders arrays: :func:`attribution_page` reads an ``Attribution`` through the
+:class:`AttributionLike` protocol (no import of :mod:`rcstat.attribution`). The arguments, levels,
+ranked rows and JSON blob are prepared in :mod:`rcstat.report.attribution_data`; the CSS and the
+script are the fixed text of :mod:`rcstat.report.attribution_style`.
 """
 
 from __future__ import annotations
 
 import html
-import itertools
-import json
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from rcstat.report.attribution_data import (
+    BINS,
+    RANKED,
+    Method,
+    at_unit,
+    colour_bins,
+    drawable_spans,
+    fmt,
+    page_data,
+    plain_indices,
+    ranked_rows,
+    snippet,
+    validate,
+)
+from rcstat.report.attribution_style import DATA_ID, PALETTE, SCRIPT, STYLE, method_css
+
 __all__ = ["BINS", "attribution_html", "attribution_page", "save_attribution_html"]
-
-BINS = 8
-"""Colour bins: bin ``b`` (1..8) holds tokens with ``(b - 1)/8 < w / max w <= b/8`` (the
-relative weight rounded to 1/4088 first); bin 0, uncoloured, those that round to 0."""
-
-# w / max w is quantised to 0..4088 in the blob (two base64url characters); 4088 = 8 · 511, so
-# a relative weight of exactly b/8 is level 511·b and lands in bin b
-_LEVELS = 8 * 511
-_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-_RANKED = 10  # rows of a ranked list (the gold span is added below when ranked lower)
-_SNIPPET = 90  # characters of a span's text shown in a ranked row
-_DATA_ID = "rcstat-attribution-data"
-# light to dark orange (after ColorBrewer "Oranges"), one colour per bin; white text from bin 7
-# (contrast >= 4.5 against #1f2328 below, against white from there)
-_PALETTE = ("#fff1e3", "#fee0c1", "#fdc692", "#fda762", "#fd8d3c", "#e9661a", "#c84c0a", "#9a3a06")
-_DARK_FROM = 7
-
-_STYLE = """
-:root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--soft:#f6f8fa;--accent:#0969da;
---gold:#1a7f37;--warn:#9a6700;--warn-bg:#fff8c5;color-scheme:light}
-*{box-sizing:border-box}
-html,body{margin:0}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);
-background:#fff}
-main{display:flex;flex-direction:column;height:100vh;min-height:520px;padding:14px 18px;gap:12px}
-input.method{position:absolute;opacity:0;width:1px;height:1px;margin:0;pointer-events:none}
-header{flex:none;max-height:34vh;overflow:auto}
-h1{font-size:18px;margin:0 0 6px}
-dl.qa{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:2px 12px;margin:0}
-dl.qa dt{color:var(--muted);font-weight:600}
-dl.qa dd{margin:0;white-space:pre-wrap;overflow-wrap:anywhere}
-.warn{margin:8px 0 0;padding:6px 10px;border:1px solid #d4a72c;border-radius:6px;
-background:var(--warn-bg);color:#4d3800}
-.warn b{color:var(--warn)}
-.pill{display:inline-block;font-size:11px;line-height:16px;padding:0 6px;border-radius:8px;
-font-weight:600;vertical-align:1px;white-space:nowrap}
-.pill.cut{background:var(--warn-bg);color:var(--warn);border:1px solid #d4a72c}
-.pill.gold{background:#dafbe1;color:var(--gold);border:1px solid #4ac26b}
-.layout{flex:1;min-height:0;display:grid;grid-template-columns:minmax(260px,340px) minmax(0,1fr);
-gap:14px}
-aside{display:flex;flex-direction:column;gap:12px;min-height:0}
-.card{border:1px solid var(--line);border-radius:8px;display:flex;flex-direction:column;
-min-height:0;overflow:hidden}
-.card>h2{flex:none;font-size:12px;font-weight:600;letter-spacing:.03em;text-transform:uppercase;
-color:var(--muted);margin:0;padding:7px 12px;border-bottom:1px solid var(--line);
-background:var(--soft)}
-.card>h2 .what{text-transform:none;letter-spacing:0;color:var(--fg)}
-.units-card{flex:0 1 auto;max-height:42%}
-ol.units,ol.ranked{list-style:none;margin:0;padding:6px;overflow:auto;min-height:0}
-button.unit{display:flex;gap:8px;width:100%;text-align:left;font:inherit;color:inherit;
-border:1px solid transparent;border-radius:6px;background:none;padding:5px 8px;cursor:pointer}
-button.unit:hover{background:var(--soft)}
-button.unit.active{background:#ddf4ff;border-color:#54aeff}
-button.unit .n,.rk{color:var(--muted);font-variant-numeric:tabular-nums;flex:none;min-width:1.4em}
-button.unit .t{white-space:pre-wrap;overflow-wrap:anywhere}
-.rank-card{flex:1 1 auto}
-ol.ranked li a{display:grid;grid-template-columns:1.6em minmax(0,1fr) auto;gap:2px 8px;
-padding:5px 8px;border-radius:6px;color:inherit;text-decoration:none;border:1px solid transparent}
-ol.ranked li a:hover{background:var(--soft);border-color:var(--line)}
-ol.ranked li.att a{border-left:3px solid var(--accent)}
-ol.ranked .txt{overflow:hidden;display:-webkit-box;-webkit-line-clamp:2;-webkit-box-orient:vertical;
-overflow-wrap:anywhere}
-ol.ranked .sid{color:var(--accent);font-weight:600;margin-right:4px}
-ol.ranked .sc{font-variant-numeric:tabular-nums;font-weight:600}
-ol.ranked .bar{grid-column:2/4;height:4px;background:var(--soft);border-radius:2px}
-ol.ranked .bar i{display:block;height:100%;background:#fd8d3c;border-radius:2px}
-ol.ranked li.gap{color:var(--muted);text-align:center;line-height:1}
-p.count{flex:none;margin:0;padding:6px 12px;border-top:1px solid var(--line);color:var(--muted);
-font-size:12px}
-.ctx-card{min-width:0}
-.toolbar{flex:none;display:flex;flex-wrap:wrap;align-items:center;gap:8px 18px;padding:8px 12px;
-border-bottom:1px solid var(--line);background:var(--soft)}
-.toolbar .lbl{color:var(--muted);font-size:12px;font-weight:600;margin-right:6px}
-.tabs{display:inline-flex;flex-wrap:wrap;border:1px solid var(--line);border-radius:6px;
-overflow:hidden;background:#fff}
-.tabs label{padding:3px 10px;cursor:pointer;border-left:1px solid var(--line);user-select:none}
-.tabs label:first-child{border-left:0}
-.tabs label:hover{background:var(--soft)}
-.legend{display:flex;flex-wrap:wrap;align-items:center;gap:4px 14px;font-size:12px;
-color:var(--muted)}
-.legend .scale{display:inline-flex;align-items:center;gap:5px}
-.legend .sw{display:inline-flex;border:1px solid var(--line)}
-.legend .sw i{width:16px;height:12px}
-.legend .end{font-variant-numeric:tabular-nums;color:var(--fg)}
-.legend .key{display:inline-flex;align-items:center;gap:5px}
-.legend .mk{display:inline-block;width:22px;height:12px;border-radius:2px}
-.legend .mk.att{outline:2px solid var(--accent)}
-.legend .mk.gold{border-bottom:3px solid var(--gold);background:var(--soft)}
-.ctx{flex:1;min-height:0;overflow:auto;padding:12px 16px;white-space:pre-wrap;
-overflow-wrap:anywhere;font-size:15px;line-height:1.85}
-.ctx .box{box-decoration-break:clone;-webkit-box-decoration-break:clone;border-radius:3px}
-.ctx .box:hover{outline:1px solid #8c959f}
-.ctx .tag{font-size:10px;line-height:0;font-weight:600;color:var(--muted);padding:0 2px;
-margin-right:1px;user-select:none;font-variant-numeric:tabular-nums}
-.ctx .box.gold{border-bottom:3px solid var(--gold)}
-.ctx .box.gold>.tag::after{content:"gold";margin-left:3px;padding:1px 4px;border-radius:6px;
-background:var(--gold);color:#fff}
-.ctx span{scroll-margin:4.5em 0}
-.ctx :target{box-shadow:0 0 0 3px rgba(191,57,137,.35);animation:flash 1.6s ease-out 1}
-@keyframes flash{from{box-shadow:0 0 0 5px rgba(191,57,137,.9)}}
-noscript p{margin:0;padding:4px 12px;font-size:12px;color:var(--muted)}
-@media (max-width:820px){main{height:auto}.layout{grid-template-columns:1fr}
-.ctx{max-height:75vh}header{max-height:none}}
-"""
-
-# Switches the answer unit: re-classes the tokens and span boxes, rebuilds the ranked lists and
-# the legend's maxima from the JSON blob (see `_blob`); fills token tooltips on hover.
-_SCRIPT = f"""
-(function () {{
-  "use strict";
-  var data = JSON.parse(document.getElementById("{_DATA_ID}").textContent);
-  var root = document.getElementById("rcstat-attribution");
-  var ctx = document.getElementById("ctx");
-  var toks = ctx.querySelectorAll("span:not(.box)");
-  var boxes = ctx.querySelectorAll("span.box");
-  var buttons = root.querySelectorAll("button.unit");
-  var B64 = "{_B64}", code = {{}}, cache = {{}}, current = data.selected;
-  for (var c = 0; c < B64.length; c++) {{ code[B64[c]] = c; }}
-  toks.forEach(function (t, i) {{ if (!t.id) {{ t.id = "tok-" + i; }} }});
-  function levels(k, u) {{
-    var key = k + ":" + u;
-    if (!(key in cache)) {{
-      var s = data.methods[k].codes[u], out = new Uint16Array(s.length / 2);
-      for (var i = 0; i < out.length; i++) {{
-        out[i] = code[s[2 * i]] * 64 + code[s[2 * i + 1]];
-      }}
-      cache[key] = out;
-    }}
-    return cache[key];
-  }}
-  function bin(level) {{
-    return Math.floor((level * data.bins + data.levels - 1) / data.levels);
-  }}
-  function el(tag, cls, text) {{
-    var e = document.createElement(tag);
-    if (cls) {{ e.className = cls; }}
-    if (text !== undefined) {{ e.textContent = text; }}
-    return e;
-  }}
-  function row(m, u, r, prev) {{
-    var out = [];
-    if (r[3] !== prev + 1) {{ out.push(el("li", "gap", "\\u22ef")); }}
-    var cls = [];
-    if (m.attributed !== null && m.attributed[u] === r[0]) {{ cls.push("att"); }}
-    if (data.gold !== null && data.gold[u] === r[0]) {{ cls.push("gold"); }}
-    var li = el("li", cls.join(" ")), a = el("a");
-    a.setAttribute("href", "#" + data.target + r[0]);
-    a.appendChild(el("span", "rk", String(r[3])));
-    var txt = el("span", "txt");
-    txt.appendChild(el("span", "sid", data.target === "span-" ? String(r[0]) : "#" + r[0]));
-    txt.appendChild(document.createTextNode(data.snippets[r[0]]));
-    if (cls.indexOf("gold") >= 0) {{
-      txt.appendChild(document.createTextNode(" "));
-      txt.appendChild(el("span", "pill gold", "gold"));
-    }}
-    a.appendChild(txt);
-    a.appendChild(el("span", "sc", r[1]));
-    var bar = el("span", "bar"), fill = el("i");
-    fill.setAttribute("style", "width:" + r[2] + "%");
-    bar.appendChild(fill);
-    a.appendChild(bar);
-    li.appendChild(a);
-    out.push(li);
-    return out;
-  }}
-  function show(u) {{
-    current = u;
-    var ls = data.methods.map(function (m, k) {{ return levels(k, u); }});
-    for (var i = 0; i < toks.length; i++) {{
-      var cls = [];
-      for (var k = 0; k < ls.length; k++) {{
-        var b = bin(ls[k][i]);
-        if (b > 0) {{ cls.push(data.methods[k].key + b); }}
-      }}
-      if (cls.length > 0) {{ toks[i].className = cls.join(" "); }}
-      else {{ toks[i].removeAttribute("class"); }}
-    }}
-    boxes.forEach(function (box) {{
-      var s = Number(box.dataset.span), cls = ["box"];
-      if (data.gold !== null && data.gold[u] === s) {{ cls.push("gold"); }}
-      data.methods.forEach(function (m) {{
-        if (m.attributed !== null && m.attributed[u] === s) {{ cls.push("at-" + m.key); }}
-      }});
-      box.className = cls.join(" ");
-    }});
-    data.methods.forEach(function (m) {{
-      var items = [], prev = 0;
-      m.ranked[u].forEach(function (r) {{
-        items = items.concat(row(m, u, r, prev));
-        prev = r[3];
-      }});
-      var list = root.querySelector("ol.ranked.o-" + m.key);
-      list.replaceChildren.apply(list, items);
-      root.querySelector(".legend .end.max.o-" + m.key).textContent = m.max[u];
-    }});
-    buttons.forEach(function (b, k) {{
-      b.classList.toggle("active", k === u);
-      b.setAttribute("aria-pressed", k === u ? "true" : "false");
-    }});
-    root.querySelectorAll(".unit-no").forEach(function (e) {{ e.textContent = String(u + 1); }});
-    root.dataset.unit = String(u);
-  }}
-  ctx.addEventListener("mouseover", function (event) {{
-    var t = event.target;
-    if (t.tagName !== "SPAN" || t.classList.contains("box")) {{ return; }}
-    var i = Number(t.id.slice(4)), checked = root.querySelector("input.method:checked");
-    var k = checked === null ? 0 : Number(checked.dataset.k), m = data.methods[k];
-    var level = levels(k, current)[i];
-    t.title = "weight \\u2248 " + Number((level / data.levels * m.maxv[current]).toPrecision(3)) +
-      " (" + Math.round(100 * level / data.levels) + "% of max) \\u00b7 " + m.label;
-  }});
-  function fromHash() {{
-    var m = /^#unit=(\\d+)$/.exec(window.location.hash);
-    if (m !== null && Number(m[1]) < data.units.length) {{ show(Number(m[1])); }}
-  }}
-  buttons.forEach(function (b, k) {{
-    b.addEventListener("click", function () {{ show(k); window.location.hash = "unit=" + k; }});
-  }});
-  window.addEventListener("hashchange", fromHash);
-  fromHash();
-}})();
-"""
 
 
 class AttributionLike(Protocol):
@@ -304,18 +97,6 @@ class AttributionLike(Protocol):
     def attention_scores(self) -> tuple[np.ndarray, list[int | None]]: ...
 
     def token_weights(self, heads: Sequence[tuple[int, int]] | None = None) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class _Method:
-    """One method's weights and, per unit, its ranked rows and attributed span."""
-
-    key: str  # "a", "b", ...: its CSS class prefix
-    label: str
-    weights: np.ndarray  # [unit, token], float64, finite, >= 0
-    levels: np.ndarray  # [unit, token] int, round(_LEVELS * weights / max)
-    scores: np.ndarray  # [unit, item]: span scores, or token weights when there are no spans
-    attributed: list[int | None] | None  # per unit; None when the method decides no span
 
 
 def attribution_html(
@@ -394,17 +175,20 @@ def attribution_html(
     (True, True)
     """
     spans = [(int(start), int(end)) for start, end in spans]
-    methods = _validate(
+    methods = validate(
         tokens, panels, units, spans, attributed or {}, gold, selected, span_scores or {}
     )
     if not isinstance(finished, bool | np.bool_):
         raise ValueError(f"finished must be a bool, got {finished!r}")
-    gold_list = _indices(gold) if gold else None
-    ranked = [[_ranked(m.scores[u], _at(gold_list, u)) for u in range(len(units))] for m in methods]
+    gold_list = plain_indices(gold) if gold else None
+    ranked = [
+        [ranked_rows(m.scores[u], at_unit(gold_list, u)) for u in range(len(units))]
+        for m in methods
+    ]
     target = "span-" if spans else "tok-"
     items = sorted({r[0] for per_unit in ranked for rows in per_unit for r in rows})
     snippets = {
-        i: _snippet("".join(tokens[slice(*spans[i])]) if spans else tokens[i]) for i in items
+        i: snippet("".join(tokens[slice(*spans[i])]) if spans else tokens[i]) for i in items
     }
     # tokens named by a ranked list of the selected unit get an id (jump links without JS)
     token_ids = set() if spans else {r[0] for per_unit in ranked for r in per_unit[selected]}
@@ -423,11 +207,11 @@ def attribution_html(
     noun = "spans" if spans else "tokens"
     span_count = f" · {_count(len(spans), 'span')}" if spans else ""
     header = _render_header(title, question, answer, finished)
-    blob = _blob(methods, units, gold_list, ranked, snippets, selected, finished, target)
+    blob = page_data(methods, units, gold_list, ranked, snippets, selected, finished, target)
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>{_esc(title)}</title><style>{_STYLE}{_method_css(methods)}</style></head>"
+        f"<title>{_esc(title)}</title><style>{STYLE}{method_css(methods)}</style></head>"
         f'<body><main id="rcstat-attribution" data-unit="{selected}">{radios}{header}'
         '<div class="layout"><aside>'
         '<section class="card units-card"><h2>Answer units</h2>'
@@ -436,7 +220,7 @@ def attribution_html(
         f'{noun} <span class="what">· unit <span class="unit-no">{selected + 1}</span> · '
         + "".join(f'<span class="only o-{m.key}">{_esc(m.label)}</span>' for m in methods)
         + f"</span></h2>{lists}"
-        f'<p class="count">Top {min(_RANKED, n_items)} of {_count(n_items, noun[:-1])} by '
+        f'<p class="count">Top {min(RANKED, n_items)} of {_count(n_items, noun[:-1])} by '
         "score; click a row to jump to it.</p></section></aside>"
         '<section class="card ctx-card"><h2>Context '
         f'<span class="what">· {_count(len(tokens), "token")}{span_count}</span></h2>'
@@ -446,8 +230,8 @@ def attribution_html(
         "<noscript><p>JavaScript is off: the page shows answer unit "
         f"{selected + 1}; the method switch and jump links still work.</p></noscript>"
         f'<div class="ctx" id="ctx" tabindex="0">{context}</div></section></div></main>'
-        f'<script type="application/json" id="{_DATA_ID}">{blob}</script>'
-        f"<script>{_SCRIPT}</script></body></html>"
+        f'<script type="application/json" id="{DATA_ID}">{blob}</script>'
+        f"<script>{SCRIPT}</script></body></html>"
     )
 
 
@@ -463,7 +247,9 @@ def attribution_page(
     """
     a = attribution
     first = a.context_start
-    spans = _drawable([(s - first, e - first) for s, e in a.span_tokens], len(a.context_tokens))
+    spans = drawable_spans(
+        [(s - first, e - first) for s, e in a.span_tokens], len(a.context_tokens)
+    )
     own = a.scores_for(a.head_ranking, a.top_k)
     panels = {a.method: a.token_weights()}
     scores = {a.method: own}
@@ -535,96 +321,9 @@ def _esc(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def _fmt(value: float) -> str:
-    """A score or weight with 3 significant digits (the same string in HTML and in the blob)."""
-    return f"{value:.3g}"
-
-
 def _count(n: int, noun: str) -> str:
     """``"1 span"``, ``"3,000 tokens"``."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
-def _key(k: int) -> str:
-    """Method ``k``'s CSS key: a, b, ..., z, ba, bb, ... (letters only; bins add a digit)."""
-    key = ""
-    while True:
-        k, r = divmod(k, 26)
-        key = chr(ord("a") + r) + key
-        if k == 0:
-            return key
-
-
-def _indices(indices: Sequence[int | None]) -> list[int | None]:
-    """Span indices as plain ints (numpy integers are not JSON-serialisable)."""
-    return [None if i is None else int(i) for i in indices]
-
-
-def _at(values: list[int | None] | None, u: int) -> int | None:
-    return None if values is None else values[u]
-
-
-def _levels(weights: np.ndarray) -> np.ndarray:
-    """``round(4088 · w / max w)`` per unit row (0 for a row whose maximum is 0)."""
-    top = weights.max(axis=-1, keepdims=True)  # [U, 1]
-    rel = np.divide(weights, top, out=np.zeros_like(weights), where=top > 0)
-    return np.rint(rel * _LEVELS).astype(np.int64)
-
-
-def _bins(levels: np.ndarray) -> np.ndarray:
-    """Colour bin ``ceil(BINS · level / 4088)`` in integers (as the page's script computes it)."""
-    return (levels * BINS + _LEVELS - 1) // _LEVELS
-
-
-def _ranked(scores: np.ndarray, gold: int | None) -> list[tuple[int, str, int, int]]:
-    """Ranked rows ``(index, score text, bar width %, rank)``: the top :data:`_RANKED` by
-    score (ties by index), and the gold item with its rank when it is ranked lower."""
-    order = np.argsort(-scores, kind="stable")
-    keep = [int(i) for i in order[:_RANKED]]
-    if gold is not None and gold not in keep:
-        keep.append(gold)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(1, len(order) + 1)
-    top = float(scores[order[0]])
-    return [
-        (
-            i,
-            _fmt(float(scores[i])),
-            round(100 * min(max(float(scores[i]) / top, 0.0), 1.0)) if top > 0 else 0,
-            int(rank[i]),
-        )
-        for i in keep
-    ]
-
-
-def _snippet(text: str) -> str:
-    """A span's text on one line, cut to :data:`_SNIPPET` characters; blank tokens shown."""
-    flat = " ".join(text.split())
-    if not flat:
-        return text.replace("\n", "⏎").replace(" ", "␣").replace("\t", "⇥") or "∅"
-    return flat if len(flat) <= _SNIPPET else flat[: _SNIPPET - 1].rstrip() + "…"
-
-
-def _method_css(methods: list[_Method]) -> str:
-    """Per method: its tab when checked, what shows only for it, its bins and its outline."""
-    rules = []
-    for m in methods:
-        on = f"#m-{m.key}:checked~"
-        rules.append(
-            f"{on}.layout .tabs label[for=m-{m.key}]{{background:var(--accent);color:#fff}}"
-            f"#m-{m.key}:focus-visible~.layout .tabs label[for=m-{m.key}]"
-            "{outline:2px solid var(--accent);outline-offset:2px}"
-            f"{on}.layout .only:not(.o-{m.key}){{display:none}}"
-            f"{on}.layout .ctx .box.at-{m.key}"
-            "{outline:2px solid var(--accent);outline-offset:1px}"
-            f"{on}.layout .ctx .box.at-{m.key}>.tag{{color:var(--accent)}}"
-        )
-        rules.extend(
-            f"{on}.layout .ctx .{m.key}{b}{{background:{colour}"
-            f"{';color:#fff' if b >= _DARK_FROM else ''}}}"
-            for b, colour in enumerate(_PALETTE, start=1)
-        )
-    return "\n".join(rules)
 
 
 def _render_header(title: str, question: str, answer: str, finished: bool) -> str:
@@ -658,10 +357,10 @@ def _render_units(units: Sequence[str], selected: int, finished: bool) -> str:
     return f'<ol class="units" aria-label="answer units">{"".join(items)}</ol>'
 
 
-def _render_legend(methods: list[_Method], unit: int, spans: bool, gold: bool) -> str:
-    swatches = "".join(f'<i style="background:{c}"></i>' for c in _PALETTE)
+def _render_legend(methods: list[Method], unit: int, spans: bool, gold: bool) -> str:
+    swatches = "".join(f'<i style="background:{c}"></i>' for c in PALETTE)
     ends = "".join(
-        f'<span class="end max only o-{m.key}">{_fmt(float(m.weights[unit].max()))}</span>'
+        f'<span class="end max only o-{m.key}">{fmt(float(m.weights[unit].max()))}</span>'
         for m in methods
     )
     keys = []
@@ -684,13 +383,13 @@ def _render_legend(methods: list[_Method], unit: int, spans: bool, gold: bool) -
 def _render_context(
     tokens: Sequence[str],
     spans: list[tuple[int, int]],
-    methods: list[_Method],
+    methods: list[Method],
     gold: list[int | None] | None,
     unit: int,
     token_ids: set[int],
 ) -> str:
     """The context once: a ``<span>`` per token with one class per method (key + bin)."""
-    bins = [_bins(m.levels[unit]) for m in methods]  # per method [token]
+    bins = [colour_bins(m.levels[unit]) for m in methods]  # per method [token]
 
     def toks(start: int, end: int) -> str:
         out = []
@@ -720,7 +419,7 @@ def _render_context(
 
 
 def _render_ranked(
-    method: _Method,
+    method: Method,
     rows: list[tuple[int, str, int, int]],
     unit: int,
     gold: list[int | None] | None,
@@ -733,7 +432,7 @@ def _render_ranked(
         if rank != prev + 1:
             items.append('<li class="gap">⋯</li>')
         prev = rank
-        is_gold = _at(gold, unit) == index
+        is_gold = at_unit(gold, unit) == index
         cls = " ".join(
             name
             for name, on in (
@@ -753,157 +452,3 @@ def _render_ranked(
             "</span></a></li>"
         )
     return f'<ol class="ranked only o-{method.key}">{"".join(items)}</ol>'
-
-
-def _blob(
-    methods: list[_Method],
-    units: Sequence[str],
-    gold: list[int | None] | None,
-    ranked: list[list[list[tuple[int, str, int, int]]]],
-    snippets: Mapping[int, str],
-    selected: int,
-    finished: bool,
-    target: str,
-) -> str:
-    """The JSON read by the page's script, safe inside ``<script>`` (no ``<`` left raw)."""
-    data = {
-        "units": list(units),
-        "selected": selected,
-        "finished": bool(finished),
-        "gold": gold,
-        "bins": BINS,
-        "levels": _LEVELS,
-        "target": target,
-        "snippets": {str(i): text for i, text in snippets.items()},
-        "methods": [
-            {
-                "key": m.key,
-                "label": m.label,
-                "codes": [_encode(row) for row in m.levels],
-                "max": [_fmt(float(v)) for v in m.weights.max(axis=1)],
-                "maxv": [float(v) for v in m.weights.max(axis=1)],
-                "attributed": m.attributed,
-                "ranked": [[list(r) for r in rows] for rows in per_unit],
-            }
-            for m, per_unit in zip(methods, ranked, strict=True)
-        ],
-    }
-    # `<` only occurs inside JSON strings, where \u003c decodes back to it: no `</script>`.
-    return json.dumps(data, allow_nan=False, ensure_ascii=False, separators=(",", ":")).replace(
-        "<", "\\u003c"
-    )
-
-
-def _encode(levels: np.ndarray) -> str:
-    """Levels 0..4088 as two base64url characters each (high 6 bits first)."""
-    alphabet = np.frombuffer(_B64.encode("ascii"), dtype=np.uint8)
-    pairs = np.stack([alphabet[levels // 64], alphabet[levels % 64]], axis=-1)  # [token, 2]
-    return pairs.astype(np.uint8).tobytes().decode("ascii")
-
-
-def _drawable(spans: list[tuple[int, int]], tokens: int) -> list[tuple[int, int]]:
-    """Spans as boxes: a token shared by two neighbouring spans goes to the first; nothing is
-    boxed when spans nest or are single tokens (token granularity: the tokens are ranked)."""
-    if len(spans) >= tokens:
-        return []
-    drawn: list[tuple[int, int]] = []
-    for start, end in spans:
-        start = max(start, drawn[-1][1]) if drawn else start
-        if start >= end:
-            return []
-        drawn.append((start, end))
-    return drawn
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _validate(
-    tokens: Sequence[str],
-    panels: Mapping[str, np.ndarray],
-    units: Sequence[str],
-    spans: list[tuple[int, int]],
-    attributed: Mapping[str, Sequence[int | None]],
-    gold: Sequence[int | None],
-    selected: int,
-    span_scores: Mapping[str, np.ndarray],
-) -> list[_Method]:
-    """Check every argument; the methods with their weights, levels, scores and choices."""
-    if len(tokens) == 0:
-        raise ValueError("tokens must not be empty")
-    if not all(isinstance(t, str) for t in tokens):
-        raise ValueError("tokens must all be str")
-    if len(units) == 0:
-        raise ValueError("units must not be empty")
-    if not all(isinstance(u, str) for u in units):
-        raise ValueError("units must all be str")
-    if len(panels) == 0:
-        raise ValueError("panels must hold at least one method's weights")
-    expected = (len(units), len(tokens))
-    n_spans = len(spans)
-    for k, (start, end) in enumerate(spans):
-        if not 0 <= start < end <= len(tokens):
-            raise ValueError(
-                f"spans[{k}] = ({start}, {end}) must satisfy 0 <= start < end <= "
-                f"len(tokens) = {len(tokens)}"
-            )
-    for (_, end), (start, _) in itertools.pairwise(sorted(spans)):
-        if start < end:
-            raise ValueError(f"spans must not overlap: a span starts at {start} before {end}")
-
-    def check_index(name: str, index: int | None) -> None:
-        if index is not None and not 0 <= index < n_spans:
-            raise ValueError(f"{name} = {index} is not a span index (len(spans) = {n_spans})")
-
-    for name, given in (("attributed", attributed), ("span_scores", span_scores)):
-        unknown = sorted(set(given) - set(panels))
-        if unknown:
-            raise ValueError(f"{name} has labels that are not panels: {unknown}")
-    if span_scores and not spans:
-        raise ValueError("span_scores needs spans")
-    methods = []
-    for k, (label, raw) in enumerate(panels.items()):
-        weights = np.asarray(raw, dtype=np.float64)
-        if weights.shape != expected:
-            raise ValueError(
-                f"panels[{label!r}] has shape {weights.shape}, expected "
-                f"(len(units), len(tokens)) = {expected}"
-            )
-        if not np.isfinite(weights).all():
-            raise ValueError(f"panels[{label!r}] has NaN or infinite weights")
-        if (weights < 0).any():
-            raise ValueError(f"panels[{label!r}] has negative weights")
-        per_unit = None
-        if label in attributed:
-            per_unit = _indices(attributed[label])
-            if len(per_unit) != len(units):
-                raise ValueError(
-                    f"attributed[{label!r}] has {len(per_unit)} entries, expected "
-                    f"len(units) = {len(units)}"
-                )
-            for u, index in enumerate(per_unit):
-                check_index(f"attributed[{label!r}][{u}]", index)
-        if label in span_scores:
-            scores = np.asarray(span_scores[label], dtype=np.float64)
-            if scores.shape != (len(units), n_spans):
-                raise ValueError(
-                    f"span_scores[{label!r}] has shape {scores.shape}, expected "
-                    f"(len(units), len(spans)) = {(len(units), n_spans)}"
-                )
-            if not np.isfinite(scores).all():
-                raise ValueError(f"span_scores[{label!r}] has NaN or infinite scores")
-        elif spans:
-            mass = np.stack([weights[:, s:e].sum(axis=1) for s, e in spans], axis=1)  # [U, S]
-            total = mass.sum(axis=1, keepdims=True)
-            scores = np.divide(mass, total, out=np.zeros_like(mass), where=total > 0)
-        else:
-            scores = weights
-        methods.append(_Method(_key(k), str(label), weights, _levels(weights), scores, per_unit))
-    if gold:
-        if len(gold) != len(units):
-            raise ValueError(f"gold has {len(gold)} entries, expected len(units) = {len(units)}")
-        for u, index in enumerate(gold):
-            check_index(f"gold[{u}]", index)
-    if not 0 <= selected < len(units):
-        raise ValueError(f"selected = {selected} is out of range for {len(units)} units")
-    return methods

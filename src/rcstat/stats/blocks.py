@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rcstat.stats import _gpu
+import rcstat.stats._gpu as _gpu
 from rcstat.stats._validate import raise_if_not_finite
 from rcstat.stats.rc import (
     RCStatistics,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rcstat.stats import _gpu
+import rcstat.stats._gpu as _gpu
 from rcstat.stats._kernel import rc_integrals
 from rcstat.stats._validate import check_samples, raise_if_not_finite
 
