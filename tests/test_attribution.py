@@ -15,6 +15,7 @@ import rcstat.generation as generation_module
 from rcstat.analysis import analyze_segmented
 from rcstat.attribution import Attribution, Attributor
 from rcstat.attribution.spans import join_chunks
+from rcstat.report.attribution_html import attribution_page
 from rcstat.segments import segment_chat
 from rcstat.stats import rc_upper_bound
 from tests._reference import naive_expected_rc
@@ -373,7 +374,7 @@ def test_a_cut_answer_is_marked_everywhere(setup) -> None:  # type: ignore[no-un
     assert frame[frame["unit"] < last]["unit_complete"].all()
     payload = json.loads(result.to_json())
     assert payload["answer_finished"] is False and payload["units"][-1]["complete"] is False
-    assert "Answer cut at the token" in result.to_html()
+    assert "Answer cut at the token" in attribution_page(result)
 
     given = attributor.attribute("The cat sat on the mat.", "Who sat?", "The cat.")
-    assert given.finished is True and "Answer cut at the token" not in given.to_html()
+    assert given.finished is True and "Answer cut at the token" not in attribution_page(given)

@@ -25,6 +25,7 @@ from rcstat.report.attribution_html import (
     attribution_html,
     attribution_page,
     save_attribution_html,
+    save_attribution_page,
 )
 from rcstat.report.attribution_style import PALETTE, SCRIPT
 from tests._attribution_pages import long_example
@@ -552,9 +553,11 @@ def test_page_of_a_token_attribution_ranks_tokens(attributions):
     assert {h[1:] for h in parsed.hrefs} <= parsed.ids
 
 
-def test_to_html_renders_one_context(attributions):
+def test_saved_page_renders_one_context(attributions, tmp_path):
     result = attributions["chunk"]
-    parsed = _Parsed(result.to_html())
+    path = save_attribution_page(tmp_path / "a.html", result)
+    assert path.read_text(encoding="utf-8") == attribution_page(result)
+    parsed = _Parsed(path.read_text(encoding="utf-8"))
     assert parsed.contexts == 1 and len(parsed.radios) == 3
 
 

@@ -31,7 +31,6 @@ from rcstat.segments import Segmented, segment_chat, segment_text
 from rcstat.stats import block_statistics, cross_self_samples, triton_available
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 Statistic = Literal["expected", "upper", "lower", "normalized"]
@@ -128,12 +127,6 @@ class HeadAnalysis:
         check_count("k", k)
         frame = self.to_frame().sort_values(by, ascending=False, kind="stable")
         return frame.head(k).reset_index(drop=True)
-
-    def heatmap(self, by: Statistic = "upper", ax: Axes | None = None, **kwargs: Any) -> Axes:
-        """Layers × heads heatmap of one statistic (see :func:`rcstat.report.plots.heatmap`)."""
-        from rcstat.report.plots import heatmap
-
-        return heatmap(self.values(by), ax=ax, label=by, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (statistics as nested lists)."""

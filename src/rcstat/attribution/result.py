@@ -408,20 +408,6 @@ class Attribution:
             **arrays,
         )
 
-    def to_html(self, path: str | Path | None = None, *, unit: int = 0) -> str:
-        """The attribution page: the context once, shaded per method (this configuration, all
-        heads, mean attention), with a colour legend, the spans ranked by score with jump links
-        and a warning when the answer was cut at the token limit.
-
-        Returns the self-contained HTML document; also writes it to ``path`` when given.
-        """
-        from rcstat.report.attribution_html import attribution_page
-
-        html = attribution_page(self, unit=unit)
-        if path is not None:
-            Path(path).write_text(html, encoding="utf-8")
-        return html
-
 
 def _method_name(head_ranking: str, top_k: int | None, statistic: str) -> str:
     stat = "" if statistic == "expected" else f", {statistic} bound"

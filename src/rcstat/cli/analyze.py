@@ -172,7 +172,7 @@ def run(args: AnalyzeArgs) -> int:
     """Analyse one example and write scores.csv, scores.json, heatmap.png (+ head plots)."""
     from rcstat.analysis import analyze
     from rcstat.capture import attention_layout
-    from rcstat.report.plots import save_figure, score_distributions
+    from rcstat.report.plots import heatmap, save_figure, score_distributions
 
     check_output_folder(args.out, NAME)
     model, tokenizer = load_model_quietly(args.model, args.placement)
@@ -198,7 +198,11 @@ def run(args: AnalyzeArgs) -> int:
         result.to_frame().to_csv(stage / "scores.csv", index=False)
         result.save(stage / "scores.json")
         save_figure(
-            result.heatmap("upper", title=f"upper bound A per head (τ = {args.tau:g})"),
+            heatmap(
+                result.values("upper"),
+                label="upper",
+                title=f"upper bound A per head (τ = {args.tau:g})",
+            ),
             stage / "heatmap.png",
         )
         for sample in result.samples:

@@ -39,6 +39,7 @@ from rcstat.cli.options import (
     check_top_k,
 )
 from rcstat.defaults import DEFAULT_TOP_K
+from rcstat.report.attribution_html import save_attribution_page
 
 NAME = "attribute"
 RANKINGS = ("top", "bottom", "all", "top_post_softmax", "bottom_post_softmax")
@@ -189,7 +190,7 @@ def run(args: AttributeArgs) -> int:
         result.to_frame().to_csv(stage / "attribution.csv", index=False)
         (stage / "attribution.json").write_text(result.to_json(), encoding="utf-8")
         result.save(stage / "attribution.npz")
-        result.to_html(stage / "attribution.html")
+        save_attribution_page(stage / "attribution.html", result)
     console.print(escape(answer_line("answer", result.answer, result.finished)))
     table = Table(title=f"attribution ({escape(result.method)})")
     table.add_column("answer unit")

@@ -41,6 +41,7 @@ from rcstat.demo import (
     DemoTexts,
     Setting,
 )
+from rcstat.report.attribution_html import save_attribution_page
 from rcstat.report.console import format_bytes
 
 __all__ = ["CUT_MARK", "DEMO_TEXTS", "MAX_NEW_TOKENS", "SETTINGS", "DemoTexts", "run_contrast"]
@@ -129,7 +130,7 @@ def run_contrast(
                 scores.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
                 scores.save(stage / f"scores_{name}.json")
             (stage / "report.html").write_text(report, encoding="utf-8")
-            result.attribution.to_html(stage / "attribution.html")
+            save_attribution_page(stage / "attribution.html", result.attribution)
             (stage / "attribution.json").write_text(result.attribution.to_json(), encoding="utf-8")
             summary = json.dumps(result.summary(), indent=1)
             (stage / "summary.json").write_text(summary, encoding="utf-8")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import html
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,8 +55,15 @@ from rcstat.report.attribution_data import (
     validate,
 )
 from rcstat.report.attribution_style import DATA_ID, PALETTE, SCRIPT, STYLE, method_css
+from rcstat.report.html import write_atomic
 
-__all__ = ["BINS", "attribution_html", "attribution_page", "save_attribution_html"]
+__all__ = [
+    "BINS",
+    "attribution_html",
+    "attribution_page",
+    "save_attribution_html",
+    "save_attribution_page",
+]
 
 
 class AttributionLike(Protocol):
@@ -292,25 +298,32 @@ def save_attribution_html(
 ) -> Path:
     """Write :func:`attribution_html` to ``path`` atomically; ``options`` go to it unchanged.
 
-    The document is written to a temporary file in the same folder, then moved over
-    ``path`` with :func:`os.replace`, so a reader never sees a half-written page.
+    The document is written through :func:`rcstat.report.html.write_atomic`, so a reader never
+    sees a half-written page.
 
     Returns
     -------
     Path
         ``path``.
     """
-    document = attribution_html(tokens, panels, units, **options)
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(document)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(path, attribution_html(tokens, panels, units, **options))
+
+
+def save_attribution_page(
+    path: str | os.PathLike[str],
+    attribution: AttributionLike,
+    *,
+    unit: int = 0,
+    title: str = "rcstat attribution",
+) -> Path:
+    """Write :func:`attribution_page` of ``attribution`` to ``path`` atomically.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    return write_atomic(path, attribution_page(attribution, unit=unit, title=title))
 
 
 # --------------------------------------------------------------------------- rendering
