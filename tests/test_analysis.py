@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from rcstat.analysis import HeadAnalysis, analyze
+from rcstat.generation import stop_token_ids
 from rcstat.models import load_model
-from tests._reference import algorithm1, naive_expected_rc
+from tests._reference import algorithm1, eq6_block, naive_expected_rc
 from tests._tiny_models import reference_scores, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
@@ -98,6 +99,23 @@ def test_raw_mode_and_generation() -> None:
     generated = analyze(model, tok, prompt="Once upon a time", max_new_tokens=4)
     assert 1 <= generated.gen_len <= 4
     assert np.isfinite(generated.expected).all()
+    # recomputed: the ids by hand, a cache-free greedy continuation, eq. 6 by loops
+    prompt_ids = tok("Once upon a time")["input_ids"]
+    given_ids = prompt_ids + tok(" there was a cat.", add_special_tokens=False)["input_ids"]
+    stops = stop_token_ids(model, tok)
+    greedy_ids = list(prompt_ids)
+    with torch.no_grad():
+        for _ in range(4):
+            token = int(model(torch.tensor([greedy_ids])).logits[0, -1].argmax())
+            if token in stops:
+                break
+            greedy_ids.append(token)
+    m = len(prompt_ids)
+    for result, ids in ((given, given_ids), (generated, greedy_ids)):
+        assert (result.prompt_len, result.gen_len) == (m, len(ids) - m)
+        blocks = reference_scores(model, torch.tensor([ids]))  # [1, heads, T, T] per layer
+        want = [[eq6_block(b[0, h, m:].numpy(), m) for h in range(4)] for b in blocks]
+        np.testing.assert_allclose(result.expected, want, rtol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import pytest
 
 from rcstat import cli
 from rcstat.attribution import Attributor
+from rcstat.data import AttributionExample
 from rcstat.models import load_model
 from tests.test_data import _quotesum_record, _squad_doc, _write_json, _write_jsonl
 
@@ -144,9 +145,64 @@ def test_bench_attribution_on_a_quotesum_file(model_dir: Path, tmp_path: Path) -
     assert top12 == units[units["method"] == "all"]["predicted"].tolist()  # k = all heads
     assert (out / "accuracy_vs_k.png").read_bytes()[:4] == b"\x89PNG"
     assert "mean attention (all heads)" in (out / "table1.csv").read_text()
+    check_accuracy_from_units(out)
+    check_predictions_against_attributor(model_dir, data, out)
     lines = (out / "predictions.jsonl").read_text().splitlines()
     assert cli.main(args) == 0  # resumed: nothing recomputed
     assert (out / "predictions.jsonl").read_text().splitlines() == lines
+
+
+def check_accuracy_from_units(out: Path) -> None:
+    """accuracy.csv recomputed from units.csv by counting: per method and k, the share of
+    units whose predicted chunk is the gold one (none predicted: wrong), the unit and example
+    counts, and the chance level (the mean of 1 / chunks over the units)."""
+    units = pd.read_csv(out / "units.csv")
+    accuracy = pd.read_csv(out / "accuracy.csv")
+    assert len(accuracy) == len(units.groupby(["method", "k"]))
+    for row in accuracy.itertuples():
+        part = units[(units["method"] == row.method) & (units["k"] == row.k)]
+        pairs = zip(part["predicted"], part["gold"], strict=True)
+        hits = [p == p and int(p) == int(g) for p, g in pairs]  # NaN: no prediction
+        assert row.units == len(part) and row.examples == part["example"].nunique()
+        assert row.accuracy == pytest.approx(sum(hits) / len(hits), abs=1e-12)
+    per_unit = units.drop_duplicates(["example", "unit"])
+    chance = sum(1 / c for c in per_unit["chunks"]) / len(per_unit)
+    assert accuracy["chance"].tolist() == pytest.approx([chance] * len(accuracy), abs=1e-12)
+
+
+def check_predictions_against_attributor(
+    model_dir: Path, data: Path, out: Path, layout: str = "numbered"
+) -> None:
+    """units.csv's predicted chunks equal a direct :class:`Attributor` call per ranking and k
+    on the same prompt (``layout``), and the attention baseline's; examples the run left out
+    (too long) are skipped."""
+    from rcstat.data import load_dataset
+    from rcstat.evaluation.attribution_bench import render
+
+    units = pd.read_csv(out / "units.csv")
+    model, tokenizer = load_model(model_dir)
+    ranked = ("top", "bottom", "top_post_softmax", "bottom_post_softmax")
+    for example in load_dataset("quotesum", data):
+        assert isinstance(example, AttributionExample)
+        mine = units[units["example"] == example.id]
+        if mine.empty:
+            continue
+        context, spans = render(example, layout)
+        for method, k in [(m, k) for m in ranked for k in (1, 5)] + [("all", 12)]:
+            result = Attributor(model, tokenizer, top_k=k, head_ranking=method).attribute(  # type: ignore[arg-type]
+                context,
+                example.question,
+                example.answer,
+                spans=spans,
+                units=[(u.start, u.end) for u in example.units],
+            )
+            checked = [(method, result.attributed)]
+            if method == "all":  # the attention baseline, over every head too
+                checked.append(("attention", result.attention_scores()[1]))
+            for name, predicted in checked:
+                part = mine[(mine["method"] == name) & (mine["k"] == k)].sort_values("unit")
+                want = [np.nan if p is None else p for p in predicted]
+                assert part["predicted"].tolist() == pytest.approx(want, nan_ok=True), (name, k)
 
 
 def test_bench_attribution_refuses_a_qa_dataset(model_dir: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

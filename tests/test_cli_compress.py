@@ -6,8 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import DynamicCache
 
 from rcstat import cli
+from rcstat.models import load_model
+from rcstat.press.answer import split_context_question
+from rcstat.press.rcstat_press import RCStatPress
 
 pytestmark = pytest.mark.press
 
@@ -41,10 +46,40 @@ def test_compress_prints_answer_ratios_and_memory(
     assert "global 0.5" in out
     full, live = re.search(r"full ([\d.]+) KiB → live ([\d.]+) KiB", out).groups()  # type: ignore[union-attr]
     assert float(live) / float(full) == pytest.approx(0.5, abs=0.02)
+    # recomputed: the default target-ratio press in kvpress's masking mode, its evictions
+    # counted from the masks per layer and KV head; the full answer by a cache-free loop
+    model, tok = load_model(model_dir)
+    question = "Where did the cat sit?"
+    context_ids, question_ids = split_context_question(tok, context, question)
+    length = context_ids.shape[1]
+    with torch.no_grad(), RCStatPress(compression_ratio=0.5)(model):
+        model(context_ids, past_key_values=DynamicCache())
+    rows, kept = [], 0
+    for layer, block in enumerate(model.model.layers):
+        heads = block.self_attn.masked_key_indices[1]
+        evicted = [int((heads == kv).sum()) for kv in range(2)]
+        kept += 2 * length - sum(evicted)
+        shares = " ".join(f"{e / length:.2f}" for e in evicted)
+        rows.append(f"{layer} {sum(evicted) / (2 * length):.3f} {shares}")
+    assert " ".join(rows) in _flat(out.replace("│", " "))  # the table's rows, borders apart
+    entry = 2 * 16 * 4 / 1024  # KiB of one key and value: head_dim 16, float32
+    assert f"{length}-token context: full {3 * 2 * length * entry:.1f} KiB" in out
+    assert f"→ live {kept * entry:.1f} KiB ({kept / (3 * 2 * length):.1%}" in out
+    ids = torch.cat([context_ids, question_ids], dim=1)
+    with torch.no_grad():
+        for _ in range(3):
+            ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], dim=1)
+    full_answer = tok.decode(ids[0, -3:], skip_special_tokens=True)
+    assert f"answer (full cache) : {full_answer!r} [cut at the token limit]" in out
 
 
-def test_compress_needs_context_and_question(model_dir: Path) -> None:
+def test_compress_needs_context_and_question(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["compress", "--model", str(model_dir), "--question", "q?"]) == 2
+    printed = capsys.readouterr()
+    message = "error: compress needs --context (or --context-file) and --question"
+    assert _flat(printed.out + printed.err) == message  # refused before loading the model
 
 
 def test_compress_passes_the_gqa_rule_to_the_press(

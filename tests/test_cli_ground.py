@@ -379,6 +379,7 @@ def _check_faithbench_run(out: Path, items: int) -> None:
     report = json.loads((out / "report.json").read_text())
     assert report["items"] == items and report["errors"] == 0
     assert set(report["probe"]) == {"rc", "lookback"}
+    _check_metrics_from_rows(out)
 
 
 def test_bench_grounding_faithbench_format(model_dir, profiles, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -404,6 +405,35 @@ def test_bench_grounding_summarizes_a_small_run(model_dir, profiles, tmp_path) -
     args = ["--dataset", "faithbench", "--data", str(data), "--profile", str(profiles[0])]
     assert _bench(model_dir, out, *args) == 0
     assert "rcstat" in set(pd.read_csv(out / "metrics.csv")["method"])
+    _check_metrics_from_rows(out)
+
+
+def _check_metrics_from_rows(out: Path) -> None:
+    """metrics.csv recomputed from the row file: every method scored on both classes, its
+    count and its AUROC of ``-score`` for hallucination by counting pairs (ties ½)."""
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    rows = [row for row in rows if not row.get("error")]
+    scores: dict[str, list[tuple[float, bool]]] = {}
+    for row in rows:
+        named = {**row["scores"], **{f"stored:{k}": v for k, v in row["detectors"].items()}}
+        for method, value in named.items():
+            if value is not None and value == value:  # NaN: not scored
+                scores.setdefault(method, []).append((-float(value), bool(row["label"])))
+    want = {}
+    for method, pairs in scores.items():
+        positives = [v for v, label in pairs if label]
+        negatives = [v for v, label in pairs if not label]
+        if positives and negatives:
+            wins = sum((p > q) + 0.5 * (p == q) for p in positives for q in negatives)
+            want[method] = (len(pairs), wins / (len(positives) * len(negatives)))
+    metrics = pd.read_csv(out / "metrics.csv").set_index("method")
+    assert set(metrics.index) == set(want)
+    for method, (n, area) in want.items():
+        assert metrics.loc[method, "n"] == n
+        assert metrics.loc[method, "auroc"] == pytest.approx(area, abs=1e-12)
+        assert metrics.loc[method, "auroc_best_orientation"] == pytest.approx(max(area, 1 - area))
+    report = json.loads((out / "report.json").read_text())
+    assert report["items"] == len(rows) and report["positives"] == sum(r["label"] for r in rows)
 
 
 def _summary_length(item: tuple[str, dict[str, Any]]) -> int:

@@ -13,6 +13,7 @@ from rcstat import cli
 from rcstat.data import AttributionExample
 from rcstat.data.examples import AttributedSpan
 from rcstat.evaluation.attribution_bench import AttributionBench, by_length, render
+from tests.test_cli_attribute import check_accuracy_from_units, check_predictions_against_attributor
 from tests.test_data import _quotesum_record, _write_jsonl
 
 CHUNKS = ("In 1990 Red won the final.", "In 2000 Blue won the cup.", "Nothing here.")
@@ -91,6 +92,9 @@ def test_bench_attribution_layouts_and_max_tokens(model_dir: Path, tmp_path: Pat
     assert set(comparison["method"]) == {"top", "top_post_softmax"}
     assert {"low", "high", "win_share"} <= set(comparison.columns)
     assert set(pd.read_csv(numbered / "accuracy_by_length.csv")["bucket"]) == {"0-1000"}
+    for out, layout in ((numbered, "numbered"), (plain, "plain")):
+        check_accuracy_from_units(out)
+        check_predictions_against_attributor(model_dir, data, out, layout)
     # the layout is part of the run: resuming with another layout is refused
     assert (
         cli.main([*args, "--out", str(numbered), "--max-tokens", "120", "--layout", "plain"]) == 2
@@ -121,6 +125,7 @@ def test_bench_attribution_fixed_heads_span_score_and_question_first(
     for k in (1, 3):
         assert picks("top_fixed", k) == picks("top", k)
     assert picks("top_fixed", 12) == picks("all", 12)  # every head
+    check_accuracy_from_units(fixed)
     assert "top_fixed" in set(pd.read_csv(fixed / "comparison.csv")["method"])
     assert any("one set for the dataset" in r for r in pd.read_csv(fixed / "table1.csv")["row"])
     manifest = json.loads((fixed / "run.json").read_text())

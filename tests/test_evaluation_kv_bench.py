@@ -9,11 +9,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
+from transformers import DynamicCache
 
+from rcstat.analysis import analyze
 from rcstat.data import QAExample
 from rcstat.evaluation.kv_bench import KVBench, Setting, make_press, settings_grid
+from rcstat.press.answer import split_context_question
+from rcstat.press.rcstat_press import RCStatPress
 from rcstat.runs import RowFileError, RunMismatchError
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
@@ -143,6 +149,24 @@ def test_run_writes_results_and_resumes(tmp_path: Path) -> None:
         assert (tmp_path / "run" / name).exists(), name
     baseline = pd.read_csv(tmp_path / "run" / "toy_tiny_baseline_df.csv")
     assert list(baseline.columns) == ["method", "ratio", "ver_mean", "ver_std"]
+    # the summaries recomputed from the row file by plain Python and numpy
+    rows = [json.loads(line) for line in lines]
+    written = pd.read_csv(tmp_path / "run" / "summary.csv")
+    for method in ("knorm", "tova"):
+        mine = [r for r in rows if r["method"] == method]
+        got = written[written["method"] == method].iloc[0]
+        for column, field in (("ver", "ver"), ("ratio", "realized_ratio")):
+            values = np.array([r[field] for r in mine])
+            assert got[f"{column}_mean"] == pytest.approx(values.mean(), rel=1e-12)
+            assert got[f"{column}_std"] == pytest.approx(values.std(ddof=1), rel=1e-12)
+        for column in ("rouge1", "rougeL", "rougeL_vs_full"):
+            assert got[column] == pytest.approx(np.mean([r[column] for r in mine]), rel=1e-12)
+        assert got["examples"] == len({r["example"] for r in mine}) == 2
+        line = baseline[baseline["method"] == method].iloc[0]
+        assert (line["ratio"], line["ver_mean"], line["ver_std"]) == pytest.approx(
+            (0.5, got["ver_mean"], got["ver_std"]), rel=1e-12
+        )
+    assert len(written) == len(baseline) == 2
     # a second run finds everything done and adds nothing
     bench.run(tiny_model("llama"), make_tiny_tokenizer(), EXAMPLES)
     assert len((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()) == 4
@@ -151,11 +175,36 @@ def test_run_writes_results_and_resumes(tmp_path: Path) -> None:
 def test_head_scatter_on_a_tiny_model(tmp_path: Path) -> None:
     from rcstat.evaluation.head_scatter import head_scatter, plot_head_scatter
 
-    frame = head_scatter(tiny_model("llama"), make_tiny_tokenizer(), EXAMPLES, window=4)
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    frame = head_scatter(model, tok, EXAMPLES, window=4)
     assert list(frame.columns) == ["layer", "kv_head", "ratio", "rc", "rc_normalized"]
     assert len(frame) == 3 * 2  # layers × KV heads
     assert frame["ratio"].between(0, 1).all() and (frame["rc"] >= 0).all()
     assert -1 <= frame.attrs["spearman_rho"] <= 1 and frame.attrs["examples"] == 2
+    # recomputed by loops: the KV head's evicted share (from the masks kvpress applies) and
+    # its query heads' mean RC, averaged over the examples
+    want = {key: np.zeros((3, 2)) for key in ("ratio", "rc", "rc_normalized")}
+    for example in EXAMPLES:
+        result = analyze(
+            model, tok, context=example.context, question=example.question,
+            answer=example.answers[0], question_placement="generation",
+        )  # fmt: skip
+        context_ids, _ = split_context_question(tok, example.context, example.question)
+        with torch.no_grad(), RCStatPress(threshold=1.0, window_size=4)(model):
+            model(context_ids, past_key_values=DynamicCache())
+        for layer in range(3):
+            masked = model.model.layers[layer].self_attn.masked_key_indices
+            for kv in range(2):
+                evicted = 0 if masked is None else int((masked[1] == kv).sum())
+                want["ratio"][layer, kv] += evicted / context_ids.shape[1] / len(EXAMPLES)
+                for key, values in (("rc", result.expected), ("rc_normalized", result.normalized)):
+                    group = [float(values[layer, h]) for h in (2 * kv, 2 * kv + 1)]
+                    want[key][layer, kv] += sum(group) / 2 / len(EXAMPLES)
+    for key, values in want.items():
+        np.testing.assert_allclose(frame[key].to_numpy(), values.reshape(-1), rtol=1e-9)
+    assert list(frame["layer"]) == [0, 0, 1, 1, 2, 2] and list(frame["kv_head"]) == [0, 1] * 3
+    ranks = [pd.Series(frame[c]).rank().to_numpy() for c in ("rc", "ratio")]
+    assert frame.attrs["spearman_rho"] == pytest.approx(np.corrcoef(*ranks)[0, 1])
     plot_head_scatter(frame, tmp_path / "scatter.png")
     assert (tmp_path / "scatter.png").stat().st_size > 5000
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ from rcstat.press import RaggedCache
 from rcstat.press.rcstat_press import RCStatPress
 from tests._tiny_models import reference_scores, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
+from tests.test_data import _squad_doc, _write_json
 
 pytestmark = pytest.mark.press  # needs the rcstat[press] extra (kvpress)
 
@@ -112,9 +114,22 @@ def test_ver_alone_isolates_a_layer(diagnosis) -> None:  # type: ignore[no-untyp
     assert float(pooled.max() - pooled.min()) > 0
 
 
-def test_the_diagnosis_script_writes_its_tables(model_dir: Path, tmp_path: Path) -> None:
+def test_the_diagnosis_script_writes_its_tables(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script on a small SQuAD v2 file written here (it reads the named dataset from
+    ``../shared/data``, absent where the repository stands alone)."""
+    from benchmarks import press_diagnosis
     from benchmarks.press_diagnosis import main
 
+    squad = _write_json(tmp_path / "dev-v2.0.json", _squad_doc())
+    real = press_diagnosis.load_dataset
+
+    def from_the_fixture(name: str, path: Any, **options: Any) -> Any:
+        assert (name, path) == ("squad_v2", None)  # what the script asks for
+        return real(name, squad, **options)
+
+    monkeypatch.setattr(press_diagnosis, "load_dataset", from_the_fixture)
     out = tmp_path / "diag"
     argv = ["--model", str(model_dir), "--dataset", "squad_v2", "--n", "2", "--ratio", "0.5"]
     assert main([*argv, "--presses", "rcstat,rcstat:mean,tova", "--out", str(out)]) == 0

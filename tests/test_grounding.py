@@ -688,6 +688,20 @@ def test_build_profile_runs_on_a_model_with_few_heads(tiny) -> None:  # type: ig
     model, tok = tiny
     profile = build_profile(model, tok, EXAMPLES[:1], max_new_tokens=2)
     assert profile.shape == (LAYERS, HEADS)
+    # recomputed: one answer's mean features, its top quarter of the 12 heads (3, best
+    # first), and a threshold that is that answer's own score (the quantile of one value)
+    example = EXAMPLES[0]
+    answer = _greedy_answer(model, tok, example.context, example.question, 2)
+    measured = Measurer(model, tok).measure(example.context, answer, example.question)
+    values = measured.features[0].mean(-1)
+    np.testing.assert_allclose(profile.values, values, rtol=1e-6)
+    flat = [float(v) for v in values.ravel()]
+    best = sorted(range(len(flat)), key=lambda i: (-flat[i], i))[:3]
+    assert profile.heads().tolist() == best
+    provisional = HeadProfile("x", values, threshold=0.0, quantile=0.5)
+    score = Grounder(model, tok, profile=provisional, top_k=TOP_K).score(measured).score
+    assert profile.threshold == pytest.approx(score, rel=1e-9)
+    assert profile.source["examples"] == profile.source["answers"] == 1
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -27,11 +27,13 @@ import pytest
 import torch
 from scipy.stats import mannwhitneyu, spearmanr
 
+import rcstat.generation
 import rcstat.heads
 from rcstat import cli
 from rcstat.analysis import analyze
 from rcstat.cli._common import console
 from rcstat.data import AttributedSpan, AttributionExample, DatasetFormatError, QAExample
+from rcstat.defaults import DEFAULT_TAU
 from rcstat.heads import (
     Comparison,
     HeadSummary,
@@ -303,7 +305,7 @@ def test_collect_recomputes_a_changed_example(
 
 
 def test_collect_records_whether_a_generated_answer_finished(
-    model_tok: tuple[Any, Any], tmp_path: Path
+    model_tok: tuple[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, tok = model_tok
     example = JsonlExample("gen", "The dog slept in the garden.", "Where did it sleep?")
@@ -312,6 +314,25 @@ def test_collect_records_whether_a_generated_answer_finished(
                      question_placement="generation", max_new_tokens=2)  # fmt: skip
     assert direct.generation_finished is not None
     assert _log(tmp_path).loc[0, "finished"] == str(direct.generation_finished)
+    # recomputed: a cache-free greedy loop over the chat prompt; the tiny model's first two
+    # tokens end nothing (cut at the limit), and with its second token made the stop token
+    # the answer finishes after one token
+    message = [{"role": "user", "content": f"{example.context}\n\n{example.question}"}]
+    ids = tok.apply_chat_template(message, add_generation_prompt=True, return_tensors="pt")
+    ids = ids if isinstance(ids, torch.Tensor) else ids["input_ids"]
+    greedy = []
+    with torch.no_grad():
+        for _ in range(2):
+            greedy.append(int(model(ids).logits[0, -1].argmax()))
+            ids = torch.cat([ids, torch.tensor([greedy[-1:]])], dim=1)
+    stops = rcstat.generation.stop_token_ids(model, tok)
+    assert not stops & set(greedy) and direct.generation_finished is False
+    log = _log(tmp_path).loc[0]
+    assert (log["finished"], int(log["gen_len"])) == ("False", direct.gen_len)
+    monkeypatch.setattr(rcstat.generation, "stop_token_ids", lambda *_: frozenset(greedy[1:]))
+    collect(model, tok, [example], out=tmp_path / "stopped", progress=False, max_new_tokens=2)
+    stopped = _log(tmp_path / "stopped").loc[0]
+    assert (stopped["finished"], int(stopped["gen_len"])) == ("True", direct.gen_len - 1)
 
 
 def test_collect_refuses_a_folder_of_another_model_or_setting(
@@ -608,6 +629,31 @@ def _cli(console_file: io.StringIO, *argv: str) -> int:
         console.width = width
 
 
+def _check_summary_from_rows(out: Path, statistic: str, tau: float) -> None:
+    """percentiles.csv, counts.csv and summary.json recomputed from the row file heads.csv by
+    pandas' own quantiles: per head the percentiles and mean over examples, ranked by median
+    (ties by layer and head); per example the heads above ``tau`` and above the pooled p95."""
+    rows = pd.read_csv(out / "heads.csv")
+    quantiles = {"min": 0, "p5": 0.05, "p25": 0.25, "p50": 0.5, "p75": 0.75, "p95": 0.95, "max": 1}
+    by_head = rows.groupby(["layer", "head"])[statistic]
+    want = pd.DataFrame({name: by_head.quantile(q) for name, q in quantiles.items()})
+    want["mean"] = by_head.mean()
+    want = want.reset_index().sort_values(["p50", "layer", "head"], ascending=[False, True, True])
+    got = pd.read_csv(out / "percentiles.csv")
+    assert got["rank"].tolist() == list(range(1, len(want) + 1))
+    assert got[["layer", "head"]].values.tolist() == want[["layer", "head"]].values.tolist()
+    for column in [*quantiles, "mean"]:
+        np.testing.assert_allclose(got[column], want[column], rtol=1e-6, err_msg=column)  # float32
+    p95 = rows[statistic].quantile(0.95)
+    counts = pd.read_csv(out / "counts.csv").set_index("example")
+    for example, part in rows.groupby("example"):
+        assert counts.loc[example, "above_tau"] == int((part[statistic] > tau).sum())
+        assert counts.loc[example, "above_p95"] == int((part[statistic] > p95).sum())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_examples"] == rows["example"].nunique() == len(counts)
+    assert summary["p95"] == pytest.approx(p95, rel=1e-6)
+
+
 def test_cli_collect_and_compare_write_all_files(model_dir: Path, tmp_path: Path) -> None:
     data = _write_jsonl(
         tmp_path / "mine.jsonl",
@@ -638,6 +684,7 @@ def test_cli_collect_and_compare_write_all_files(model_dir: Path, tmp_path: Path
     summary = json.loads((run_a / "summary.json").read_text())
     assert summary["n_examples"] == 2 and len(summary["percentiles"]) == LAYERS * HEADS
     assert pd.read_csv(run_a / "percentiles.csv").shape[0] == LAYERS * HEADS
+    _check_summary_from_rows(run_a, statistic="upper", tau=DEFAULT_TAU)
     # Resuming retries the failed example "b" unless --no-retry-failed (it fails again).
     log = (run_a / "examples.csv").read_bytes()
     again = ["--dataset", "jsonl", "--data", str(data), "--out", str(run_a), *common]
@@ -650,6 +697,7 @@ def test_cli_collect_and_compare_write_all_files(model_dir: Path, tmp_path: Path
     assert _cli(io.StringIO(), "--dataset", "qmsum", "--data", str(qmsum), "--context", "relevant",
                 "--out", str(run_b), *common) == 0  # fmt: skip
     assert read_heads(run_b)["example"].nunique() == 3  # 1 general + 2 specific queries
+    _check_summary_from_rows(run_b, statistic="upper", tau=DEFAULT_TAU)
 
     printed = io.StringIO()
     assert _cli(printed, "--compare", str(run_a), str(run_b), "--labels", "mine,qmsum",

@@ -10,22 +10,10 @@ import torch
 from transformers import DynamicCache
 
 from rcstat.press.rcstat_press import RCStatPress, relative_scores
-from tests._reference import algorithm1, naive_expected_rc
+from tests._reference import eq9_relative
 from tests._tiny_models import reference_scores, tiny_model
 
 pytestmark = pytest.mark.press  # needs the rcstat[press] extra (kvpress)
-
-
-def _naive_normalized(scores: np.ndarray, window: int, score: str = "expected") -> np.ndarray:
-    """s_i / θ for one head by loops; ``scores[j, i]`` = query j of the window, key i."""
-    length = scores.shape[1]
-    y = np.array([scores[q, length - window + k] for q in range(window) for k in range(q + 1)])
-    if score == "expected":
-        s = np.array([naive_expected_rc(scores[:, i], y) for i in range(length - window)])
-    else:  # the paper's Algorithm 1 for the upper bound A
-        s = np.array([algorithm1(scores[:, i], y, "upper") for i in range(length - window)])
-    theta = s.mean()
-    return s / theta if theta > 0 else np.zeros_like(s)
 
 
 @pytest.mark.parametrize("score", ["expected", "upper"])
@@ -35,7 +23,7 @@ def test_relative_scores_equal_brute_force(window: int, score: str) -> None:
     scores = torch.randn(1, 3, window, 40, generator=gen, dtype=torch.float64) * 5
     got = relative_scores(scores, score)  # type: ignore[arg-type]
     for head in range(3):
-        want = _naive_normalized(scores[0, head].numpy(), window, score)
+        want = eq9_relative(scores[0, head].numpy(), window, score)
         np.testing.assert_allclose(got[0, head].numpy(), want, rtol=1e-9, atol=1e-12)
 
 
@@ -59,7 +47,7 @@ def test_keep_masks_follow_eq9_with_the_gqa_rule(arch: str, rule: str) -> None:
     length, window, group = ids.shape[1], 8, 2
     for layer, block in enumerate(blocks):
         rows = block[0, :, length - window :, :].numpy()  # [heads, w, T]
-        normalized = np.stack([_naive_normalized(rows[h], window) for h in range(4)])
+        normalized = np.stack([eq9_relative(rows[h], window) for h in range(4)])
         grouped = normalized.reshape(2, group, -1)  # [kv_heads, group, T - w]
         keep = (grouped > 1.0).any(axis=1) if rule == "max" else grouped.mean(axis=1) > 1.0
         np.testing.assert_array_equal(press.kept[layer][0].numpy(), keep.sum(-1) + window)
@@ -134,7 +122,7 @@ def _naive_layer_scores(
     out = []
     for block in reference_scores(model, ids):  # [1, heads, T, T]
         rows = block[0, :, ids.shape[1] - window :, :].numpy()
-        normalized = np.stack([_naive_normalized(r, window, score) for r in rows])
+        normalized = np.stack([eq9_relative(r, window, score) for r in rows])
         out.append(normalized.reshape(2, 2, -1).max(axis=1))
     return np.stack(out)
 

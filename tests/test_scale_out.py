@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -109,6 +108,38 @@ def _rank(args: list[str], rank: int, world: int) -> subprocess.Popen[str]:
     )
 
 
+#: A rank that dies by SIGKILL when it starts analysing example ``KILL_AT + 1`` of its part:
+#: killed mid-run at a known point, whatever the machine's speed or load.
+_KILLED_AT_SCRIPT = """
+import os, signal, sys
+import rcstat.heads.collection as collection
+from rcstat.cli import main
+
+real, calls, kill_at = collection.analyze, [], int(os.environ["KILL_AT"])
+
+def analyze(*args, **kwargs):
+    calls.append(1)
+    if len(calls) > kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args, **kwargs)
+
+collection.analyze = analyze
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _rank_killed_at(args: list[str], rank: int, world: int, kill_at: int) -> subprocess.Popen[str]:
+    """:func:`_rank`, but the process kills itself (SIGKILL) after ``kill_at`` examples."""
+    env = _env(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    return subprocess.Popen(
+        [sys.executable, "-c", _KILLED_AT_SCRIPT, *args],
+        env={**env, "LOCAL_WORLD_SIZE": str(world), "KILL_AT": str(kill_at)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def _lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.is_file() else 0
 
@@ -119,15 +150,12 @@ def test_a_killed_rank_resumes_without_duplicates_or_gaps(model_dir: Path, tmp_p
     _cli(*args, "--out", str(tmp_path / "one"))
     out = tmp_path / "dp"
     run = [*args, "--out", str(out)]
-    first, second = _rank(run, 0, 2), _rank(run, 1, 2)
+    first, second = _rank(run, 0, 2), _rank_killed_at(run, 1, 2, kill_at=3)
     log = out / "parts" / "1-of-2" / "examples.csv"
-    deadline = time.monotonic() + 300
-    while _lines(log) < 3 and second.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    second.send_signal(signal.SIGKILL)
-    second.wait()
+    output, _ = second.communicate(timeout=300)
+    assert second.returncode == -signal.SIGKILL, output
     done = _lines(log) - 1
-    assert 2 <= done < 8, "rank 1 was not killed mid-run"
+    assert done == 3, "rank 1 was not killed mid-run, after its third example"
     with (out / "parts" / "1-of-2" / "heads.csv").open("a") as cut:  # a write cut short
         cut.write("ex99,0,1,0.5")
     output, _ = first.communicate(timeout=300)
