@@ -41,14 +41,16 @@ from rcstat.heads import (
     collect,
     compare,
     load_jsonl,
+    read_heads,
+    summarize,
+)
+from rcstat.report.heads_plots import (
     plot_comparison,
     plot_head_distributions,
     plot_median_heatmap,
     plot_percentile_bands,
-    read_heads,
-    save_figure,
-    summarize,
 )
+from rcstat.report.plots import save_figure
 from rcstat.runs import RunMismatchError
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer

@@ -309,12 +309,12 @@ def part_done(out: Path, shard: Shard) -> str:
 def summarize_run(out: Path, settings: dict[str, Any]) -> int:
     """Summarise and plot the whole ``heads.csv`` of ``out`` (a run or a merged run)."""
     from rcstat.heads.collection import read_heads
-    from rcstat.heads.plots import (
+    from rcstat.heads.summary import summarize
+    from rcstat.report.heads_plots import (
         plot_head_distributions,
         plot_median_heatmap,
         plot_percentile_bands,
     )
-    from rcstat.heads.summary import summarize
     from rcstat.report.plots import save_figure
 
     statistic, tau, top = settings["statistic"], settings["tau"], settings["top"]
@@ -346,7 +346,7 @@ def summarize_run(out: Path, settings: dict[str, Any]) -> int:
 def _run_compare(args: HeadsArgs) -> int:
     from rcstat.heads.collection import read_heads
     from rcstat.heads.comparison import compare
-    from rcstat.heads.plots import plot_comparison
+    from rcstat.report.heads_plots import plot_comparison
     from rcstat.report.plots import save_figure
 
     assert args.compare is not None and args.labels is not None

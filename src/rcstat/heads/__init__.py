@@ -4,8 +4,8 @@
 dataset into a long table (one row per example, layer and head),
 ``rcstat.heads.summarize(frame)`` gives each head's distribution over the examples, the head
 counts, the layer-depth profile and the ranking stability, and ``rcstat.heads.compare(a, b)``
-tests whether one dataset recruits more high-RC heads than another. The ``plot_*`` functions
-draw the figures; :mod:`rcstat.heads.command` is the ``rcstat heads`` sub-command.
+tests whether one dataset recruits more high-RC heads than another. The figures are drawn by
+:mod:`rcstat.report.heads_plots` (``plot_percentile_bands(summary)`` and the others).
 
 Names are resolved lazily (PEP 562): importing ``rcstat.heads`` (or the CLI module) does not
 import torch or transformers. ``rcstat.heads.collect`` is the *function*; the module of the
@@ -20,14 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rcstat.heads.collection import JsonlExample, collect, load_jsonl, read_heads
     from rcstat.heads.comparison import Comparison, MannWhitney, compare
-    from rcstat.heads.plots import (
-        plot_comparison,
-        plot_head_distributions,
-        plot_median_heatmap,
-        plot_percentile_bands,
-    )
     from rcstat.heads.summary import HeadSummary, summarize
-    from rcstat.report.plots import save_figure
 
 __all__ = [
     "Comparison",
@@ -37,12 +30,7 @@ __all__ = [
     "collect",
     "compare",
     "load_jsonl",
-    "plot_comparison",
-    "plot_head_distributions",
-    "plot_median_heatmap",
-    "plot_percentile_bands",
     "read_heads",
-    "save_figure",
     "summarize",
 ]
 
@@ -52,16 +40,6 @@ _HOMES = {
     ),
     **dict.fromkeys(("HeadSummary", "summarize"), "rcstat.heads.summary"),
     **dict.fromkeys(("Comparison", "MannWhitney", "compare"), "rcstat.heads.comparison"),
-    **dict.fromkeys(
-        (
-            "plot_comparison",
-            "plot_head_distributions",
-            "plot_median_heatmap",
-            "plot_percentile_bands",
-        ),
-        "rcstat.heads.plots",
-    ),
-    "save_figure": "rcstat.report.plots",
 }
 
 

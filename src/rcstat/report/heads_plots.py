@@ -2,22 +2,82 @@
 
 Every function builds a :class:`matplotlib.figure.Figure` on an Agg canvas directly (no
 pyplot state, nothing shown, safe in scripts and threads) and returns it;
-:func:`rcstat.report.plots.save_figure` writes a PNG. matplotlib is imported inside the
+:func:`rcstat.report.plots.save_figure` writes a PNG. They read the results through the
+protocols below, so this module imports no application. matplotlib is imported inside the
 functions, so importing this module is free.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 
+from rcstat.report.plots import heatmap
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from rcstat.heads.comparison import Comparison
-    from rcstat.heads.summary import HeadSummary
+
+class HeadSummary(Protocol):
+    """What the figures read of a head summary (``rcstat.heads.HeadSummary``)."""
+
+    @property
+    def percentiles(self) -> pd.DataFrame: ...  # one row per head, heads ordered by median
+    @property
+    def median(self) -> np.ndarray: ...  # [layers, heads]
+    @property
+    def statistic(self) -> str: ...
+    @property
+    def tau(self) -> float: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_examples(self) -> int: ...
+
+
+class _MannWhitney(Protocol):
+    @property
+    def u(self) -> float: ...
+    @property
+    def p_value(self) -> float: ...
+    @property
+    def effect(self) -> float: ...
+
+
+class _Ranked(Protocol):
+    @property
+    def top_n(self) -> int: ...
+    @property
+    def mean_depth(self) -> float: ...
+
+
+class Comparison(Protocol):
+    """What :func:`plot_comparison` reads of ``rcstat.heads.Comparison``."""
+
+    @property
+    def labels(self) -> tuple[str, str]: ...
+    @property
+    def counts(self) -> pd.DataFrame: ...
+    @property
+    def tests(self) -> Mapping[str, _MannWhitney]: ...
+    @property
+    def tau(self) -> float: ...
+    @property
+    def common_threshold(self) -> float: ...
+    @property
+    def statistic(self) -> str: ...
+    @property
+    def a(self) -> _Ranked: ...
+    @property
+    def b(self) -> _Ranked: ...
+
+    def layer_profiles(self) -> pd.DataFrame: ...
+
 
 __all__ = [
     "plot_comparison",
@@ -210,7 +270,6 @@ def plot_percentile_bands(
 
 def plot_median_heatmap(summary: HeadSummary, *, title: str | None = None) -> Figure:
     """Layers × heads heatmap of each head's median over the examples."""
-    from rcstat.report.plots import heatmap
 
     layers, heads = summary.median.shape
     fig = _figure((max(4.0, 0.35 * heads + 2), max(3.0, 0.22 * layers + 1)))
