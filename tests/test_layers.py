@@ -22,8 +22,7 @@ PACKAGE = SRC / "rcstat"
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"defaults", "checks"}),
     frozenset({"stats", "report"}),
-    frozenset({"segments", "models", "data", "runs", "shards"}),
-    frozenset({"merge"}),
+    frozenset({"segments", "models", "data", "runs"}),
     frozenset({"capture"}),
     frozenset({"generation"}),
     frozenset({"analysis", "press", "attribution"}),

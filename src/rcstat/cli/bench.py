@@ -40,7 +40,7 @@ from rcstat.cli._common import (
     step,
 )
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
-from rcstat.shards import Shard
+from rcstat.runs.shards import Shard
 
 NAME = "bench"
 _KV_PRESSES = "rcstat,knorm,snapkv,streaming_llm,tova,adakv_snapkv"
@@ -314,8 +314,8 @@ def run_kv(args: BenchKVArgs) -> int:
     from rcstat.data import QAExample, load_dataset
     from rcstat.evaluation.head_scatter import head_scatter
     from rcstat.evaluation.kv_bench import KVBench, settings_grid
-    from rcstat.merge import part_folder
     from rcstat.runs import model_label
+    from rcstat.runs.parts import part_folder
 
     grid = settings_grid(
         args.presses,
@@ -413,7 +413,7 @@ def summarize_kv(out: Path, settings: dict[str, Any], scatter: Any = None) -> in
     ``scatter`` (the head scatter) is read from shard 0's part when not given."""
     from rcstat.evaluation.head_scatter import plot_head_scatter, with_spearman
     from rcstat.evaluation.kv_bench import KVBench
-    from rcstat.merge import read_parts
+    from rcstat.runs.parts import read_parts
 
     if scatter is None and settings["scatter_examples"]:
         import pandas as pd

@@ -45,7 +45,7 @@ from rcstat.defaults import DEFAULT_TAU
 
 if TYPE_CHECKING:
     from rcstat.heads.summary import Comparison, HeadSummary
-    from rcstat.shards import Shard
+    from rcstat.runs.shards import Shard
 
 __all__ = ["DATASET_CHOICES", "HeadsArgs", "from_namespace", "register", "run"]
 

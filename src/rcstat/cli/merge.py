@@ -98,8 +98,8 @@ def run(args: MergeArgs) -> int:
     """Merge, summarise, and say what is missing when the merge is partial."""
     import json
 
-    from rcstat.merge import merge_parts, read_parts
-    from rcstat.runs import MANIFEST_FILE
+    from rcstat.runs.manifest import MANIFEST_FILE
+    from rcstat.runs.parts import merge_parts, read_parts
 
     parts = read_parts(args.run, count=args.shards)
     manifest = json.loads((parts[0].folder / MANIFEST_FILE).read_text(encoding="utf-8"))

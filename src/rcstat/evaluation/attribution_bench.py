@@ -58,7 +58,6 @@ import pandas as pd
 from rcstat.attribution import Attribution, Attributor, consensus_heads
 from rcstat.data import AttributionExample
 from rcstat.evaluation.paired import paired_difference
-from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
 from rcstat.runs import (
@@ -71,7 +70,9 @@ from rcstat.runs import (
     read_jsonl,
     resume_jsonl,
 )
-from rcstat.shards import Shard
+from rcstat.runs.parts import RunFiles, merge_if_last, start_part
+from rcstat.runs.rows import RowFile
+from rcstat.runs.shards import Shard
 
 __all__ = [
     "LAYOUTS",

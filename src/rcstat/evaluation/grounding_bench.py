@@ -53,7 +53,6 @@ from rcstat.grounding.grounder import (
 )
 from rcstat.grounding.probe import GroundingProbe, cross_validate
 from rcstat.grounding.score import aggregate, token_scores
-from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
 from rcstat.runs import (
@@ -66,7 +65,9 @@ from rcstat.runs import (
     read_jsonl,
     resume_jsonl,
 )
-from rcstat.shards import Shard
+from rcstat.runs.parts import RunFiles, merge_if_last, start_part
+from rcstat.runs.rows import RowFile
+from rcstat.runs.shards import Shard
 
 __all__ = [
     "BASELINES",

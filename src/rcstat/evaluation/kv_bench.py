@@ -30,7 +30,6 @@ import pandas as pd
 from rcstat.data import QAExample
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
-from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.press.registry import make_press as build_press
 from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
@@ -44,7 +43,9 @@ from rcstat.runs import (
     read_jsonl,
     resume_jsonl,
 )
-from rcstat.shards import Shard
+from rcstat.runs.parts import RunFiles, merge_if_last, start_part
+from rcstat.runs.rows import RowFile
+from rcstat.runs.shards import Shard
 
 #: The kind of run recorded in the manifest.
 KIND = "bench kv"

@@ -41,7 +41,6 @@ from rcstat.analysis import analyze
 from rcstat.capture import attention_layout
 from rcstat.data import AttributionExample, QAExample
 from rcstat.data.records import check_limit, iter_jsonl
-from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.report.console import progress as show_progress
 from rcstat.runs import (
     MANIFEST_FILE,
@@ -56,7 +55,9 @@ from rcstat.runs import (
     resume_plan,
     write_csv_rows,
 )
-from rcstat.shards import Shard
+from rcstat.runs.parts import RunFiles, merge_if_last, start_part
+from rcstat.runs.rows import RowFile
+from rcstat.runs.shards import Shard
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
