@@ -96,13 +96,14 @@ def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:
     and the pooled budget with a target ratio, the any-head rule with a threshold."""
     import argparse
 
-    from rcstat.cli.bench import BenchKVArgs, register
+    from rcstat.cli.bench import register
+    from rcstat.cli.bench.kv import from_namespace
     from rcstat.evaluation.kv_bench import settings_grid
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
     ns = parser.parse_args(["bench", "kv", "--presses", "rcstat", "--thresholds", "1.0"])
-    args = BenchKVArgs.from_namespace(ns)
+    args = from_namespace(ns)
     grid = settings_grid(
         args.presses, args.ratios, args.thresholds, args.windows, args.groups,
         scores=args.scores, budgets=args.budgets, floor=args.floor, sinks=args.sinks,
@@ -112,7 +113,7 @@ def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:
     assert target and all((s.group, s.budget) == ("mean", "pooled") for s in target)
     assert threshold and all(s.group == "max" for s in threshold)
     ns = parser.parse_args(["bench", "kv", "--presses", "rcstat", "--group", "max,mean"])
-    assert BenchKVArgs.from_namespace(ns).groups == ["max", "mean"]
+    assert from_namespace(ns).groups == ["max", "mean"]
 
 
 def test_bench_kv_qmsum_window_cuts_each_meeting_to_fit(model_dir: Path, tmp_path: Path) -> None:

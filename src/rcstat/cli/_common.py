@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from rcstat.checks import check_count, check_number
+from rcstat.checks import float_list as float_list  # the options' checks, shared with the API
+from rcstat.checks import int_list as int_list
+from rcstat.checks import optional_count as optional_count
+from rcstat.checks import split_list as split_list
 from rcstat.defaults import DEFAULT_MODEL_NAME
 from rcstat.runs.devices import DEVICE_MAPS, DTYPES, Devices
 from rcstat.runs.folder import OUTPUT_MARKER as OUTPUT_MARKER  # the commands' output safety
@@ -101,15 +104,23 @@ def shard_from_namespace(ns: argparse.Namespace) -> Shard:
     return parse_shard(text) if text is not None else detect_shard()
 
 
-def check_run_options(out: Path, kind: str, options: dict[str, Any], shard: Shard | None) -> None:
-    """Refuse, before the model loads, a run folder — or this shard's part of it — made with
-    other options (:func:`rcstat.runs.manifest.check_options`)."""
-    from rcstat.runs.manifest import check_options
-    from rcstat.runs.parts import part_folder
+def add_run_options(
+    parser: argparse.ArgumentParser, *, items: str = "items", redo: str = "running them again"
+) -> None:
+    """``--no-retry-failed`` and ``--shard`` (every dataset job is a resumable run)."""
+    parser.add_argument(
+        "--no-retry-failed",
+        dest="retry_failed",
+        action="store_false",
+        help=f"when resuming, skip the {items} that failed instead of {redo}",
+    )
+    add_shard_option(parser)
 
-    check_options(out, kind, options)
-    if shard is not None and shard.split:
-        check_options(part_folder(out, shard), kind, options)
+
+def devices_and_shard(ns: argparse.Namespace) -> tuple[Devices, Shard]:
+    """The checked device plan and shard of a dataset job's process (its own GPUs)."""
+    shard = shard_from_namespace(ns)
+    return Devices.from_namespace(ns).for_shard(shard), shard
 
 
 def add_text_options(parser: argparse.ArgumentParser, names: Sequence[tuple[str, str]]) -> None:
@@ -247,45 +258,6 @@ def read_file_option(option: str, path: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"cannot read {option} {path}: {err}") from err
-
-
-def optional_count(option: str, value: int | None, *, low: int = 1) -> int | None:
-    """``None`` or a checked count."""
-    return None if value is None else check_count(option, value, low=low)
-
-
-def split_list(text: str) -> list[str]:
-    """``"a,b,,c"`` → ``["a", "b", "c"]`` (argparse type of list options)."""
-    return [v.strip() for v in text.split(",") if v.strip()]
-
-
-def float_list(option: str, values: Sequence[str], **bounds: Any) -> list[float]:
-    """Comma-separated numbers of ``option``, each checked; an empty list is an error."""
-    return _checked_list(
-        option, values, float, "a number", lambda v: check_number(option, v, **bounds)
-    )
-
-
-def int_list(option: str, values: Sequence[str], *, low: int = 1) -> list[int]:
-    """Comma-separated integers of ``option``, each ``>= low``."""
-    return _checked_list(
-        option, values, int, "an integer", lambda v: check_count(option, v, low=low)
-    )
-
-
-def _checked_list(
-    option: str, values: Sequence[str], parse: Any, what: str, check: Any
-) -> list[Any]:
-    if not values:
-        raise ValueError(f"{option} needs at least one value")
-    out = []
-    for value in values:
-        try:
-            parsed = parse(value)
-        except ValueError as err:
-            raise ValueError(f"{option}: {value!r} is not {what}") from err
-        out.append(check(parsed))
-    return out
 
 
 @contextmanager

@@ -5,7 +5,8 @@ dataset into a long table (one row per example, layer and head),
 ``rcstat.heads.summarize(frame)`` gives each head's distribution over the examples, the head
 counts, the layer-depth profile and the ranking stability, and ``rcstat.heads.compare(a, b)``
 tests whether one dataset recruits more high-RC heads than another. The ``plot_*`` functions
-draw the figures; :mod:`rcstat.heads.command` is the ``rcstat heads`` sub-command.
+draw the figures. :class:`HeadsConfig` with :func:`rcstat.heads.run.run` is ``rcstat heads``
+as a library call (:mod:`rcstat.heads.run`).
 
 Names are resolved lazily (PEP 562): importing ``rcstat.heads`` (or the CLI module) does not
 import torch or transformers. ``rcstat.heads.collect`` is the *function*; the module of the
@@ -25,12 +26,16 @@ if TYPE_CHECKING:
         plot_median_heatmap,
         plot_percentile_bands,
     )
+    from rcstat.heads.results import HeadsResult
+    from rcstat.heads.run import HeadsConfig
     from rcstat.heads.summary import Comparison, HeadSummary, MannWhitney, compare, summarize
     from rcstat.report.plots import save_figure
 
 __all__ = [
     "Comparison",
     "HeadSummary",
+    "HeadsConfig",
+    "HeadsResult",
     "JsonlExample",
     "MannWhitney",
     "collect",
@@ -63,6 +68,8 @@ _HOMES = {
         "rcstat.heads.plots",
     ),
     "save_figure": "rcstat.report.plots",
+    "HeadsConfig": "rcstat.heads.run",
+    "HeadsResult": "rcstat.heads.results",
 }
 
 

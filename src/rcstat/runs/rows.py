@@ -266,10 +266,12 @@ class RowFile:
             write_csv_rows(path, self.columns, rows)
 
     def read_for_resume(self, folder: Path) -> list[dict[str, Any]]:
-        """The rows in ``folder``, a line cut by an interruption removed from the file."""
+        """The rows in ``folder``, a line cut by an interruption removed from the file (for
+        CSV: first a last line without its newline, then a last record cut short)."""
         path = folder / self.name
         if self.columns is None:
             return read_jsonl(path)
+        drop_cut_last_line(path)
         return list(read_csv_rows(path, self.columns))
 
     def append(self, folder: Path, rows: Sequence[Mapping[str, Any]]) -> None:
