@@ -23,9 +23,9 @@ from rcstat.data.registry import DATASETS, canonical_name
 from rcstat.defaults import DEFAULT_TAU
 from rcstat.heads.results import HeadsResult, compare_runs, summarize_run
 from rcstat.runs.devices import Devices
-from rcstat.runs.folder import check_output_folder, claim_output_folder
-from rcstat.runs.manifest import check_options, model_label
-from rcstat.runs.parts import part_folder
+from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.job import check_run_folder
+from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
 if TYPE_CHECKING:
@@ -162,11 +162,8 @@ def run(
     from rcstat.heads.collection import collect
 
     out = config.out
-    check_output_folder(out, COMMAND)
     compared = {**config.run_options(), "max_new_tokens": config.max_new_tokens}
-    check_options(out, COMMAND, compared)
-    if config.shard.split:
-        check_options(part_folder(out, config.shard), COMMAND, compared)
+    check_run_folder(out, COMMAND, compared, config.shard)
     examples = _examples(config)
     if not examples:
         raise ValueError(f"no examples in {config.dataset} ({config.data or 'default slice'})")

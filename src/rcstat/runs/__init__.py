@@ -23,7 +23,7 @@ from rcstat.runs.folder import (
     claim_output_folder,
     staged_output,
 )
-from rcstat.runs.job import JOBS, Item, Job, JobRun, job_kind, run_job
+from rcstat.runs.job import JOBS, Item, Job, JobRun, check_run_folder, job_kind, run_job
 from rcstat.runs.manifest import (
     MANIFEST_FILE,
     RunManifest,
@@ -60,7 +60,6 @@ from rcstat.runs.rows import (
     read_csv_rows,
     read_jsonl,
     replace_file,
-    resume_jsonl,
     resume_plan,
     write_csv_rows,
     write_json,
@@ -94,6 +93,7 @@ __all__ = [
     "append_jsonl",
     "check_options",
     "check_output_folder",
+    "check_run_folder",
     "claim_output_folder",
     "content_hash",
     "describe_model",
@@ -113,7 +113,6 @@ __all__ = [
     "read_jsonl",
     "read_parts",
     "replace_file",
-    "resume_jsonl",
     "resume_plan",
     "run_job",
     "staged_output",

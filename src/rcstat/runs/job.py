@@ -36,12 +36,22 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rcstat.report.console import progress as show_progress
-from rcstat.runs.manifest import RunManifest, open_run
-from rcstat.runs.parts import RunFiles, merge_if_last, start_part
+from rcstat.runs.folder import check_output_folder
+from rcstat.runs.manifest import RunManifest, check_options, open_run
+from rcstat.runs.parts import RunFiles, merge_if_last, part_folder, start_part
 from rcstat.runs.rows import RowFile, resume_plan
 from rcstat.runs.shards import Shard
 
-__all__ = ["JOBS", "Item", "Job", "JobRun", "job_kind", "resume_rows", "run_job"]
+__all__ = [
+    "JOBS",
+    "Item",
+    "Job",
+    "JobRun",
+    "check_run_folder",
+    "job_kind",
+    "resume_rows",
+    "run_job",
+]
 
 #: Every kind of job and where its class lives (``module:Class``).
 JOBS: dict[str, str] = {
@@ -160,6 +170,18 @@ class JobRun:
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     merged: bool = False
     split: bool = False
+
+
+def check_run_folder(
+    out: Path, kind: str, options: Mapping[str, Any], shard: Shard | None = None
+) -> None:
+    """Refuse, before a model loads, an output folder of another command, or a run folder —
+    or this shard's part of it — whose manifest has another kind or other ``options`` (a
+    subset of the run's options suffices; see :func:`~rcstat.runs.manifest.check_options`)."""
+    check_output_folder(out, kind)  # a job's kind is the command that owns its folder
+    check_options(out, kind, options)
+    if shard is not None and shard.split:
+        check_options(part_folder(out, shard), kind, options)
 
 
 def _unique(items: Sequence[Item]) -> None:

@@ -41,7 +41,6 @@ __all__ = [
     "read_csv_rows",
     "read_jsonl",
     "replace_file",
-    "resume_jsonl",
     "resume_plan",
     "write_csv_rows",
     "write_json",
@@ -360,14 +359,3 @@ def resume_plan(
     if retried:
         logger.warning("%d failed item(s) are tried again (first: %s)", len(retried), retried[0])
     return ResumePlan(keep, done, changed, retried, duplicates)
-
-
-def resume_jsonl(
-    path: Path, wanted: Mapping[str, str], *, key: str, retry_failed: bool = True
-) -> set[str]:
-    """Resume a run's JSON-lines rows: drop the records :func:`resume_plan` drops (rewriting
-    ``path`` when any is dropped) and return the keys that need no work."""
-    plan = resume_plan(read_jsonl(path), wanted, key=key, retry_failed=retry_failed)
-    if plan.dropped:
-        write_jsonl(path, plan.keep)
-    return plan.done

@@ -32,9 +32,9 @@ from rcstat.evaluation.bench.common import (
 )
 from rcstat.evaluation.bench.results import AttributionResult
 from rcstat.runs.devices import Devices
-from rcstat.runs.folder import check_output_folder, claim_output_folder
-from rcstat.runs.manifest import check_options, model_label
-from rcstat.runs.parts import part_folder
+from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.job import check_run_folder
+from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
 __all__ = ["AttributionConfig", "AttributionResult", "run", "summarize_run"]
@@ -170,11 +170,8 @@ def run(
 
     say = say or say_default
     out = config.out
-    check_output_folder(out, COMMAND)
+    check_run_folder(out, COMMAND, config.compared(), config.shard)
     fixed = read_head_scores(config.fixed_heads_from) if config.fixed_heads_from else None
-    check_options(out, COMMAND, config.compared())
-    if config.shard.split:
-        check_options(part_folder(out, config.shard), COMMAND, config.compared())
     loaded = load_dataset(config.dataset, config.data, limit=config.n)
     examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]
     if len(examples) != len(loaded):

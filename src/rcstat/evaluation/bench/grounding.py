@@ -23,9 +23,9 @@ from rcstat.evaluation.bench.common import Loader, load, resolved
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.grounding_bench import DATASETS, summarize_run
 from rcstat.runs.devices import Devices
-from rcstat.runs.folder import check_output_folder, claim_output_folder
-from rcstat.runs.manifest import check_options, model_label
-from rcstat.runs.parts import part_folder
+from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.job import check_run_folder
+from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
 __all__ = ["GroundingConfig", "GroundingResult", "run", "summarize_run"]
@@ -119,11 +119,8 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
     from rcstat.grounding import Grounder
 
     out = config.out
-    check_output_folder(out, COMMAND)
     compared = {"dataset": config.dataset, **config.run_options()}
-    check_options(out, COMMAND, compared)
-    if config.shard.split:
-        check_options(part_folder(out, config.shard), COMMAND, compared)
+    check_run_folder(out, COMMAND, compared, config.shard)
     if config.dataset == "squad-contrast":
         loaded = load_dataset("squad_v2", config.data, limit=config.n)
         items = contrast_items(loaded)  # type: ignore[arg-type]

@@ -33,8 +33,9 @@ from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv_bench import summarize_run
 from rcstat.press.registry import PRESS_NAMES
 from rcstat.runs.devices import Devices
-from rcstat.runs.folder import check_output_folder, claim_output_folder
-from rcstat.runs.manifest import check_options, model_label
+from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.job import check_run_folder
+from rcstat.runs.manifest import model_label
 from rcstat.runs.parts import part_folder
 from rcstat.runs.shards import Shard
 
@@ -221,10 +222,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
         options=config.run_options(),
         placement=config.question_placement,
     )
-    check_output_folder(out, COMMAND)
-    check_options(out, COMMAND, probe.manifest_options())
-    if config.shard.split:
-        check_options(part_folder(out, config.shard), COMMAND, probe.manifest_options())
+    check_run_folder(out, COMMAND, probe.manifest_options(), config.shard)
     options = {} if config.context is None else {"context": config.context}
     if config.context == "window":  # whole transcripts, cut once the tokenizer is loaded
         options["context"] = "full"
