@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from rcstat.runs import manifest as manifest_module
 from rcstat.runs.manifest import (
     MANIFEST_FILE,
     RunManifest,
@@ -22,6 +24,7 @@ from rcstat.runs.manifest import (
     check_options,
     content_hash,
     describe_model,
+    hash_cache_path,
     model_label,
     open_run,
     tokenizer_digest,
@@ -85,6 +88,58 @@ def test_model_identity_from_files_and_parameters(model_dir: Path, tmp_path: Pat
         changed.model.norm.weight[0] += 1e-3
     assert describe_model(changed)[0]["weights"] != in_memory["weights"]
     assert describe_model(changed.to(torch.bfloat16))[0]["dtype"] == "bfloat16"
+
+
+def test_weight_hashes_are_cached_beside_the_models(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("RCSTAT_CACHE_DIR", str(tmp_path / "cache"))
+    loaded = AutoModelForCausalLM.from_pretrained(model_dir)
+    identity, files = describe_model(loaded, "tiny")
+    cache = json.loads(hash_cache_path().read_text())
+    assert hash_cache_path() == tmp_path / "cache" / "file-hashes.json"
+    assert cache[files[0]["path"]]["sha256"] == files[0]["sha256"]
+    # The next command reads the cache, not the file (a planted hash shows it)...
+    cache[files[0]["path"]]["sha256"] = "1" * 64
+    hash_cache_path().write_text(json.dumps(cache))
+    assert describe_model(loaded, "tiny")[1][0]["sha256"] == "1" * 64
+    # ...until the file's modification time changes: then it is hashed again.
+    path = Path(files[0]["path"])
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1))
+    assert describe_model(loaded, "tiny")[0]["weights"] == identity["weights"]
+    assert json.loads(hash_cache_path().read_text())[str(path)]["sha256"] == files[0]["sha256"]
+
+
+def test_a_hub_model_is_named_by_its_revision_not_its_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = copy.deepcopy(tiny_model("llama"))  # the shared tiny model stays as it is
+    tok = make_tiny_tokenizer()
+    old = RunManifest.build(tmp_path, "heads", model, tok, {"n": 1}, model_name="org/tiny")
+    open_run(tmp_path, old, rows=[])  # a run made before hub revisions: by parameters
+    assert old.model["weights"].startswith("params:")
+    model.name_or_path, model.config._commit_hash = "org/tiny", "c0ffee"
+    new = RunManifest.build(tmp_path, "heads", model, tok, {"n": 1}, model_name="org/tiny")
+    assert new.model["weights"] == "hub:org/tiny@c0ffee"
+    open_run(tmp_path, new, rows=[])  # the same parameters: resumed, and renamed
+    assert json.loads((tmp_path / MANIFEST_FILE).read_text())["model"] == new.model
+    # Named by revision, the parameters are never read again.
+    monkeypatch.setattr(manifest_module, "_parameter_digest", None)
+    assert describe_model(model)[0]["weights"] == "hub:org/tiny@c0ffee"
+    # An old run of other parameters is refused, naming the weights.
+    monkeypatch.undo()
+    other = tmp_path / "other"
+    before = RunManifest.build(
+        other, "heads", tiny_model("llama"), tok, {"n": 1}, model_name="org/tiny"
+    )
+    open_run(other, before, rows=[])
+    with torch.no_grad():
+        model.model.norm.weight[0] += 1e-3
+    changed = RunManifest.build(other, "heads", model, tok, {"n": 1}, model_name="org/tiny")
+    with pytest.raises(RunMismatchError, match=r"model\.weights: params:"):
+        open_run(other, changed, rows=[])
 
 
 def test_model_label(tmp_path: Path) -> None:

@@ -94,9 +94,15 @@ def _summary_lines(summary: HeadSummary, top: int) -> list[str]:
     ]
 
 
-def summarize_run(out: Path, settings: Mapping[str, Any]) -> HeadsResult:
+def summarize_run(
+    out: Path, settings: Mapping[str, Any], heads: pd.DataFrame | None = None
+) -> HeadsResult:
     """Summarise and plot the whole ``heads.csv`` of ``out`` (a run or a merged run):
-    ``summary.json``, ``summary.md``, ``percentiles.csv``, ``counts.csv`` and the figures."""
+    ``summary.json``, ``summary.md``, ``percentiles.csv``, ``counts.csv`` and the figures.
+
+    ``heads`` (the table a run just returned) is summarised instead of reading ``heads.csv``
+    again when it holds exactly the folder's analysed examples in the file's order (those of
+    ``examples.csv``), i.e. it is the file's content."""
     from rcstat.heads.plots import (
         plot_head_distributions,
         plot_median_heatmap,
@@ -106,10 +112,15 @@ def summarize_run(out: Path, settings: Mapping[str, Any]) -> HeadsResult:
     from rcstat.report.plots import save_figure
 
     statistic, tau, top = settings["statistic"], settings["tau"], settings["top"]
-    heads_csv = out / "heads.csv"
+    heads_csv, log_path = out / "heads.csv", out / "examples.csv"
     if not heads_csv.is_file():
-        raise ValueError(f"no example could be analysed (see {out / 'examples.csv'})")
-    everything = read_heads(heads_csv)  # the summary describes the whole folder
+        raise ValueError(f"no example could be analysed (see {log_path})")
+    log = pd.read_csv(log_path, dtype=str, keep_default_na=False) if log_path.is_file() else None
+    analysed = None if log is None else log.loc[log["error"] == "", "id"].tolist()
+    if heads is not None and heads["example"].unique().tolist() == analysed:
+        everything = heads  # what the run just read: the whole folder
+    else:
+        everything = read_heads(heads_csv)  # the summary describes the whole folder
     summary = summarize(everything, statistic=statistic, tau=tau)
     with staged_output(out, COMMAND, keep=RUN_FILES.row_names()) as stage:
         (stage / "summary.json").write_text(
@@ -123,8 +134,6 @@ def summarize_run(out: Path, settings: Mapping[str, Any]) -> HeadsResult:
         )
         save_figure(plot_percentile_bands(summary), stage / "percentile_bands.png")
         save_figure(plot_median_heatmap(summary), stage / "median_heatmap.png")
-    log_path = out / "examples.csv"
-    log = pd.read_csv(log_path, dtype=str, keep_default_na=False) if log_path.is_file() else None
     return HeadsResult(out, Shard(), summary, top, log=log)
 
 

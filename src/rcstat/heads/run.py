@@ -184,7 +184,7 @@ def run(
     errors = dict(frame.attrs.get("errors", {}))
     if config.shard.split and not frame.attrs["merged"]:
         return HeadsResult(out, config.shard, None, config.top, errors)
-    result = summarize_run(out, config.summary_settings())
+    result = summarize_run(out, config.summary_settings(), heads=frame)
     result.shard, result.errors = config.shard, errors
     return result
 

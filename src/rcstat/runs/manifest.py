@@ -32,6 +32,7 @@ __all__ = [
     "content_hash",
     "describe_model",
     "differences",
+    "hash_cache_path",
     "model_label",
     "open_run",
     "rcstat_version",
@@ -115,24 +116,71 @@ def _weight_files(model: Any) -> list[Path]:
     return []
 
 
-def _file_record(path: Path, known: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """``{path, size, mtime_ns, sha256}`` of a file; the sha256 of ``known`` is reused when
-    the size and modification time are unchanged (a resumed run does not hash again)."""
-    stat = path.stat()
-    key = str(path.absolute())  # symlinks kept: the file name is part of the identity
-    old = known.get(key)
-    if old and old.get("size") == stat.st_size and old.get("mtime_ns") == stat.st_mtime_ns:
-        return dict(old)
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return {
-        "path": key,
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-        "sha256": digest.hexdigest(),
-    }
+def hash_cache_path() -> Path:
+    """The file that keeps the sha256 of weight files between commands, beside the converted
+    models of :func:`rcstat.load_model`: ``$RCSTAT_CACHE_DIR/file-hashes.json``, else
+    ``~/.cache/rcstat/file-hashes.json``."""
+    root = os.environ.get("RCSTAT_CACHE_DIR") or "~/.cache/rcstat"
+    return Path(root).expanduser() / "file-hashes.json"
+
+
+def _read_hash_cache(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return (
+        {str(k): v for k, v in data.items() if isinstance(v, dict)}
+        if isinstance(data, dict)
+        else {}
+    )
+
+
+def _file_records(
+    paths: Sequence[Path], known: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``{path, size, mtime_ns, sha256}`` of each file. A sha256 is read again only when the
+    file's size or modification time differ from those recorded with it, in ``known`` (an
+    earlier manifest's files) or in the hash cache (:func:`hash_cache_path`, updated here)."""
+    if not paths:
+        return []
+    cache_path = hash_cache_path()
+    cache = _read_hash_cache(cache_path)
+    records, hashed = [], False
+    for path in paths:
+        stat = path.stat()
+        key = str(path.absolute())  # symlinks kept: the file name is part of the identity
+        old = known.get(key) or cache.get(key)
+        if old and old.get("size") == stat.st_size and old.get("mtime_ns") == stat.st_mtime_ns:
+            records.append({"path": key, **{k: old[k] for k in ("size", "mtime_ns", "sha256")}})
+            continue
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+        record = {"path": key, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        records.append({**record, "sha256": digest.hexdigest()})
+        hashed = True
+    if hashed or any(r["path"] not in cache for r in records):
+        kept = {k: v for k, v in cache.items() if Path(k).exists()}  # forget removed files
+        kept.update({r["path"]: {k: r[k] for k in ("size", "mtime_ns", "sha256")} for r in records})
+        try:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            replace_file(cache_path, json.dumps(kept, indent=1) + "\n")
+        except OSError:  # a read-only cache: the hashes are recomputed next time
+            pass
+    return records
+
+
+def _hub_revision(model: Any) -> str | None:
+    """``hub:<id>@<commit>`` for a model loaded from the Hugging Face hub (the commit of its
+    snapshot pins every file), else None."""
+    config = getattr(model, "config", None)
+    commit = getattr(config, "_commit_hash", None)
+    source = str(getattr(model, "name_or_path", "") or "")
+    if not commit or not source or Path(source).expanduser().exists():
+        return None
+    return f"hub:{source}@{commit}"
 
 
 def _parameter_digest(model: Any) -> str:
@@ -179,20 +227,27 @@ def describe_model(
     -------
     identity : dict
         ``{"name", "weights", "dtype"}``: ``weights`` is the sha256 over the sha256 of each
-        safetensors / GGUF file of a local path (by file name, so a moved folder keeps it),
-        else ``params:`` and the sha256 of the parameters and buffers.
+        safetensors / GGUF file of a local path (by file name, so a moved folder keeps it);
+        for a model of the hub, ``hub:<id>@<commit>`` (its snapshot's revision); else
+        ``params:`` and the sha256 of the parameters and buffers (a model without files).
     files : list of dict
-        ``{path, size, mtime_ns, sha256}`` of each file hashed (empty for parameters).
+        ``{path, size, mtime_ns, sha256}`` of each weight file (empty without files).
+
+    Notes
+    -----
+    A file's sha256 is computed once per size and modification time: it is kept in the
+    manifest and in the hash cache beside the converted models (:func:`hash_cache_path`), so
+    a command's fixed cost does not grow with the model (no parameter is read to name it).
     """
     known = {str(r.get("path")): r for r in known_files}
-    files = [_file_record(path, known) for path in _weight_files(model)]
+    files = _file_records(_weight_files(model), known)
     if files:
         combined = hashlib.sha256()
         for record in files:
             combined.update(f"{Path(record['path']).name}\0{record['sha256']}\n".encode())
         weights = combined.hexdigest()
     else:
-        weights = "params:" + _parameter_digest(model)
+        weights = _hub_revision(model) or "params:" + _parameter_digest(model)
     dtype = str(getattr(model, "dtype", "")).removeprefix("torch.")
     identity = {"name": name or str(getattr(model, "name_or_path", "") or "?"), "weights": weights}
     return {**identity, "dtype": dtype}, files
@@ -243,12 +298,19 @@ class RunManifest:
         previous = read_manifest(Path(out)) or {}
         known = previous.get("notes", {}).get("weight_files", [])
         identity, files = describe_model(model, model_name, known_files=known)
+        notes: dict[str, Any] = {"weight_files": files}
+        before = str(previous.get("model", {}).get("weights", ""))
+        if before.startswith("params:") and not identity["weights"].startswith("params:"):
+            # a run named this model by its parameters (rcstat before hub revisions): the
+            # parameters are read once more, and an equal digest resumes the run
+            if before == "params:" + _parameter_digest(model):
+                notes["same_weights_as"] = before
         return cls(
             kind=kind,
             model=identity,
             tokenizer=tokenizer_digest(tokenizer),
             options=_plain(dict(options)),
-            notes={"weight_files": files},
+            notes=notes,
         )
 
     def compared(self) -> dict[str, Any]:
@@ -371,7 +433,9 @@ def open_run(out: str | Path, manifest: RunManifest, *, rows: Sequence[str]) -> 
     A folder without a manifest is started (``run.json`` written) unless it already holds
     one of the row files ``rows`` (rows of unknown settings are never resumed). A folder with a
     manifest is resumed when every compared field is equal, else :class:`RunMismatchError`
-    names each difference; the notes of the manifest are refreshed.
+    names each difference; the notes of the manifest are refreshed. A manifest that named a
+    hub model by its parameters (``params:``, rcstat before hub revisions) is resumed when the
+    parameters are the same (:meth:`RunManifest.build` checked them), and renamed.
     """
     out = Path(out)
     previous = read_manifest(out)
@@ -384,7 +448,10 @@ def open_run(out: str | Path, manifest: RunManifest, *, rows: Sequence[str]) -> 
                 "checked, so they are not resumed; choose another output folder"
             )
     else:
-        found = differences(compared_fields(previous), manifest.compared())
+        before = compared_fields(previous)
+        if before.get("model.weights") == manifest.notes.get("same_weights_as"):
+            before["model.weights"] = manifest.model["weights"]  # the same weights, renamed
+        found = differences(before, manifest.compared())
         if found:
             raise _refuse(out, manifest.kind, previous["kind"], found)
     out.mkdir(parents=True, exist_ok=True)
