@@ -14,7 +14,7 @@ made with other options; loads the examples and the model; collects the per-head
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from rcstat.defaults import DEFAULT_TAU
 from rcstat.heads.results import HeadsResult, compare_runs, summarize_run
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder
+from rcstat.runs.job import check_run_folder, config_values
 from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
@@ -75,19 +75,7 @@ class HeadsConfig:
         ValueError
             An unknown field, or a value out of its range (the message names the field).
         """
-        from rcstat.runs.shards import parse_shard
-
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"heads: unknown option(s) {unknown}; known: {sorted(known)}")
-        values = dict(data)
-        if isinstance(values.get("devices"), Mapping):
-            values["devices"] = Devices.from_dict(values["devices"])
-        if isinstance(values.get("shard"), str):
-            values["shard"] = parse_shard(values["shard"])
-        if "out" in values:
-            values["out"] = Path(values["out"])
+        values = config_values(cls, data)
         config = cls(**values)
         config.check()
         return config

@@ -31,16 +31,17 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rcstat.report.console import progress as show_progress
+from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder
 from rcstat.runs.manifest import RunManifest, check_options, open_run
 from rcstat.runs.parts import RunFiles, merge_if_last, part_folder, start_part
 from rcstat.runs.rows import RowFile, resume_plan
-from rcstat.runs.shards import Shard
+from rcstat.runs.shards import Shard, parse_shard
 
 __all__ = [
     "JOBS",
@@ -48,6 +49,7 @@ __all__ = [
     "Job",
     "JobRun",
     "check_run_folder",
+    "config_values",
     "job_kind",
     "resume_rows",
     "run_job",
@@ -170,6 +172,34 @@ class JobRun:
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     merged: bool = False
     split: bool = False
+
+
+def config_values(
+    config: type, data: Mapping[str, Any], *, paths: Sequence[str] = ("out",)
+) -> dict[str, Any]:
+    """The keyword arguments of a job's config dataclass from a plain mapping: ``devices`` as
+    a mapping of :class:`~rcstat.runs.devices.Devices` fields (checked), ``shard`` as
+    ``"i/N"``, the fields named in ``paths`` as paths.
+
+    Raises
+    ------
+    ValueError
+        A key that is not a field of ``config`` (the message lists the fields), or a device or
+        shard that does not exist.
+    """
+    known = {f.name for f in fields(config)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}; known: {sorted(known)}")
+    values = dict(data)
+    if isinstance(values.get("devices"), Mapping):
+        values["devices"] = Devices.from_dict(values["devices"])
+    if isinstance(values.get("shard"), str):
+        values["shard"] = parse_shard(values["shard"])
+    for name in paths:
+        if values.get(name) is not None:
+            values[name] = Path(values[name])
+    return values
 
 
 def check_run_folder(

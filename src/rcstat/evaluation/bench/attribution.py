@@ -14,7 +14,7 @@ through :func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from rcstat.evaluation.bench.common import (
 from rcstat.evaluation.bench.results import AttributionResult
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder
+from rcstat.runs.job import check_run_folder, config_values
 from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
@@ -81,21 +81,8 @@ class AttributionConfig:
         ValueError
             An unknown field, or a value out of its range (the message names the field).
         """
-        from rcstat.runs.shards import parse_shard
-
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{COMMAND}: unknown option(s) {unknown}; known: {sorted(known)}")
-        values = dict(data)
-        if isinstance(values.get("devices"), Mapping):
-            values["devices"] = Devices.from_dict(values["devices"])
-        if isinstance(values.get("shard"), str):
-            values["shard"] = parse_shard(values["shard"])
+        values = config_values(cls, data, paths=("out", "fixed_heads_from"))
         values["ks"] = [str(k) for k in values.get("ks", cls().ks)]
-        for name in ("out", "fixed_heads_from"):
-            if values.get(name) is not None:
-                values[name] = Path(values[name])
         config = cls(**values)
         config.dataset = dataset_for(config.dataset, "attribution", COMMAND)
         config.check()

@@ -14,7 +14,7 @@ supporting-vs-unrelated pairs); loads the model and the grounder; runs the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.grounding_bench import DATASETS, summarize_run
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder
+from rcstat.runs.job import check_run_folder, config_values
 from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
@@ -59,20 +59,7 @@ class GroundingConfig:
         ValueError
             An unknown field, or a value out of its range (the message names the field).
         """
-        from rcstat.runs.shards import parse_shard
-
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{COMMAND}: unknown option(s) {unknown}; known: {sorted(known)}")
-        values = dict(data)
-        if isinstance(values.get("devices"), Mapping):
-            values["devices"] = Devices.from_dict(values["devices"])
-        if isinstance(values.get("shard"), str):
-            values["shard"] = parse_shard(values["shard"])
-        for name in ("out", "profile"):
-            if values.get(name) is not None:
-                values[name] = Path(values[name])
+        values = config_values(cls, data, paths=("out", "profile"))
         config = cls(**values)
         config.check()
         return config

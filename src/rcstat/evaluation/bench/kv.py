@@ -15,7 +15,7 @@ unless this process's part of a data-parallel run is done before the others.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from rcstat.evaluation.kv_bench import summarize_run
 from rcstat.press.registry import PRESS_NAMES
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder
+from rcstat.runs.job import check_run_folder, config_values
 from rcstat.runs.manifest import model_label
 from rcstat.runs.parts import part_folder
 from rcstat.runs.shards import Shard
@@ -90,20 +90,8 @@ class KVConfig:
             An unknown field, or a value out of its range (the message names the field).
         """
         from rcstat.press.registry import check_press_names
-        from rcstat.runs.shards import parse_shard
 
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"bench kv: unknown option(s) {unknown}; known: {sorted(known)}")
-        values = dict(data)
-        if isinstance(values.get("devices"), Mapping):
-            values["devices"] = Devices.from_dict(values["devices"])
-        if isinstance(values.get("shard"), str):
-            values["shard"] = parse_shard(values["shard"])
-        for name in ("out",):
-            if name in values:
-                values[name] = Path(values[name])
+        values = config_values(cls, data)
         config = cls(**values)
         config.dataset = dataset_for(config.dataset, "qa", "bench kv")
         check_press_names(list(config.presses))
