@@ -70,7 +70,7 @@ class KVConfig:
     out: Path = Path("runs/bench_kv")
     groups: list[str | None] = field(default_factory=lambda: [None])
     scores: list[str] = field(default_factory=lambda: ["expected"])
-    budgets: list[str] = field(default_factory=lambda: ["layer"])
+    budgets: list[str] = field(default_factory=lambda: ["pooled"])
     floor: float = 0.2
     sinks: list[int] = field(default_factory=lambda: [0])
     question_placement: str = "context"
