@@ -40,7 +40,7 @@ from rcstat.evaluation.kv_diagnosis import Diagnosis, diagnose
 from rcstat.models import load_model
 from rcstat.press.answer import split_context_question
 from rcstat.press.registry import PRESS_NAMES, make_press
-from rcstat.report.console import progress
+from rcstat.progress import progress
 from rcstat.report.plots import save_figure
 
 

@@ -319,9 +319,9 @@ def test_placement_options_give_the_same_scores(
     """``--device cpu`` and a device map (accelerate; all on the CPU here, the CLI's GPU check
     — ``--device-map`` needs a GPU — passed by a stub) load the model where asked and give the
     scores of the default placement."""
-    from rcstat.cli import _common
+    from rcstat.runs import devices as devices_module
 
-    monkeypatch.setattr(_common, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(devices_module, "visible_gpus", lambda: 1)
     plain, placed = tmp_path / "plain", tmp_path / "placed"
     assert cli.main(_chat_args(model_dir, plain)) == 0
     assert cli.main(_chat_args(model_dir, placed, *placement)) == 0

@@ -96,13 +96,14 @@ def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:
     and the pooled budget with a target ratio, the any-head rule with a threshold."""
     import argparse
 
-    from rcstat.cli.bench import BenchKVArgs, register
+    from rcstat.cli.bench import register
+    from rcstat.cli.bench.kv import from_namespace
     from rcstat.evaluation.kv_bench import settings_grid
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
     ns = parser.parse_args(["bench", "kv", "--presses", "rcstat", "--thresholds", "1.0"])
-    args = BenchKVArgs.from_namespace(ns)
+    args = from_namespace(ns)
     grid = settings_grid(
         args.presses, args.ratios, args.thresholds, args.windows, args.groups,
         scores=args.scores, budgets=args.budgets, floor=args.floor, sinks=args.sinks,
@@ -112,7 +113,7 @@ def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:
     assert target and all((s.group, s.budget) == ("mean", "pooled") for s in target)
     assert threshold and all(s.group == "max" for s in threshold)
     ns = parser.parse_args(["bench", "kv", "--presses", "rcstat", "--group", "max,mean"])
-    assert BenchKVArgs.from_namespace(ns).groups == ["max", "mean"]
+    assert from_namespace(ns).groups == ["max", "mean"]
 
 
 def test_bench_kv_qmsum_window_cuts_each_meeting_to_fit(model_dir: Path, tmp_path: Path) -> None:
@@ -131,3 +132,51 @@ def test_bench_kv_qmsum_window_cuts_each_meeting_to_fit(model_dir: Path, tmp_pat
     assert len(config["skipped_too_long"]) == 1 and config["skipped_too_long"][0].endswith(":1")
     assert len(pd.read_csv(out / "results.csv")) == 2
     assert json.loads((out / "run.json").read_text())["options"]["context"] == "window"
+
+
+@pytest.mark.parametrize("bench", ["kv", "attribution", "grounding", "heads"])
+def test_the_command_defaults_are_the_library_defaults(bench: str) -> None:
+    """``rcstat bench NAME`` / ``rcstat heads`` without options build the config the library
+    builds from an empty mapping (the defaults live in the config; the flags repeat them)."""
+    import argparse
+
+    from rcstat.cli import bench as bench_cli
+    from rcstat.cli import heads as heads_cli
+    from rcstat.evaluation.bench.attribution import AttributionConfig
+    from rcstat.evaluation.bench.grounding import GroundingConfig
+    from rcstat.evaluation.bench.heads import HeadsConfig
+    from rcstat.evaluation.bench.kv import KVConfig
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    bench_cli.register(sub)
+    heads_cli.register(sub)
+    if bench == "heads":
+        made = heads_cli.from_namespace(parser.parse_args(["heads"]))
+        library: object = HeadsConfig.from_dict({})
+    else:
+        made = bench_cli.from_namespace(parser.parse_args(["bench", bench])).config
+        configs = {"kv": KVConfig, "attribution": AttributionConfig, "grounding": GroundingConfig}
+        library = configs[bench].from_dict({})
+    assert made == library
+
+
+def test_a_library_config_refuses_what_the_command_refuses() -> None:
+    from rcstat.evaluation.bench.attribution import AttributionConfig
+    from rcstat.evaluation.bench.grounding import GroundingConfig
+    from rcstat.evaluation.bench.kv import KVConfig
+
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['ratio'\]"):
+        KVConfig.from_dict({"ratio": 0.5})
+    with pytest.raises(ValueError, match=r"ratios must be in \[0, 1\)"):
+        KVConfig.from_dict({"ratios": [1.0]})
+    with pytest.raises(ValueError, match="--context applies to --dataset qmsum only"):
+        KVConfig.from_dict({"context": "window"})
+    with pytest.raises(ValueError, match="bench kv needs"):
+        KVConfig.from_dict({"dataset": "quotesum"})
+    with pytest.raises(ValueError, match="span_score 'sum' adds up"):
+        AttributionConfig.from_dict({"statistic": "upper", "span_score": "sum"})
+    assert AttributionConfig.from_dict({"statistic": "upper"}).span_score == "mean"
+    with pytest.raises(ValueError, match="--questionable applies to --dataset faithbench"):
+        GroundingConfig.from_dict({"dataset": "summedits", "questionable": True})
+    assert GroundingConfig.from_dict({"shard": "1/4"}).shard.name == "1-of-4"

@@ -12,7 +12,7 @@ import pytest
 
 from rcstat.cli._common import (
     OUTPUT_MARKER,
-    Placement,
+    Devices,
     claim_output_folder,
     float_list,
     int_list,
@@ -145,19 +145,17 @@ def test_int_lists_refuse_bad_values(bad: str) -> None:
         int_list("--window", ["8", bad])
 
 
-def test_placement_defaults_and_load_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_device_plan_defaults_and_load_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from rcstat.cli import _common
+    from rcstat.runs import devices as devices_module
 
-    default = Placement.from_namespace(argparse.Namespace(device=None, device_map=None, dtype=None))
+    default = Devices.from_namespace(argparse.Namespace(device=None, device_map=None, dtype=None))
     gpu = torch.cuda.is_available()
     assert default.load_kwargs() == {"device": "cuda" if gpu else None, "dtype": None}
-    monkeypatch.setattr(_common, "visible_gpus", lambda: 1)  # --device-map needs a GPU
-    mapped = Placement.from_namespace(
-        argparse.Namespace(device=None, device_map="auto", dtype=None)
-    )
+    monkeypatch.setattr(devices_module, "visible_gpus", lambda: 1)  # --device-map needs a GPU
+    mapped = Devices.from_namespace(argparse.Namespace(device=None, device_map="auto", dtype=None))
     assert mapped.load_kwargs() == {"device_map": "auto", "dtype": "auto"}
-    cpu = Placement(device="cpu", dtype="bfloat16")
+    cpu = Devices(device="cpu", dtype="bfloat16")
     assert cpu.load_kwargs() == {"device": None, "dtype": "bfloat16"}
-    assert Placement.from_namespace(argparse.Namespace()) == Placement()  # commands without them
+    assert Devices.from_namespace(argparse.Namespace()) == Devices()  # commands without them

@@ -56,9 +56,9 @@ def test_refusals_come_first_on_stderr_naming_the_flag(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rcstat.cli import _common
+    from rcstat.runs import devices as devices_module
 
-    monkeypatch.setattr(_common, "visible_gpus", lambda: 0)
+    monkeypatch.setattr(devices_module, "visible_gpus", lambda: 0)
     monkeypatch.chdir(tmp_path)
     code, out, err = _run(capsys, argv)
     assert code == 2

@@ -886,3 +886,29 @@ def test_cli_refuses_a_part_of_other_settings_before_loading(
     argv = [*common, "--out", str(out), "--shard", "1/2", "--max-new-tokens", "5"]
     assert _cli(printed, *argv) == 2
     assert "max_new_tokens: 32 in the run, 5 now" in " ".join(printed.getvalue().split())
+
+
+def test_the_library_call_is_the_command(model_dir: Path, tmp_path: Path) -> None:
+    """``rcstat.evaluation.bench.heads.run(HeadsConfig)`` writes what ``rcstat heads`` writes,
+    and the command prints the lines of its result."""
+    from rcstat.evaluation.bench.heads import HeadsConfig
+    from rcstat.evaluation.bench.heads import run as run_heads
+
+    records = [{"id": f"e{i}", "context": f"Cat {i} sat.", "question": "Where?"} for i in range(2)]
+    data = _write_jsonl(tmp_path / "d.jsonl", records)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['tua'\]"):
+        HeadsConfig.from_dict({"tua": 2.0})
+    config = HeadsConfig.from_dict(
+        {"model": str(model_dir), "dataset": "jsonl", "data": str(data), "out": tmp_path / "lib",
+         "max_new_tokens": 3}
+    )  # fmt: skip
+    result = run_heads(config)
+    assert result.summary is not None and result.summary.n_examples == 2
+    printed = io.StringIO()
+    argv = ["--model", str(model_dir), "--dataset", "jsonl", "--data", str(data)]
+    assert _cli(printed, *argv, "--max-new-tokens", "3", "--out", str(tmp_path / "cli")) == 0
+    for name in ("heads.csv", "summary.json", "percentiles.csv", "counts.csv"):
+        assert (tmp_path / "lib" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()
+    summary = result.lines()[:6]  # the summary and the top heads (then timing and folder)
+    assert summary[0].startswith("2 examples, 3 layers") and "top 10 heads" in summary[4]
+    assert " ".join(" ".join(summary).split()) in " ".join(printed.getvalue().split())

@@ -2,14 +2,16 @@
 
 Each row of :data:`LAYERS` may import only its own component and the rows above it, so data
 flows model → capture → statistics → applications → evaluation → CLI, and ``report`` stays a
-leaf toolkit. Every import counts, function-level ones included; only imports under
-``if TYPE_CHECKING:`` (which never run) are exempt. The package root is the lazy public facade
-and may name anything.
+leaf: it renders results and imports no application, and no application imports it. Every
+import counts, function-level ones and those under ``if TYPE_CHECKING:`` included. Inside a
+package, modules import their siblings, never their own package's face (its ``__init__``). The
+package root is the lazy public facade and may name anything.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,10 +22,9 @@ PACKAGE = SRC / "rcstat"
 
 #: Components from the bottom up; a component may import only its own modules and rows above.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"defaults", "checks"}),
+    frozenset({"defaults", "checks", "progress", "files"}),
     frozenset({"stats", "metrics", "report"}),
-    frozenset({"segments", "models", "data", "runs", "shards"}),
-    frozenset({"merge"}),
+    frozenset({"segments", "models", "data", "runs"}),
     frozenset({"capture"}),
     frozenset({"generation"}),
     frozenset({"analysis", "press", "attribution"}),
@@ -43,21 +44,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str, int]]:
-    """``(imported rcstat module, line)`` for every import that can run."""
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-            continue
+    """``(imported rcstat module, line)`` for every import, wherever it stands."""
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -69,7 +58,6 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 yield _resolve(base, alias.name), node.lineno
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def _resolve(base: str, name: str) -> str:
@@ -117,8 +105,41 @@ def test_imports_go_only_down_the_layers() -> None:
 def test_report_imports_nothing_of_the_applications() -> None:
     for module, targets in _graph().items():
         if _component(module) == "report":
-            above = [t for t, _ in targets if _component(t) not in {"report", "stats", "defaults"}]
+            allowed = LAYERS[0] | LAYERS[1]
+            above = [t for t, _ in targets if _component(t) not in allowed]
             assert not above, f"{module} imports {above}"
+
+
+#: The components that render results through report: everything below them is rendered.
+RENDERERS = frozenset({"report", "evaluation", "demo", "cli", "__main__"})
+
+
+def test_no_application_imports_report() -> None:
+    """Results are rendered by their callers (evaluation, demo, CLI), never by themselves."""
+    found = [
+        f"{module}:{line} imports {target}"
+        for module, targets in _graph().items()
+        if _component(module) not in RENDERERS
+        for target, line in targets
+        if _component(target) == "report"
+    ]
+    assert not found, "applications importing report:\n" + "\n".join(found)
+
+
+def _packages() -> set[str]:
+    return {_module_name(p) for p in PACKAGE.rglob("__init__.py")} - {"rcstat"}
+
+
+def test_submodules_import_siblings_not_their_package_face() -> None:
+    """``rcstat.stats.rc`` imports ``rcstat.stats.blocks``, never ``rcstat.stats`` itself."""
+    packages = _packages()
+    found = [
+        f"{module}:{line} imports {target}"
+        for module, targets in _graph().items()
+        for target, line in targets
+        if target in packages and module.startswith(target + ".")
+    ]
+    assert not found, "imports of a package's own face:\n" + "\n".join(found)
 
 
 def test_there_is_no_import_cycle() -> None:
@@ -150,7 +171,7 @@ def _graph_keys() -> set[str]:
 
 
 def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
-    """The parser finds function-level imports and skips TYPE_CHECKING blocks."""
+    """The parser finds function-level and TYPE_CHECKING imports alike."""
     code = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from rcstat.cli import main\n"
@@ -158,4 +179,20 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     )
     found = [t for t, _ in _imports(ast.parse(code), "rcstat.stats.x", False)]
     assert "rcstat.evaluation.kv" in found
-    assert not any(t.startswith("rcstat.cli") for t in found)
+    assert "rcstat.cli" in found
+
+
+def _contributing_layers() -> list[frozenset[str]]:
+    """The components of each row of CONTRIBUTING.md's layer table, in order."""
+    text = (SRC.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    rows = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].isdigit():
+            rows.append(frozenset(re.findall(r"`([\w.]+)`", cells[1])))
+    return rows
+
+
+def test_contributing_lists_the_layers_of_this_test() -> None:
+    """CONTRIBUTING.md's layer table is the one enforced here, row for row."""
+    assert _contributing_layers() == list(LAYERS)

@@ -179,7 +179,7 @@ import torch
 import torch.distributed as dist
 import rcstat
 from rcstat.heads.collection import collect, load_jsonl
-from rcstat.shards import detect_shard
+from rcstat.runs.shards import detect_shard
 
 dist.init_process_group("gloo")
 shard = detect_shard()

@@ -8,9 +8,18 @@ these functions, so the API and the CLI refuse the same values with the same mes
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from numbers import Integral, Real
+from typing import Any
 
-__all__ = ["check_count", "check_number"]
+__all__ = [
+    "check_count",
+    "check_number",
+    "float_list",
+    "int_list",
+    "optional_count",
+    "split_list",
+]
 
 
 def check_number(
@@ -65,6 +74,53 @@ def check_count(name: str, value: object, *, low: int = 1, high: int | None = No
     raise ValueError(
         f"{name} must be an integer in {_interval(low, high, False, False)}, got {value!r}"
     )
+
+
+def optional_count(option: str, value: int | None, *, low: int = 1) -> int | None:
+    """``None`` or a checked count."""
+    return None if value is None else check_count(option, value, low=low)
+
+
+def split_list(text: str) -> list[str]:
+    """``"a,b,,c"`` → ``["a", "b", "c"]`` (comma-separated list options).
+
+    >>> split_list(" a,b,,c ")
+    ['a', 'b', 'c']
+    """
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def float_list(option: str, values: Sequence[str], **bounds: Any) -> list[float]:
+    """Comma-separated numbers of ``option``, each checked; an empty list is an error."""
+    return _checked_list(
+        option, values, float, "a number", lambda v: check_number(option, v, **bounds)
+    )
+
+
+def int_list(option: str, values: Sequence[str], *, low: int = 1) -> list[int]:
+    """Comma-separated integers of ``option``, each ``>= low``."""
+    return _checked_list(
+        option, values, int, "an integer", lambda v: check_count(option, v, low=low)
+    )
+
+
+def _checked_list(
+    option: str,
+    values: Sequence[str],
+    parse: Callable[[str], Any],
+    what: str,
+    check: Callable[[Any], Any],
+) -> list[Any]:
+    if not values:
+        raise ValueError(f"{option} needs at least one value")
+    out = []
+    for value in values:
+        try:
+            parsed = parse(value)
+        except ValueError as err:
+            raise ValueError(f"{option}: {value!r} is not {what}") from err
+        out.append(check(parsed))
+    return out
 
 
 def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:

@@ -12,20 +12,19 @@ Rules every command follows (tested in ``tests/cli``):
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from rcstat.checks import check_count, check_number
+from rcstat.checks import float_list as float_list  # the options' checks, shared with the API
+from rcstat.checks import int_list as int_list
+from rcstat.checks import optional_count as optional_count
+from rcstat.checks import split_list as split_list
 from rcstat.defaults import (
     DEFAULT_MODEL_NAME,
     DEFAULT_SPAN_SCORE,
@@ -34,19 +33,20 @@ from rcstat.defaults import (
 )
 from rcstat.press.options import knob_choices, knob_default
 from rcstat.report.console import CUT_MARK
-from rcstat.shards import process_gpus
+from rcstat.runs.devices import DEVICE_MAPS, DTYPES, Devices
+from rcstat.runs.folder import OUTPUT_MARKER as OUTPUT_MARKER  # the commands' output safety
+from rcstat.runs.folder import check_output_folder as check_output_folder
+from rcstat.runs.folder import claim_output_folder as claim_output_folder
+from rcstat.runs.folder import staged_output as staged_output
 
 if TYPE_CHECKING:
-    from rcstat.shards import Shard
+    from rcstat.runs.shards import Shard
 
 # Results go to standard output; progress, errors and warnings to standard error. Every line
 # stays one line in a pipe (soft_wrap: no wrapping at the console width).
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 progress_console = Console(stderr=True, highlight=False, soft_wrap=True)
 error_console = progress_console
-
-#: The file that marks a folder as written by an rcstat command (and lists what it wrote).
-OUTPUT_MARKER = ".rcstat-output.json"
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -65,7 +65,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def add_model_option(parser: argparse.ArgumentParser) -> None:
     """``--model`` (hub id, local folder or ``.gguf`` file; the embedded model by default) and
-    where it runs: ``--device``, ``--device-map``, ``--dtype`` (see :class:`Placement`)."""
+    where it runs: ``--device``, ``--device-map``, ``--dtype`` (see
+    :class:`~rcstat.runs.devices.Devices`)."""
     parser.add_argument(
         "--model",
         default=None,
@@ -92,14 +93,9 @@ def add_model_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: ``--device-map`` strategies (accelerate) and ``--dtype`` names.
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-
-
 def add_shard_option(parser: argparse.ArgumentParser) -> None:
     """``--shard i/N``: take shard ``i`` of ``N`` of the examples (default: from torchrun,
-    accelerate or srun; see :mod:`rcstat.shards`)."""
+    accelerate or srun; see :mod:`rcstat.runs.shards`)."""
     parser.add_argument(
         "--shard",
         default=None,
@@ -112,100 +108,29 @@ def add_shard_option(parser: argparse.ArgumentParser) -> None:
 
 def shard_from_namespace(ns: argparse.Namespace) -> Shard:
     """The shard of ``--shard`` or of the launcher's environment (checked)."""
-    from rcstat.shards import detect_shard, parse_shard
+    from rcstat.runs.shards import detect_shard, parse_shard
 
     text = getattr(ns, "shard", None)
     return parse_shard(text) if text is not None else detect_shard()
 
 
-def check_run_options(out: Path, kind: str, options: dict[str, Any], shard: Shard | None) -> None:
-    """Refuse, before the model loads, a run folder — or this shard's part of it — made with
-    other options (:func:`rcstat.runs.check_options`)."""
-    from rcstat.merge import part_folder
-    from rcstat.runs import check_options
-
-    check_options(out, kind, options)
-    if shard is not None and shard.split:
-        check_options(part_folder(out, shard), kind, options)
-
-
-def visible_gpus() -> int:
-    """The number of CUDA devices this process sees (0 without CUDA)."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+def add_run_options(
+    parser: argparse.ArgumentParser, *, items: str = "items", redo: str = "running them again"
+) -> None:
+    """``--no-retry-failed`` and ``--shard`` (every dataset job is a resumable run)."""
+    parser.add_argument(
+        "--no-retry-failed",
+        dest="retry_failed",
+        action="store_false",
+        help=f"when resuming, skip the {items} that failed instead of {redo}",
+    )
+    add_shard_option(parser)
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where and in which precision a command's model runs (checked before it loads).
-
-    ``device`` None picks ``cuda`` when a GPU is visible, else ``cpu``; ``device_map`` (one of
-    :data:`DEVICE_MAPS`) splits the model across GPUs instead; ``dtype`` None is float32 on the
-    CPU and the checkpoint's own dtype elsewhere.
-    """
-
-    device: str | None = None
-    device_map: str | None = None
-    dtype: str | None = None
-    gpus: tuple[int, ...] = ()
-
-    @classmethod
-    def from_namespace(cls, ns: argparse.Namespace) -> Placement:
-        device, device_map = getattr(ns, "device", None), getattr(ns, "device_map", None)
-        if device is not None and device_map is not None:
-            raise ValueError("--device and --device-map: give one of them, not both")
-        if device_map is not None and not visible_gpus():
-            raise ValueError(
-                f"--device-map {device_map}: no GPU is visible (it splits a model across GPUs; "
-                "leave it out to run on the CPU)"
-            )
-        if device is not None:
-            import torch
-
-            try:
-                parsed = torch.device(device)
-            except (RuntimeError, ValueError) as err:
-                raise ValueError(
-                    f"--device {device!r} is not a device (cpu, cuda, cuda:N)"
-                ) from err
-            if parsed.type == "cuda":
-                visible = visible_gpus()
-                if (parsed.index is not None and parsed.index >= visible) or not visible:
-                    raise ValueError(f"--device {device}: {visible} CUDA device(s) visible")
-            elif parsed.type != "cpu":
-                raise ValueError(f"--device {device!r}: only cpu and cuda devices are supported")
-        return cls(device=device, device_map=device_map, dtype=getattr(ns, "dtype", None))
-
-    def for_shard(self, shard: Shard) -> Placement:
-        """This process's placement in a data-parallel run: its own GPU (or group of GPUs for
-        ``--device-map``, see :func:`rcstat.shards.process_gpus`) unless ``--device`` names
-        one; unchanged for a single process or on the CPU."""
-        import torch
-
-        if not shard.split or not torch.cuda.is_available():
-            return self
-        if self.device is not None and self.device != "cuda":
-            return self  # cpu, or an explicit cuda:N
-        gpus = tuple(process_gpus(shard, torch.cuda.device_count()))
-        return replace(self, gpus=gpus)
-
-    def load_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`rcstat.load_model`."""
-        import torch
-
-        if self.device_map is not None:  # on GPUs: the checkpoint's dtype by default
-            kwargs: dict[str, Any] = {"device_map": self.device_map, "dtype": self.dtype or "auto"}
-            if self.gpus:  # this process's group of GPUs only
-                kwargs["max_memory"] = {
-                    i: int(torch.cuda.get_device_properties(i).total_memory * 0.9)
-                    for i in self.gpus
-                }
-            return kwargs
-        if self.gpus:
-            return {"device": f"cuda:{self.gpus[0]}", "dtype": self.dtype}
-        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        return {"device": None if device == "cpu" else device, "dtype": self.dtype}
+def devices_and_shard(ns: argparse.Namespace) -> tuple[Devices, Shard]:
+    """The checked device plan and shard of a dataset job's process (its own GPUs)."""
+    shard = shard_from_namespace(ns)
+    return Devices.from_namespace(ns).for_shard(shard), shard
 
 
 def add_text_options(parser: argparse.ArgumentParser, names: Sequence[tuple[str, str]]) -> None:
@@ -348,45 +273,6 @@ def read_file_option(option: str, path: str) -> str:
         raise ValueError(f"cannot read {option} {path}: {err}") from err
 
 
-def optional_count(option: str, value: int | None, *, low: int = 1) -> int | None:
-    """``None`` or a checked count."""
-    return None if value is None else check_count(option, value, low=low)
-
-
-def split_list(text: str) -> list[str]:
-    """``"a,b,,c"`` → ``["a", "b", "c"]`` (argparse type of list options)."""
-    return [v.strip() for v in text.split(",") if v.strip()]
-
-
-def float_list(option: str, values: Sequence[str], **bounds: Any) -> list[float]:
-    """Comma-separated numbers of ``option``, each checked; an empty list is an error."""
-    return _checked_list(
-        option, values, float, "a number", lambda v: check_number(option, v, **bounds)
-    )
-
-
-def int_list(option: str, values: Sequence[str], *, low: int = 1) -> list[int]:
-    """Comma-separated integers of ``option``, each ``>= low``."""
-    return _checked_list(
-        option, values, int, "an integer", lambda v: check_count(option, v, low=low)
-    )
-
-
-def _checked_list(
-    option: str, values: Sequence[str], parse: Any, what: str, check: Any
-) -> list[Any]:
-    if not values:
-        raise ValueError(f"{option} needs at least one value")
-    out = []
-    for value in values:
-        try:
-            parsed = parse(value)
-        except ValueError as err:
-            raise ValueError(f"{option}: {value!r} is not {what}") from err
-        out.append(check(parsed))
-    return out
-
-
 @contextmanager
 def step(message: str) -> Iterator[None]:
     """Show ``message`` while the block runs: a spinner on a terminal, a plain line (with the
@@ -401,86 +287,15 @@ def step(message: str) -> Iterator[None]:
     progress_console.print(f"  done in {time.perf_counter() - started:.1f} s", markup=False)
 
 
-def load_model_quietly(model: str | None, placement: Placement | None = None) -> tuple[Any, Any]:
-    """Load ``--model`` where ``placement`` says, with a progress line and without
+def load_model_quietly(model: str | None, devices: Devices | None = None) -> tuple[Any, Any]:
+    """Load ``--model`` where ``devices`` says, with a progress line and without
     transformers' loading bars."""
     from rcstat.models import load_model
 
-    placement = placement or Placement()
-    if placement.gpus:  # work that names no device (kernels, streams) goes to this process's
-        import torch
-
-        torch.cuda.set_device(placement.gpus[0])
+    devices = devices or Devices()
+    devices.select()
     with step("loading model…"):
-        return load_model(model, **placement.load_kwargs())
-
-
-def check_output_folder(out: Path, command: str) -> None:
-    """Refuse an ``--out`` that holds files rcstat's ``command`` did not write.
-
-    An absent or empty folder, or one whose :data:`OUTPUT_MARKER` names the same command, is
-    fine (the command's previous files there are replaced as a whole).
-    """
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    marker = _read_marker(out)
-    if marker is None:
-        raise ValueError(
-            f"--out {out} is not empty and was not written by rcstat; choose a new or empty "
-            "folder (rcstat never replaces files it did not write)"
-        )
-    if marker.get("command") != command:
-        raise ValueError(
-            f"--out {out} holds the output of `rcstat {marker.get('command')}`, not of "
-            f"`rcstat {command}`; choose another folder"
-        )
-
-
-def _read_marker(out: Path) -> dict[str, Any] | None:
-    path = out / OUTPUT_MARKER
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-@contextmanager
-def staged_output(out: Path, command: str, *, keep: Sequence[str] = ()) -> Iterator[Path]:
-    """Yield a temporary folder; on success move its files into ``out``, else delete it.
-
-    ``out`` is checked by :func:`check_output_folder` first. Files that this command wrote
-    there before and does not write again are removed (no stale results beside new ones),
-    except those named in ``keep`` (the rows of a resumable run). The files written are
-    listed in ``out``'s :data:`OUTPUT_MARKER`.
-    """
-    check_output_folder(out, command)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield stage
-        out.mkdir(parents=True, exist_ok=True)
-        previous = _read_marker(out) or {}
-        written = sorted(item.name for item in stage.iterdir())
-        for name in previous.get("files", []):
-            stale = out / str(name)
-            if name not in written and name not in keep and stale.is_file():
-                stale.unlink()
-        for name in written:
-            target = out / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
-            shutil.move(str(stage / name), target)
-        marker = {"command": command, "files": sorted({*written, *keep})}
-        (out / OUTPUT_MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        return load_model(model, **devices.load_kwargs())
 
 
 def clip(text: str, width: int = 70) -> str:
@@ -492,13 +307,3 @@ def clip(text: str, width: int = 70) -> str:
 def answer_line(label: str, text: str, finished: bool | None) -> str:
     """``label: 'text'`` with a visible mark when the answer was cut at the token limit."""
     return f"{label}: {text!r}" + ("" if finished is not False else CUT_MARK)
-
-
-def claim_output_folder(out: Path, command: str) -> None:
-    """Check ``out`` (see :func:`check_output_folder`) and mark it as ``command``'s, for
-    commands that write rows into ``out`` as they go (resumable runs)."""
-    check_output_folder(out, command)
-    out.mkdir(parents=True, exist_ok=True)
-    if _read_marker(out) is None:
-        marker = {"command": command, "files": []}
-        (out / OUTPUT_MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")

@@ -12,8 +12,8 @@ from rich.table import Table
 
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
+    Devices,
     HelpFormatter,
-    Placement,
     add_model_option,
     add_special_tokens_option,
     add_text_options,
@@ -93,7 +93,7 @@ class AnalyzeArgs:
 
     inputs: dict[str, Any]
     model: str | None
-    placement: Placement
+    devices: Devices
     out: Path
     tau: float
     top: int
@@ -136,7 +136,7 @@ class AnalyzeArgs:
         return cls(
             inputs=inputs,
             model=ns.model,
-            placement=Placement.from_namespace(ns),
+            devices=Devices.from_namespace(ns),
             out=Path(ns.out),
             tau=check_number("--tau", ns.tau),
             top=check_count("--top", ns.top),
@@ -175,7 +175,7 @@ def run(args: AnalyzeArgs) -> int:
     from rcstat.report.plots import heatmap, save_figure, score_distributions
 
     check_output_folder(args.out, NAME)
-    model, tokenizer = load_model_quietly(args.model, args.placement)
+    model, tokenizer = load_model_quietly(args.model, args.devices)
     layout = attention_layout(model)
     for layer, head in args.heads:
         if layer >= layout.num_layers or head >= layout.num_heads:

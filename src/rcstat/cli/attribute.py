@@ -14,8 +14,8 @@ from rich.table import Table
 from rcstat.checks import check_count
 from rcstat.cli._common import (
     CUT_MARK,
+    Devices,
     HelpFormatter,
-    Placement,
     add_attribution_options,
     add_model_option,
     add_special_tokens_option,
@@ -93,7 +93,7 @@ class AttributeArgs:
     """Arguments of ``rcstat attribute`` (checked)."""
 
     model: str | None
-    placement: Placement
+    devices: Devices
     context: str | list[str]
     question: str
     answer: str | None
@@ -130,7 +130,7 @@ class AttributeArgs:
             check_top_k(ns.top_k, ns.model)
         return cls(
             model=ns.model,
-            placement=Placement.from_namespace(ns),
+            devices=Devices.from_namespace(ns),
             context=context,
             question=question,
             answer=texts["answer"],
@@ -166,7 +166,7 @@ def run(args: AttributeArgs) -> int:
     from rcstat.attribution import Attributor
 
     check_output_folder(args.out, NAME)
-    model, tokenizer = load_model_quietly(args.model, args.placement)
+    model, tokenizer = load_model_quietly(args.model, args.devices)
     attributor = Attributor(
         model,
         tokenizer,

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
+    Devices,
     HelpFormatter,
-    Placement,
     add_model_option,
     add_press_options,
     add_special_tokens_option,
@@ -74,7 +74,7 @@ class CompressArgs:
     """Arguments of ``rcstat compress`` (checked)."""
 
     model: str | None
-    placement: Placement
+    devices: Devices
     context: str
     question: str
     threshold: float
@@ -113,7 +113,7 @@ class CompressArgs:
             window = int_list("--window", [ns.window])[0]
         return cls(
             model=ns.model,
-            placement=Placement.from_namespace(ns),
+            devices=Devices.from_namespace(ns),
             context=context,
             question=question,
             threshold=check_number(
@@ -156,7 +156,7 @@ def run(args: CompressArgs) -> int:
         floor=args.floor,
         sinks=args.sinks,
     )
-    model, tokenizer = load_model_quietly(args.model, args.placement)
+    model, tokenizer = load_model_quietly(args.model, args.devices)
     with step("compressing the context and answering…"):
         report = compress_and_answer(
             model,

@@ -20,8 +20,8 @@ from rich.table import Table
 from rcstat.checks import check_number
 from rcstat.cli._common import (
     CUT_MARK,
+    Devices,
     HelpFormatter,
-    Placement,
     add_model_option,
     answer_line,
     check_output_folder,
@@ -99,7 +99,7 @@ def run_contrast(
     texts: DemoTexts | None = None,
     settings: tuple[Setting, ...] | None = None,
     max_new_tokens: int | None = None,
-    placement: Placement | None = None,
+    devices: Devices | None = None,
 ) -> int:
     """Run :func:`rcstat.demo.run`, print the results and write ``report.html`` (linking
     ``attribution.html``), the scores and ``summary.json`` into ``out``.
@@ -110,7 +110,7 @@ def run_contrast(
     from rcstat.demo import run as run_demo
 
     check_output_folder(out, NAME)
-    model, tokenizer = load_model_quietly(model_name, placement)
+    model, tokenizer = load_model_quietly(model_name, devices)
     result = run_demo(
         model,
         tokenizer,
@@ -160,7 +160,7 @@ class DemoArgs:
     model: str | None
     out: Path
     tau: float
-    placement: Placement
+    devices: Devices
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> DemoArgs:
@@ -168,13 +168,13 @@ class DemoArgs:
             model=ns.model,
             out=Path(ns.out),
             tau=check_number("--tau", ns.tau),
-            placement=Placement.from_namespace(ns),
+            devices=Devices.from_namespace(ns),
         )
 
 
 def run(args: DemoArgs) -> int:
     """Run the demo (see the module docstring)."""
-    return run_contrast(args.model, args.out, args.tau, placement=args.placement)
+    return run_contrast(args.model, args.out, args.tau, devices=args.devices)
 
 
 def from_namespace(ns: argparse.Namespace) -> DemoArgs:

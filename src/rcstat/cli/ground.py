@@ -12,8 +12,8 @@ from rich.table import Table
 
 from rcstat.checks import check_number
 from rcstat.cli._common import (
+    Devices,
     HelpFormatter,
-    Placement,
     add_model_option,
     add_special_tokens_option,
     add_text_options,
@@ -87,7 +87,7 @@ class GroundArgs:
     """Arguments of ``rcstat ground`` (checked)."""
 
     model: str | None
-    placement: Placement
+    devices: Devices
     context: str
     response: str
     question: str | None
@@ -129,7 +129,7 @@ class GroundArgs:
         check_top_k(top_k, ns.model)
         return cls(
             model=ns.model,
-            placement=Placement.from_namespace(ns),
+            devices=Devices.from_namespace(ns),
             context=context,
             response=response,
             question=question,
@@ -152,7 +152,7 @@ def run(args: GroundArgs) -> int:
     from rcstat.grounding import Grounder
 
     check_output_folder(args.out, NAME)
-    model, tokenizer = load_model_quietly(args.model, args.placement)
+    model, tokenizer = load_model_quietly(args.model, args.devices)
     grounder = Grounder(
         model,
         tokenizer,

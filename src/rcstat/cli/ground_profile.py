@@ -11,8 +11,8 @@ from rich.markup import escape
 
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
+    Devices,
     HelpFormatter,
-    Placement,
     add_model_option,
     check_output_folder,
     console,
@@ -70,7 +70,7 @@ class GroundProfileArgs:
     """Arguments of ``rcstat ground-profile`` (checked)."""
 
     model: str | None
-    placement: Placement
+    devices: Devices
     dataset: str
     data: str | None
     n: int | None
@@ -89,7 +89,7 @@ class GroundProfileArgs:
             )
         return cls(
             model=ns.model,
-            placement=Placement.from_namespace(ns),
+            devices=Devices.from_namespace(ns),
             dataset=dataset,
             data=ns.data,
             n=optional_count("--n", ns.n),
@@ -111,13 +111,13 @@ def run(args: GroundProfileArgs) -> int:
     """Measure the profile; write profile.json and a heatmap profile.png."""
     from rcstat.data import load_dataset
     from rcstat.grounding.calibrate import build_profile
-    from rcstat.report.console import progress
+    from rcstat.progress import progress
 
     check_output_folder(args.out, NAME)
     examples = load_dataset(args.dataset, args.data, limit=args.n)
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
-    model, tokenizer = load_model_quietly(args.model, args.placement)
+    model, tokenizer = load_model_quietly(args.model, args.devices)
     profile = build_profile(
         model,
         tokenizer,

@@ -47,36 +47,31 @@ the paper's Table 1 rcstat produces) and ``accuracy_vs_k.png`` (Fig. 7).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
 from rcstat.attribution import Attribution, Attributor, consensus_heads
 from rcstat.data import AttributionExample
-from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
+from rcstat.evaluation.bench.results import AttributionResult
 from rcstat.metrics.paired import paired_difference
-from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
-from rcstat.runs import (
-    EXAMPLE_HASH,
-    MANIFEST_FILE,
-    RunManifest,
-    append_jsonl,
-    content_hash,
-    open_run,
-    read_jsonl,
-    resume_jsonl,
-)
-from rcstat.shards import Shard
+from rcstat.runs.folder import staged_output
+from rcstat.runs.job import Item, Job, run_job
+from rcstat.runs.manifest import MANIFEST_FILE, RunManifest, content_hash
+from rcstat.runs.parts import RunFiles
+from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
+from rcstat.runs.shards import Shard
 
 __all__ = [
     "LAYOUTS",
     "RANKED_METHODS",
     "AttributionBench",
+    "AttributionJob",
     "by_length",
     "example_hash",
     "parse_ks",
@@ -88,9 +83,7 @@ __all__ = [
 
 #: The kind of run recorded in the manifest.
 KIND = "bench attribution"
-#: The files a run grows example by example (kept when the summaries are rewritten).
-ROW_FILES = (MANIFEST_FILE, "predictions.jsonl")
-#: The row files of a run as its parts and their merge see them (:mod:`rcstat.merge`).
+#: The row file of a run, as its parts and their merge see it (:mod:`rcstat.runs.parts`).
 RUN_FILES = RunFiles(KIND, (RowFile("predictions.jsonl", "example", commit=True),))
 
 RANKED_METHODS = ("top", "bottom", "top_post_softmax", "bottom_post_softmax")
@@ -315,11 +308,12 @@ class AttributionBench:
         shard: Shard | None = None,
         merge_settings: dict[str, Any] | None = None,
     ) -> int:
-        """Attribute every example not yet done (see the module notes); return how many.
+        """Attribute every example not yet done (see the module notes; an
+        :class:`AttributionJob` run by :func:`~rcstat.runs.job.run_job`); return how many.
 
         With a ``shard`` of several, only its examples, into the shard's part
         ``out/parts/<i>-of-<N>/``; the process that completes the last part merges the run
-        (:mod:`rcstat.merge`; see :attr:`merged`).
+        (:mod:`rcstat.runs.parts`; see :attr:`merged`).
 
         Raises
         ------
@@ -329,55 +323,12 @@ class AttributionBench:
         RowFileError
             A line of ``predictions.jsonl`` before the last is malformed.
         """
-        self.merged = False
-        if shard is not None and shard.split:
-            plan = shard.take([(index, e.id) for index, e in enumerate(examples)])
-            part = start_part(self.out, RUN_FILES, shard, plan, merge_settings)
-            count = replace(self, out=part).collect(attributor, shard.take(examples))
-            self.merged = merge_if_last(self.out, part, RUN_FILES)
-            return count
-        manifest = RunManifest.build(
-            self.out,
-            KIND,
-            attributor.model,
-            attributor.tokenizer,
-            self.manifest_options(attributor),
-            model_name=self.model_name,
+        job = AttributionJob(self, attributor, examples)
+        done = run_job(
+            job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
         )
-        fixed = self._fixed_heads(manifest.model)
-        open_run(self.out, manifest, rows=ROW_FILES[1:])
-        hashes = {e.id: example_hash(e) for e in examples}
-        done = resume_jsonl(self.predictions, hashes, key="example", retry_failed=self.retry_failed)
-        todo = [e for e in examples if e.id not in done]
-        for example in progress(todo, desc=f"bench attribution {self.dataset}", unit="example"):
-            line: dict[str, Any] = {
-                "example": example.id,
-                EXAMPLE_HASH: hashes[example.id],
-                "chunks": len(example.chunks),
-            }
-            try:
-                context, spans = render(example, self.layout)
-                result = attributor.attribute(
-                    context,
-                    example.question,
-                    example.answer,
-                    spans=spans,
-                    units=[(u.start, u.end) for u in example.units],
-                )
-                gold = [u.gold_chunk for u in example.units]
-                line["prompt_tokens"] = prompt_tokens(
-                    attributor.tokenizer,
-                    example,
-                    self.layout,
-                    question_first=attributor.question_first,
-                )
-                line["rows"] = score_example(result, gold, self.ks, fixed)
-                line["head_scores"] = result.head_scores.tolist()
-                line["error"] = None
-            except ValueError as err:  # recorded (e.g. longer than the window)
-                line["rows"], line["error"] = [], f"{type(err).__name__}: {err}"
-            append_jsonl(self.predictions, line)
-        return len(todo)
+        self.merged = done.merged
+        return done.ran
 
     def _fixed_heads(self, model: dict[str, Any]) -> dict[int, list[tuple[int, int]]] | None:
         """The fixed head set of every ``k`` (None without ``fixed_rankings``)."""
@@ -393,7 +344,12 @@ class AttributionBench:
 
     def summarize(self, into: Path | None = None) -> pd.DataFrame:
         """Write ``units.csv``, ``errors.csv``, ``accuracy.csv``, ``table1.csv`` and the Fig. 7
-        plot of every line of ``predictions.jsonl`` into ``into`` (default ``out``)."""
+        plot of every line of ``predictions.jsonl`` into ``into`` (default ``out``); return the
+        accuracy table."""
+        return self.summaries(into)[0]
+
+    def summaries(self, into: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """:meth:`summarize`; return the accuracy table and the paired comparison."""
         into = self.out if into is None else into
         lines = read_jsonl(self.predictions)
         errors = [(v["example"], v["error"]) for v in lines if v["error"]]
@@ -426,10 +382,11 @@ class AttributionBench:
         accuracy["chance"] = chance
         accuracy.to_csv(into / "accuracy.csv", index=False)
         by_length(units).to_csv(into / "accuracy_by_length.csv", index=False)
-        self.comparison(units).to_csv(into / "comparison.csv", index=False)
+        compared = self.comparison(units)
+        compared.to_csv(into / "comparison.csv", index=False)
         self._table1(accuracy).to_csv(into / "table1.csv", index=False)
         plot_accuracy_vs_k(accuracy, into / "accuracy_vs_k.png", title=self.dataset)
-        return accuracy
+        return accuracy, compared
 
     def _table_k(self) -> int | None:
         return (
@@ -484,6 +441,76 @@ class AttributionBench:
             if len(hit):
                 rows.append({"row": label, "accuracy": 100 * float(hit["accuracy"].iloc[0])})
         return pd.DataFrame(rows)
+
+
+@dataclass
+class AttributionJob(Job):
+    """The attribution benchmark as a :class:`~rcstat.runs.job.Job`: one item per example
+    (one forward pass scores every method and ``k``)."""
+
+    kind: ClassVar[str] = KIND
+    files: ClassVar[RunFiles] = RUN_FILES
+
+    bench: AttributionBench
+    attributor: Attributor
+    examples: Sequence[AttributionExample]
+    _fixed: dict[int, list[tuple[int, int]]] | None = field(default=None, init=False)
+
+    def source(self) -> tuple[Any, Any, str | None]:
+        return self.attributor.model, self.attributor.tokenizer, self.bench.model_name
+
+    def manifest_options(self) -> dict[str, Any]:
+        return self.bench.manifest_options(self.attributor)
+
+    def items(self) -> list[Item]:
+        return [Item(e.id, example_hash(e), i, e) for i, e in enumerate(self.examples)]
+
+    def progress_label(self) -> tuple[str, str]:
+        return f"bench attribution {self.bench.dataset}", "example"
+
+    def check(self, manifest: RunManifest) -> None:
+        self._fixed = self.bench._fixed_heads(manifest.model)
+
+    def run_one(self, item: Item, folder: Path | None) -> dict[str, list[dict[str, Any]]]:
+        example: AttributionExample = item.data
+        bench, attributor = self.bench, self.attributor
+        line: dict[str, Any] = {
+            "example": example.id,
+            EXAMPLE_HASH: item.hash,
+            "chunks": len(example.chunks),
+        }
+        try:
+            context, spans = render(example, bench.layout)
+            result = attributor.attribute(
+                context,
+                example.question,
+                example.answer,
+                spans=spans,
+                units=[(u.start, u.end) for u in example.units],
+            )
+            gold = [u.gold_chunk for u in example.units]
+            line["prompt_tokens"] = prompt_tokens(
+                attributor.tokenizer,
+                example,
+                bench.layout,
+                question_first=attributor.question_first,
+            )
+            line["rows"] = score_example(result, gold, bench.ks, self._fixed)
+            line["head_scores"] = result.head_scores.tolist()
+            line["error"] = None
+        except ValueError as err:  # recorded (e.g. longer than the window)
+            line["rows"], line["error"] = [], f"{type(err).__name__}: {err}"
+        return {RUN_FILES.commit.name: [line]}
+
+
+def summarize_run(
+    out: Path, settings: Mapping[str, Any], *, shard: Shard | None = None
+) -> AttributionResult:
+    """Rebuild the summaries of a ``bench attribution`` run (or merged run) in ``out``."""
+    bench = AttributionBench(out, settings["dataset"], settings["model_name"], settings["ks"])
+    with staged_output(out, KIND, keep=RUN_FILES.row_names()) as stage:
+        accuracy, comparison = bench.summaries(stage)
+    return AttributionResult(out, shard or Shard(), True, accuracy, comparison)
 
 
 def by_length(units: pd.DataFrame) -> pd.DataFrame:

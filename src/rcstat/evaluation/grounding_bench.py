@@ -27,15 +27,17 @@ evaluation). :meth:`GroundingBench.summarize` rebuilds ``scores.csv``, ``metrics
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
 from rcstat.data import GroundingExample, QAExample
+from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.grounding.cross_validation import cross_validate
 from rcstat.grounding.features import HEAD_FEATURES
 from rcstat.grounding.grounder import (
@@ -47,23 +49,16 @@ from rcstat.grounding.grounder import (
 )
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.score import aggregate, token_scores
-from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
 from rcstat.metrics.detector import breakdown, evaluate
 from rcstat.metrics.ranking import auroc, token_auroc
 from rcstat.metrics.thresholds import threshold_transfer
-from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
-from rcstat.runs import (
-    EXAMPLE_HASH,
-    MANIFEST_FILE,
-    RunManifest,
-    append_jsonl,
-    content_hash,
-    open_run,
-    read_jsonl,
-    resume_jsonl,
-)
-from rcstat.shards import Shard
+from rcstat.runs.folder import staged_output
+from rcstat.runs.job import Item, Job, run_job
+from rcstat.runs.manifest import content_hash
+from rcstat.runs.parts import RunFiles
+from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
+from rcstat.runs.shards import Shard
 
 __all__ = [
     "BASELINES",
@@ -71,13 +66,14 @@ __all__ = [
     "VARIANTS",
     "GroundingBench",
     "GroundingItem",
+    "GroundingJob",
     "contrast_items",
     "grounding_items",
     "method_scores",
 ]
 
+#: The kind of run recorded in the manifest.
 KIND = "bench grounding"
-ROW_FILES = (MANIFEST_FILE, "predictions.jsonl", "tokens")
 
 
 def token_file_name(item_id: str) -> str:
@@ -85,7 +81,8 @@ def token_file_name(item_id: str) -> str:
     return hashlib.sha256(item_id.encode()).hexdigest()[:16] + ".npz"
 
 
-#: The row files of a run as its parts and their merge see them (:mod:`rcstat.merge`).
+#: The row file of a run and its folder of per-item files, as its parts and their merge see
+#: them (:mod:`rcstat.runs.parts`).
 RUN_FILES = RunFiles(
     KIND,
     (RowFile("predictions.jsonl", "item", commit=True),),
@@ -240,73 +237,22 @@ class GroundingBench:
         shard: Shard | None = None,
         merge_settings: dict[str, Any] | None = None,
     ) -> int:
-        """Measure every item not yet done; return how many were measured.
+        """Measure every item not yet done (a :class:`GroundingJob` run by
+        :func:`~rcstat.runs.job.run_job`); return how many were measured.
 
         With a ``shard`` of several, only its items, into the shard's part
         ``out/parts/<i>-of-<N>/``; the process that completes the last part merges the run
-        (:mod:`rcstat.merge`; see :attr:`merged`).
+        (:mod:`rcstat.runs.parts`; see :attr:`merged`).
         """
-        self.merged = False
-        if shard is not None and shard.split:
-            plan = shard.take([(index, item.id) for index, item in enumerate(items)])
-            part = start_part(self.out, RUN_FILES, shard, plan, merge_settings)
-            count = replace(self, out=part).collect(grounder, shard.take(items))
-            self.merged = merge_if_last(self.out, part, RUN_FILES)
-            return count
-        manifest = RunManifest.build(
-            self.out,
-            KIND,
-            grounder.measurer.model,
-            grounder.measurer.tokenizer,
-            self.manifest_options(grounder),
-            model_name=self.model_name,
+        job = GroundingJob(self, grounder, items)
+        done = run_job(
+            job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
         )
-        open_run(self.out, manifest, rows=ROW_FILES[1:])
-        hashes = {item.id: item.hash() for item in items}
-        if len(hashes) != len(items):
-            raise ValueError("item ids are not unique")
-        done = resume_jsonl(self.predictions, hashes, key="item", retry_failed=self.retry_failed)
-        todo = [item for item in items if item.id not in done]
-        for item in progress(todo, desc=f"bench grounding {self.dataset}", unit="item"):
-            line: dict[str, Any] = {
-                "item": item.id,
-                EXAMPLE_HASH: hashes[item.id],
-                "label": item.label,
-                "group": item.group,
-                "by": item.by,
-                "pair": item.pair,
-                "detectors": item.detectors,
-            }
-            try:
-                measured = grounder.measurer.measure(item.context, item.response, item.question)
-                line["scores"] = method_scores(grounder, measured, item.response, item.context)
-                line["head_features"] = measured.head_vector().round(5).tolist()
-                line["tokens"] = len(measured.nll)
-                line["context_tokens"] = int(np.diff(measured.example.token_span("context"))[0])
-                if self.dataset == "faithbench":
-                    self._save_tokens(grounder, item, measured)
-                line["error"] = None
-            except ValueError as err:  # recorded (e.g. longer than the window)
-                line["error"] = f"{type(err).__name__}: {err}"
-            append_jsonl(self.predictions, line)
-        return len(todo)
+        self.merged = done.merged
+        return done.ran
 
     def _token_file(self, item_id: str) -> Path:
         return self.out / "tokens" / token_file_name(item_id)
-
-    def _save_tokens(self, grounder: Grounder, item: GroundingItem, measured: Measurement) -> None:
-        path = self._token_file(item.id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        scores = token_scores(measured.rc(grounder.heads), measured.nll)
-        flat = measured.features.reshape(len(HEAD_FEATURES), -1, len(measured.nll))
-        np.savez(
-            path,
-            score=scores,
-            label=_token_labels(measured, item.spans),
-            nll=measured.nll,
-            rc=flat[0].T.astype(np.float16),  # [G, L·H]
-            lookback=flat[1].T.astype(np.float16),  # [G, L·H]
-        )
 
     def frame(self) -> pd.DataFrame:
         """One row per measured item: label, group, breakdown key and every method's score."""
@@ -499,6 +445,89 @@ class GroundingBench:
                 ).save(into / "probe_rc.json")
         pd.concat(folds).to_csv(into / "probe_folds.csv", index=False)
         return out
+
+
+def _save_tokens(
+    folder: Path, grounder: Grounder, item: GroundingItem, measured: Measurement
+) -> None:
+    """Write the per-token scores, labels and per-head statistics of ``item`` (FaithBench)."""
+    path = folder / "tokens" / token_file_name(item.id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scores = token_scores(measured.rc(grounder.heads), measured.nll)
+    flat = measured.features.reshape(len(HEAD_FEATURES), -1, len(measured.nll))
+    np.savez(
+        path,
+        score=scores,
+        label=_token_labels(measured, item.spans),
+        nll=measured.nll,
+        rc=flat[0].T.astype(np.float16),  # [G, L·H]
+        lookback=flat[1].T.astype(np.float16),  # [G, L·H]
+    )
+
+
+@dataclass
+class GroundingJob(Job):
+    """The grounding benchmark as a :class:`~rcstat.runs.job.Job`: one item per (context,
+    response); FaithBench items also keep their per-token file ``tokens/<hash>.npz``."""
+
+    kind: ClassVar[str] = KIND
+    files: ClassVar[RunFiles] = RUN_FILES
+
+    bench: GroundingBench
+    grounder: Grounder
+    measured: Sequence[GroundingItem]
+
+    def source(self) -> tuple[Any, Any, str | None]:
+        measurer = self.grounder.measurer
+        return measurer.model, measurer.tokenizer, self.bench.model_name
+
+    def manifest_options(self) -> dict[str, Any]:
+        return self.bench.manifest_options(self.grounder)
+
+    def items(self) -> list[Item]:
+        return [Item(it.id, it.hash(), i, it) for i, it in enumerate(self.measured)]
+
+    def progress_label(self) -> tuple[str, str]:
+        return f"bench grounding {self.bench.dataset}", "item"
+
+    def run_one(self, item: Item, folder: Path | None) -> dict[str, list[dict[str, Any]]]:
+        entry: GroundingItem = item.data
+        grounder = self.grounder
+        line: dict[str, Any] = {
+            "item": entry.id,
+            EXAMPLE_HASH: item.hash,
+            "label": entry.label,
+            "group": entry.group,
+            "by": entry.by,
+            "pair": entry.pair,
+            "detectors": entry.detectors,
+        }
+        try:
+            measured = grounder.measurer.measure(entry.context, entry.response, entry.question)
+            line["scores"] = method_scores(grounder, measured, entry.response, entry.context)
+            line["head_features"] = measured.head_vector().round(5).tolist()
+            line["tokens"] = len(measured.nll)
+            line["context_tokens"] = int(np.diff(measured.example.token_span("context"))[0])
+            if self.bench.dataset == "faithbench" and folder is not None:
+                _save_tokens(folder, grounder, entry, measured)
+            line["error"] = None
+        except ValueError as err:  # recorded (e.g. longer than the window)
+            line["error"] = f"{type(err).__name__}: {err}"
+        return {RUN_FILES.commit.name: [line]}
+
+
+def summarize_run(
+    out: Path, settings: Mapping[str, Any], *, shard: Shard | None = None
+) -> GroundingResult:
+    """Rebuild the summaries of a ``bench grounding`` run (or merged run) in ``out``,
+    ``report.json`` included."""
+    bench = GroundingBench(
+        out, settings["dataset"], settings["model_name"], n_resamples=settings["resamples"]
+    )
+    with staged_output(out, KIND, keep=RUN_FILES.row_names()) as stage:
+        report = bench.summarize(stage, layers=settings["layers"], heads=settings["heads"])
+        (stage / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    return GroundingResult(out, shard or Shard(), True, report)
 
 
 def _or_note(summary: Callable[[], dict[str, Any]]) -> dict[str, Any]:

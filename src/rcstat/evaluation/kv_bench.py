@@ -19,39 +19,37 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
 from rcstat.data import QAExample
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
+from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
-from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
+from rcstat.files import write_atomic
 from rcstat.press.options import KNOBS, PAPER_KNOBS, knob_default
 from rcstat.press.registry import make_press as build_press
-from rcstat.report.console import progress
 from rcstat.report.plots import save_figure
-from rcstat.runs import (
-    EXAMPLE_HASH,
-    MANIFEST_FILE,
-    RunManifest,
-    append_jsonl,
-    content_hash,
-    open_run,
-    read_jsonl,
-    resume_jsonl,
-)
-from rcstat.shards import Shard
+from rcstat.runs.folder import staged_output
+from rcstat.runs.job import Item, Job, run_job
+from rcstat.runs.manifest import content_hash
+from rcstat.runs.parts import RunFiles, read_parts
+from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
+from rcstat.runs.shards import Shard
 
-#: The kind of run recorded in the manifest.
+logger = logging.getLogger("rcstat.evaluation")
+
+#: The kind of run recorded in the manifest (and the command whose output folder it is).
 KIND = "bench kv"
-#: The files a run grows item by item (kept when the summaries are rewritten).
-ROW_FILES = (MANIFEST_FILE, "config.json", "predictions.jsonl")
-#: The row files of a run as its parts and their merge see them (:mod:`rcstat.merge`).
+#: The head scatter of a run (written by shard 0, read by whoever summarises).
+SCATTER = "head_scatter.csv"
+#: The row files of a run, and the file copied into its merge (:mod:`rcstat.runs.parts`).
 RUN_FILES = RunFiles(
     KIND, (RowFile("predictions.jsonl", "work_id", commit=True),), copied=("config.json",)
 )
@@ -249,13 +247,14 @@ class KVBench:
         shard: Shard | None = None,
         merge_settings: dict[str, Any] | None = None,
     ) -> int:
-        """Evaluate every (example, setting) not yet in ``predictions.jsonl``.
+        """Evaluate every (example, setting) not yet in ``predictions.jsonl``
+        (:func:`~rcstat.runs.job.run_job` of a :class:`KVJob`).
 
         ``cache_factory`` overrides :func:`cache_for` (e.g. ``DynamicCache`` to run RCStat in
         kvpress's masking mode, the memory-keeping reference). With a ``shard`` of several,
         only its examples are evaluated, into the shard's part ``out/parts/<i>-of-<N>/``, and
-        the process that completes the last part merges the run (:mod:`rcstat.merge`; see
-        :attr:`merged`); ``merge_settings`` are recorded in the part. Returns the number of
+        the process that completes the last part merges the run (:mod:`rcstat.runs.parts`;
+        see :attr:`merged`); ``merge_settings`` are recorded in the part. Returns the number of
         items evaluated now.
 
         Raises
@@ -267,30 +266,16 @@ class KVBench:
             A line of ``predictions.jsonl`` before the last is malformed (a cut last line is
             dropped with a warning naming file and line).
         """
-        self.merged = False
-        if shard is not None and shard.split:
-            settings = len(self.settings)
-            plan = [
-                (index * settings + j, f"{e.id}|{s.key}")
-                for index, e in shard.take(list(enumerate(examples)))
-                for j, s in enumerate(self.settings)
-            ]
-            part = start_part(self.out, RUN_FILES, shard, plan, merge_settings)
-            count = replace(self, out=part).collect(
-                model, tokenizer, shard.take(examples), cache_factory
-            )
-            self.merged = merge_if_last(self.out, part, RUN_FILES)
-            return count
-        manifest = RunManifest.build(
-            self.out,
-            KIND,
-            model,
-            tokenizer,
-            self.manifest_options(cache_factory),
-            model_name=self.model_name,
+        job = KVJob(self, model, tokenizer, examples, cache_factory)
+        done = run_job(
+            job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
         )
-        open_run(self.out, manifest, rows=ROW_FILES[1:])
-        config = {
+        self.merged = done.merged
+        return done.ran
+
+    def config_record(self) -> dict[str, Any]:
+        """What ``config.json`` holds: the last call's settings (not compared on resume)."""
+        return {
             "dataset": self.dataset,
             "model": self.model_name,
             "settings": [asdict(s) for s in self.settings],
@@ -299,52 +284,14 @@ class KVBench:
             **self.options,
             **self.config,
         }
-        (self.out / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
-        hashes = {e.id: example_hash(e) for e in examples}
-        wanted = {f"{e.id}|{s.key}": hashes[e.id] for e in examples for s in self.settings}
-        done = resume_jsonl(self.predictions, wanted, key="work_id", retry_failed=self.retry_failed)
-        work = [(e, s) for e in examples for s in self.settings if f"{e.id}|{s.key}" not in done]
-        reference: tuple[str, FullReference] | None = None  # one example's work is contiguous
-        for example, setting in progress(work, desc=f"bench kv {self.dataset}", unit="run"):
-            row: dict[str, Any] = {
-                "work_id": f"{example.id}|{setting.key}",
-                "example": example.id,
-                EXAMPLE_HASH: hashes[example.id],
-                **asdict(setting),
-            }
-            try:
-                if reference is None or reference[0] != example.id:
-                    reference = (
-                        example.id,
-                        full_reference(
-                            model,
-                            tokenizer,
-                            example.context,
-                            example.question,
-                            max_new_tokens=self.max_new_tokens,
-                            placement=self.placement,
-                        ),
-                    )
-                result = evaluate_example(
-                    model,
-                    tokenizer,
-                    example.context,
-                    example.question,
-                    example.answers,
-                    make_press(setting, reference[1].question_tokens),
-                    max_new_tokens=self.max_new_tokens,
-                    cache_factory=cache_factory or partial(cache_for, setting),
-                    full=reference[1],
-                )
-                row.update(result.to_dict(), answerable=bool(example.answers), error=None)
-            except (ValueError, RuntimeError) as err:  # recorded; the run goes on
-                row["error"] = f"{type(err).__name__}: {err}"
-            append_jsonl(self.predictions, row)
-        return len(work)
 
     def summarize(self, into: Path | None = None) -> pd.DataFrame:
         """Write the per-example table, the summaries and the plots of every row of
         ``predictions.jsonl`` into ``into`` (default ``out``); return the summary."""
+        return self.summaries(into)[0]
+
+    def summaries(self, into: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """:meth:`summarize`; return the summary and the paired comparison."""
         into = self.out if into is None else into
         frame = pd.DataFrame(read_jsonl(self.predictions))
         if frame.empty:
@@ -372,7 +319,8 @@ class KVBench:
             .reset_index()
         )
         summary.to_csv(into / "summary.csv", index=False)
-        comparison(frame).to_csv(into / "comparison.csv", index=False)
+        compared = comparison(frame)
+        compared.to_csv(into / "comparison.csv", index=False)
         stem = f"{self.dataset}_{Path(self.model_name).name or 'model'}"
         baselines = summary[summary["method"] != "rcstat"]
         baselines[["method", "ratio", "ver_mean", "ver_std"]].to_csv(
@@ -383,7 +331,7 @@ class KVBench:
             into / f"{stem}_proposed_df.csv", index=False
         )
         self._plot(summary, into)
-        return summary
+        return summary, compared
 
     def _plot(self, summary: pd.DataFrame, into: Path) -> None:
         import matplotlib
@@ -415,6 +363,109 @@ class KVBench:
             ax.set_ylabel(label)
             ax.legend(fontsize=8)
             save_figure(fig, into / f"{metric.split('_')[0]}_vs_ratio.png")
+
+
+@dataclass
+class KVJob(Job):
+    """The KV-compression benchmark as a :class:`~rcstat.runs.job.Job`: one item per
+    (example, setting), keyed ``"<example id>|<setting key>"``; the full-cache reference of an
+    example is computed once for all its settings (an example's items are contiguous)."""
+
+    kind: ClassVar[str] = KIND
+    files: ClassVar[RunFiles] = RUN_FILES
+
+    bench: KVBench
+    model: Any
+    tokenizer: Any
+    examples: Sequence[QAExample]
+    cache_factory: CacheFactory | None = None
+    _reference: tuple[str, FullReference] | None = field(default=None, init=False, repr=False)
+
+    def source(self) -> tuple[Any, Any, str | None]:
+        return self.model, self.tokenizer, self.bench.model_name
+
+    def manifest_options(self) -> dict[str, Any]:
+        return self.bench.manifest_options(self.cache_factory)
+
+    def items(self) -> list[Item]:
+        return [
+            Item(f"{e.id}|{s.key}", example_hash(e), index, (e, s))
+            for index, e in enumerate(self.examples)
+            for s in self.bench.settings
+        ]
+
+    def progress_label(self) -> tuple[str, str]:
+        return f"bench kv {self.bench.dataset}", "run"
+
+    def begin(self, folder: Path) -> None:
+        write_atomic(folder / "config.json", json.dumps(self.bench.config_record(), indent=1))
+
+    def run_one(self, item: Item, folder: Path | None) -> dict[str, list[dict[str, Any]]]:
+        example, setting = item.data
+        bench = self.bench
+        row: dict[str, Any] = {
+            "work_id": item.key,
+            "example": example.id,
+            EXAMPLE_HASH: item.hash,
+            **asdict(setting),
+        }
+        try:
+            if self._reference is None or self._reference[0] != example.id:
+                self._reference = (
+                    example.id,
+                    full_reference(
+                        self.model,
+                        self.tokenizer,
+                        example.context,
+                        example.question,
+                        max_new_tokens=bench.max_new_tokens,
+                        placement=bench.placement,
+                    ),
+                )
+            reference = self._reference[1]
+            result = evaluate_example(
+                self.model,
+                self.tokenizer,
+                example.context,
+                example.question,
+                example.answers,
+                make_press(setting, reference.question_tokens),
+                max_new_tokens=bench.max_new_tokens,
+                cache_factory=self.cache_factory or partial(cache_for, setting),
+                full=reference,
+            )
+            row.update(result.to_dict(), answerable=bool(example.answers), error=None)
+        except (ValueError, RuntimeError) as err:  # recorded; the run goes on
+            row["error"] = f"{type(err).__name__}: {err}"
+        return {RUN_FILES.commit.name: [row]}
+
+
+def summarize_run(
+    out: Path,
+    settings: Mapping[str, Any],
+    scatter: pd.DataFrame | None = None,
+    *,
+    shard: Shard | None = None,
+    say: Callable[[str], None] | None = None,
+) -> KVResult:
+    """Rebuild the summaries of a ``bench kv`` run (or merged run) in ``out``; ``scatter``
+    (the head scatter) is read from shard 0's part when not given."""
+    from rcstat.evaluation.head_scatter import plot_head_scatter, with_spearman
+
+    if scatter is None and settings["scatter_examples"]:
+        first = read_parts(out, count=settings["shards"])[0].folder / SCATTER
+        if first.is_file():  # round trip: the floats shard 0 wrote, to the last digit
+            frame = pd.read_csv(first, float_precision="round_trip")
+            scatter = with_spearman(frame, settings["scatter_examples"])
+        else:  # shard 0 has not started yet (its part was complete before it ran)
+            (say or logger.info)(f"no head scatter yet: {first} is not written")
+    bench = KVBench(out, settings["dataset"], settings["model_name"], [])
+    with staged_output(out, KIND, keep=RUN_FILES.row_names()) as stage:
+        summary, comparison = bench.summaries(stage)
+        if scatter is not None:
+            scatter.to_csv(stage / SCATTER, index=False)
+            plot_head_scatter(scatter, stage / "head_scatter.png")
+    return KVResult(out, shard or Shard(), True, summary, comparison, scatter)
 
 
 #: The columns that name a setting in the summaries.

@@ -6,6 +6,8 @@ dataset into a long table (one row per example, layer and head),
 counts, the layer-depth profile and the ranking stability, and ``rcstat.heads.compare(a, b)``
 tests whether one dataset recruits more high-RC heads than another. The figures are drawn by
 :mod:`rcstat.report.heads_plots` (``plot_percentile_bands(summary)`` and the others).
+``rcstat heads`` as a library call, with the run folder's summary and figures, is
+:mod:`rcstat.evaluation.bench.heads`.
 
 Names are resolved lazily (PEP 562): importing ``rcstat.heads`` (or the CLI module) does not
 import torch or transformers. ``rcstat.heads.collect`` is the *function*; the module of the

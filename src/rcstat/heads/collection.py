@@ -12,7 +12,8 @@ Design
   (the chunks joined by blank lines are the context, its ``answer`` the answer), and plain
   records (a mapping or :class:`JsonlExample`, see :func:`load_jsonl`) are reduced to one
   private ``(id, context, question, answer)`` form first.
-* **Resumable runs** (:mod:`rcstat.runs`). With ``out``, the run's manifest ``out/run.json``
+* **Resumable runs** (:mod:`rcstat.runs`, a :class:`HeadsJob` run by
+  :func:`~rcstat.runs.job.run_job`). With ``out``, the run's manifest ``out/run.json``
   records the model, the tokenizer, the rcstat version and the options; a later call with any
   difference is refused. Each finished example's rows are appended to ``out/heads.csv`` in
   one write (header once), then its line — content hash, token counts, whether a generated
@@ -29,9 +30,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -41,22 +42,21 @@ from rcstat.analysis import analyze
 from rcstat.capture import attention_layout
 from rcstat.data import AttributionExample, QAExample
 from rcstat.data.records import check_limit, iter_jsonl
-from rcstat.merge import RowFile, RunFiles, merge_if_last, start_part
-from rcstat.report.console import progress as show_progress
-from rcstat.runs import (
-    MANIFEST_FILE,
-    RowFileError,
-    RunManifest,
-    append_csv_row,
-    content_hash,
-    drop_cut_last_line,
-    open_run,
-    read_csv_rows,
-    replace_file,
-    resume_plan,
-    write_csv_rows,
+from rcstat.heads.table import (
+    COLUMNS,
+    DTYPES,
+    EXAMPLE_COLUMNS,
+    EXAMPLES_FILE,
+    HEADS_FILE,
+    KIND,
+    RUN_FILES,
+    empty_heads,
+    read_heads,
 )
-from rcstat.shards import Shard
+from rcstat.runs.job import Item, Job, run_job
+from rcstat.runs.manifest import content_hash
+from rcstat.runs.parts import RunFiles
+from rcstat.runs.shards import Shard
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -65,41 +65,12 @@ __all__ = [
     "COLUMNS",
     "EXAMPLE_COLUMNS",
     "RUN_FILES",
+    "HeadsJob",
     "JsonlExample",
     "collect",
     "load_jsonl",
     "read_heads",
 ]
-
-#: Columns of the long table returned by :func:`collect` and stored in ``heads.csv``.
-COLUMNS = ("example", "layer", "head", "expected", "upper", "prompt_len", "gen_len")
-#: Columns of ``examples.csv`` (one line per attempted example). ``finished``: whether the
-#: answer the model generated ended by itself (``False``: cut at ``max_new_tokens``), empty when
-#: the answer was given; ``hash``: :func:`rcstat.runs.content_hash` of the example's texts.
-EXAMPLE_COLUMNS = ("id", "prompt_len", "gen_len", "finished", "seconds", "error", "hash")
-_DTYPES = {
-    "example": str,
-    "layer": np.int16,
-    "head": np.int16,
-    "expected": np.float32,
-    "upper": np.float32,
-    "prompt_len": np.int32,
-    "gen_len": np.int32,
-}
-_HEADS_FILE = "heads.csv"
-_EXAMPLES_FILE = "examples.csv"
-#: The kind of run recorded in the manifest.
-KIND = "heads"
-#: The files a run grows example by example.
-ROW_FILES = (MANIFEST_FILE, _HEADS_FILE, _EXAMPLES_FILE)
-#: The row files of a run as its parts and their merge see them (:mod:`rcstat.merge`).
-RUN_FILES = RunFiles(
-    KIND,
-    (
-        RowFile(_HEADS_FILE, "example", COLUMNS),
-        RowFile(_EXAMPLES_FILE, "id", EXAMPLE_COLUMNS, commit=True),
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -232,96 +203,102 @@ def _items(examples: Iterable[Any]) -> list[_Item]:
     return items
 
 
-def _rows(item_id: str, result: Any) -> pd.DataFrame:
+def _number(value: Any) -> str:
+    """A value as pandas writes it in a CSV file: float32 by its shortest repr, NaN empty."""
+    return "" if value != value else str(value)
+
+
+def _rows(item_id: str, result: Any) -> list[dict[str, str]]:
+    """The ``heads.csv`` rows of one analysed example, as text (one per layer and head)."""
     layers, heads = result.shape
-    n = layers * heads
-    return pd.DataFrame(
+    expected = np.asarray(result.expected, dtype=np.float32).reshape(layers, heads)
+    upper = np.asarray(result.upper, dtype=np.float32).reshape(layers, heads)
+    lengths = {"prompt_len": str(result.prompt_len), "gen_len": str(result.gen_len)}
+    return [
         {
-            "example": np.full(n, item_id, dtype=object),
-            "layer": np.repeat(np.arange(layers, dtype=np.int16), heads),
-            "head": np.tile(np.arange(heads, dtype=np.int16), layers),
-            "expected": np.asarray(result.expected, dtype=np.float32).reshape(-1),
-            "upper": np.asarray(result.upper, dtype=np.float32).reshape(-1),
-            "prompt_len": np.full(n, result.prompt_len, dtype=np.int32),
-            "gen_len": np.full(n, result.gen_len, dtype=np.int32),
+            "example": item_id,
+            "layer": str(layer),
+            "head": str(head),
+            "expected": _number(expected[layer, head]),
+            "upper": _number(upper[layer, head]),
+            **lengths,
         }
-    )
+        for layer in range(layers)
+        for head in range(heads)
+    ]
 
 
-def read_heads(path: str | Path) -> pd.DataFrame:
-    """Read a ``heads.csv`` written by :func:`collect` (ids stay strings, compact dtypes).
+@dataclass
+class HeadsJob(Job):
+    """:func:`collect` as a :class:`~rcstat.runs.job.Job`: one item per example; its rows go
+    to ``heads.csv``, then its line to ``examples.csv`` (the commit). An example whose rows
+    are fewer than ``layers × heads`` was cut by an interruption and is analysed again."""
 
-    Parameters
-    ----------
-    path : str or Path
-        The ``heads.csv`` file, or the run folder holding it.
+    kind: ClassVar[str] = KIND
+    files: ClassVar[RunFiles] = RUN_FILES
 
-    Raises
-    ------
-    FileNotFoundError
-        If there is no such file.
-    ValueError
-        If the file lacks a column of :data:`COLUMNS`.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / _HEADS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no {_HEADS_FILE} at {path}")
-    frame = pd.read_csv(path, dtype={"example": str}, keep_default_na=False)
-    missing = [c for c in COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}; not a heads.csv of rcstat heads")
-    return frame.astype(_DTYPES)[list(COLUMNS)]
+    model: Any
+    tokenizer: Any
+    examples: list[_Item]
+    max_new_tokens: int = 32
+    model_name: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
 
+    def source(self) -> tuple[Any, Any, str | None]:
+        return self.model, self.tokenizer, self.model_name
 
-class _Run:
-    """The files of a resumable run folder (see the module notes)."""
+    def manifest_options(self) -> dict[str, Any]:
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            "question_placement": "generation",
+            **self.options,
+        }
 
-    def __init__(self, out: Path, grid: int, wanted: dict[str, str], *, retry_failed: bool) -> None:
-        self.heads = out / _HEADS_FILE
-        self.examples = out / _EXAMPLES_FILE
-        self.grid = grid  # rows per example: layers × heads
-        log = read_csv_rows(self.examples, EXAMPLE_COLUMNS)
-        sizes = self._heads_sizes()
-        plan = resume_plan(log, wanted, key="id", hash_field="hash", retry_failed=retry_failed)
-        # A success line whose rows were cut short by an interruption is dropped too.
-        keep = [row for row in plan.keep if row["error"] or sizes.get(row["id"]) == grid]
-        self.attempted = {row["id"] for row in keep}
-        self.done = {row["id"] for row in keep if not row["error"]}
-        if len(keep) != len(log):
-            write_csv_rows(self.examples, EXAMPLE_COLUMNS, keep)
-        stale = set(sizes) - self.done  # rows of changed, torn or uncommitted examples
-        if stale:
-            self._drop_heads(stale)
+    def items(self) -> list[Item]:
+        return [Item(e.id, e.hash, i, e) for i, e in enumerate(self.examples)]
 
-    def _heads_sizes(self) -> dict[str, int]:
-        """Rows per example in heads.csv (after dropping a line cut by an interruption)."""
-        if not self.heads.is_file() or self.heads.stat().st_size == 0:
-            return {}
-        drop_cut_last_line(self.heads)
-        frame = self._read()
-        sizes = frame.groupby("example", sort=False).size()
-        return {str(k): int(v) for k, v in sizes.items()}
+    def progress_label(self) -> tuple[str, str]:
+        return "heads", "example"
 
-    def _read(self) -> pd.DataFrame:
+    def expected_rows(self) -> dict[str, int]:
+        layout = attention_layout(self.model)
+        return {HEADS_FILE: layout.num_layers * layout.num_heads}
+
+    def run_one(self, item: Item, folder: Path | None) -> dict[str, list[dict[str, Any]]]:
+        example: _Item = item.data
+        start = time.perf_counter()
         try:
-            return read_heads(self.heads)
-        except (ValueError, pd.errors.ParserError) as err:
-            raise RowFileError(f"{self.heads} cannot be resumed: {err}") from err
-
-    def _drop_heads(self, stale: set[str]) -> None:
-        frame = self._read()
-        replace_file(self.heads, frame[~frame["example"].isin(stale)].to_csv(index=False))
-
-    def add(self, rows: pd.DataFrame | None, record: dict[str, Any]) -> None:
-        """Append an example's rows (one write), then its line in examples.csv (the commit)."""
-        if rows is not None:
-            header = not self.heads.is_file() or self.heads.stat().st_size == 0
-            with self.heads.open("a", encoding="utf-8", newline="") as handle:
-                handle.write(rows.to_csv(index=False, header=header))
-                handle.flush()
-        append_csv_row(self.examples, EXAMPLE_COLUMNS, record)
+            result = analyze(
+                self.model,
+                self.tokenizer,
+                context=example.context,
+                question=example.question,
+                answer=example.answer,
+                question_placement="generation",
+                max_new_tokens=self.max_new_tokens,
+            )
+        except (ValueError, torch.OutOfMemoryError) as err:
+            if isinstance(err, torch.OutOfMemoryError) and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            failure: dict[str, Any] = dict.fromkeys(EXAMPLE_COLUMNS, "")
+            failure.update(
+                id=example.id,
+                seconds=f"{time.perf_counter() - start:.3f}",
+                error=f"{type(err).__name__}: {err}",
+                hash=item.hash,
+            )
+            return {EXAMPLES_FILE: [failure]}
+        finished = result.generation_finished
+        record = {
+            "id": example.id,
+            "prompt_len": result.prompt_len,
+            "gen_len": result.gen_len,
+            "finished": "" if finished is None else finished,
+            "seconds": f"{time.perf_counter() - start:.3f}",
+            "error": "",
+            "hash": item.hash,
+        }
+        return {HEADS_FILE: _rows(example.id, result), EXAMPLES_FILE: [record]}
 
 
 def collect(
@@ -368,11 +345,11 @@ def collect(
     options : mapping, optional
         More settings to record in the manifest and compare on resume (e.g. the dataset).
     shard : Shard, optional
-        Analyse only this process's shard of `examples` (:mod:`rcstat.shards`, e.g.
-        :func:`~rcstat.shards.detect_shard` under torchrun). With `out`, the rows go to the
+        Analyse only this process's shard of `examples` (:mod:`rcstat.runs.shards`, e.g.
+        :func:`~rcstat.runs.shards.detect_shard` under torchrun). With `out`, the rows go to the
         shard's own resumable part ``out/parts/<i>-of-<N>/`` and, once every part is complete,
         the process that completes last merges them into ``out/heads.csv`` and
-        ``out/examples.csv`` — the files of a single-process run (:mod:`rcstat.merge`).
+        ``out/examples.csv`` — the files of a single-process run (:mod:`rcstat.runs.parts`).
     merge_settings : mapping, optional
         With a `shard`, recorded in the part for whoever summarises the merged run.
 
@@ -407,89 +384,25 @@ def collect(
     of the call (generation included when the example has no answer).
     """
     items = _items(examples)
-    layout = attention_layout(model)
-    run = None
-    split = shard is not None and shard.split
-    if split:
-        assert shard is not None
-        plan = shard.take(list(enumerate(item.id for item in items)))
-        items = shard.take(items)
-    root = None if out is None else Path(out)
-    if out is not None:
-        out = Path(out)
-        if split:
-            assert shard is not None
-            out = start_part(out, RUN_FILES, shard, plan, merge_settings)
-        settings = {
-            "max_new_tokens": max_new_tokens,
-            "question_placement": "generation",
-            **(options or {}),
-        }
-        manifest = RunManifest.build(out, KIND, model, tokenizer, settings, model_name=model_name)
-        open_run(out, manifest, rows=ROW_FILES[1:])
-        wanted = {item.id: item.hash for item in items}
-        grid = layout.num_layers * layout.num_heads
-        run = _Run(out, grid, wanted, retry_failed=retry_failed)
-    todo = [item for item in items if run is None or item.id not in run.attempted]
-    frames: list[pd.DataFrame] = []
-    errors: dict[str, str] = {}
-    for item in show_progress(todo, desc="heads", unit="example", enabled=progress):
-        start = time.perf_counter()
-        try:
-            result = analyze(
-                model,
-                tokenizer,
-                context=item.context,
-                question=item.question,
-                answer=item.answer,
-                question_placement="generation",
-                max_new_tokens=max_new_tokens,
-            )
-        except (ValueError, torch.OutOfMemoryError) as err:
-            if isinstance(err, torch.OutOfMemoryError) and torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            message = f"{type(err).__name__}: {err}"
-            errors[item.id] = message
-            failure: dict[str, Any] = dict.fromkeys(EXAMPLE_COLUMNS, "")
-            failure.update(
-                id=item.id,
-                seconds=f"{time.perf_counter() - start:.3f}",
-                error=message,
-                hash=item.hash,
-            )
-            if run is not None:
-                run.add(None, failure)
-            continue
-        seconds = time.perf_counter() - start
-        rows = _rows(item.id, result)
-        finished = result.generation_finished
-        record = {
-            "id": item.id,
-            "prompt_len": result.prompt_len,
-            "gen_len": result.gen_len,
-            "finished": "" if finished is None else finished,
-            "seconds": f"{seconds:.3f}",
-            "error": "",
-            "hash": item.hash,
-        }
-        if run is None:
-            frames.append(rows)
-        else:
-            run.add(rows, record)
-    if run is not None:
-        stored = read_heads(run.heads) if run.heads.is_file() else _empty()
-        order = {item.id: i for i, item in enumerate(items)}
+    job = HeadsJob(model, tokenizer, items, max_new_tokens, model_name, dict(options or {}))
+    done = run_job(
+        job,
+        out,
+        shard=shard,
+        retry_failed=retry_failed,
+        settings=merge_settings,
+        progress=progress,
+    )
+    if done.folder is None:
+        rows = done.rows.get(HEADS_FILE, [])
+        frame = pd.DataFrame(rows, columns=list(COLUMNS)).astype(DTYPES) if rows else empty_heads()
+    else:
+        heads_csv = done.folder / HEADS_FILE
+        stored = read_heads(heads_csv) if heads_csv.is_file() else empty_heads()
+        order = {item.key: i for i, item in enumerate(done.items)}
         stored = stored[stored["example"].isin(order)]
         rank = stored["example"].map(order)
         frame = stored.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
-    else:
-        frame = pd.concat(frames, ignore_index=True) if frames else _empty()
-    frame.attrs["errors"] = errors
-    frame.attrs["merged"] = False
-    if split and root is not None and out is not None:
-        frame.attrs["merged"] = merge_if_last(root, out, RUN_FILES)
+    frame.attrs["errors"] = done.errors
+    frame.attrs["merged"] = done.merged
     return frame
-
-
-def _empty() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in _DTYPES.items()})[list(COLUMNS)]

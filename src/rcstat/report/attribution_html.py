@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from rcstat.files import write_atomic
 from rcstat.report.attribution_data import (
     BINS,
     RANKED,
@@ -55,7 +56,6 @@ from rcstat.report.attribution_data import (
     validate,
 )
 from rcstat.report.attribution_style import DATA_ID, PALETTE, SCRIPT, STYLE, method_css
-from rcstat.report.html import write_atomic
 
 __all__ = [
     "BINS",
@@ -298,7 +298,7 @@ def save_attribution_html(
 ) -> Path:
     """Write :func:`attribution_html` to ``path`` atomically; ``options`` go to it unchanged.
 
-    The document is written through :func:`rcstat.report.html.write_atomic`, so a reader never
+    The document is written through :func:`rcstat.files.write_atomic`, so a reader never
     sees a half-written page.
 
     Returns

@@ -1,15 +1,9 @@
-"""Console helpers shared by the commands: byte sizes and progress that works without a TTY."""
+"""Console helpers shared by the commands: byte sizes and the mark of a cut answer (progress
+lines live in :mod:`rcstat.progress`, low enough for every long loop)."""
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Iterable, Iterator
-from typing import TextIO, TypeVar
-
-__all__ = ["CUT_MARK", "format_bytes", "progress"]
-
-T = TypeVar("T")
+__all__ = ["CUT_MARK", "format_bytes"]
 
 #: Appended to an answer that was cut at the token limit.
 CUT_MARK = " [cut at the token limit]"
@@ -27,58 +21,3 @@ def format_bytes(count: int) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} GiB"
-
-
-def progress(
-    items: Iterable[T],
-    total: int | None = None,
-    desc: str = "",
-    *,
-    unit: str = "item",
-    enabled: bool = True,
-    stream: TextIO | None = None,
-    every_s: float = 10.0,
-) -> Iterator[T]:
-    """Yield ``items`` while showing progress on ``stream`` (standard error by default).
-
-    On a terminal a tqdm bar; elsewhere (logs, pipes, CI) plain lines ``desc: i/n unit (t s)``
-    — at the start, after every twentieth of the items or ``every_s`` seconds, and at the end —
-    so that progress is readable without a terminal.
-
-    >>> import io
-    >>> log = io.StringIO()
-    >>> list(progress(range(3), desc="demo", unit="example", stream=log))
-    [0, 1, 2]
-    >>> [line.split(" (")[0] for line in log.getvalue().splitlines()]
-    ['demo: 0/3 example', 'demo: 1/3 example', 'demo: 2/3 example', 'demo: 3/3 example']
-    """
-    if total is None and hasattr(items, "__len__"):
-        total = len(items)  # type: ignore[arg-type]
-    sink = sys.stderr if stream is None else stream
-    if not enabled:
-        yield from items
-        return
-    if getattr(sink, "isatty", lambda: False)():
-        from tqdm.auto import tqdm
-
-        yield from tqdm(items, total=total, desc=desc, unit=unit, file=sink)
-        return
-    of = "" if total is None else f"/{total}"
-    step = max(1, (total or 0) // 20)
-    started = last = time.perf_counter()
-
-    def line(done: int) -> None:
-        elapsed = time.perf_counter() - started
-        print(f"{desc}: {done}{of} {unit} ({elapsed:.0f} s)", file=sink, flush=True)
-
-    line(0)
-    done = 0
-    for item in items:
-        yield item
-        done += 1
-        now = time.perf_counter()
-        if done % step == 0 or done == total or now - last >= every_s:
-            line(done)
-            last = now
-    if total is not None and done != total:
-        line(done)

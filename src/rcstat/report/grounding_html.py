@@ -40,8 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rcstat.files import write_atomic
 from rcstat.report.grounding_view import GroundingView, SentenceView, SpanView
-from rcstat.report.html import html_table, script_json, write_atomic
+from rcstat.report.html import html_table, script_json
 
 __all__ = ["BINS", "PALETTE", "grounding_page", "save_grounding_html", "score_bins"]
 

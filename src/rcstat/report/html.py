@@ -6,7 +6,7 @@ box each), texts, preformatted texts, an HTML table (:func:`html_table` escapes 
 links to files written next to the report, and figures. All text is escaped.
 
 Helpers shared by the interactive pages (``grounding_html``): :func:`script_json` embeds data
-for a page's script, :func:`write_atomic` writes a page without a half-written file.
+for a page's script, :func:`~rcstat.files.write_atomic` writes a page without a half-written file.
 """
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ import base64
 import html
 import io
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 _STYLE = """
@@ -151,18 +148,3 @@ def script_json(data: Any) -> str:
     """
     text = json.dumps(data, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     return text.translate(_SCRIPT_SAFE)
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder moved
-    over ``path`` with :func:`os.replace`, so a reader never sees a half-written file."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target

@@ -1,4 +1,5 @@
-"""Parts of a data-parallel run and their merge, on hand-written row files (no model)."""
+"""rcstat.runs.parts: parts of a data-parallel run and their merge, on hand-written row files
+(no model)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rcstat.merge import (
+from rcstat.runs.manifest import RunMismatchError
+from rcstat.runs.parts import (
     PARTS,
-    RowFile,
     RunFiles,
     finish_part,
     merge_if_last,
@@ -20,8 +21,8 @@ from rcstat.merge import (
     read_parts,
     start_part,
 )
-from rcstat.runs import RunMismatchError, append_csv_row, append_jsonl
-from rcstat.shards import Shard
+from rcstat.runs.rows import RowFile, append_csv_row, append_jsonl
+from rcstat.runs.shards import Shard
 
 FILES = RunFiles(
     "toy",

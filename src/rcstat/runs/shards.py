@@ -4,7 +4,7 @@ A dataset command (``rcstat heads``, ``rcstat bench …``) launched as several p
 by ``torchrun``, ``accelerate launch``, ``srun`` or by hand with ``--shard i/N`` — splits its
 examples into ``N`` disjoint shards and works on shard ``i`` alone. Nothing is exchanged
 between the processes: each one writes its own resumable part of the run
-(:mod:`rcstat.merge`), and the merge of the parts is the run a single process would have
+(:mod:`rcstat.runs.parts`), and the merge of the parts is the run a single process would have
 written.
 
 Rules

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rcstat.cli._common import Placement
-from rcstat.shards import Shard, detect_shard, parse_shard, process_gpus
+from rcstat.runs.devices import Devices
+from rcstat.runs.shards import Shard, detect_shard, parse_shard, process_gpus
 
 
 @given(st.integers(0, 200), st.integers(1, 12), st.integers(0, 50))
@@ -100,14 +100,14 @@ def test_process_gpus(local: int, local_count: int, visible: int, gpus: list[int
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine")
-def test_placement_of_a_shard_without_cuda_is_unchanged() -> None:
+def test_the_devices_of_a_shard_without_cuda_are_unchanged() -> None:
     ns = argparse.Namespace(device=None, device_map=None, dtype=None)
-    placement = Placement.from_namespace(ns)
-    assert placement.for_shard(Shard(1, 2, 1, 2, "torchrun")) == placement
-    assert placement.for_shard(Shard()).load_kwargs() == {"device": None, "dtype": None}
+    devices = Devices.from_namespace(ns)
+    assert devices.for_shard(Shard(1, 2, 1, 2, "torchrun")) == devices
+    assert devices.for_shard(Shard()).load_kwargs() == {"device": None, "dtype": None}
 
 
-def test_placement_of_a_shard_takes_its_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_devices_of_a_shard_are_its_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     class Properties:
         total_memory = 80 << 30
 
@@ -115,9 +115,9 @@ def test_placement_of_a_shard_takes_its_gpus(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Properties())
     shard = Shard(3, 4, 1, 2, "torchrun")  # second process of its machine: GPUs 2 and 3
-    one = Placement().for_shard(shard)
+    one = Devices().for_shard(shard)
     assert one.load_kwargs() == {"device": "cuda:2", "dtype": None}
-    split = Placement(device_map="auto").for_shard(shard).load_kwargs()
+    split = Devices(device_map="auto").for_shard(shard).load_kwargs()
     assert split["device_map"] == "auto" and set(split["max_memory"]) == {2, 3}
-    assert Placement(device="cuda:0").for_shard(shard).load_kwargs()["device"] == "cuda:0"
-    assert Placement(device="cpu").for_shard(shard).load_kwargs()["device"] is None
+    assert Devices(device="cuda:0").for_shard(shard).load_kwargs()["device"] == "cuda:0"
+    assert Devices(device="cpu").for_shard(shard).load_kwargs()["device"] is None

@@ -1,6 +1,6 @@
 """Parts of a data-parallel run and their merge into the files of a single-process run.
 
-A resumable run (:mod:`rcstat.runs`) shared by ``N`` processes (:mod:`rcstat.shards`) keeps
+A resumable run (:mod:`rcstat.runs.job`) shared by ``N`` processes (:mod:`rcstat.runs.shards`) keeps
 one **part** per shard under its folder::
 
     RUN/                      the merged run: the files a single process writes
@@ -39,29 +39,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rcstat.runs import (
-    MANIFEST_FILE,
-    RunManifest,
-    RunMismatchError,
-    _differences,
-    read_csv_rows,
-    read_jsonl,
-    replace_file,
-    write_csv_rows,
-    write_jsonl,
-)
-from rcstat.shards import Shard
+from rcstat.runs.manifest import MANIFEST_FILE, RunMismatchError, compared_fields, differences
+from rcstat.runs.rows import RowFile, write_json
+from rcstat.runs.shards import Shard
 
 __all__ = [
     "PARTS",
     "SHARD_FILE",
     "MergeResult",
     "Part",
-    "RowFile",
     "RunFiles",
     "finish_part",
     "merge_if_last",
     "merge_parts",
+    "part_folder",
     "read_parts",
     "start_part",
 ]
@@ -72,32 +63,6 @@ PARTS = "parts"
 SHARD_FILE = "shard.json"
 _LOCK = ".merge.lock"
 _MERGED = "merged.json"
-
-
-@dataclass(frozen=True)
-class RowFile:
-    """One row file of a run: its name, the field naming a row's key and, for a CSV file, its
-    header (``None``: JSON lines). The ``commit`` file's row marks a key done."""
-
-    name: str
-    key: str
-    columns: tuple[str, ...] | None = None
-    commit: bool = False
-
-    def read(self, folder: Path) -> list[dict[str, Any]]:
-        """The rows in ``folder``, read only (a cut last line is skipped, never truncated:
-        another process may be writing the file)."""
-        path = folder / self.name
-        if self.columns is None:
-            return read_jsonl(path, repair=False)
-        return list(read_csv_rows(path, self.columns, repair=False))
-
-    def write(self, folder: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-        path = folder / self.name
-        if self.columns is None:
-            write_jsonl(path, rows)
-        else:
-            write_csv_rows(path, self.columns, rows)
 
 
 @dataclass(frozen=True)
@@ -135,6 +100,7 @@ class Part:
 
 
 def part_folder(out: Path, shard: Shard) -> Path:
+    """The folder of ``shard``'s part of the run in ``out``."""
     return out / PARTS / shard.name
 
 
@@ -146,10 +112,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except ValueError as err:
         raise RunMismatchError(f"{path}: not readable JSON ({err})") from err
     return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: Mapping[str, Any], *, indent: int | None = 1) -> None:
-    replace_file(path, json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
 
 
 def start_part(
@@ -175,7 +137,7 @@ def start_part(
         raise ValueError(f"{shard}: the plan repeats keys; example ids must be unique")
     if not (folder / MANIFEST_FILE).is_file() and (out / MANIFEST_FILE).is_file():
         _seed(out, folder, files, set(keys))
-    _write_json(
+    write_json(
         folder / SHARD_FILE,
         {
             "index": shard.index,
@@ -230,7 +192,7 @@ def finish_part(folder: Path, files: RunFiles) -> int | None:
     committed = _committed(folder, files)
     complete = all(key in committed for _, key in state["plan"])
     if complete != state.get("complete"):
-        _write_json(folder / SHARD_FILE, {**state, "complete": complete}, indent=None)
+        write_json(folder / SHARD_FILE, {**state, "complete": complete}, indent=None)
     return int(state["count"]) if complete else None
 
 
@@ -375,8 +337,8 @@ def merge_parts(
                     (out / files.folder).mkdir(exist_ok=True)
                     for path in sorted(source.iterdir()):
                         shutil.copy2(path, out / files.folder / path.name)
-        _write_json(out / MANIFEST_FILE, manifest)
-        _write_json(out / PARTS / _MERGED, {"state": state, "partial": result.partial})
+        write_json(out / MANIFEST_FILE, manifest)
+        write_json(out / PARTS / _MERGED, {"state": state, "partial": result.partial})
     return result
 
 
@@ -400,37 +362,27 @@ def _common_manifest(parts: Sequence[Part], files: RunFiles) -> dict[str, Any]:
         if data.get("kind") != files.kind:
             raise ValueError(f"{part.folder} holds a `{data.get('kind')}` run, not `{files.kind}`")
         manifests.append(data)
-    first = _compared(manifests[0])
+    first = compared_fields(manifests[0])
     for part, data in zip(parts[1:], manifests[1:], strict=True):
-        differences = _differences(first, _compared(data))
-        if differences:
+        found = differences(first, compared_fields(data))
+        if found:
             raise RunMismatchError(
                 f"{part.folder} was made with other settings than {parts[0].folder} ("
-                + "; ".join(differences)
+                + "; ".join(found)
                 + "); the parts of one run must share model, tokenizer and options"
             )
     return manifests[0]
-
-
-def _compared(data: Mapping[str, Any]) -> dict[str, Any]:
-    return RunManifest(
-        kind=data["kind"],
-        model=data.get("model", {}),
-        tokenizer=data.get("tokenizer", ""),
-        options=data.get("options", {}),
-        rcstat=data.get("rcstat", ""),
-    ).compared()
 
 
 def _check_merged_manifest(out: Path, manifest: Mapping[str, Any]) -> None:
     existing = _read_json(out / MANIFEST_FILE)
     if existing is None:
         return
-    differences = _differences(_compared(existing), _compared(manifest))
-    if differences:
+    found = differences(compared_fields(existing), compared_fields(manifest))
+    if found:
         raise RunMismatchError(
             f"{out} already holds merged rows made with other settings than its parts ("
-            + "; ".join(differences)
+            + "; ".join(found)
             + "); merge them into another folder"
         )
 

@@ -1,0 +1,112 @@
+"""``rcstat bench attribution``: its options, the
+:class:`~rcstat.evaluation.bench.attribution.AttributionConfig` they make, and what it prints
+(the run itself is :func:`rcstat.evaluation.bench.attribution.run`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rcstat.cli._common import (
+    HelpFormatter,
+    add_attribution_options,
+    add_model_option,
+    add_run_options,
+    check_span_score,
+    console,
+    devices_and_shard,
+    int_list,
+    optional_count,
+    split_list,
+)
+
+if TYPE_CHECKING:
+    from rcstat.evaluation.bench.attribution import AttributionConfig
+    from rcstat.evaluation.bench.common import Loader
+
+
+def register(bench_sub: Any) -> None:
+    """Add ``attribution`` to the sub-commands of ``bench``."""
+    ab = bench_sub.add_parser(
+        "attribution", help="chunk-level attribution accuracy vs k", formatter_class=HelpFormatter
+    )
+    add_model_option(ab)
+    ab.add_argument("--dataset", default="quotesum", help="quotesum or verigran")
+    ab.add_argument("--data", default=None, help="upstream file (default: the shared slice)")
+    ab.add_argument("--k", default="1,2,5,10,20,50,100,all", help="numbers of heads")
+    ab.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
+    ab.add_argument(
+        "--layout",
+        choices=["numbered", "numbered-text", "plain"],
+        default="numbered",
+        help="numbered: sources as '[k] Title: text' paragraphs (as RAG prompts write them), "
+        "each entry a candidate span; numbered-text: the same prompt, the chunk text alone "
+        "the span; "
+        "plain: the bare chunks joined by blank lines (the first benchmark runs)",
+    )
+    ab.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="skip examples whose prompt is longer than this (default: the model's window)",
+    )
+    ab.add_argument(
+        "--statistic",
+        choices=["expected", "upper"],
+        default="expected",
+        help="the RC statistic that scores spans and ranks heads",
+    )
+    add_attribution_options(ab)
+    ab.add_argument(
+        "--fixed-heads-from",
+        default=None,
+        metavar="RUN",
+        help="another bench attribution run of the same model: adds top_fixed, one head set "
+        "for every example (the heads of lowest mean rank over that run's examples)",
+    )
+    ab.add_argument("--out", default="runs/bench_attribution", help="output folder (resumable)")
+    add_run_options(ab)
+
+
+def from_namespace(ns: argparse.Namespace) -> AttributionConfig:
+    """The checked config of ``rcstat bench attribution``."""
+    from rcstat.evaluation.bench.attribution import AttributionConfig
+    from rcstat.evaluation.bench.common import dataset_for
+
+    ks = split_list(ns.k)
+    if not ks:
+        raise ValueError("--k needs at least one value")
+    for k in ks:
+        if k != "all":
+            int_list("--k", [k])
+    devices, shard = devices_and_shard(ns)
+    config = AttributionConfig(
+        model=ns.model,
+        devices=devices,
+        shard=shard,
+        dataset=dataset_for(ns.dataset, "attribution", "bench attribution"),
+        data=ns.data,
+        ks=ks,
+        n=optional_count("--n", ns.n),
+        out=Path(ns.out),
+        retry_failed=getattr(ns, "retry_failed", True),
+        layout=ns.layout,
+        max_tokens=optional_count("--max-tokens", ns.max_tokens, low=2),
+        statistic=ns.statistic,
+        span_score=check_span_score(ns.span_score, ns.statistic),
+        question_first=ns.question_first,
+        fixed_heads_from=None if ns.fixed_heads_from is None else Path(ns.fixed_heads_from),
+    )
+    config.check()
+    return config
+
+
+def run(config: AttributionConfig, loader: Loader) -> int:
+    """Run (or resume) the benchmark and print its accuracy table (Table 1, Fig. 7)."""
+    from rcstat.evaluation.bench.attribution import run as run_attribution
+
+    say = lambda text: console.print(text, markup=False)  # noqa: E731
+    for line in run_attribution(config, loader=loader, say=say).lines():
+        console.print(line, markup=False)
+    return 0

@@ -1,0 +1,15 @@
+"""The library API of every dataset job, as lm-evaluation-harness's ``simple_evaluate``.
+
+Each module holds a config dataclass (``from_dict``; the command line builds one from its
+arguments), ``run(config)`` — check the output folder and the run's manifest, load the data
+and the model, run the job with :func:`rcstat.runs.job.run_job`, summarise — returning a
+result object, and ``summarize_run(out, settings)`` that rebuilds a run folder's summaries
+(what ``rcstat merge`` calls through :data:`rcstat.runs.job.JOBS`):
+
+* :mod:`~rcstat.evaluation.bench.kv` — ``rcstat bench kv`` (KV-cache compression);
+* :mod:`~rcstat.evaluation.bench.attribution` — ``rcstat bench attribution``;
+* :mod:`~rcstat.evaluation.bench.grounding` — ``rcstat bench grounding``.
+
+* :mod:`~rcstat.evaluation.bench.heads` — ``rcstat heads`` (dataset-scale head analysis; its
+  summaries and comparisons in :mod:`~rcstat.evaluation.bench.heads_results`).
+"""

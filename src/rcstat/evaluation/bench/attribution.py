@@ -1,0 +1,214 @@
+"""``rcstat bench attribution`` as a library call: :class:`AttributionConfig` → :func:`run` →
+:class:`AttributionResult`.
+
+>>> config = AttributionConfig.from_dict({"dataset": "verigran", "ks": ["1", "all"], "n": 3})
+>>> config.dataset, config.ks, config.span_score
+('verigran', ['1', 'all'], 'sentence')
+
+:func:`run` refuses, before the model loads, an output folder of another command or a run
+made with other options; loads the annotated examples and the model; skips the prompts longer
+than ``max_tokens``; runs the :class:`~rcstat.evaluation.attribution_bench.AttributionJob`
+through :func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summarize_run`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rcstat.attribution.result import _check_span_score
+from rcstat.checks import check_count, optional_count
+from rcstat.defaults import default_span_score
+from rcstat.evaluation.attribution_bench import LAYOUTS, summarize_run
+from rcstat.evaluation.bench.common import (
+    Loader,
+    Say,
+    dataset_for,
+    load,
+    resolved,
+    say_default,
+)
+from rcstat.evaluation.bench.results import AttributionResult
+from rcstat.runs.devices import Devices
+from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.job import check_run_folder, config_values
+from rcstat.runs.manifest import model_label
+from rcstat.runs.shards import Shard
+
+__all__ = ["AttributionConfig", "AttributionResult", "run", "summarize_run"]
+
+COMMAND = "bench attribution"
+_STATISTICS = ("expected", "upper")
+
+
+@dataclass
+class AttributionConfig:
+    """Everything ``rcstat bench attribution`` runs with (each field is the command's option).
+
+    ``ks`` holds numbers of heads as text, ``"all"`` for every head (resolved against the
+    model's head count); ``span_score`` None is the default of ``statistic``.
+    """
+
+    model: str | None = None
+    devices: Devices = field(default_factory=Devices)
+    dataset: str = "quotesum"
+    data: str | None = None
+    ks: list[str] = field(default_factory=lambda: "1,2,5,10,20,50,100,all".split(","))
+    n: int | None = None
+    out: Path = Path("runs/bench_attribution")
+    retry_failed: bool = True
+    shard: Shard = field(default_factory=Shard)
+    layout: str = "numbered"
+    max_tokens: int | None = None
+    statistic: str = "expected"
+    span_score: str | None = None
+    question_first: bool = False
+    fixed_heads_from: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.span_score is None:
+            self.span_score = default_span_score(self.statistic)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AttributionConfig:
+        """A checked config from a mapping of field names (missing: the defaults; ``devices``
+        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
+
+        Raises
+        ------
+        ValueError
+            An unknown field, or a value out of its range (the message names the field).
+        """
+        values = config_values(cls, data, paths=("out", "fixed_heads_from"))
+        values["ks"] = [str(k) for k in values.get("ks", cls().ks)]
+        config = cls(**values)
+        config.dataset = dataset_for(config.dataset, "attribution", COMMAND)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Every option in its range (``ValueError`` naming the option)."""
+        if not self.ks:
+            raise ValueError("--k needs at least one value")
+        for k in self.ks:
+            if k != "all":
+                try:
+                    check_count("--k", int(k))
+                except ValueError as err:
+                    raise ValueError(f"--k: {k!r} is not an integer in [1, ∞)") from err
+        optional_count("--n", self.n)
+        optional_count("--max-tokens", self.max_tokens, low=2)
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"--layout {self.layout!r}: choose one of {', '.join(LAYOUTS)}")
+        if self.statistic not in _STATISTICS:
+            raise ValueError(f"--statistic {self.statistic!r}: choose expected or upper")
+        _check_span_score(str(self.span_score), self.statistic)  # the rule's one home
+        source = self.fixed_heads_from
+        if source is not None:
+            if not (source / "predictions.jsonl").is_file():
+                raise ValueError(f"--fixed-heads-from {source}: no bench attribution run there")
+            if source.resolve() == self.out.resolve():
+                raise ValueError("--fixed-heads-from: give another run than --out")
+
+    def run_options(self) -> dict[str, Any]:
+        """The data options of the manifest (the k values are compared once resolved)."""
+        return {"data": resolved(self.data), "max_tokens": self.max_tokens}
+
+    def compared(self) -> dict[str, Any]:
+        """The manifest options known before the model loads (checked against the folder)."""
+        compared: dict[str, Any] = {
+            "dataset": self.dataset,
+            "layout": self.layout,
+            "statistic": self.statistic,
+            **self.run_options(),
+        }
+        if self.span_score != "mean":  # recorded only when set (older runs resume)
+            compared["span_score"] = self.span_score
+        if self.question_first:
+            compared["question_first"] = True
+        return compared
+
+
+def run(
+    config: AttributionConfig, *, loader: Loader | None = None, say: Say | None = None
+) -> AttributionResult:
+    """Run (or resume) the attribution benchmark of ``config`` and summarise it.
+
+    ``loader`` loads the model (default :func:`~rcstat.evaluation.bench.common.load`);
+    ``say`` receives the notes (skipped examples; default: the ``rcstat.evaluation`` logger).
+
+    Raises
+    ------
+    ValueError
+        The folder holds another command's output or a run with other settings (before the
+        model loads), no annotated example, or every prompt longer than ``max_tokens``.
+    """
+    from rcstat.attribution import Attributor
+    from rcstat.capture import attention_layout
+    from rcstat.data import AttributionExample, load_dataset
+    from rcstat.evaluation.attribution_bench import (
+        AttributionBench,
+        parse_ks,
+        prompt_tokens,
+        read_head_scores,
+    )
+
+    say = say or say_default
+    out = config.out
+    check_run_folder(out, COMMAND, config.compared(), config.shard)
+    fixed = read_head_scores(config.fixed_heads_from) if config.fixed_heads_from else None
+    loaded = load_dataset(config.dataset, config.data, limit=config.n)
+    examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]
+    if len(examples) != len(loaded):
+        say(f"skipping {len(loaded) - len(examples)} examples without annotated spans")
+    if not examples:
+        raise ValueError(f"no annotated example in {config.dataset} ({config.data or 'slice'})")
+    model, tokenizer = (loader or load)(config.model, config.devices)
+    layout = attention_layout(model)
+    if config.max_tokens is not None:
+        limit, first = config.max_tokens, config.question_first
+        fitting = [
+            e
+            for e in examples
+            if prompt_tokens(tokenizer, e, config.layout, question_first=first) <= limit
+        ]
+        if len(fitting) != len(examples):
+            say(
+                f"skipping {len(examples) - len(fitting)} examples whose prompt is longer than "
+                f"{limit} tokens"
+            )
+        if not fitting:
+            raise ValueError(f"every example's prompt is longer than {limit} tokens")
+        examples = fitting
+    attributor = Attributor(  # k is set per accuracy row
+        model,
+        tokenizer,
+        top_k=None,
+        head_ranking="all",
+        rank_post_softmax=True,
+        statistic=config.statistic,  # type: ignore[arg-type]
+        span_score=config.span_score,  # type: ignore[arg-type]
+        question_first=config.question_first,
+    )
+    name = model_label(config.model)
+    bench = AttributionBench(
+        out,
+        config.dataset,
+        name,
+        parse_ks(",".join(config.ks), layout.num_layers * layout.num_heads),
+        options=config.run_options(),
+        retry_failed=config.retry_failed,
+        layout=config.layout,
+        fixed_rankings=None if fixed is None else fixed[0],
+        fixed_source=None if config.fixed_heads_from is None else str(config.fixed_heads_from),
+        fixed_model=None if fixed is None else fixed[1],
+    )
+    claim_output_folder(out, COMMAND)
+    settings = {"dataset": config.dataset, "model_name": name, "ks": bench.ks}
+    bench.collect(attributor, examples, shard=config.shard, merge_settings=settings)
+    result = AttributionResult(out, config.shard, bench.merged)
+    if result.part_only:
+        return result
+    return summarize_run(out, settings, shard=config.shard)

@@ -1,0 +1,144 @@
+"""``rcstat bench grounding`` as a library call: :class:`GroundingConfig` → :func:`run` →
+:class:`GroundingResult`.
+
+>>> GroundingConfig.from_dict({"dataset": "squad_contrast", "n": 4}).dataset
+'squad-contrast'
+
+:func:`run` refuses, before the model loads, an output folder of another command or a run
+made with other options; builds the items (FaithBench / SummEdits responses, or SQuAD v2
+supporting-vs-unrelated pairs); loads the model and the grounder; runs the
+:class:`~rcstat.evaluation.grounding_bench.GroundingJob` through
+:func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summarize_run`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rcstat.checks import check_count, optional_count
+from rcstat.evaluation.bench.common import Loader, load, resolved
+from rcstat.evaluation.bench.results import GroundingResult
+from rcstat.evaluation.grounding_bench import DATASETS, summarize_run
+from rcstat.runs.devices import Devices
+from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.job import check_run_folder, config_values
+from rcstat.runs.manifest import model_label
+from rcstat.runs.shards import Shard
+
+__all__ = ["GroundingConfig", "GroundingResult", "run", "summarize_run"]
+
+COMMAND = "bench grounding"
+
+
+@dataclass
+class GroundingConfig:
+    """Everything ``rcstat bench grounding`` runs with (each field is the command's option)."""
+
+    model: str | None = None
+    devices: Devices = field(default_factory=Devices)
+    dataset: str = "faithbench"
+    data: str | None = None
+    n: int | None = None
+    questionable: bool = False
+    profile: Path | None = None
+    resamples: int = 1000
+    out: Path = Path("runs/bench_grounding")
+    retry_failed: bool = True
+    shard: Shard = field(default_factory=Shard)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GroundingConfig:
+        """A checked config from a mapping of field names (missing: the defaults; ``devices``
+        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
+
+        Raises
+        ------
+        ValueError
+            An unknown field, or a value out of its range (the message names the field).
+        """
+        values = config_values(cls, data, paths=("out", "profile"))
+        config = cls(**values)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Every option in its range (``ValueError`` naming the option); the dataset's name
+        is folded to its canonical spelling."""
+        dataset = self.dataset.strip().lower().replace("_", "-")
+        if dataset not in DATASETS:
+            raise ValueError(
+                f"bench grounding needs --dataset {' or '.join(DATASETS)}, not {self.dataset}"
+            )
+        self.dataset = dataset
+        if self.questionable and dataset != "faithbench":
+            raise ValueError("--questionable applies to --dataset faithbench only")
+        if self.profile is not None and not Path(self.profile).is_file():
+            raise ValueError(f"--profile {self.profile}: no such file")
+        optional_count("--n", self.n)
+        check_count("--resamples", self.resamples)
+
+    def run_options(self) -> dict[str, Any]:
+        """The options of the manifest besides the dataset and the grounder's method."""
+        return {
+            "data": resolved(self.data),
+            "questionable": self.questionable,
+            "profile": str(self.profile.resolve()) if self.profile else None,
+        }
+
+
+def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingResult:
+    """Run (or resume) the grounding benchmark of ``config`` and summarise it.
+
+    ``loader`` loads the model (default :func:`~rcstat.evaluation.bench.common.load`).
+
+    Raises
+    ------
+    ValueError
+        The folder holds another command's output or a run with other settings (before the
+        model loads), or no example.
+    """
+    from rcstat.capture import attention_layout
+    from rcstat.data import load_dataset
+    from rcstat.evaluation.grounding_bench import GroundingBench, contrast_items, grounding_items
+    from rcstat.grounding import Grounder
+
+    out = config.out
+    compared = {"dataset": config.dataset, **config.run_options()}
+    check_run_folder(out, COMMAND, compared, config.shard)
+    if config.dataset == "squad-contrast":
+        loaded = load_dataset("squad_v2", config.data, limit=config.n)
+        items = contrast_items(loaded)  # type: ignore[arg-type]
+    else:
+        options = {"questionable": True} if config.questionable else {}
+        loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
+        items = grounding_items(loaded)  # type: ignore[arg-type]
+    if not items:
+        raise ValueError(f"no examples in {config.dataset} ({config.data or 'default slice'})")
+    model, tokenizer = (loader or load)(config.model, config.devices)
+    layout = attention_layout(model)
+    grounder = Grounder(model, tokenizer, profile=config.profile, all_heads=True)
+    name = model_label(config.model)
+    bench = GroundingBench(
+        out,
+        config.dataset,
+        name,
+        options=config.run_options(),
+        retry_failed=config.retry_failed,
+        n_resamples=config.resamples,
+    )
+    claim_output_folder(out, COMMAND)
+    settings = {
+        "dataset": config.dataset,
+        "model_name": name,
+        "resamples": config.resamples,
+        "layers": layout.num_layers,
+        "heads": layout.num_heads,
+    }
+    bench.collect(grounder, items, shard=config.shard, merge_settings=settings)
+    result = GroundingResult(out, config.shard, bench.merged)
+    if result.part_only:
+        return result
+    return summarize_run(out, settings, shard=config.shard)

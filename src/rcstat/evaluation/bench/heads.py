@@ -1,0 +1,175 @@
+"""``rcstat heads`` as a library call: :class:`HeadsConfig` → :func:`run` → :class:`HeadsResult`.
+
+>>> config = HeadsConfig.from_dict({"dataset": "squad", "n": 2, "tau": 1.5})
+>>> config.dataset, config.n, config.tau
+('squad_v2', 2, 1.5)
+
+:func:`run` refuses, before the model loads, an output folder of another command or a run
+made with other options; loads the examples and the model; collects the per-head statistics
+(:func:`~rcstat.heads.collection.collect`, a :class:`~rcstat.heads.collection.HeadsJob` run by
+:func:`~rcstat.runs.job.run_job`); then rebuilds the summary and the figures from the whole
+``heads.csv`` (:func:`summarize_run`). :func:`compare_runs` compares two earlier runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rcstat.checks import check_count, check_number, optional_count
+from rcstat.data.registry import DATASETS, canonical_name
+from rcstat.defaults import DEFAULT_TAU
+from rcstat.evaluation.bench.common import load
+from rcstat.evaluation.bench.heads_results import HeadsResult, compare_runs, summarize_run
+from rcstat.runs.devices import Devices
+from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.job import check_run_folder, config_values
+from rcstat.runs.manifest import model_label
+from rcstat.runs.shards import Shard
+
+__all__ = [
+    "DATASET_CHOICES",
+    "HeadsConfig",
+    "HeadsResult",
+    "compare_runs",
+    "run",
+    "summarize_run",
+]
+
+COMMAND = "heads"
+#: The registry's datasets with a question (QA and attribution), plus the user's own JSONL.
+DATASET_CHOICES = (*(n for n, i in DATASETS.items() if i.task in ("qa", "attribution")), "jsonl")
+_STATISTICS = ("upper", "expected")
+
+
+@dataclass
+class HeadsConfig:
+    """Everything ``rcstat heads`` (collect mode) runs with (each field is the command's
+    option). ``tau``, ``statistic`` and ``top`` shape the summary only."""
+
+    model: str | None = None
+    devices: Devices = field(default_factory=Devices)
+    dataset: str = "squad_v2"
+    data: str | None = None
+    n: int | None = None
+    out: Path = Path("runs/heads")
+    context: str | None = None
+    tau: float = DEFAULT_TAU
+    statistic: str = "upper"
+    max_new_tokens: int = 32
+    top: int = 10
+    retry_failed: bool = True
+    shard: Shard = field(default_factory=Shard)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HeadsConfig:
+        """A checked config from a mapping of field names (missing: the defaults; ``devices``
+        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
+
+        Raises
+        ------
+        ValueError
+            An unknown field, or a value out of its range (the message names the field).
+        """
+        values = config_values(cls, data)
+        config = cls(**values)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Every option in its range and the dataset's canonical name (``ValueError`` naming
+        the option)."""
+        optional_count("--n", self.n)
+        check_count("--max-new-tokens", self.max_new_tokens)
+        check_count("--top", self.top)
+        check_number("--tau", self.tau)
+        if self.statistic not in _STATISTICS:
+            raise ValueError(f"--statistic {self.statistic!r}: choose upper or expected")
+        dataset = self.dataset.strip().lower()
+        if dataset != "jsonl":
+            dataset = canonical_name(dataset)
+            if dataset not in DATASET_CHOICES:
+                raise ValueError(
+                    f"heads analyses examples with a question; {dataset} has none "
+                    f"(choose one of {', '.join(DATASET_CHOICES)})"
+                )
+        self.dataset = dataset
+        if dataset == "jsonl" and self.data is None:
+            raise ValueError(
+                '--dataset jsonl needs --data FILE (one {"context", "question", '
+                '"answer"?, "id"?} object per line)'
+            )
+        if self.context is not None and dataset != "qmsum":
+            raise ValueError("--context applies to --dataset qmsum only")
+
+    def run_options(self) -> dict[str, Any]:
+        """The options recorded in the manifest besides ``max_new_tokens`` (not ``n``: a run
+        grows by resuming with a larger ``n``; not ``tau``, ``statistic``, ``top``: they shape
+        the summary, rewritten from every row each time)."""
+        return {
+            "dataset": self.dataset,
+            "data": str(Path(self.data).resolve()) if self.data else None,
+            "context": self.context,
+        }
+
+    def summary_settings(self) -> dict[str, Any]:
+        """The options that shape the summary (kept in each part for ``rcstat merge``)."""
+        return {"statistic": self.statistic, "tau": self.tau, "top": self.top}
+
+
+def _examples(config: HeadsConfig) -> list[Any]:
+    from rcstat.data import load_dataset
+    from rcstat.heads.collection import load_jsonl
+
+    if config.dataset == "jsonl":
+        assert config.data is not None  # checked by HeadsConfig.check
+        return list(load_jsonl(config.data, limit=config.n))
+    options = {} if config.context is None else {"context": config.context}
+    return list(load_dataset(config.dataset, config.data, limit=config.n, **options))
+
+
+def run(
+    config: HeadsConfig,
+    *,
+    loader: Callable[[str | None, Devices], tuple[Any, Any]] | None = None,
+) -> HeadsResult:
+    """Collect (or resume) the per-head statistics of ``config`` and summarise the folder.
+
+    ``loader`` loads the model (default: :func:`rcstat.load_model` on ``config.devices``).
+
+    Raises
+    ------
+    ValueError
+        The folder holds another command's output or a run with other settings (before the
+        model loads), or no example.
+    """
+    from rcstat.heads.collection import collect
+
+    out = config.out
+    compared = {**config.run_options(), "max_new_tokens": config.max_new_tokens}
+    check_run_folder(out, COMMAND, compared, config.shard)
+    examples = _examples(config)
+    if not examples:
+        raise ValueError(f"no examples in {config.dataset} ({config.data or 'default slice'})")
+    model, tokenizer = (loader or load)(config.model, config.devices)
+    claim_output_folder(out, COMMAND)
+    frame = collect(
+        model,
+        tokenizer,
+        examples,
+        out=out,
+        max_new_tokens=config.max_new_tokens,
+        retry_failed=config.retry_failed,
+        model_name=model_label(config.model),
+        options=config.run_options(),
+        shard=config.shard,
+        merge_settings=config.summary_settings(),
+    )
+    errors = dict(frame.attrs.get("errors", {}))
+    if config.shard.split and not frame.attrs["merged"]:
+        return HeadsResult(out, config.shard, None, config.top, errors)
+    result = summarize_run(out, config.summary_settings(), heads=frame)
+    result.shard, result.errors = config.shard, errors
+    return result

@@ -1,0 +1,127 @@
+"""The results of the dataset benchmarks: what a run (or ``rcstat merge``) summarised, and
+the lines the command line prints for it (:meth:`lines`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rcstat.runs.shards import Shard
+
+__all__ = ["AttributionResult", "GroundingResult", "KVResult", "Outcome", "comparison_table"]
+
+
+@dataclass
+class Outcome:
+    """Where a run stands after ``run(config)``: summarised, or this process's part done
+    while another shard still works (then ``summary`` is None)."""
+
+    out: Path
+    shard: Shard
+    merged: bool
+
+    @property
+    def part_only(self) -> bool:
+        """This process's part is done but the run is not merged (another shard works)."""
+        return self.shard.split and not self.merged
+
+    def part_line(self) -> str:
+        """What a process of a data-parallel run says when its part is done before the others."""
+        return (
+            f"{self.shard}: part done in {self.out / 'parts' / self.shard.name}; the last shard "
+            f"to finish merges the run (or run `rcstat merge {self.out}`)"
+        )
+
+
+@dataclass
+class KVResult(Outcome):
+    """The outcome of :func:`run`: the summary (per setting), the paired comparison with the
+    best baseline and the head scatter; all None while another shard still works."""
+
+    summary: pd.DataFrame | None = None
+    comparison: pd.DataFrame | None = None
+    scatter: pd.DataFrame | None = None
+
+    def lines(self) -> list[str]:
+        """What ``rcstat bench kv`` prints."""
+        if self.summary is None:
+            return [self.part_line()]
+        lines = [self.summary.to_string(index=False)]
+        compared = comparison_table(self.comparison)
+        if compared is not None:
+            lines += ["RCStat − the best baseline at each ratio, paired over examples:", compared]
+        if self.scatter is not None:
+            attrs = self.scatter.attrs
+            lines.append(
+                f"per-head ratio vs RC: Spearman rho = {attrs['spearman_rho']:.2f} "
+                f"(p = {attrs['spearman_p']:.1e}, {attrs['examples']} examples)"
+            )
+        return [*lines, f"results written to {self.out}/"]
+
+
+def comparison_table(frame: pd.DataFrame | None) -> str | None:
+    """``comparison.csv`` of a bench kv run as a short text table (None when empty)."""
+    if frame is None or frame.empty:
+        return None
+    knobs = [c for c in ("window", "group", "score", "budget", "floor", "sinks") if c in frame]
+    varying = [c for c in knobs if frame[c].nunique() > 1]  # RCStat's knobs
+    first = ["subset", "ratio", *varying, "metric", "quotient"]
+    shown = frame[[*first, "baseline", "difference", "low", "high", "win_share", "examples"]]
+    return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+
+
+@dataclass
+class AttributionResult(Outcome):
+    """The outcome of :func:`run`: the accuracy table (per method and ``k``) and the paired
+    comparison; None while another shard still works."""
+
+    accuracy: pd.DataFrame | None = None
+    comparison: pd.DataFrame | None = None
+
+    def lines(self) -> list[str]:
+        """What ``rcstat bench attribution`` prints."""
+        if self.accuracy is None:
+            return [self.part_line()]
+        lines = [self.accuracy.to_string(index=False)]
+        if self.comparison is not None and not self.comparison.empty:
+            shown = self.comparison[
+                ["method", "k", "baseline", "difference", "low", "high", "win_share", "examples"]
+            ]
+            lines += [
+                "paired over examples (accuracy points, 95 % bootstrap interval):",
+                shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"),
+            ]
+        return [*lines, f"results written to {self.out}/"]
+
+
+@dataclass
+class GroundingResult(Outcome):
+    """The outcome of :func:`run`: ``report.json``'s content (None while another shard
+    works)."""
+
+    report: dict[str, Any] | None = None
+
+    def lines(self) -> list[str]:
+        """What ``rcstat bench grounding`` prints."""
+        if self.report is None:
+            return [self.part_line()]
+        report = self.report
+        table = pd.DataFrame(report["metrics"])
+        lines = [table.to_string(index=False, float_format=lambda v: f"{v:.3f}")]
+        probe = report.get("probe", {})
+        if "note" in probe:
+            lines.append(f"probe: not trained ({probe['note']})")
+        elif probe:
+            folds = ", ".join(f"{k} features {v['auroc']:.3f}" for k, v in probe.items())
+            lines.append(f"probe (grouped 5-fold, out-of-fold AUROC): {folds}")
+        spans = report.get("spans", {})
+        if "rcstat_zero_shot_token_auroc" in spans:
+            lines.append(
+                f"span level (token AUROC on unwanted spans): zero-shot "
+                f"{spans['rcstat_zero_shot_token_auroc']:.3f}, probe "
+                + ", ".join(f"{k} {v:.3f}" for k, v in spans["probe_token_auroc"].items())
+            )
+        return [*lines, f"results written to {self.out}/"]

@@ -1,0 +1,403 @@
+"""One driver for every resumable dataset job: shard → manifest → resume → loop → append → merge.
+
+A dataset job (``rcstat heads``, ``rcstat bench kv|attribution|grounding``) is a :class:`Job`:
+its kind, its row files (:class:`~rcstat.runs.parts.RunFiles`), the options that change its
+rows (:meth:`Job.manifest_options`), its work items (:meth:`Job.items`: a key, the content hash
+of what determines the item's rows, and the example it belongs to), how one item is run
+(:meth:`Job.run_one`: the rows it adds to each row file). :func:`run_job` does the rest, the
+same way for every job:
+
+1. **Shard**: with a :class:`~rcstat.runs.shards.Shard` of several, this process takes the
+   items of every ``count``-th example (round robin over examples, so that every item of an
+   example stays in one process) and works in its part ``out/parts/<i>-of-<N>/``
+   (:func:`~rcstat.runs.parts.start_part`).
+2. **Manifest**: :class:`~rcstat.runs.manifest.RunManifest` of the model, the tokenizer and the
+   options; a folder made with other settings is refused, each difference named
+   (:func:`~rcstat.runs.manifest.open_run`).
+3. **Resume**: the commit file's rows (one per finished item, success or recorded failure) are
+   sorted by :func:`~rcstat.runs.rows.resume_plan`; an item whose rows in another row file are
+   incomplete (an interruption between two writes) is computed again, and rows without a
+   commit are dropped.
+4. **Loop and append**: each item's rows are appended, the commit row last.
+5. **Merge**: the process that completes the last part merges the run
+   (:func:`~rcstat.runs.parts.merge_if_last`).
+
+:data:`JOBS` names, for every kind, its job class and the function that rebuilds a run folder's
+summaries from its rows (both imported when asked for, so that the CLI's ``--help`` and this
+module import no torch); ``rcstat merge`` looks the kind of a run up there. A job makes rows;
+its summary — tables and figures — belongs to the evaluation layer that renders it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rcstat.progress import progress as show_progress
+from rcstat.runs.devices import Devices
+from rcstat.runs.folder import check_output_folder
+from rcstat.runs.manifest import RunManifest, check_options, open_run
+from rcstat.runs.parts import RunFiles, merge_if_last, part_folder, start_part
+from rcstat.runs.rows import RowFile, resume_plan
+from rcstat.runs.shards import Shard, parse_shard
+
+__all__ = [
+    "JOBS",
+    "Item",
+    "Job",
+    "JobKind",
+    "JobRun",
+    "check_run_folder",
+    "config_values",
+    "job_kind",
+    "resume_rows",
+    "run_job",
+    "run_summary",
+]
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """Where a kind of job lives: its :class:`Job` class and its summary function
+    ``(out, settings) -> result`` (a result with ``lines()``, what the command prints), each
+    as ``"module:name"``."""
+
+    job: str
+    summary: str
+
+
+#: Every kind of job: its class and the function that summarises a run folder of it.
+JOBS: dict[str, JobKind] = {
+    "heads": JobKind(
+        "rcstat.heads.collection:HeadsJob", "rcstat.evaluation.bench.heads_results:summarize_run"
+    ),
+    "bench kv": JobKind(
+        "rcstat.evaluation.kv_bench:KVJob", "rcstat.evaluation.kv_bench:summarize_run"
+    ),
+    "bench attribution": JobKind(
+        "rcstat.evaluation.attribution_bench:AttributionJob",
+        "rcstat.evaluation.attribution_bench:summarize_run",
+    ),
+    "bench grounding": JobKind(
+        "rcstat.evaluation.grounding_bench:GroundingJob",
+        "rcstat.evaluation.grounding_bench:summarize_run",
+    ),
+}
+
+
+def _registered(kind: str) -> JobKind:
+    if kind not in JOBS:
+        raise ValueError(f"a `{kind}` run is not a job of rcstat (known: {', '.join(JOBS)})")
+    return JOBS[kind]
+
+
+def _named(where: str) -> Any:
+    module, name = where.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def job_kind(kind: str) -> type[Job]:
+    """The job class of ``kind`` (see :data:`JOBS`).
+
+    Raises
+    ------
+    ValueError
+        An unknown kind (the message lists the known ones).
+    """
+    found: type[Job] = _named(_registered(kind).job)
+    return found
+
+
+def run_summary(kind: str) -> Callable[[Path, Mapping[str, Any]], Any]:
+    """The function that rebuilds the summaries of a run folder of ``kind`` from its rows
+    (see :data:`JOBS`); ``ValueError`` for an unknown kind."""
+    found: Callable[[Path, Mapping[str, Any]], Any] = _named(_registered(kind).summary)
+    return found
+
+
+@dataclass(frozen=True)
+class Item:
+    """One unit of work: its rows' ``key``, the content ``hash`` of what determines them, the
+    position ``example`` of the example it belongs to (what a shard takes) and the job's own
+    ``data``."""
+
+    key: str
+    hash: str
+    example: int
+    data: Any = None
+
+
+class Job(ABC):
+    """A resumable, shardable, mergeable dataset job (see the module notes).
+
+    Subclasses set :attr:`kind` and :attr:`files` and implement the abstract methods;
+    :meth:`check`, :meth:`begin` and :meth:`expected_rows` are optional hooks.
+    """
+
+    #: The kind of run recorded in the manifest (a key of :data:`JOBS`).
+    kind: ClassVar[str]
+    #: The row files of a run and the files its parts and their merge carry.
+    files: ClassVar[RunFiles]
+
+    @abstractmethod
+    def source(self) -> tuple[Any, Any, str | None]:
+        """The model, the tokenizer and the model's name for the manifest."""
+
+    @abstractmethod
+    def manifest_options(self) -> dict[str, Any]:
+        """Every option that changes a row (JSON-able), compared on resume."""
+
+    @abstractmethod
+    def items(self) -> Sequence[Item]:
+        """Every work item, in the order of a single-process run (keys unique)."""
+
+    @abstractmethod
+    def run_one(self, item: Item, folder: Path | None) -> dict[str, list[dict[str, Any]]]:
+        """Run one item: its rows per row-file name (the commit file's row included; a
+        failure is recorded in that row's error field, never raised). ``folder`` (None without
+        an output folder) is where per-key files go."""
+
+    def progress_label(self) -> tuple[str, str]:
+        """The progress line's description and unit."""
+        return self.kind, "item"
+
+    def check(self, manifest: RunManifest) -> None:  # noqa: B027 (an optional hook)
+        """Refuse, before anything is written, a run whose manifest does not suit the job."""
+
+    def begin(self, folder: Path) -> None:  # noqa: B027 (an optional hook)
+        """Write what a run writes once per call, after its manifest (e.g. ``config.json``)."""
+
+    def expected_rows(self) -> dict[str, int]:
+        """Rows per successful item of each non-commit row file (an item with fewer was cut by
+        an interruption and is computed again)."""
+        return {}
+
+
+@dataclass
+class JobRun:
+    """What :func:`run_job` did.
+
+    Attributes
+    ----------
+    folder : Path or None
+        Where the rows went: the run folder, this shard's part, or None (no output folder).
+    items : list of Item
+        This process's items.
+    ran : int
+        Items run by this call.
+    errors : dict
+        Key → error message of the items that failed in this call.
+    rows : dict
+        Without an output folder, the rows computed, per row-file name.
+    merged : bool
+        Whether this process merged the parts of a sharded run.
+    split : bool
+        Whether the run is shared between several processes.
+    """
+
+    folder: Path | None
+    items: list[Item]
+    ran: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    merged: bool = False
+    split: bool = False
+
+
+def config_values(
+    config: type, data: Mapping[str, Any], *, paths: Sequence[str] = ("out",)
+) -> dict[str, Any]:
+    """The keyword arguments of a job's config dataclass from a plain mapping: ``devices`` as
+    a mapping of :class:`~rcstat.runs.devices.Devices` fields (checked), ``shard`` as
+    ``"i/N"``, the fields named in ``paths`` as paths.
+
+    Raises
+    ------
+    ValueError
+        A key that is not a field of ``config`` (the message lists the fields), or a device or
+        shard that does not exist.
+    """
+    known = {f.name for f in fields(config)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}; known: {sorted(known)}")
+    values = dict(data)
+    if isinstance(values.get("devices"), Mapping):
+        values["devices"] = Devices.from_dict(values["devices"])
+    if isinstance(values.get("shard"), str):
+        values["shard"] = parse_shard(values["shard"])
+    for name in paths:
+        if values.get(name) is not None:
+            values[name] = Path(values[name])
+    return values
+
+
+def check_run_folder(
+    out: Path, kind: str, options: Mapping[str, Any], shard: Shard | None = None
+) -> None:
+    """Refuse, before a model loads, an output folder of another command, or a run folder —
+    or this shard's part of it — whose manifest has another kind or other ``options`` (a
+    subset of the run's options suffices; see :func:`~rcstat.runs.manifest.check_options`)."""
+    check_output_folder(out, kind)  # a job's kind is the command that owns its folder
+    check_options(out, kind, options)
+    if shard is not None and shard.split:
+        check_options(part_folder(out, shard), kind, options)
+
+
+def _unique(items: Sequence[Item]) -> None:
+    seen: set[str] = set()
+    for item in items:
+        if item.key in seen:  # resuming keys on the key: it must be unique
+            raise ValueError(f"duplicate item key {item.key!r}; example ids must be unique")
+        seen.add(item.key)
+
+
+def run_job(
+    job: Job,
+    out: str | Path | None,
+    *,
+    shard: Shard | None = None,
+    retry_failed: bool = True,
+    settings: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> JobRun:
+    """Run (or resume) ``job`` into ``out`` (see the module notes).
+
+    Parameters
+    ----------
+    job : Job
+        The job.
+    out : str or Path, optional
+        The run folder; None runs every item and returns the rows (nothing resumed).
+    shard : Shard, optional
+        This process's shard of a data-parallel run.
+    retry_failed : bool, default True
+        Run again the items recorded as failed.
+    settings : mapping, optional
+        With a shard, recorded in its part for whoever summarises the merged run.
+    progress : bool, default True
+        Show progress on standard error.
+
+    Raises
+    ------
+    RunMismatchError
+        ``out`` (or this shard's part) holds a run with other settings, or rows without a
+        manifest.
+    RowFileError
+        A malformed row that is not the last one of its file.
+    """
+    items = list(job.items())
+    _unique(items)
+    split = shard is not None and shard.split
+    if split:
+        assert shard is not None
+        mine = [(at, it) for at, it in enumerate(items) if it.example % shard.count == shard.index]
+        items = [it for _, it in mine]
+    run = JobRun(None, items, split=split)
+    if out is None:
+        for item in _progress(job, items, progress):
+            for name, rows in job.run_one(item, None).items():
+                run.rows.setdefault(name, []).extend(rows)
+            _note_error(job.files, run, item, run.rows)
+        run.ran = len(items)
+        return run
+    root = Path(out)
+    folder = root
+    if split:
+        assert shard is not None
+        folder = start_part(root, job.files, shard, [(at, it.key) for at, it in mine], settings)
+    model, tokenizer, model_name = job.source()
+    manifest = RunManifest.build(
+        folder, job.kind, model, tokenizer, job.manifest_options(), model_name=model_name
+    )
+    job.check(manifest)
+    open_run(folder, manifest, rows=(*job.files.copied, *(r.name for r in job.files.rows)))
+    job.begin(folder)
+    wanted = {item.key: item.hash for item in items}
+    done = resume_rows(folder, job.files, wanted, retry_failed, job.expected_rows())
+    todo = [item for item in items if item.key not in done]
+    order = sorted(job.files.rows, key=lambda r: r.commit)  # the commit file last
+    for item in _progress(job, todo, progress):
+        produced = job.run_one(item, folder)
+        for row_file in order:
+            rows = produced.get(row_file.name, [])
+            if rows:
+                row_file.append(folder, rows)
+        _note_error(job.files, run, item, produced)
+    run.folder, run.ran = folder, len(todo)
+    if split:
+        run.merged = merge_if_last(root, folder, job.files)
+    return run
+
+
+def _progress(job: Job, items: list[Item], enabled: bool) -> Any:
+    desc, unit = job.progress_label()
+    return show_progress(items, desc=desc, unit=unit, enabled=enabled)
+
+
+def _note_error(
+    files: RunFiles, run: JobRun, item: Item, rows: Mapping[str, list[dict[str, Any]]]
+) -> None:
+    commit = files.commit
+    for row in rows.get(commit.name, [])[-1:]:
+        if row.get(commit.error_field) and str(row.get(commit.key)) == item.key:
+            run.errors[item.key] = str(row[commit.error_field])
+
+
+def resume_rows(
+    folder: Path,
+    files: RunFiles,
+    wanted: Mapping[str, str],
+    retry_failed: bool,
+    expected: Mapping[str, int],
+) -> set[str]:
+    """Resume the row files of ``folder`` for the items ``wanted`` (key → hash); return the
+    keys that need no work.
+
+    The commit file's rows are sorted by :func:`~rcstat.runs.rows.resume_plan`; a kept
+    success whose rows in a row file of ``expected`` are not ``expected[name]`` (cut by an
+    interruption) is dropped too, and every row of another row file whose key has no kept
+    success is dropped. A file is rewritten (atomically) only when a row is dropped.
+    """
+    commit = files.commit
+    records = commit.read_for_resume(folder)
+    plan = resume_plan(
+        records,
+        wanted,
+        key=commit.key,
+        retry_failed=retry_failed,
+        failed=commit.error_field,
+        hash_field=commit.hash_field,
+    )
+    others: dict[RowFile, list[dict[str, Any]]] = {
+        row_file: row_file.read_for_resume(folder) for row_file in files.rows if not row_file.commit
+    }
+    counts = {row_file.name: _count(rows, row_file.key) for row_file, rows in others.items()}
+
+    def whole(record: Mapping[str, Any]) -> bool:
+        if record.get(commit.error_field):
+            return True
+        key = str(record.get(commit.key))
+        return all(counts.get(name, {}).get(key) == n for name, n in expected.items())
+
+    keep = [record for record in plan.keep if whole(record)]
+    if len(keep) != len(records):
+        commit.write(folder, keep)
+    good = {str(r.get(commit.key)) for r in keep if not r.get(commit.error_field)}
+    for row_file, rows in others.items():
+        kept = [row for row in rows if str(row.get(row_file.key)) in good]
+        if len(kept) != len(rows):
+            row_file.write(folder, kept)
+    return {str(r.get(commit.key)) for r in keep}
+
+
+def _count(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        name = str(row.get(key))
+        counts[name] = counts.get(name, 0) + 1
+    return counts
