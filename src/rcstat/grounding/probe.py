@@ -36,6 +36,7 @@ import numpy as np
 from scipy.special import expit
 
 from rcstat.grounding.folds import check_splits, grouped_splits
+from rcstat.grounding.json_file import save_json
 from rcstat.grounding.probe_checks import check_data, check_grid, check_matrix, check_names
 from rcstat.metrics.ranking import auroc_columns
 from rcstat.metrics.thresholds import best_threshold
@@ -356,11 +357,7 @@ class GroundingProbe:
 
     def save(self, path: str | Path) -> Path:
         """Write the probe to one ``.json`` file that :meth:`load` reads back (no pickle)."""
-        path = Path(path)
-        if path.suffix != ".json":
-            raise ValueError(f"GroundingProbe.save writes a .json file, got {path.name!r}")
-        path.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
-        return path
+        return save_json(path, json.dumps(self.to_dict(), indent=1), "GroundingProbe.save")
 
     @classmethod
     def load(cls, path: str | Path) -> GroundingProbe:

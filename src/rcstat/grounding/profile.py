@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rcstat.defaults import DEFAULT_GROUNDING_FRACTION
+from rcstat.grounding.json_file import save_json
 
 __all__ = ["HeadProfile", "shipped_profile"]
 
@@ -102,11 +103,7 @@ class HeadProfile:
 
     def save(self, path: str | Path) -> Path:
         """Write a ``.json`` file that :meth:`load` reads back."""
-        path = Path(path)
-        if path.suffix != ".json":
-            raise ValueError(f"HeadProfile.save writes a .json file, got {path.name!r}")
-        path.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
-        return path
+        return save_json(path, json.dumps(self.to_dict(), indent=1), "HeadProfile.save")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "profile") -> HeadProfile:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from rcstat.attribution.spans import TextSpan
+from rcstat.grounding.json_file import save_json
 
 __all__ = ["Grounding", "SentenceGrounding"]
 
@@ -187,11 +188,7 @@ class Grounding:
 
     def save(self, path: str | Path) -> Path:
         """Write the result to one ``.json`` file that :meth:`load` reads back."""
-        path = Path(path)
-        if path.suffix != ".json":
-            raise ValueError(f"Grounding.save writes a .json file, got {path.name!r}")
-        path.write_text(self.to_json(), encoding="utf-8")
-        return path
+        return save_json(path, self.to_json(), "Grounding.save")
 
     @classmethod
     def load(cls, path: str | Path) -> Grounding:
