@@ -36,6 +36,7 @@ __all__ = [
     "model_label",
     "open_run",
     "rcstat_version",
+    "read_json_file",
     "read_manifest",
     "tokenizer_digest",
 ]
@@ -315,15 +316,7 @@ class RunManifest:
 
     def compared(self) -> dict[str, Any]:
         """The fields compared on resume, flattened (``options.`` dropped from names)."""
-        return _flatten(
-            {
-                "kind": self.kind,
-                "rcstat": self.rcstat,
-                "model": self.model,
-                "tokenizer": self.tokenizer,
-                "options": self.options,
-            }
-        )
+        return _flatten({k: v for k, v in self.to_dict().items() if k != "notes"})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -368,15 +361,28 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
         ``run.json`` is not readable JSON or not a manifest of rcstat.
     """
     path = out / MANIFEST_FILE
-    if not path.is_file():
+    data = read_json_file(path, "a readable run manifest")
+    if data is None:
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise RunMismatchError(f"{path}: not a readable run manifest ({err})") from err
     if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
         raise RunMismatchError(f"{path}: not a run manifest of rcstat")
     return data
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """The JSON value in the file ``path``; None when there is no such file.
+
+    Raises
+    ------
+    RunMismatchError
+        The file is not readable JSON: ``"<path>: not <what> (<reason>)"``.
+    """
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise RunMismatchError(f"{path}: not {what} ({err})") from err
 
 
 def _show(value: Any) -> str:

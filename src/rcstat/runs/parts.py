@@ -31,7 +31,6 @@ Rules
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -39,7 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rcstat.runs.manifest import MANIFEST_FILE, RunMismatchError, compared_fields, differences
+from rcstat.runs.manifest import (
+    MANIFEST_FILE,
+    RunMismatchError,
+    compared_fields,
+    differences,
+    read_json_file,
+)
 from rcstat.runs.rows import RowFile, write_json
 from rcstat.runs.shards import Shard
 
@@ -105,12 +110,7 @@ def part_folder(out: Path, shard: Shard) -> Path:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise RunMismatchError(f"{path}: not readable JSON ({err})") from err
+    data = read_json_file(path, "readable JSON")
     return data if isinstance(data, dict) else None
 
 
