@@ -8,6 +8,7 @@ JSON blob of :func:`~rcstat.report.attribution_data.page_data`.
 from __future__ import annotations
 
 from rcstat.report.attribution_data import B64, Method
+from rcstat.report.html import CARD_HEADING_CSS, PAGE_CSS, WARN_CSS
 
 __all__ = ["DATA_ID", "PALETTE", "SCRIPT", "STYLE", "method_css"]
 
@@ -17,13 +18,13 @@ DATA_ID = "rcstat-attribution-data"
 PALETTE = ("#fff1e3", "#fee0c1", "#fdc692", "#fda762", "#fd8d3c", "#e9661a", "#c84c0a", "#9a3a06")
 DARK_FROM = 7
 
-STYLE = """
+STYLE = (
+    """
 :root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--soft:#f6f8fa;--accent:#0969da;
 --gold:#1a7f37;--warn:#9a6700;--warn-bg:#fff8c5;color-scheme:light}
-*{box-sizing:border-box}
-html,body{margin:0}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);
-background:#fff}
+"""
+    + PAGE_CSS
+    + """\
 main{display:flex;flex-direction:column;height:100vh;min-height:520px;padding:14px 18px;gap:12px}
 input.method{position:absolute;opacity:0;width:1px;height:1px;margin:0;pointer-events:none}
 header{flex:none;max-height:34vh;overflow:auto}
@@ -31,9 +32,9 @@ h1{font-size:18px;margin:0 0 6px}
 dl.qa{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:2px 12px;margin:0}
 dl.qa dt{color:var(--muted);font-weight:600}
 dl.qa dd{margin:0;white-space:pre-wrap;overflow-wrap:anywhere}
-.warn{margin:8px 0 0;padding:6px 10px;border:1px solid #d4a72c;border-radius:6px;
-background:var(--warn-bg);color:#4d3800}
-.warn b{color:var(--warn)}
+"""
+    + WARN_CSS
+    + """\
 .pill{display:inline-block;font-size:11px;line-height:16px;padding:0 6px;border-radius:8px;
 font-weight:600;vertical-align:1px;white-space:nowrap}
 .pill.cut{background:var(--warn-bg);color:var(--warn);border:1px solid #d4a72c}
@@ -43,10 +44,9 @@ gap:14px}
 aside{display:flex;flex-direction:column;gap:12px;min-height:0}
 .card{border:1px solid var(--line);border-radius:8px;display:flex;flex-direction:column;
 min-height:0;overflow:hidden}
-.card>h2{flex:none;font-size:12px;font-weight:600;letter-spacing:.03em;text-transform:uppercase;
-color:var(--muted);margin:0;padding:7px 12px;border-bottom:1px solid var(--line);
-background:var(--soft)}
-.card>h2 .what{text-transform:none;letter-spacing:0;color:var(--fg)}
+"""
+    + CARD_HEADING_CSS
+    + """\
 .units-card{flex:0 1 auto;max-height:42%}
 ol.units,ol.ranked{list-style:none;margin:0;padding:6px;overflow:auto;min-height:0}
 button.unit{display:flex;gap:8px;width:100%;text-align:left;font:inherit;color:inherit;
@@ -104,6 +104,7 @@ noscript p{margin:0;padding:4px 12px;font-size:12px;color:var(--muted)}
 @media (max-width:820px){main{height:auto}.layout{grid-template-columns:1fr}
 .ctx{max-height:75vh}header{max-height:none}}
 """
+)
 
 # Switches the answer unit: re-classes the tokens and span boxes, rebuilds the ranked lists and
 # the legend's maxima from the JSON blob (see `page_data`); fills token tooltips on hover.

@@ -42,7 +42,7 @@ import numpy as np
 
 from rcstat.files import write_atomic
 from rcstat.report.grounding_view import GroundingView, SentenceView, SpanView
-from rcstat.report.html import html_table, script_json
+from rcstat.report.html import CARD_HEADING_CSS, PAGE_CSS, WARN_CSS, html_table, script_json
 
 __all__ = ["BINS", "PALETTE", "grounding_page", "save_grounding_html", "score_bins"]
 
@@ -69,14 +69,14 @@ _NAN_COLOUR = "#d0d7de"
 _DATA_ID = "rcstat-grounding-data"
 _CUT = "the response was cut at the model's window"
 
-_STYLE = """
+_STYLE = (
+    """
 :root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--soft:#f6f8fa;--accent:#0969da;
 --bad:#cf222e;--bad-bg:#ffebe9;--ok:#1a7f37;--ok-bg:#dafbe1;--warn:#9a6700;--warn-bg:#fff8c5;
 --hl:#ffd33d;color-scheme:light}
-*{box-sizing:border-box}
-html,body{margin:0}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);
-background:#fff}
+"""
+    + PAGE_CSS
+    + """\
 main{max-width:1400px;margin:0 auto;padding:14px 18px;display:flex;flex-direction:column;gap:12px}
 h1{font-size:18px;margin:0 0 8px;display:flex;flex-wrap:wrap;align-items:center;gap:6px 12px}
 .verdict{font-size:13px;line-height:20px;padding:0 10px;border-radius:10px;font-weight:600;
@@ -90,9 +90,9 @@ dl.facts dt,dl.qa dt{color:var(--muted);font-weight:600}
 dl.facts dd{margin:0;font-variant-numeric:tabular-nums;overflow-wrap:anywhere}
 dl.qa{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:2px 12px;margin:6px 0 0}
 dl.qa dd{margin:0;white-space:pre-wrap;overflow-wrap:anywhere}
-.warn{margin:8px 0 0;padding:6px 10px;border:1px solid #d4a72c;border-radius:6px;
-background:var(--warn-bg);color:#4d3800}
-.warn b{color:var(--warn)}
+"""
+    + WARN_CSS
+    + """\
 .extras{display:flex;flex-wrap:wrap;gap:8px 28px;align-items:flex-start;margin-top:8px}
 .extras h2{font-size:12px;font-weight:600;letter-spacing:.03em;text-transform:uppercase;
 color:var(--muted);margin:0 0 2px}
@@ -121,10 +121,9 @@ background:var(--fg)}
 .layout{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:14px;align-items:start}
 .card{border:1px solid var(--line);border-radius:8px;display:flex;flex-direction:column;
 min-width:0;overflow:hidden}
-.card>h2{flex:none;font-size:12px;font-weight:600;letter-spacing:.03em;text-transform:uppercase;
-color:var(--muted);margin:0;padding:7px 12px;border-bottom:1px solid var(--line);
-background:var(--soft)}
-.card>h2 .what{text-transform:none;letter-spacing:0;color:var(--fg)}
+"""
+    + CARD_HEADING_CSS
+    + """\
 .pane{max-height:70vh;overflow:auto;padding:12px 16px;white-space:pre-wrap;
 overflow-wrap:anywhere;font-size:15px;line-height:1.9}
 .resp .sent{cursor:pointer;border-radius:3px;box-decoration-break:clone;
@@ -155,6 +154,7 @@ white-space:pre-wrap;overflow-wrap:anywhere;max-height:6em;overflow:auto}
 noscript p{margin:0;padding:4px 12px;font-size:12px;color:var(--muted)}
 @media (max-width:820px){.layout{grid-template-columns:1fr}}
 """
+)
 
 # Selects a sentence on click, Enter or Space: marks its sentence element and the context
 # pieces of its support, fills the detail panel (textContent only), scrolls the span into view.

@@ -31,6 +31,29 @@ font-weight:600;color:#7f1d1d}.notice{background:#e8f5e9;border-left:6px solid #
 padding:.5em .8em;margin:.6em 0}a{color:#1565c0}
 """
 
+# The CSS that the single-page reports (attribution, grounding) share; each page defines the
+# custom properties (--fg, --muted, --line, --soft, --warn, --warn-bg) in its own :root.
+#: The page base: box sizing, margins, the body font and colours.
+PAGE_CSS = """\
+*{box-sizing:border-box}
+html,body{margin:0}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);
+background:#fff}
+"""
+#: The warning box (``<p class="warn">``, its ``<b>`` in the warning colour).
+WARN_CSS = """\
+.warn{margin:8px 0 0;padding:6px 10px;border:1px solid #d4a72c;border-radius:6px;
+background:var(--warn-bg);color:#4d3800}
+.warn b{color:var(--warn)}
+"""
+#: A card's heading (``.card>h2``) and the ``.what`` part of it.
+CARD_HEADING_CSS = """\
+.card>h2{flex:none;font-size:12px;font-weight:600;letter-spacing:.03em;text-transform:uppercase;
+color:var(--muted);margin:0;padding:7px 12px;border-bottom:1px solid var(--line);
+background:var(--soft)}
+.card>h2 .what{text-transform:none;letter-spacing:0;color:var(--fg)}
+"""
+
 # outside a JSON string none of these can occur, and inside one the \\uXXXX escape decodes back
 _SCRIPT_SAFE = str.maketrans(
     {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
