@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import GroundingExample, LabeledSpan
-from rcstat.data.records import _Where, check_limit, read_json
+from rcstat.data.records import _Where, check_limit, keyed_records, read_json
 
 __all__ = [
     "BINARY_DETECTORS",
@@ -244,15 +244,15 @@ def _detectors(where: _Where, metadata: dict[str, Any]) -> dict[str, float | int
 def _iter_batch(path: Path, questionable: bool) -> Iterator[GroundingExample]:
     root = _Where(path, "document")
     document = root.check(read_json(path), dict, "the document")
-    seen: dict[int, int] = {}
-    for i, sample in enumerate(root.get(document, "samples", list)):
-        where = _Where(path, f"samples[{i}]")
-        sample = where.check(sample, dict, "the sample")
-        sample_id = where.get(sample, "sample_id", int)
-        if sample_id in seen:
-            raise where.error(f"duplicate sample_id {sample_id} (also samples[{seen[sample_id]}])")
-        seen[sample_id] = i
-        where = _Where(path, f"samples[{i}] (sample_id {sample_id})")
+    samples = keyed_records(
+        path,
+        root.get(document, "samples", list),
+        label="samples[{}]",
+        key="sample_id",
+        read_key=lambda where, sample: where.get(sample, "sample_id", int),
+        what="the sample",
+    )
+    for sample_id, where, sample in samples:
         source = where.text(sample, "source", non_empty=True)
         summary = where.text(sample, "summary", non_empty=True)
         raw = _literal(where, sample.get("annotations", []), "key 'annotations'")

@@ -11,7 +11,7 @@ first folder that holds ``shared/data`` (the developer slices).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,11 +21,13 @@ __all__ = [
     "check_limit",
     "find_shared_data",
     "iter_jsonl",
+    "keyed_records",
     "read_json",
     "resolve_file",
 ]
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 _TYPE_NAMES = {
     str: "a string",
@@ -132,6 +134,38 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, _Where, dict[str, Any]]]:
             except json.JSONDecodeError as exc:
                 raise where.error(f"invalid JSON: {exc}") from None
             yield number, where, where.check(record, dict, "the record")
+
+
+def keyed_records(
+    path: Path,
+    records: list[Any],
+    *,
+    label: str,
+    key: str,
+    read_key: Callable[[_Where, dict[str, Any]], K],
+    what: str = "the record",
+) -> Iterator[tuple[K, _Where, dict[str, Any]]]:
+    """Yield ``(key value, where, record)`` for a JSON list of objects with a unique key.
+
+    ``label`` names record ``i`` as ``label.format(i)`` (e.g. ``"record {}"``), ``what`` names
+    a record in the error of one that is not an object; ``read_key`` reads the key ``key`` of a
+    record. The ``where`` yielded names the record and its key value: ``"record 3 (id 'x')"``.
+
+    Raises
+    ------
+    DatasetFormatError
+        On a record that is not an object, a bad key (as ``read_key`` raises), or a key value
+        seen before (the message names the earlier record).
+    """
+    seen: dict[K, int] = {}
+    for i, record in enumerate(records):
+        where = _Where(path, label.format(i))
+        record = where.check(record, dict, what)
+        value = read_key(where, record)
+        if value in seen:
+            raise where.error(f"duplicate {key} {value!r} (also {label.format(seen[value])})")
+        seen[value] = i
+        yield value, _Where(path, f"{label.format(i)} ({key} {value!r})"), record
 
 
 def read_json(path: Path) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 
 from rcstat.data.examples import GroundingExample
 from rcstat.data.faithbench import data_files, text_group
-from rcstat.data.records import _Where, check_limit, read_json
+from rcstat.data.records import _Where, check_limit, keyed_records, read_json
 
 __all__ = ["load_summedits"]
 
@@ -79,15 +79,14 @@ def _consistent(where: _Where, record: dict[str, Any]) -> bool:
 def _iter_domain(path: Path) -> Iterator[GroundingExample]:
     domain = path.stem.removeprefix(_PREFIX)
     document = _Where(path, "document").check(read_json(path), list, "the document")
-    seen: dict[str, int] = {}
-    for i, record in enumerate(document):
-        where = _Where(path, f"record {i}")
-        record = where.check(record, dict, "the record")
-        row_id = where.text(record, "id", non_empty=True)
-        if row_id in seen:
-            raise where.error(f"duplicate id {row_id!r} (also record {seen[row_id]})")
-        seen[row_id] = i
-        where = _Where(path, f"record {i} (id {row_id!r})")
+    records = keyed_records(
+        path,
+        document,
+        label="record {}",
+        key="id",
+        read_key=lambda where, record: where.text(record, "id", non_empty=True),
+    )
+    for row_id, where, record in records:
         doc = where.text(record, "doc", non_empty=True)
         summary = where.text(record, "summary", non_empty=True)
         seed = where.text(record, "original_summary", non_empty=True)
