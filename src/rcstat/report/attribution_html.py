@@ -69,26 +69,23 @@ __all__ = [
 class AttributionLike(Protocol):
     """What :func:`attribution_page` reads of an ``rcstat.attribution.Attribution``."""
 
-    @property
-    def question(self) -> str: ...
-    @property
-    def answer(self) -> str: ...
+    question: str
+    answer: str
+    attention: np.ndarray  # [unit, context token]
+    context_start: int
+    top_k: int | None
+
+    # read-only: the result holds lists and literal types, narrower than these
     @property
     def units(self) -> Sequence[Any]: ...  # each with a ``.text``
     @property
     def span_tokens(self) -> Sequence[tuple[int, int]]: ...
     @property
-    def attention(self) -> np.ndarray: ...  # [unit, context token]
-    @property
     def context_tokens(self) -> Sequence[str]: ...
-    @property
-    def context_start(self) -> int: ...
     @property
     def statistic(self) -> str: ...
     @property
     def head_ranking(self) -> str: ...
-    @property
-    def top_k(self) -> int | None: ...
     @property
     def gold(self) -> Sequence[int | None]: ...
     @property

@@ -4,7 +4,9 @@
 :class:`rcstat.grounding.Grounding` is one, a ``types.SimpleNamespace`` in a test is another —
 so ``report`` stays a leaf: it imports no application, and no application imports it (the
 caller hands the result to :func:`~rcstat.report.grounding_html.grounding_page`).
-Every member is a read-only property, so frozen dataclasses satisfy them.
+A member that a mutable result holds with exactly its type is a plain attribute; the others
+are read-only properties, which frozen dataclasses (a sentence, a span) and wider types
+(``Sequence`` for a list) satisfy.
 """
 
 from __future__ import annotations
@@ -50,33 +52,23 @@ class SentenceView(Protocol):
 class GroundingView(Protocol):
     """A grounding result: token and sentence scores of a response against its context."""
 
-    @property
-    def context(self) -> str: ...
-    @property
-    def question(self) -> str: ...
-    @property
-    def response(self) -> str: ...
+    context: str
+    question: str
+    response: str
+    token_scores: np.ndarray  # [G] one score per response token, higher = supported
+    score: float
+    threshold: float
+    probe_score: float | None
+    model: str
+    finished: bool
+
     @property
     def token_texts(self) -> Sequence[str]: ...
     @property
-    def token_scores(self) -> np.ndarray:
-        """``[G]`` one score per response token, higher = supported."""
-
-    @property
     def sentences(self) -> Sequence[SentenceView]: ...
-    @property
-    def score(self) -> float: ...
-    @property
-    def threshold(self) -> float: ...
     @property
     def supported(self) -> bool: ...
     @property
     def baselines(self) -> Mapping[str, float]: ...
     @property
-    def probe_score(self) -> float | None: ...
-    @property
     def method(self) -> Mapping[str, Any]: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def finished(self) -> bool: ...

@@ -3,8 +3,9 @@
 Every function builds a :class:`matplotlib.figure.Figure` on an Agg canvas directly (no
 pyplot state, nothing shown, safe in scripts and threads) and returns it;
 :func:`rcstat.report.plots.save_figure` writes a PNG. They read the results through the
-protocols below, so this module imports no application. matplotlib is imported inside the
-functions, so importing this module is free.
+protocols below (plain attributes where the summaries hold exactly that type, read-only
+properties for frozen results and wider types), so this module imports no application.
+matplotlib is imported inside the functions, so importing this module is free.
 """
 
 from __future__ import annotations
@@ -24,20 +25,13 @@ if TYPE_CHECKING:
 class HeadSummary(Protocol):
     """What the figures read of a head summary (``rcstat.heads.HeadSummary``)."""
 
-    @property
-    def percentiles(self) -> pd.DataFrame: ...  # one row per head, heads ordered by median
-    @property
-    def median(self) -> np.ndarray: ...  # [layers, heads]
-    @property
-    def statistic(self) -> str: ...
-    @property
-    def tau(self) -> float: ...
-    @property
-    def n_layers(self) -> int: ...
-    @property
-    def n_heads(self) -> int: ...
-    @property
-    def n_examples(self) -> int: ...
+    percentiles: pd.DataFrame  # one row per head, heads ordered by median
+    median: np.ndarray  # [layers, heads]
+    statistic: str
+    tau: float
+    n_layers: int
+    n_heads: int
+    n_examples: int
 
 
 class _MannWhitney(Protocol):
@@ -50,27 +44,21 @@ class _MannWhitney(Protocol):
 
 
 class _Ranked(Protocol):
-    @property
-    def top_n(self) -> int: ...
-    @property
-    def mean_depth(self) -> float: ...
+    top_n: int
+    mean_depth: float
 
 
 class Comparison(Protocol):
     """What :func:`plot_comparison` reads of ``rcstat.heads.Comparison``."""
 
-    @property
-    def labels(self) -> tuple[str, str]: ...
-    @property
-    def counts(self) -> pd.DataFrame: ...
+    labels: tuple[str, str]
+    counts: pd.DataFrame
+    tau: float
+    common_threshold: float
+    statistic: str
+
     @property
     def tests(self) -> Mapping[str, _MannWhitney]: ...
-    @property
-    def tau(self) -> float: ...
-    @property
-    def common_threshold(self) -> float: ...
-    @property
-    def statistic(self) -> str: ...
     @property
     def a(self) -> _Ranked: ...
     @property
