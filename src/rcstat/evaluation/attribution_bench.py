@@ -32,7 +32,7 @@ same prompt with the chunk's own text as the candidate span (marker and title le
 for comparison).
 **Lengths**: each line records the prompt's token count (chat template, context and question);
 ``accuracy_by_length.csv`` splits the accuracy by :data:`LENGTH_BUCKETS`. **Paired
-comparisons** (``comparison.csv``, :mod:`rcstat.evaluation.paired`): the RC rankings at the
+comparisons** (``comparison.csv``, :mod:`rcstat.metrics.paired`): the RC rankings at the
 table's ``k`` against mean attention and all heads, per example (weighted by its units), with
 a bootstrap interval over examples and the share of examples each wins.
 
@@ -395,7 +395,7 @@ class AttributionBench:
 
     def comparison(self, units: pd.DataFrame) -> pd.DataFrame:
         """Each of :data:`COMPARED` at the table's k against each of :data:`BASELINES`, paired
-        over examples (accuracy in points; see :mod:`rcstat.evaluation.paired`)."""
+        over examples (accuracy in points; see :mod:`rcstat.metrics.paired`)."""
         k = self._table_k()
         per = (
             units.groupby(["method", "k", "example"], sort=False)

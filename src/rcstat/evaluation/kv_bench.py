@@ -492,7 +492,7 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
     For every subset (all examples, and answerable / unanswerable ones apart when the rows
     hold both),
     ratio, window and metric of :data:`COMPARED_METRICS`: the baseline with the best mean at
-    that ratio, both means, their quotient, and :func:`~rcstat.evaluation.paired.paired_difference`
+    that ratio, both means, their quotient, and :func:`~rcstat.metrics.paired.paired_difference`
     of RCStat minus that baseline over the examples both scored (interval, wins, ties, losses).
     """
     from rcstat.metrics.paired import paired_difference
