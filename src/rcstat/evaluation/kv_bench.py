@@ -30,6 +30,7 @@ import pandas as pd
 
 from rcstat.data import QAExample
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
+from rcstat.evaluation.bench.common import BenchRun
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
 from rcstat.files import write_atomic
@@ -37,7 +38,7 @@ from rcstat.press.options import KNOBS, PAPER_KNOBS, knob_default
 from rcstat.press.registry import make_press as build_press
 from rcstat.report.plots import save_figure
 from rcstat.runs.folder import staged_output
-from rcstat.runs.job import Item, Job, run_job
+from rcstat.runs.job import Item, Job
 from rcstat.runs.manifest import content_hash
 from rcstat.runs.parts import RunFiles, read_parts
 from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
@@ -173,8 +174,9 @@ def _factory_name(factory: CacheFactory | None) -> str:
 
 
 @dataclass
-class KVBench:
-    """A resumable benchmark run writing into ``out``.
+class KVBench(BenchRun):
+    """A resumable benchmark run writing into ``out`` (a
+    :class:`~rcstat.evaluation.bench.common.BenchRun`).
 
     Parameters
     ----------
@@ -188,10 +190,10 @@ class KVBench:
         Answer length limit; part of the manifest.
     config : dict
         Written to ``config.json`` as it is (not compared on resume).
-    options : dict
+    options : dict, keyword only
         More settings that change rows (data file, context mode, token budget); recorded in the
         manifest and compared on resume.
-    retry_failed : bool, default True
+    retry_failed : bool, default True, keyword only
         Evaluate again the items recorded with an error.
     placement : {"context", "question"}, default "context"
         Where the prompt is cut for compression (:func:`rcstat.press.answer.split_prompt`):
@@ -199,21 +201,10 @@ class KVBench:
         manifest when not the default, so query-aware rows never mix with the others).
     """
 
-    out: Path
-    dataset: str
-    model_name: str
     settings: list[Setting]
     max_new_tokens: int = 32
     config: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    retry_failed: bool = True
     placement: str = "context"
-    #: Whether the last :meth:`collect` with a shard merged the run.
-    merged: bool = field(default=False, init=False)
-
-    @property
-    def predictions(self) -> Path:
-        return self.out / "predictions.jsonl"
 
     def manifest_options(self, cache_factory: CacheFactory | None = None) -> dict[str, Any]:
         """The options of the manifest (besides model, tokenizer and rcstat version)."""
@@ -266,12 +257,9 @@ class KVBench:
             A line of ``predictions.jsonl`` before the last is malformed (a cut last line is
             dropped with a warning naming file and line).
         """
-        job = KVJob(self, model, tokenizer, examples, cache_factory)
-        done = run_job(
-            job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
+        return self.run_job(
+            KVJob(self, model, tokenizer, examples, cache_factory), shard, merge_settings
         )
-        self.merged = done.merged
-        return done.ran
 
     def config_record(self) -> dict[str, Any]:
         """What ``config.json`` holds: the last call's settings (not compared on resume)."""

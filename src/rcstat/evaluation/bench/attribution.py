@@ -13,7 +13,6 @@ through :func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from rcstat.checks import check_count, optional_count
 from rcstat.defaults import default_span_score
 from rcstat.evaluation.attribution_bench import LAYOUTS, summarize_run
 from rcstat.evaluation.bench.common import (
+    JobConfig,
     Loader,
     Say,
     dataset_for,
@@ -31,11 +31,9 @@ from rcstat.evaluation.bench.common import (
     say_default,
 )
 from rcstat.evaluation.bench.results import AttributionResult
-from rcstat.runs.devices import Devices
 from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder, config_values
+from rcstat.runs.job import check_run_folder
 from rcstat.runs.manifest import model_label
-from rcstat.runs.shards import Shard
 
 __all__ = ["AttributionConfig", "AttributionResult", "run", "summarize_run"]
 
@@ -44,22 +42,17 @@ _STATISTICS = ("expected", "upper")
 
 
 @dataclass
-class AttributionConfig:
-    """Everything ``rcstat bench attribution`` runs with (each field is the command's option).
+class AttributionConfig(JobConfig):
+    """Everything ``rcstat bench attribution`` runs with (each field is the command's option;
+    the shared ones in :class:`~rcstat.evaluation.bench.common.JobConfig`).
 
     ``ks`` holds numbers of heads as text, ``"all"`` for every head (resolved against the
     model's head count); ``span_score`` None is the default of ``statistic``.
     """
 
-    model: str | None = None
-    devices: Devices = field(default_factory=Devices)
     dataset: str = "quotesum"
-    data: str | None = None
-    ks: list[str] = field(default_factory=lambda: "1,2,5,10,20,50,100,all".split(","))
-    n: int | None = None
     out: Path = Path("runs/bench_attribution")
-    retry_failed: bool = True
-    shard: Shard = field(default_factory=Shard)
+    ks: list[str] = field(default_factory=lambda: "1,2,5,10,20,50,100,all".split(","))
     layout: str = "numbered"
     max_tokens: int | None = None
     statistic: str = "expected"
@@ -71,22 +64,13 @@ class AttributionConfig:
         if self.span_score is None:
             self.span_score = default_span_score(self.statistic)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AttributionConfig:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
+    PATHS = ("out", "fixed_heads_from")
 
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the field).
-        """
-        values = config_values(cls, data, paths=("out", "fixed_heads_from"))
-        values["ks"] = [str(k) for k in values.get("ks", cls().ks)]
-        config = cls(**values)
-        config.dataset = dataset_for(config.dataset, "attribution", COMMAND)
-        config.check()
-        return config
+    def check_values(self) -> None:
+        """The ``k`` values as text and the dataset (an attribution set, by its registry
+        name)."""
+        self.ks = [str(k) for k in self.ks]
+        self.dataset = dataset_for(self.dataset, "attribution", COMMAND)
 
     def check(self) -> None:
         """Every option in its range (``ValueError`` naming the option)."""

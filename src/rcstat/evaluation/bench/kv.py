@@ -14,7 +14,7 @@ unless this process's part of a data-parallel run is done before the others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from rcstat.checks import check_count, check_number, optional_count
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.evaluation.bench.common import (
+    JobConfig,
     Loader,
     Say,
     dataset_for,
@@ -32,12 +33,10 @@ from rcstat.evaluation.bench.common import (
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv_bench import summarize_run
 from rcstat.press.registry import PRESS_NAMES
-from rcstat.runs.devices import Devices
 from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder, config_values
+from rcstat.runs.job import check_run_folder
 from rcstat.runs.manifest import model_label
 from rcstat.runs.parts import part_folder
-from rcstat.runs.shards import Shard
 
 __all__ = ["KVConfig", "KVResult", "run", "summarize_run"]
 
@@ -48,8 +47,9 @@ TEMPLATE_TOKENS = 32
 
 
 @dataclass
-class KVConfig:
-    """Everything ``rcstat bench kv`` runs with (each field is the command's option).
+class KVConfig(JobConfig):
+    """Everything ``rcstat bench kv`` runs with (each field is the command's option; the
+    shared ones in :class:`~rcstat.evaluation.bench.common.JobConfig`).
 
     ``groups`` None entries are the press's default of each mode; ``windows`` holds token
     counts or :data:`~rcstat.defaults.QUESTION_WINDOW` (with ``question_placement``
@@ -57,17 +57,13 @@ class KVConfig:
     window.
     """
 
-    model: str | None = None
-    devices: Devices = field(default_factory=Devices)
     dataset: str = "squad_v2"
-    data: str | None = None
+    out: Path = Path("runs/bench_kv")
     presses: list[str] = field(default_factory=lambda: list(PRESS_NAMES))
     ratios: list[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
     thresholds: list[float] = field(default_factory=lambda: [0.2, 0.7, 0.8, 1.0, 1.2, 1.3, 1.8])
     windows: list[int | str] = field(default_factory=lambda: [DEFAULT_WINDOW, 16])
-    n: int | None = None
     max_new_tokens: int = 32
-    out: Path = Path("runs/bench_kv")
     groups: list[str | None] = field(default_factory=lambda: [None])
     scores: list[str] = field(default_factory=lambda: ["expected"])
     budgets: list[str] = field(default_factory=lambda: ["pooled"])
@@ -76,39 +72,26 @@ class KVConfig:
     question_placement: str = "context"
     context: str | None = None
     max_tokens: int | None = None
-    retry_failed: bool = True
-    shard: Shard = field(default_factory=Shard)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> KVConfig:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the field).
-        """
+    def check_values(self) -> None:
+        """The dataset (a QA set, by its registry name), the press names and every list's
+        values (``ValueError`` naming the field)."""
         from rcstat.press.registry import check_press_names
 
-        values = config_values(cls, data)
-        config = cls(**values)
-        config.dataset = dataset_for(config.dataset, "qa", "bench kv")
-        check_press_names(list(config.presses))
+        self.dataset = dataset_for(self.dataset, "qa", "bench kv")
+        check_press_names(list(self.presses))
         for name in ("groups", "scores", "budgets"):  # values: checked by the press (run)
-            if not getattr(config, name):
+            if not getattr(self, name):
                 raise ValueError(f"{name} needs at least one value")
-        for ratio in config.ratios:
+        for ratio in self.ratios:
             check_number("ratios", ratio, low=0, high=1, high_open=True)
-        for threshold in config.thresholds:
+        for threshold in self.thresholds:
             check_number("thresholds", threshold, low=0)
-        for window in config.windows:
+        for window in self.windows:
             if window != QUESTION_WINDOW:
                 check_count("windows", window)
-        for sink in config.sinks:
+        for sink in self.sinks:
             check_count("sinks", sink, low=0)
-        config.check()
-        return config
 
     def check(self) -> None:
         """The checks that tie options together (``ValueError`` naming the options)."""
@@ -216,8 +199,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
         options["context"] = "full"
     loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
     examples = [e for e in loaded if isinstance(e, QAExample)]
-    if not examples:
-        raise ValueError(f"no examples in {config.dataset} ({config.data or 'default slice'})")
+    config.require(examples)
     model, tokenizer = (loader or load)(config.model, config.devices)
     window = int(model.config.max_position_embeddings)
     if config.max_tokens is not None:
