@@ -3,6 +3,7 @@ the lines the command line prints for it (:meth:`lines`)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,18 @@ import pandas as pd
 
 from rcstat.runs.shards import Shard
 
-__all__ = ["AttributionResult", "GroundingResult", "KVResult", "Outcome", "comparison_table"]
+__all__ = [
+    "AttributionResult",
+    "GroundingResult",
+    "KVResult",
+    "Outcome",
+    "comparison_table",
+    "part_done",
+]
 
 
 @dataclass
-class Outcome:
+class Outcome(ABC):
     """Where a run stands after ``run(config)``: summarised, or this process's part done
     while another shard still works (then ``summary`` is None)."""
 
@@ -30,10 +38,19 @@ class Outcome:
 
     def part_line(self) -> str:
         """What a process of a data-parallel run says when its part is done before the others."""
-        return (
-            f"{self.shard}: part done in {self.out / 'parts' / self.shard.name}; the last shard "
-            f"to finish merges the run (or run `rcstat merge {self.out}`)"
-        )
+        return part_done(self.out, self.shard)
+
+    def lines(self) -> list[str]:
+        """What the command prints: the summary's lines and where they were written, or
+        :meth:`part_line` while another shard still works."""
+        summary = self.summary_lines()
+        if summary is None:
+            return [self.part_line()]
+        return [*summary, f"results written to {self.out}/"]
+
+    @abstractmethod
+    def summary_lines(self) -> list[str] | None:
+        """The lines of the summary (None while another shard still works)."""
 
 
 @dataclass
@@ -45,10 +62,10 @@ class KVResult(Outcome):
     comparison: pd.DataFrame | None = None
     scatter: pd.DataFrame | None = None
 
-    def lines(self) -> list[str]:
-        """What ``rcstat bench kv`` prints."""
+    def summary_lines(self) -> list[str] | None:
+        """What ``rcstat bench kv`` prints about the summary."""
         if self.summary is None:
-            return [self.part_line()]
+            return None
         lines = [self.summary.to_string(index=False)]
         compared = comparison_table(self.comparison)
         if compared is not None:
@@ -59,7 +76,16 @@ class KVResult(Outcome):
                 f"per-head ratio vs RC: Spearman rho = {attrs['spearman_rho']:.2f} "
                 f"(p = {attrs['spearman_p']:.1e}, {attrs['examples']} examples)"
             )
-        return [*lines, f"results written to {self.out}/"]
+        return lines
+
+
+def part_done(out: Path, shard: Shard) -> str:
+    """What process ``shard`` of a data-parallel run into ``out`` says when its part is done
+    before the others (every dataset job says the same)."""
+    return (
+        f"{shard}: part done in {out / 'parts' / shard.name}; the last shard to finish merges "
+        f"the run (or run `rcstat merge {out}`)"
+    )
 
 
 def comparison_table(frame: pd.DataFrame | None) -> str | None:
@@ -81,10 +107,10 @@ class AttributionResult(Outcome):
     accuracy: pd.DataFrame | None = None
     comparison: pd.DataFrame | None = None
 
-    def lines(self) -> list[str]:
-        """What ``rcstat bench attribution`` prints."""
+    def summary_lines(self) -> list[str] | None:
+        """What ``rcstat bench attribution`` prints about the accuracy."""
         if self.accuracy is None:
-            return [self.part_line()]
+            return None
         lines = [self.accuracy.to_string(index=False)]
         if self.comparison is not None and not self.comparison.empty:
             shown = self.comparison[
@@ -94,7 +120,7 @@ class AttributionResult(Outcome):
                 "paired over examples (accuracy points, 95 % bootstrap interval):",
                 shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"),
             ]
-        return [*lines, f"results written to {self.out}/"]
+        return lines
 
 
 @dataclass
@@ -104,10 +130,10 @@ class GroundingResult(Outcome):
 
     report: dict[str, Any] | None = None
 
-    def lines(self) -> list[str]:
-        """What ``rcstat bench grounding`` prints."""
+    def summary_lines(self) -> list[str] | None:
+        """What ``rcstat bench grounding`` prints about the report."""
         if self.report is None:
-            return [self.part_line()]
+            return None
         report = self.report
         table = pd.DataFrame(report["metrics"])
         lines = [table.to_string(index=False, float_format=lambda v: f"{v:.3f}")]
@@ -124,4 +150,4 @@ class GroundingResult(Outcome):
                 f"{spans['rcstat_zero_shot_token_auroc']:.3f}, probe "
                 + ", ".join(f"{k} {v:.3f}" for k, v in spans["probe_token_auroc"].items())
             )
-        return [*lines, f"results written to {self.out}/"]
+        return lines
