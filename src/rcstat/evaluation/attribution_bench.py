@@ -299,21 +299,9 @@ class AttributionBench(BenchRun):
         shard: Shard | None = None,
         merge_settings: dict[str, Any] | None = None,
     ) -> int:
-        """Attribute every example not yet done (see the module notes; an
-        :class:`AttributionJob` run by :func:`~rcstat.runs.job.run_job`); return how many.
-
-        With a ``shard`` of several, only its examples, into the shard's part
-        ``out/parts/<i>-of-<N>/``; the process that completes the last part merges the run
-        (:mod:`rcstat.runs.parts`; see :attr:`merged`).
-
-        Raises
-        ------
-        RunMismatchError
-            ``out`` holds a run with other settings (each difference named) or rows without a
-            manifest.
-        RowFileError
-            A line of ``predictions.jsonl`` before the last is malformed.
-        """
+        """Attribute every example not yet done (see the module notes): :meth:`run_job` of an
+        :class:`AttributionJob` (sharding, merging and the errors raised are described there);
+        return how many."""
         return self.run_job(AttributionJob(self, attributor, examples), shard, merge_settings)
 
     def _fixed_heads(self, model: dict[str, Any]) -> dict[int, list[tuple[int, int]]] | None:

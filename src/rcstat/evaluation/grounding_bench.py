@@ -228,13 +228,9 @@ class GroundingBench(BenchRun):
         shard: Shard | None = None,
         merge_settings: dict[str, Any] | None = None,
     ) -> int:
-        """Measure every item not yet done (a :class:`GroundingJob` run by
-        :func:`~rcstat.runs.job.run_job`); return how many were measured.
-
-        With a ``shard`` of several, only its items, into the shard's part
-        ``out/parts/<i>-of-<N>/``; the process that completes the last part merges the run
-        (:mod:`rcstat.runs.parts`; see :attr:`merged`).
-        """
+        """Measure every item not yet done: :meth:`run_job` of a :class:`GroundingJob`
+        (sharding, merging and the errors raised are described there); return how many were
+        measured."""
         return self.run_job(GroundingJob(self, grounder, items), shard, merge_settings)
 
     def _token_file(self, item_id: str) -> Path:

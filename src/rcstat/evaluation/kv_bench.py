@@ -238,24 +238,12 @@ class KVBench(BenchRun):
         shard: Shard | None = None,
         merge_settings: dict[str, Any] | None = None,
     ) -> int:
-        """Evaluate every (example, setting) not yet in ``predictions.jsonl``
-        (:func:`~rcstat.runs.job.run_job` of a :class:`KVJob`).
+        """Evaluate every (example, setting) not yet in ``predictions.jsonl``: :meth:`run_job`
+        of a :class:`KVJob` (sharding, merging and the errors raised are described there);
+        return how many items were evaluated now.
 
         ``cache_factory`` overrides :func:`cache_for` (e.g. ``DynamicCache`` to run RCStat in
-        kvpress's masking mode, the memory-keeping reference). With a ``shard`` of several,
-        only its examples are evaluated, into the shard's part ``out/parts/<i>-of-<N>/``, and
-        the process that completes the last part merges the run (:mod:`rcstat.runs.parts`;
-        see :attr:`merged`); ``merge_settings`` are recorded in the part. Returns the number of
-        items evaluated now.
-
-        Raises
-        ------
-        RunMismatchError
-            ``out`` holds a run with other settings (each difference named) or rows without a
-            manifest.
-        RowFileError
-            A line of ``predictions.jsonl`` before the last is malformed (a cut last line is
-            dropped with a warning naming file and line).
+        kvpress's masking mode, the memory-keeping reference).
         """
         return self.run_job(
             KVJob(self, model, tokenizer, examples, cache_factory), shard, merge_settings

@@ -14,6 +14,7 @@ through :func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,11 @@ from rcstat.evaluation.bench.common import (
     load,
     resolved,
     say_default,
+    summarized,
 )
 from rcstat.evaluation.bench.results import AttributionResult
 from rcstat.runs.folder import claim_output_folder
 from rcstat.runs.job import check_run_folder
-from rcstat.runs.manifest import model_label
 
 __all__ = ["AttributionConfig", "AttributionResult", "run", "summarize_run"]
 
@@ -176,23 +177,17 @@ def run(
         span_score=config.span_score,  # type: ignore[arg-type]
         question_first=config.question_first,
     )
-    name = model_label(config.model)
     bench = AttributionBench(
-        out,
-        config.dataset,
-        name,
-        parse_ks(",".join(config.ks), layout.num_layers * layout.num_heads),
-        options=config.run_options(),
-        retry_failed=config.retry_failed,
+        dataset=config.dataset,
+        ks=parse_ks(",".join(config.ks), layout.num_layers * layout.num_heads),
         layout=config.layout,
         fixed_rankings=None if fixed is None else fixed[0],
         fixed_source=None if config.fixed_heads_from is None else str(config.fixed_heads_from),
         fixed_model=None if fixed is None else fixed[1],
+        **config.run_fields(),
     )
     claim_output_folder(out, COMMAND)
-    settings = {"dataset": config.dataset, "model_name": name, "ks": bench.ks}
+    settings = {"dataset": config.dataset, "model_name": bench.model_name, "ks": bench.ks}
     bench.collect(attributor, examples, shard=config.shard, merge_settings=settings)
-    result = AttributionResult(out, config.shard, bench.merged)
-    if result.part_only:
-        return result
-    return summarize_run(out, settings, shard=config.shard)
+    summary = partial(summarize_run, out, settings, shard=config.shard)
+    return summarized(bench, AttributionResult, config.shard, summary)

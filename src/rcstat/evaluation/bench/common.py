@@ -9,10 +9,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
+from rcstat.evaluation.bench.results import Outcome
 from rcstat.runs.devices import Devices
 from rcstat.runs.job import Job, config_values, run_job
+from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "load",
     "resolved",
     "say_default",
+    "summarized",
 ]
 
 logger = logging.getLogger("rcstat.evaluation")
@@ -32,6 +35,7 @@ logger = logging.getLogger("rcstat.evaluation")
 Say = Callable[[str], None]
 #: Loads ``(model, tokenizer)`` from a ``--model`` value on a device plan.
 Loader = Callable[[str | None, Devices], tuple[Any, Any]]
+ResultT = TypeVar("ResultT", bound=Outcome)
 
 
 @dataclass
@@ -79,6 +83,22 @@ class JobConfig(ABC):
         """The checks that the command line and :meth:`from_dict` both make (``ValueError``
         naming the option)."""
 
+    @abstractmethod
+    def run_options(self) -> dict[str, Any]:
+        """The options recorded in the run's manifest that the job's run does not record
+        itself (compared on resume)."""
+
+    def run_fields(self) -> dict[str, Any]:
+        """What the job's run takes from every config: the folder ``out``, the model's label
+        ``model_name`` (:func:`~rcstat.runs.manifest.model_label`), the manifest's
+        ``options`` (:meth:`run_options`) and ``retry_failed``."""
+        return {
+            "out": self.out,
+            "model_name": model_label(self.model),
+            "options": self.run_options(),
+            "retry_failed": self.retry_failed,
+        }
+
     def require(self, items: Sequence[Any]) -> None:
         """Refuse a run with no example (``ValueError`` naming the dataset and its data)."""
         if not items:
@@ -108,14 +128,37 @@ class BenchRun:
         return self.out / "predictions.jsonl"
 
     def run_job(self, job: Job, shard: Shard | None, merge_settings: dict[str, Any] | None) -> int:
-        """:func:`~rcstat.runs.job.run_job` of ``job`` in ``out`` (``shard`` and
-        ``merge_settings`` as ``collect`` takes them); records :attr:`merged` and returns how
-        many items ran now."""
+        """:func:`~rcstat.runs.job.run_job` of ``job`` in ``out``: every item not yet done (an
+        item recorded with an error again if ``retry_failed``); returns how many ran now.
+
+        With a ``shard`` of several, only its examples, into the shard's part
+        ``out/parts/<i>-of-<N>/``, where ``merge_settings`` are recorded; the process that
+        completes the last part merges the run (:mod:`rcstat.runs.parts`; see :attr:`merged`).
+
+        Raises
+        ------
+        RunMismatchError
+            ``out`` holds a run with other settings (each difference named) or rows without a
+            manifest.
+        RowFileError
+            A line of ``predictions.jsonl`` before the last is malformed (a cut last line is
+            dropped with a warning naming file and line).
+        """
         done = run_job(
             job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
         )
         self.merged = done.merged
         return done.ran
+
+
+def summarized(
+    bench: BenchRun, outcome: type[ResultT], shard: Shard, summarize: Callable[[], ResultT]
+) -> ResultT:
+    """The result of a benchmark run whose ``collect`` is done: ``summarize()`` of the run
+    folder, or the bare ``outcome`` of this process's part while another shard still
+    works."""
+    result = outcome(bench.out, shard, bench.merged)
+    return result if result.part_only else summarize()
 
 
 def say_default(message: str) -> None:

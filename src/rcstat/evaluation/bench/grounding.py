@@ -14,16 +14,16 @@ supporting-vs-unrelated pairs); loads the model and the grounder; runs the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rcstat.checks import check_count, optional_count
-from rcstat.evaluation.bench.common import JobConfig, Loader, load, resolved
+from rcstat.evaluation.bench.common import JobConfig, Loader, load, resolved, summarized
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.grounding_bench import DATASETS, summarize_run
 from rcstat.runs.folder import claim_output_folder
 from rcstat.runs.job import check_run_folder
-from rcstat.runs.manifest import model_label
 
 __all__ = ["GroundingConfig", "GroundingResult", "run", "summarize_run"]
 
@@ -98,25 +98,17 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
     model, tokenizer = (loader or load)(config.model, config.devices)
     layout = attention_layout(model)
     grounder = Grounder(model, tokenizer, profile=config.profile, all_heads=True)
-    name = model_label(config.model)
     bench = GroundingBench(
-        out,
-        config.dataset,
-        name,
-        options=config.run_options(),
-        retry_failed=config.retry_failed,
-        n_resamples=config.resamples,
+        dataset=config.dataset, n_resamples=config.resamples, **config.run_fields()
     )
     claim_output_folder(out, COMMAND)
     settings = {
         "dataset": config.dataset,
-        "model_name": name,
+        "model_name": bench.model_name,
         "resamples": config.resamples,
         "layers": layout.num_layers,
         "heads": layout.num_heads,
     }
     bench.collect(grounder, items, shard=config.shard, merge_settings=settings)
-    result = GroundingResult(out, config.shard, bench.merged)
-    if result.part_only:
-        return result
-    return summarize_run(out, settings, shard=config.shard)
+    summary = partial(summarize_run, out, settings, shard=config.shard)
+    return summarized(bench, GroundingResult, config.shard, summary)

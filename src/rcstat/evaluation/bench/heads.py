@@ -24,7 +24,6 @@ from rcstat.evaluation.bench.common import JobConfig, Loader, load
 from rcstat.evaluation.bench.heads_results import HeadsResult, compare_runs, summarize_run
 from rcstat.runs.folder import claim_output_folder
 from rcstat.runs.job import check_run_folder
-from rcstat.runs.manifest import model_label
 
 __all__ = [
     "DATASET_CHOICES",
@@ -131,13 +130,10 @@ def run(config: HeadsConfig, *, loader: Loader | None = None) -> HeadsResult:
         model,
         tokenizer,
         examples,
-        out=out,
         max_new_tokens=config.max_new_tokens,
-        retry_failed=config.retry_failed,
-        model_name=model_label(config.model),
-        options=config.run_options(),
         shard=config.shard,
         merge_settings=config.summary_settings(),
+        **config.run_fields(),
     )
     errors = dict(frame.attrs.get("errors", {}))
     if config.shard.split and not frame.attrs["merged"]:

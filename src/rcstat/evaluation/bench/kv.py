@@ -29,13 +29,13 @@ from rcstat.evaluation.bench.common import (
     load,
     resolved,
     say_default,
+    summarized,
 )
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv_bench import summarize_run
 from rcstat.press.registry import PRESS_NAMES
 from rcstat.runs.folder import claim_output_folder
 from rcstat.runs.job import check_run_folder
-from rcstat.runs.manifest import model_label
 from rcstat.runs.parts import part_folder
 
 __all__ = ["KVConfig", "KVResult", "run", "summarize_run"]
@@ -184,16 +184,14 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     grid = config.grid()
     _check_presses(grid)
     out = config.out
-    probe = KVBench(
-        out,
-        config.dataset,
-        "",
-        grid,
-        config.max_new_tokens,
-        options=config.run_options(),
+    bench = KVBench(
+        dataset=config.dataset,
+        settings=grid,
+        max_new_tokens=config.max_new_tokens,
         placement=config.question_placement,
+        **config.run_fields(),
     )
-    check_run_folder(out, COMMAND, probe.manifest_options(), config.shard)
+    check_run_folder(out, COMMAND, bench.manifest_options(), config.shard)
     options = {} if config.context is None else {"context": config.context}
     if config.context == "window":  # whole transcripts, cut once the tokenizer is loaded
         options["context"] = "full"
@@ -212,22 +210,11 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
         say(f"skipping {len(skipped)} examples longer than {window} tokens")
     if not fitting:
         raise ValueError(f"every example is longer than the model's window ({window} tokens)")
-    name = model_label(config.model)
-    bench = KVBench(
-        out,
-        config.dataset,
-        name,
-        grid,
-        max_new_tokens=config.max_new_tokens,
-        config={"skipped_too_long": skipped, "window": window},
-        options=config.run_options(),
-        retry_failed=config.retry_failed,
-        placement=config.question_placement,
-    )
+    bench.config = {"skipped_too_long": skipped, "window": window}
     claim_output_folder(out, COMMAND)
     settings = {
         "dataset": config.dataset,
-        "model_name": name,
+        "model_name": bench.model_name,
         "presses": config.presses,
         "scatter_examples": min(len(fitting), 10) if "rcstat" in config.presses else 0,
         "shards": config.shard.count,
@@ -243,7 +230,9 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
             folder.mkdir(parents=True, exist_ok=True)
             scatter.to_csv(folder / SCATTER, index=False)
     bench.collect(model, tokenizer, fitting, shard=config.shard, merge_settings=settings)
-    result = KVResult(out, config.shard, bench.merged)
-    if result.part_only:
-        return result
-    return summarize_run(out, settings, scatter, shard=config.shard, say=say)
+    return summarized(
+        bench,
+        KVResult,
+        config.shard,
+        lambda: summarize_run(out, settings, scatter, shard=config.shard, say=say),
+    )

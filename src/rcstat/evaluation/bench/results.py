@@ -4,6 +4,7 @@ the lines the command line prints for it (:meth:`lines`)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ __all__ = [
     "KVResult",
     "Outcome",
     "comparison_table",
+    "paired_table",
     "part_done",
+    "table_lines",
 ]
 
 
@@ -66,10 +69,8 @@ class KVResult(Outcome):
         """What ``rcstat bench kv`` prints about the summary."""
         if self.summary is None:
             return None
-        lines = [self.summary.to_string(index=False)]
-        compared = comparison_table(self.comparison)
-        if compared is not None:
-            lines += ["RCStat − the best baseline at each ratio, paired over examples:", compared]
+        heading = "RCStat − the best baseline at each ratio, paired over examples:"
+        lines = table_lines(self.summary, heading, comparison_table(self.comparison))
         if self.scatter is not None:
             attrs = self.scatter.attrs
             lines.append(
@@ -94,9 +95,24 @@ def comparison_table(frame: pd.DataFrame | None) -> str | None:
         return None
     knobs = [c for c in ("window", "group", "score", "budget", "floor", "sinks") if c in frame]
     varying = [c for c in knobs if frame[c].nunique() > 1]  # RCStat's knobs
-    first = ["subset", "ratio", *varying, "metric", "quotient"]
+    return paired_table(frame, ["subset", "ratio", *varying, "metric", "quotient"])
+
+
+def paired_table(frame: pd.DataFrame | None, first: Sequence[str]) -> str | None:
+    """The rows of a paired comparison (:mod:`rcstat.metrics.paired`) as a short text table:
+    its ``first`` columns (what is compared), then the baseline, the difference with its
+    interval, the share of wins and the number of examples (None when empty)."""
+    if frame is None or frame.empty:
+        return None
     shown = frame[[*first, "baseline", "difference", "low", "high", "win_share", "examples"]]
     return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+
+
+def table_lines(table: pd.DataFrame, heading: str, compared: str | None) -> list[str]:
+    """A summary ``table``, then the ``compared`` text table under its ``heading`` (when there
+    is one)."""
+    lines = [table.to_string(index=False)]
+    return lines if compared is None else [*lines, heading, compared]
 
 
 @dataclass
@@ -111,16 +127,8 @@ class AttributionResult(Outcome):
         """What ``rcstat bench attribution`` prints about the accuracy."""
         if self.accuracy is None:
             return None
-        lines = [self.accuracy.to_string(index=False)]
-        if self.comparison is not None and not self.comparison.empty:
-            shown = self.comparison[
-                ["method", "k", "baseline", "difference", "low", "high", "win_share", "examples"]
-            ]
-            lines += [
-                "paired over examples (accuracy points, 95 % bootstrap interval):",
-                shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"),
-            ]
-        return lines
+        heading = "paired over examples (accuracy points, 95 % bootstrap interval):"
+        return table_lines(self.accuracy, heading, paired_table(self.comparison, ["method", "k"]))
 
 
 @dataclass
