@@ -27,18 +27,14 @@ from rcstat.evaluation.bench.common import (
     Loader,
     Say,
     dataset_for,
-    load,
     resolved,
     say_default,
     summarized,
 )
 from rcstat.evaluation.bench.results import AttributionResult
-from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder
 
 __all__ = ["AttributionConfig", "AttributionResult", "run", "summarize_run"]
 
-COMMAND = "bench attribution"
 _STATISTICS = ("expected", "upper")
 
 
@@ -50,6 +46,8 @@ class AttributionConfig(JobConfig):
     ``ks`` holds numbers of heads as text, ``"all"`` for every head (resolved against the
     model's head count); ``span_score`` None is the default of ``statistic``.
     """
+
+    COMMAND = "bench attribution"
 
     dataset: str = "quotesum"
     out: Path = Path("runs/bench_attribution")
@@ -71,7 +69,7 @@ class AttributionConfig(JobConfig):
         """The ``k`` values as text and the dataset (an attribution set, by its registry
         name)."""
         self.ks = [str(k) for k in self.ks]
-        self.dataset = dataset_for(self.dataset, "attribution", COMMAND)
+        self.dataset = dataset_for(self.dataset, "attribution", self.COMMAND)
 
     def check(self) -> None:
         """Every option in its range (``ValueError`` naming the option)."""
@@ -142,7 +140,7 @@ def run(
 
     say = say or say_default
     out = config.out
-    check_run_folder(out, COMMAND, config.compared(), config.shard)
+    config.check_folder(config.compared())
     fixed = read_head_scores(config.fixed_heads_from) if config.fixed_heads_from else None
     loaded = load_dataset(config.dataset, config.data, limit=config.n)
     examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]
@@ -150,7 +148,7 @@ def run(
         say(f"skipping {len(loaded) - len(examples)} examples without annotated spans")
     if not examples:
         raise ValueError(f"no annotated example in {config.dataset} ({config.data or 'slice'})")
-    model, tokenizer = (loader or load)(config.model, config.devices)
+    model, tokenizer = config.load_model(loader)
     layout = attention_layout(model)
     if config.max_tokens is not None:
         limit, first = config.max_tokens, config.question_first
@@ -186,7 +184,7 @@ def run(
         fixed_model=None if fixed is None else fixed[1],
         **config.run_fields(),
     )
-    claim_output_folder(out, COMMAND)
+    config.claim_folder()
     settings = {"dataset": config.dataset, "model_name": bench.model_name, "ks": bench.ks}
     bench.collect(attributor, examples, shard=config.shard, merge_settings=settings)
     summary = partial(summarize_run, out, settings, shard=config.shard)

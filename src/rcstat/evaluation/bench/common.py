@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from rcstat.evaluation.bench.results import Outcome
 from rcstat.runs.devices import Devices
-from rcstat.runs.job import Job, config_values, run_job
+from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.job import Job, check_run_folder, config_values, run_job
 from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
@@ -56,6 +57,8 @@ class JobConfig(ABC):
     retry_failed: bool = True
     shard: Shard = field(default_factory=Shard)
 
+    #: The command whose output folder a run of this job is (and the kind of its manifest).
+    COMMAND: ClassVar[str]
     #: The fields that :meth:`from_dict` reads as paths.
     PATHS: ClassVar[tuple[str, ...]] = ("out",)
 
@@ -98,6 +101,21 @@ class JobConfig(ABC):
             "options": self.run_options(),
             "retry_failed": self.retry_failed,
         }
+
+    def check_folder(self, compared: Mapping[str, Any]) -> None:
+        """Refuse, before the model loads, an output folder of another command or a run made
+        with other options than ``compared`` (:func:`~rcstat.runs.job.check_run_folder`)."""
+        check_run_folder(self.out, self.COMMAND, compared, self.shard)
+
+    def load_model(self, loader: Loader | None) -> tuple[Any, Any]:
+        """``(model, tokenizer)`` of ``model`` on ``devices``, loaded by ``loader`` (default
+        :func:`load`)."""
+        return (loader or load)(self.model, self.devices)
+
+    def claim_folder(self) -> None:
+        """Mark ``out`` as this command's output folder
+        (:func:`~rcstat.runs.folder.claim_output_folder`)."""
+        claim_output_folder(self.out, self.COMMAND)
 
     def require(self, items: Sequence[Any]) -> None:
         """Refuse a run with no example (``ValueError`` naming the dataset and its data)."""

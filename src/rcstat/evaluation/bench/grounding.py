@@ -19,21 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.checks import check_count, optional_count
-from rcstat.evaluation.bench.common import JobConfig, Loader, load, resolved, summarized
+from rcstat.evaluation.bench.common import JobConfig, Loader, resolved, summarized
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.grounding_bench import DATASETS, summarize_run
-from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder
 
 __all__ = ["GroundingConfig", "GroundingResult", "run", "summarize_run"]
-
-COMMAND = "bench grounding"
 
 
 @dataclass
 class GroundingConfig(JobConfig):
     """Everything ``rcstat bench grounding`` runs with (each field is the command's option;
     the shared ones in :class:`~rcstat.evaluation.bench.common.JobConfig`)."""
+
+    COMMAND = "bench grounding"
 
     dataset: str = "faithbench"
     out: Path = Path("runs/bench_grounding")
@@ -86,7 +84,7 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
 
     out = config.out
     compared = {"dataset": config.dataset, **config.run_options()}
-    check_run_folder(out, COMMAND, compared, config.shard)
+    config.check_folder(compared)
     if config.dataset == "squad-contrast":
         loaded = load_dataset("squad_v2", config.data, limit=config.n)
         items = contrast_items(loaded)  # type: ignore[arg-type]
@@ -95,13 +93,13 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
         loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
         items = grounding_items(loaded)  # type: ignore[arg-type]
     config.require(items)
-    model, tokenizer = (loader or load)(config.model, config.devices)
+    model, tokenizer = config.load_model(loader)
     layout = attention_layout(model)
     grounder = Grounder(model, tokenizer, profile=config.profile, all_heads=True)
     bench = GroundingBench(
         dataset=config.dataset, n_resamples=config.resamples, **config.run_fields()
     )
-    claim_output_folder(out, COMMAND)
+    config.claim_folder()
     settings = {
         "dataset": config.dataset,
         "model_name": bench.model_name,

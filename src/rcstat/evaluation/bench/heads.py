@@ -20,10 +20,8 @@ from typing import Any
 from rcstat.checks import check_count, check_number, optional_count
 from rcstat.data.registry import DATASETS, canonical_name
 from rcstat.defaults import DEFAULT_TAU
-from rcstat.evaluation.bench.common import JobConfig, Loader, load
+from rcstat.evaluation.bench.common import JobConfig, Loader
 from rcstat.evaluation.bench.heads_results import HeadsResult, compare_runs, summarize_run
-from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder
 
 __all__ = [
     "DATASET_CHOICES",
@@ -34,7 +32,6 @@ __all__ = [
     "summarize_run",
 ]
 
-COMMAND = "heads"
 #: The registry's datasets with a question (QA and attribution), plus the user's own JSONL.
 DATASET_CHOICES = (*(n for n, i in DATASETS.items() if i.task in ("qa", "attribution")), "jsonl")
 _STATISTICS = ("upper", "expected")
@@ -45,6 +42,8 @@ class HeadsConfig(JobConfig):
     """Everything ``rcstat heads`` (collect mode) runs with (each field is the command's
     option; the shared ones in :class:`~rcstat.evaluation.bench.common.JobConfig`). ``tau``,
     ``statistic`` and ``top`` shape the summary only."""
+
+    COMMAND = "heads"
 
     dataset: str = "squad_v2"
     out: Path = Path("runs/heads")
@@ -121,11 +120,11 @@ def run(config: HeadsConfig, *, loader: Loader | None = None) -> HeadsResult:
 
     out = config.out
     compared = {**config.run_options(), "max_new_tokens": config.max_new_tokens}
-    check_run_folder(out, COMMAND, compared, config.shard)
+    config.check_folder(compared)
     examples = _examples(config)
     config.require(examples)
-    model, tokenizer = (loader or load)(config.model, config.devices)
-    claim_output_folder(out, COMMAND)
+    model, tokenizer = config.load_model(loader)
+    config.claim_folder()
     frame = collect(
         model,
         tokenizer,

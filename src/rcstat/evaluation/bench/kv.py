@@ -26,7 +26,6 @@ from rcstat.evaluation.bench.common import (
     Loader,
     Say,
     dataset_for,
-    load,
     resolved,
     say_default,
     summarized,
@@ -34,13 +33,10 @@ from rcstat.evaluation.bench.common import (
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv_bench import summarize_run
 from rcstat.press.registry import PRESS_NAMES
-from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder
 from rcstat.runs.parts import part_folder
 
 __all__ = ["KVConfig", "KVResult", "run", "summarize_run"]
 
-COMMAND = "bench kv"
 SCATTER = "head_scatter.csv"
 #: Tokens left for the chat template around context and question.
 TEMPLATE_TOKENS = 32
@@ -56,6 +52,8 @@ class KVConfig(JobConfig):
     ``"question"``); ``n`` None takes every example; ``max_tokens`` None is the model's
     window.
     """
+
+    COMMAND = "bench kv"
 
     dataset: str = "squad_v2"
     out: Path = Path("runs/bench_kv")
@@ -78,7 +76,7 @@ class KVConfig(JobConfig):
         values (``ValueError`` naming the field)."""
         from rcstat.press.registry import check_press_names
 
-        self.dataset = dataset_for(self.dataset, "qa", "bench kv")
+        self.dataset = dataset_for(self.dataset, "qa", self.COMMAND)
         check_press_names(list(self.presses))
         for name in ("groups", "scores", "budgets"):  # values: checked by the press (run)
             if not getattr(self, name):
@@ -191,14 +189,14 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
         placement=config.question_placement,
         **config.run_fields(),
     )
-    check_run_folder(out, COMMAND, bench.manifest_options(), config.shard)
+    config.check_folder(bench.manifest_options())
     options = {} if config.context is None else {"context": config.context}
     if config.context == "window":  # whole transcripts, cut once the tokenizer is loaded
         options["context"] = "full"
     loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
     examples = [e for e in loaded if isinstance(e, QAExample)]
     config.require(examples)
-    model, tokenizer = (loader or load)(config.model, config.devices)
+    model, tokenizer = config.load_model(loader)
     window = int(model.config.max_position_embeddings)
     if config.max_tokens is not None:
         window = min(window, config.max_tokens)
@@ -211,7 +209,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     if not fitting:
         raise ValueError(f"every example is longer than the model's window ({window} tokens)")
     bench.config = {"skipped_too_long": skipped, "window": window}
-    claim_output_folder(out, COMMAND)
+    config.claim_folder()
     settings = {
         "dataset": config.dataset,
         "model_name": bench.model_name,
