@@ -32,7 +32,7 @@ same prompt with the chunk's own text as the candidate span (marker and title le
 for comparison).
 **Lengths**: each line records the prompt's token count (chat template, context and question);
 ``accuracy_by_length.csv`` splits the accuracy by :data:`LENGTH_BUCKETS`. **Paired
-comparisons** (``comparison.csv``, :mod:`rcstat.evaluation.paired`): the RC rankings at the
+comparisons** (``comparison.csv``, :mod:`rcstat.metrics.paired`): the RC rankings at the
 table's ``k`` against mean attention and all heads, per example (weighted by its units), with
 a bootstrap interval over examples and the share of examples each wins.
 
@@ -57,11 +57,12 @@ import pandas as pd
 
 from rcstat.attribution import Attribution, Attributor, consensus_heads
 from rcstat.data import AttributionExample
+from rcstat.evaluation.bench.common import BenchRun
 from rcstat.evaluation.bench.results import AttributionResult
 from rcstat.metrics.paired import paired_difference
 from rcstat.report.plots import save_figure
 from rcstat.runs.folder import staged_output
-from rcstat.runs.job import Item, Job, run_job
+from rcstat.runs.job import Item, Job
 from rcstat.runs.manifest import MANIFEST_FILE, RunManifest, content_hash
 from rcstat.runs.parts import RunFiles
 from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
@@ -244,8 +245,9 @@ def example_hash(example: AttributionExample) -> str:
 
 
 @dataclass
-class AttributionBench:
-    """A resumable attribution benchmark run writing into ``out``.
+class AttributionBench(BenchRun):
+    """A resumable attribution benchmark run writing into ``out`` (a
+    :class:`~rcstat.evaluation.bench.common.BenchRun`).
 
     ``dataset``, ``model_name``, ``ks`` and ``options`` (e.g. the data file) are recorded in
     the run's manifest with the model, the tokenizer and the attributor's settings, and
@@ -255,23 +257,12 @@ class AttributionBench:
     ``top_fixed`` method.
     """
 
-    out: Path
-    dataset: str
-    model_name: str
     ks: list[int]
     table_k: int = 20
-    options: dict[str, Any] = field(default_factory=dict)
-    retry_failed: bool = True
     layout: str = "numbered"
     fixed_rankings: list[np.ndarray] | None = None
     fixed_source: str | None = None
     fixed_model: dict[str, Any] | None = None
-    #: Whether the last :meth:`collect` with a shard merged the run.
-    merged: bool = field(default=False, init=False)
-
-    @property
-    def predictions(self) -> Path:
-        return self.out / "predictions.jsonl"
 
     def manifest_options(self, attributor: Attributor) -> dict[str, Any]:
         """The options of the manifest (besides model, tokenizer and rcstat version)."""
@@ -308,27 +299,10 @@ class AttributionBench:
         shard: Shard | None = None,
         merge_settings: dict[str, Any] | None = None,
     ) -> int:
-        """Attribute every example not yet done (see the module notes; an
-        :class:`AttributionJob` run by :func:`~rcstat.runs.job.run_job`); return how many.
-
-        With a ``shard`` of several, only its examples, into the shard's part
-        ``out/parts/<i>-of-<N>/``; the process that completes the last part merges the run
-        (:mod:`rcstat.runs.parts`; see :attr:`merged`).
-
-        Raises
-        ------
-        RunMismatchError
-            ``out`` holds a run with other settings (each difference named) or rows without a
-            manifest.
-        RowFileError
-            A line of ``predictions.jsonl`` before the last is malformed.
-        """
-        job = AttributionJob(self, attributor, examples)
-        done = run_job(
-            job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
-        )
-        self.merged = done.merged
-        return done.ran
+        """Attribute every example not yet done (see the module notes): :meth:`run_job` of an
+        :class:`AttributionJob` (sharding, merging and the errors raised are described there);
+        return how many."""
+        return self.run_job(AttributionJob(self, attributor, examples), shard, merge_settings)
 
     def _fixed_heads(self, model: dict[str, Any]) -> dict[int, list[tuple[int, int]]] | None:
         """The fixed head set of every ``k`` (None without ``fixed_rankings``)."""
@@ -395,7 +369,7 @@ class AttributionBench:
 
     def comparison(self, units: pd.DataFrame) -> pd.DataFrame:
         """Each of :data:`COMPARED` at the table's k against each of :data:`BASELINES`, paired
-        over examples (accuracy in points; see :mod:`rcstat.evaluation.paired`)."""
+        over examples (accuracy in points; see :mod:`rcstat.metrics.paired`)."""
         k = self._table_k()
         per = (
             units.groupby(["method", "k", "example"], sort=False)

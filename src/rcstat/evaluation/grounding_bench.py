@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from rcstat.data import GroundingExample, QAExample
+from rcstat.evaluation.bench.common import BenchRun
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.grounding.cross_validation import cross_validate
 from rcstat.grounding.features import HEAD_FEATURES
@@ -54,7 +55,7 @@ from rcstat.metrics.ranking import auroc, token_auroc
 from rcstat.metrics.thresholds import threshold_transfer
 from rcstat.report.plots import save_figure
 from rcstat.runs.folder import staged_output
-from rcstat.runs.job import Item, Job, run_job
+from rcstat.runs.job import Item, Job
 from rcstat.runs.manifest import content_hash
 from rcstat.runs.parts import RunFiles
 from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
@@ -208,22 +209,12 @@ def _token_labels(measured: Measurement, spans: Sequence[tuple[int, int]]) -> np
 
 
 @dataclass
-class GroundingBench:
-    """A resumable grounding benchmark run writing into ``out`` (see the module notes)."""
+class GroundingBench(BenchRun):
+    """A resumable grounding benchmark run writing into ``out`` (a
+    :class:`~rcstat.evaluation.bench.common.BenchRun`; see the module notes)."""
 
-    out: Path
-    dataset: str
-    model_name: str
-    options: dict[str, Any] = field(default_factory=dict)
-    retry_failed: bool = True
     seed: int = 0
     n_resamples: int = 1000
-    #: Whether the last :meth:`collect` with a shard merged the run.
-    merged: bool = field(default=False, init=False)
-
-    @property
-    def predictions(self) -> Path:
-        return self.out / "predictions.jsonl"
 
     def manifest_options(self, grounder: Grounder) -> dict[str, Any]:
         """The options of the manifest (besides model, tokenizer and rcstat version)."""
@@ -237,19 +228,10 @@ class GroundingBench:
         shard: Shard | None = None,
         merge_settings: dict[str, Any] | None = None,
     ) -> int:
-        """Measure every item not yet done (a :class:`GroundingJob` run by
-        :func:`~rcstat.runs.job.run_job`); return how many were measured.
-
-        With a ``shard`` of several, only its items, into the shard's part
-        ``out/parts/<i>-of-<N>/``; the process that completes the last part merges the run
-        (:mod:`rcstat.runs.parts`; see :attr:`merged`).
-        """
-        job = GroundingJob(self, grounder, items)
-        done = run_job(
-            job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
-        )
-        self.merged = done.merged
-        return done.ran
+        """Measure every item not yet done: :meth:`run_job` of a :class:`GroundingJob`
+        (sharding, merging and the errors raised are described there); return how many were
+        measured."""
+        return self.run_job(GroundingJob(self, grounder, items), shard, merge_settings)
 
     def _token_file(self, item_id: str) -> Path:
         return self.out / "tokens" / token_file_name(item_id)

@@ -30,6 +30,7 @@ import pandas as pd
 
 from rcstat.data import QAExample
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
+from rcstat.evaluation.bench.common import BenchRun
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
 from rcstat.files import write_atomic
@@ -37,7 +38,7 @@ from rcstat.press.options import KNOBS, PAPER_KNOBS, knob_default
 from rcstat.press.registry import make_press as build_press
 from rcstat.report.plots import save_figure
 from rcstat.runs.folder import staged_output
-from rcstat.runs.job import Item, Job, run_job
+from rcstat.runs.job import Item, Job
 from rcstat.runs.manifest import content_hash
 from rcstat.runs.parts import RunFiles, read_parts
 from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
@@ -173,8 +174,9 @@ def _factory_name(factory: CacheFactory | None) -> str:
 
 
 @dataclass
-class KVBench:
-    """A resumable benchmark run writing into ``out``.
+class KVBench(BenchRun):
+    """A resumable benchmark run writing into ``out`` (a
+    :class:`~rcstat.evaluation.bench.common.BenchRun`).
 
     Parameters
     ----------
@@ -188,10 +190,10 @@ class KVBench:
         Answer length limit; part of the manifest.
     config : dict
         Written to ``config.json`` as it is (not compared on resume).
-    options : dict
+    options : dict, keyword only
         More settings that change rows (data file, context mode, token budget); recorded in the
         manifest and compared on resume.
-    retry_failed : bool, default True
+    retry_failed : bool, default True, keyword only
         Evaluate again the items recorded with an error.
     placement : {"context", "question"}, default "context"
         Where the prompt is cut for compression (:func:`rcstat.press.answer.split_prompt`):
@@ -199,21 +201,10 @@ class KVBench:
         manifest when not the default, so query-aware rows never mix with the others).
     """
 
-    out: Path
-    dataset: str
-    model_name: str
     settings: list[Setting]
     max_new_tokens: int = 32
     config: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    retry_failed: bool = True
     placement: str = "context"
-    #: Whether the last :meth:`collect` with a shard merged the run.
-    merged: bool = field(default=False, init=False)
-
-    @property
-    def predictions(self) -> Path:
-        return self.out / "predictions.jsonl"
 
     def manifest_options(self, cache_factory: CacheFactory | None = None) -> dict[str, Any]:
         """The options of the manifest (besides model, tokenizer and rcstat version)."""
@@ -247,31 +238,16 @@ class KVBench:
         shard: Shard | None = None,
         merge_settings: dict[str, Any] | None = None,
     ) -> int:
-        """Evaluate every (example, setting) not yet in ``predictions.jsonl``
-        (:func:`~rcstat.runs.job.run_job` of a :class:`KVJob`).
+        """Evaluate every (example, setting) not yet in ``predictions.jsonl``: :meth:`run_job`
+        of a :class:`KVJob` (sharding, merging and the errors raised are described there);
+        return how many items were evaluated now.
 
         ``cache_factory`` overrides :func:`cache_for` (e.g. ``DynamicCache`` to run RCStat in
-        kvpress's masking mode, the memory-keeping reference). With a ``shard`` of several,
-        only its examples are evaluated, into the shard's part ``out/parts/<i>-of-<N>/``, and
-        the process that completes the last part merges the run (:mod:`rcstat.runs.parts`;
-        see :attr:`merged`); ``merge_settings`` are recorded in the part. Returns the number of
-        items evaluated now.
-
-        Raises
-        ------
-        RunMismatchError
-            ``out`` holds a run with other settings (each difference named) or rows without a
-            manifest.
-        RowFileError
-            A line of ``predictions.jsonl`` before the last is malformed (a cut last line is
-            dropped with a warning naming file and line).
+        kvpress's masking mode, the memory-keeping reference).
         """
-        job = KVJob(self, model, tokenizer, examples, cache_factory)
-        done = run_job(
-            job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
+        return self.run_job(
+            KVJob(self, model, tokenizer, examples, cache_factory), shard, merge_settings
         )
-        self.merged = done.merged
-        return done.ran
 
     def config_record(self) -> dict[str, Any]:
         """What ``config.json`` holds: the last call's settings (not compared on resume)."""
@@ -492,7 +468,7 @@ def comparison(frame: pd.DataFrame) -> pd.DataFrame:
     For every subset (all examples, and answerable / unanswerable ones apart when the rows
     hold both),
     ratio, window and metric of :data:`COMPARED_METRICS`: the baseline with the best mean at
-    that ratio, both means, their quotient, and :func:`~rcstat.evaluation.paired.paired_difference`
+    that ratio, both means, their quotient, and :func:`~rcstat.metrics.paired.paired_difference`
     of RCStat minus that baseline over the examples both scored (interval, wins, ties, losses).
     """
     from rcstat.metrics.paired import paired_difference

@@ -4,7 +4,9 @@ Each module holds a config dataclass (``from_dict``; the command line builds one
 arguments), ``run(config)`` — check the output folder and the run's manifest, load the data
 and the model, run the job with :func:`rcstat.runs.job.run_job`, summarise — returning a
 result object, and ``summarize_run(out, settings)`` that rebuilds a run folder's summaries
-(what ``rcstat merge`` calls through :data:`rcstat.runs.job.JOBS`):
+(what ``rcstat merge`` calls through :data:`rcstat.runs.job.JOBS`). The options every config
+holds, its checks and its run folder are :class:`~rcstat.evaluation.bench.common.JobConfig`'s;
+what every benchmark run shares is :class:`~rcstat.evaluation.bench.common.BenchRun`'s:
 
 * :mod:`~rcstat.evaluation.bench.kv` — ``rcstat bench kv`` (KV-cache compression);
 * :mod:`~rcstat.evaluation.bench.attribution` — ``rcstat bench attribution``;

@@ -13,8 +13,8 @@ through :func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,43 +23,35 @@ from rcstat.checks import check_count, optional_count
 from rcstat.defaults import default_span_score
 from rcstat.evaluation.attribution_bench import LAYOUTS, summarize_run
 from rcstat.evaluation.bench.common import (
+    JobConfig,
     Loader,
     Say,
     dataset_for,
-    load,
     resolved,
     say_default,
+    summarized,
 )
 from rcstat.evaluation.bench.results import AttributionResult
-from rcstat.runs.devices import Devices
-from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder, config_values
-from rcstat.runs.manifest import model_label
-from rcstat.runs.shards import Shard
 
 __all__ = ["AttributionConfig", "AttributionResult", "run", "summarize_run"]
 
-COMMAND = "bench attribution"
 _STATISTICS = ("expected", "upper")
 
 
 @dataclass
-class AttributionConfig:
-    """Everything ``rcstat bench attribution`` runs with (each field is the command's option).
+class AttributionConfig(JobConfig):
+    """Everything ``rcstat bench attribution`` runs with (each field is the command's option;
+    the shared ones in :class:`~rcstat.evaluation.bench.common.JobConfig`).
 
     ``ks`` holds numbers of heads as text, ``"all"`` for every head (resolved against the
     model's head count); ``span_score`` None is the default of ``statistic``.
     """
 
-    model: str | None = None
-    devices: Devices = field(default_factory=Devices)
+    COMMAND = "bench attribution"
+
     dataset: str = "quotesum"
-    data: str | None = None
-    ks: list[str] = field(default_factory=lambda: "1,2,5,10,20,50,100,all".split(","))
-    n: int | None = None
     out: Path = Path("runs/bench_attribution")
-    retry_failed: bool = True
-    shard: Shard = field(default_factory=Shard)
+    ks: list[str] = field(default_factory=lambda: "1,2,5,10,20,50,100,all".split(","))
     layout: str = "numbered"
     max_tokens: int | None = None
     statistic: str = "expected"
@@ -71,22 +63,13 @@ class AttributionConfig:
         if self.span_score is None:
             self.span_score = default_span_score(self.statistic)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AttributionConfig:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
+    PATHS = ("out", "fixed_heads_from")
 
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the field).
-        """
-        values = config_values(cls, data, paths=("out", "fixed_heads_from"))
-        values["ks"] = [str(k) for k in values.get("ks", cls().ks)]
-        config = cls(**values)
-        config.dataset = dataset_for(config.dataset, "attribution", COMMAND)
-        config.check()
-        return config
+    def check_values(self) -> None:
+        """The ``k`` values as text and the dataset (an attribution set, by its registry
+        name)."""
+        self.ks = [str(k) for k in self.ks]
+        self.dataset = dataset_for(self.dataset, "attribution", self.COMMAND)
 
     def check(self) -> None:
         """Every option in its range (``ValueError`` naming the option)."""
@@ -157,7 +140,7 @@ def run(
 
     say = say or say_default
     out = config.out
-    check_run_folder(out, COMMAND, config.compared(), config.shard)
+    config.check_folder(config.compared())
     fixed = read_head_scores(config.fixed_heads_from) if config.fixed_heads_from else None
     loaded = load_dataset(config.dataset, config.data, limit=config.n)
     examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]
@@ -165,7 +148,7 @@ def run(
         say(f"skipping {len(loaded) - len(examples)} examples without annotated spans")
     if not examples:
         raise ValueError(f"no annotated example in {config.dataset} ({config.data or 'slice'})")
-    model, tokenizer = (loader or load)(config.model, config.devices)
+    model, tokenizer = config.load_model(loader)
     layout = attention_layout(model)
     if config.max_tokens is not None:
         limit, first = config.max_tokens, config.question_first
@@ -192,23 +175,17 @@ def run(
         span_score=config.span_score,  # type: ignore[arg-type]
         question_first=config.question_first,
     )
-    name = model_label(config.model)
     bench = AttributionBench(
-        out,
-        config.dataset,
-        name,
-        parse_ks(",".join(config.ks), layout.num_layers * layout.num_heads),
-        options=config.run_options(),
-        retry_failed=config.retry_failed,
+        dataset=config.dataset,
+        ks=parse_ks(",".join(config.ks), layout.num_layers * layout.num_heads),
         layout=config.layout,
         fixed_rankings=None if fixed is None else fixed[0],
         fixed_source=None if config.fixed_heads_from is None else str(config.fixed_heads_from),
         fixed_model=None if fixed is None else fixed[1],
+        **config.run_fields(),
     )
-    claim_output_folder(out, COMMAND)
-    settings = {"dataset": config.dataset, "model_name": name, "ks": bench.ks}
+    config.claim_folder()
+    settings = {"dataset": config.dataset, "model_name": bench.model_name, "ks": bench.ks}
     bench.collect(attributor, examples, shard=config.shard, merge_settings=settings)
-    result = AttributionResult(out, config.shard, bench.merged)
-    if result.part_only:
-        return result
-    return summarize_run(out, settings, shard=config.shard)
+    summary = partial(summarize_run, out, settings, shard=config.shard)
+    return summarized(bench, AttributionResult, config.shard, summary)

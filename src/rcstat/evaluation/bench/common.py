@@ -1,15 +1,34 @@
-"""What the dataset jobs' library API shares: the model loader, notes, dataset names."""
+"""What the dataset jobs' library API shares: the options every config holds
+(:class:`JobConfig`), the run object of every benchmark (:class:`BenchRun`), the model loader,
+notes, dataset names."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self, TypeVar
 
+from rcstat.evaluation.bench.results import Outcome
 from rcstat.runs.devices import Devices
+from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.job import Job, check_run_folder, config_values, run_job
+from rcstat.runs.manifest import model_label
+from rcstat.runs.shards import Shard
 
-__all__ = ["Loader", "Say", "dataset_for", "load", "resolved", "say_default"]
+__all__ = [
+    "BenchRun",
+    "JobConfig",
+    "Loader",
+    "Say",
+    "dataset_for",
+    "load",
+    "resolved",
+    "say_default",
+    "summarized",
+]
 
 logger = logging.getLogger("rcstat.evaluation")
 
@@ -17,6 +36,147 @@ logger = logging.getLogger("rcstat.evaluation")
 Say = Callable[[str], None]
 #: Loads ``(model, tokenizer)`` from a ``--model`` value on a device plan.
 Loader = Callable[[str | None, Devices], tuple[Any, Any]]
+ResultT = TypeVar("ResultT", bound=Outcome)
+
+
+@dataclass
+class JobConfig(ABC):
+    """The options every dataset job runs with: the model and its devices, the dataset (its
+    name, a data file, how many examples: None takes them all), the output folder, whether
+    the items recorded with an error run again, and this process's shard.
+
+    Each job's config adds its own fields and gives ``dataset`` and ``out`` its defaults.
+    """
+
+    model: str | None = None
+    devices: Devices = field(default_factory=Devices)
+    dataset: str = ""
+    data: str | None = None
+    n: int | None = None
+    out: Path = Path("runs")
+    retry_failed: bool = True
+    shard: Shard = field(default_factory=Shard)
+
+    #: The command whose output folder a run of this job is (and the kind of its manifest).
+    COMMAND: ClassVar[str]
+    #: The fields that :meth:`from_dict` reads as paths.
+    PATHS: ClassVar[tuple[str, ...]] = ("out",)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """A checked config from a mapping of field names (missing: the defaults; ``devices``
+        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
+
+        Raises
+        ------
+        ValueError
+            An unknown field, or a value out of its range (the message names the field).
+        """
+        config = cls(**config_values(cls, data, paths=cls.PATHS))
+        config.check_values()
+        config.check()
+        return config
+
+    def check_values(self) -> None:  # noqa: B027 (optional: most jobs have none)
+        """The checks of single values that the command line makes as it reads its flags,
+        made here for :meth:`from_dict` (``ValueError`` naming the field); none by default."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """The checks that the command line and :meth:`from_dict` both make (``ValueError``
+        naming the option)."""
+
+    @abstractmethod
+    def run_options(self) -> dict[str, Any]:
+        """The options recorded in the run's manifest that the job's run does not record
+        itself (compared on resume)."""
+
+    def run_fields(self) -> dict[str, Any]:
+        """What the job's run takes from every config: the folder ``out``, the model's label
+        ``model_name`` (:func:`~rcstat.runs.manifest.model_label`), the manifest's
+        ``options`` (:meth:`run_options`) and ``retry_failed``."""
+        return {
+            "out": self.out,
+            "model_name": model_label(self.model),
+            "options": self.run_options(),
+            "retry_failed": self.retry_failed,
+        }
+
+    def check_folder(self, compared: Mapping[str, Any]) -> None:
+        """Refuse, before the model loads, an output folder of another command or a run made
+        with other options than ``compared`` (:func:`~rcstat.runs.job.check_run_folder`)."""
+        check_run_folder(self.out, self.COMMAND, compared, self.shard)
+
+    def load_model(self, loader: Loader | None) -> tuple[Any, Any]:
+        """``(model, tokenizer)`` of ``model`` on ``devices``, loaded by ``loader`` (default
+        :func:`load`)."""
+        return (loader or load)(self.model, self.devices)
+
+    def claim_folder(self) -> None:
+        """Mark ``out`` as this command's output folder
+        (:func:`~rcstat.runs.folder.claim_output_folder`)."""
+        claim_output_folder(self.out, self.COMMAND)
+
+    def require(self, items: Sequence[Any]) -> None:
+        """Refuse a run with no example (``ValueError`` naming the dataset and its data)."""
+        if not items:
+            raise ValueError(f"no examples in {self.dataset} ({self.data or 'default slice'})")
+
+
+@dataclass
+class BenchRun:
+    """A resumable benchmark run writing into ``out``: what the three benchmarks share.
+
+    ``dataset`` and ``model_name`` are recorded in the run's manifest, with ``options`` (more
+    settings that change rows, such as the data file) compared on resume; ``retry_failed``
+    runs again the items recorded with an error. A benchmark's ``collect`` runs its
+    :class:`~rcstat.runs.job.Job` through :meth:`run_job`.
+    """
+
+    out: Path
+    dataset: str
+    model_name: str
+    options: dict[str, Any] = field(default_factory=dict, kw_only=True)
+    retry_failed: bool = field(default=True, kw_only=True)
+    #: Whether the last ``collect`` with a shard merged the run.
+    merged: bool = field(default=False, init=False)
+
+    @property
+    def predictions(self) -> Path:
+        return self.out / "predictions.jsonl"
+
+    def run_job(self, job: Job, shard: Shard | None, merge_settings: dict[str, Any] | None) -> int:
+        """:func:`~rcstat.runs.job.run_job` of ``job`` in ``out``: every item not yet done (an
+        item recorded with an error again if ``retry_failed``); returns how many ran now.
+
+        With a ``shard`` of several, only its examples, into the shard's part
+        ``out/parts/<i>-of-<N>/``, where ``merge_settings`` are recorded; the process that
+        completes the last part merges the run (:mod:`rcstat.runs.parts`; see :attr:`merged`).
+
+        Raises
+        ------
+        RunMismatchError
+            ``out`` holds a run with other settings (each difference named) or rows without a
+            manifest.
+        RowFileError
+            A line of ``predictions.jsonl`` before the last is malformed (a cut last line is
+            dropped with a warning naming file and line).
+        """
+        done = run_job(
+            job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
+        )
+        self.merged = done.merged
+        return done.ran
+
+
+def summarized(
+    bench: BenchRun, outcome: type[ResultT], shard: Shard, summarize: Callable[[], ResultT]
+) -> ResultT:
+    """The result of a benchmark run whose ``collect`` is done: ``summarize()`` of the run
+    folder, or the bare ``outcome`` of this process's part while another shard still
+    works."""
+    result = outcome(bench.out, shard, bench.merged)
+    return result if result.part_only else summarize()
 
 
 def say_default(message: str) -> None:

@@ -13,56 +13,33 @@ supporting-vs-unrelated pairs); loads the model and the grounder; runs the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rcstat.checks import check_count, optional_count
-from rcstat.evaluation.bench.common import Loader, load, resolved
+from rcstat.evaluation.bench.common import JobConfig, Loader, resolved, summarized
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.grounding_bench import DATASETS, summarize_run
-from rcstat.runs.devices import Devices
-from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder, config_values
-from rcstat.runs.manifest import model_label
-from rcstat.runs.shards import Shard
 
 __all__ = ["GroundingConfig", "GroundingResult", "run", "summarize_run"]
 
-COMMAND = "bench grounding"
-
 
 @dataclass
-class GroundingConfig:
-    """Everything ``rcstat bench grounding`` runs with (each field is the command's option)."""
+class GroundingConfig(JobConfig):
+    """Everything ``rcstat bench grounding`` runs with (each field is the command's option;
+    the shared ones in :class:`~rcstat.evaluation.bench.common.JobConfig`)."""
 
-    model: str | None = None
-    devices: Devices = field(default_factory=Devices)
+    COMMAND = "bench grounding"
+
     dataset: str = "faithbench"
-    data: str | None = None
-    n: int | None = None
+    out: Path = Path("runs/bench_grounding")
     questionable: bool = False
     profile: Path | None = None
     resamples: int = 1000
-    out: Path = Path("runs/bench_grounding")
-    retry_failed: bool = True
-    shard: Shard = field(default_factory=Shard)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GroundingConfig:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the field).
-        """
-        values = config_values(cls, data, paths=("out", "profile"))
-        config = cls(**values)
-        config.check()
-        return config
+    PATHS = ("out", "profile")
 
     def check(self) -> None:
         """Every option in its range (``ValueError`` naming the option); the dataset's name
@@ -107,7 +84,7 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
 
     out = config.out
     compared = {"dataset": config.dataset, **config.run_options()}
-    check_run_folder(out, COMMAND, compared, config.shard)
+    config.check_folder(compared)
     if config.dataset == "squad-contrast":
         loaded = load_dataset("squad_v2", config.data, limit=config.n)
         items = contrast_items(loaded)  # type: ignore[arg-type]
@@ -115,30 +92,21 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
         options = {"questionable": True} if config.questionable else {}
         loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
         items = grounding_items(loaded)  # type: ignore[arg-type]
-    if not items:
-        raise ValueError(f"no examples in {config.dataset} ({config.data or 'default slice'})")
-    model, tokenizer = (loader or load)(config.model, config.devices)
+    config.require(items)
+    model, tokenizer = config.load_model(loader)
     layout = attention_layout(model)
     grounder = Grounder(model, tokenizer, profile=config.profile, all_heads=True)
-    name = model_label(config.model)
     bench = GroundingBench(
-        out,
-        config.dataset,
-        name,
-        options=config.run_options(),
-        retry_failed=config.retry_failed,
-        n_resamples=config.resamples,
+        dataset=config.dataset, n_resamples=config.resamples, **config.run_fields()
     )
-    claim_output_folder(out, COMMAND)
+    config.claim_folder()
     settings = {
         "dataset": config.dataset,
-        "model_name": name,
+        "model_name": bench.model_name,
         "resamples": config.resamples,
         "layers": layout.num_layers,
         "heads": layout.num_heads,
     }
     bench.collect(grounder, items, shard=config.shard, merge_settings=settings)
-    result = GroundingResult(out, config.shard, bench.merged)
-    if result.part_only:
-        return result
-    return summarize_run(out, settings, shard=config.shard)
+    summary = partial(summarize_run, out, settings, shard=config.shard)
+    return summarized(bench, GroundingResult, config.shard, summary)

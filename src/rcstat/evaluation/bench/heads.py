@@ -13,21 +13,15 @@ made with other options; loads the examples and the model; collects the per-head
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rcstat.checks import check_count, check_number, optional_count
 from rcstat.data.registry import DATASETS, canonical_name
 from rcstat.defaults import DEFAULT_TAU
-from rcstat.evaluation.bench.common import load
+from rcstat.evaluation.bench.common import JobConfig, Loader
 from rcstat.evaluation.bench.heads_results import HeadsResult, compare_runs, summarize_run
-from rcstat.runs.devices import Devices
-from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder, config_values
-from rcstat.runs.manifest import model_label
-from rcstat.runs.shards import Shard
 
 __all__ = [
     "DATASET_CHOICES",
@@ -38,45 +32,26 @@ __all__ = [
     "summarize_run",
 ]
 
-COMMAND = "heads"
 #: The registry's datasets with a question (QA and attribution), plus the user's own JSONL.
 DATASET_CHOICES = (*(n for n, i in DATASETS.items() if i.task in ("qa", "attribution")), "jsonl")
 _STATISTICS = ("upper", "expected")
 
 
 @dataclass
-class HeadsConfig:
+class HeadsConfig(JobConfig):
     """Everything ``rcstat heads`` (collect mode) runs with (each field is the command's
-    option). ``tau``, ``statistic`` and ``top`` shape the summary only."""
+    option; the shared ones in :class:`~rcstat.evaluation.bench.common.JobConfig`). ``tau``,
+    ``statistic`` and ``top`` shape the summary only."""
 
-    model: str | None = None
-    devices: Devices = field(default_factory=Devices)
+    COMMAND = "heads"
+
     dataset: str = "squad_v2"
-    data: str | None = None
-    n: int | None = None
     out: Path = Path("runs/heads")
     context: str | None = None
     tau: float = DEFAULT_TAU
     statistic: str = "upper"
     max_new_tokens: int = 32
     top: int = 10
-    retry_failed: bool = True
-    shard: Shard = field(default_factory=Shard)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> HeadsConfig:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the field).
-        """
-        values = config_values(cls, data)
-        config = cls(**values)
-        config.check()
-        return config
 
     def check(self) -> None:
         """Every option in its range and the dataset's canonical name (``ValueError`` naming
@@ -130,11 +105,7 @@ def _examples(config: HeadsConfig) -> list[Any]:
     return list(load_dataset(config.dataset, config.data, limit=config.n, **options))
 
 
-def run(
-    config: HeadsConfig,
-    *,
-    loader: Callable[[str | None, Devices], tuple[Any, Any]] | None = None,
-) -> HeadsResult:
+def run(config: HeadsConfig, *, loader: Loader | None = None) -> HeadsResult:
     """Collect (or resume) the per-head statistics of ``config`` and summarise the folder.
 
     ``loader`` loads the model (default: :func:`rcstat.load_model` on ``config.devices``).
@@ -149,23 +120,19 @@ def run(
 
     out = config.out
     compared = {**config.run_options(), "max_new_tokens": config.max_new_tokens}
-    check_run_folder(out, COMMAND, compared, config.shard)
+    config.check_folder(compared)
     examples = _examples(config)
-    if not examples:
-        raise ValueError(f"no examples in {config.dataset} ({config.data or 'default slice'})")
-    model, tokenizer = (loader or load)(config.model, config.devices)
-    claim_output_folder(out, COMMAND)
+    config.require(examples)
+    model, tokenizer = config.load_model(loader)
+    config.claim_folder()
     frame = collect(
         model,
         tokenizer,
         examples,
-        out=out,
         max_new_tokens=config.max_new_tokens,
-        retry_failed=config.retry_failed,
-        model_name=model_label(config.model),
-        options=config.run_options(),
         shard=config.shard,
         merge_settings=config.summary_settings(),
+        **config.run_fields(),
     )
     errors = dict(frame.attrs.get("errors", {}))
     if config.shard.split and not frame.attrs["merged"]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pandas as pd
 
 from rcstat.defaults import DEFAULT_TAU
+from rcstat.evaluation.bench.results import part_done
 from rcstat.heads.table import RUN_FILES, read_heads
 from rcstat.runs.folder import staged_output
 from rcstat.runs.shards import Shard
@@ -46,11 +47,7 @@ class HeadsResult:
                 f"{self.out / 'examples.csv'}); first: {next(iter(self.errors.values()))}"
             )
         if self.summary is None:
-            return [
-                *lines,
-                f"{self.shard}: part done in {self.out / 'parts' / self.shard.name}; the last "
-                f"shard to finish merges the run (or run `rcstat merge {self.out}`)",
-            ]
+            return [*lines, part_done(self.out, self.shard)]
         return [*lines, *_summary_lines(self.summary, self.top), *self._timing()]
 
     def _timing(self) -> list[str]:

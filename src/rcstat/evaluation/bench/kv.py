@@ -14,7 +14,7 @@ unless this process's part of a data-parallel run is done before the others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,34 +22,30 @@ from typing import Any
 from rcstat.checks import check_count, check_number, optional_count
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.evaluation.bench.common import (
+    JobConfig,
     Loader,
     Say,
     dataset_for,
-    load,
     resolved,
     say_default,
+    summarized,
 )
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv_bench import summarize_run
 from rcstat.press.registry import PRESS_NAMES
-from rcstat.runs.devices import Devices
-from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import check_run_folder, config_values
-from rcstat.runs.manifest import model_label
 from rcstat.runs.parts import part_folder
-from rcstat.runs.shards import Shard
 
 __all__ = ["KVConfig", "KVResult", "run", "summarize_run"]
 
-COMMAND = "bench kv"
 SCATTER = "head_scatter.csv"
 #: Tokens left for the chat template around context and question.
 TEMPLATE_TOKENS = 32
 
 
 @dataclass
-class KVConfig:
-    """Everything ``rcstat bench kv`` runs with (each field is the command's option).
+class KVConfig(JobConfig):
+    """Everything ``rcstat bench kv`` runs with (each field is the command's option; the
+    shared ones in :class:`~rcstat.evaluation.bench.common.JobConfig`).
 
     ``groups`` None entries are the press's default of each mode; ``windows`` holds token
     counts or :data:`~rcstat.defaults.QUESTION_WINDOW` (with ``question_placement``
@@ -57,17 +53,15 @@ class KVConfig:
     window.
     """
 
-    model: str | None = None
-    devices: Devices = field(default_factory=Devices)
+    COMMAND = "bench kv"
+
     dataset: str = "squad_v2"
-    data: str | None = None
+    out: Path = Path("runs/bench_kv")
     presses: list[str] = field(default_factory=lambda: list(PRESS_NAMES))
     ratios: list[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
     thresholds: list[float] = field(default_factory=lambda: [0.2, 0.7, 0.8, 1.0, 1.2, 1.3, 1.8])
     windows: list[int | str] = field(default_factory=lambda: [DEFAULT_WINDOW, 16])
-    n: int | None = None
     max_new_tokens: int = 32
-    out: Path = Path("runs/bench_kv")
     groups: list[str | None] = field(default_factory=lambda: [None])
     scores: list[str] = field(default_factory=lambda: ["expected"])
     budgets: list[str] = field(default_factory=lambda: ["pooled"])
@@ -76,39 +70,26 @@ class KVConfig:
     question_placement: str = "context"
     context: str | None = None
     max_tokens: int | None = None
-    retry_failed: bool = True
-    shard: Shard = field(default_factory=Shard)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> KVConfig:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the field).
-        """
+    def check_values(self) -> None:
+        """The dataset (a QA set, by its registry name), the press names and every list's
+        values (``ValueError`` naming the field)."""
         from rcstat.press.registry import check_press_names
 
-        values = config_values(cls, data)
-        config = cls(**values)
-        config.dataset = dataset_for(config.dataset, "qa", "bench kv")
-        check_press_names(list(config.presses))
+        self.dataset = dataset_for(self.dataset, "qa", self.COMMAND)
+        check_press_names(list(self.presses))
         for name in ("groups", "scores", "budgets"):  # values: checked by the press (run)
-            if not getattr(config, name):
+            if not getattr(self, name):
                 raise ValueError(f"{name} needs at least one value")
-        for ratio in config.ratios:
+        for ratio in self.ratios:
             check_number("ratios", ratio, low=0, high=1, high_open=True)
-        for threshold in config.thresholds:
+        for threshold in self.thresholds:
             check_number("thresholds", threshold, low=0)
-        for window in config.windows:
+        for window in self.windows:
             if window != QUESTION_WINDOW:
                 check_count("windows", window)
-        for sink in config.sinks:
+        for sink in self.sinks:
             check_count("sinks", sink, low=0)
-        config.check()
-        return config
 
     def check(self) -> None:
         """The checks that tie options together (``ValueError`` naming the options)."""
@@ -201,24 +182,21 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     grid = config.grid()
     _check_presses(grid)
     out = config.out
-    probe = KVBench(
-        out,
-        config.dataset,
-        "",
-        grid,
-        config.max_new_tokens,
-        options=config.run_options(),
+    bench = KVBench(
+        dataset=config.dataset,
+        settings=grid,
+        max_new_tokens=config.max_new_tokens,
         placement=config.question_placement,
+        **config.run_fields(),
     )
-    check_run_folder(out, COMMAND, probe.manifest_options(), config.shard)
+    config.check_folder(bench.manifest_options())
     options = {} if config.context is None else {"context": config.context}
     if config.context == "window":  # whole transcripts, cut once the tokenizer is loaded
         options["context"] = "full"
     loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
     examples = [e for e in loaded if isinstance(e, QAExample)]
-    if not examples:
-        raise ValueError(f"no examples in {config.dataset} ({config.data or 'default slice'})")
-    model, tokenizer = (loader or load)(config.model, config.devices)
+    config.require(examples)
+    model, tokenizer = config.load_model(loader)
     window = int(model.config.max_position_embeddings)
     if config.max_tokens is not None:
         window = min(window, config.max_tokens)
@@ -230,22 +208,11 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
         say(f"skipping {len(skipped)} examples longer than {window} tokens")
     if not fitting:
         raise ValueError(f"every example is longer than the model's window ({window} tokens)")
-    name = model_label(config.model)
-    bench = KVBench(
-        out,
-        config.dataset,
-        name,
-        grid,
-        max_new_tokens=config.max_new_tokens,
-        config={"skipped_too_long": skipped, "window": window},
-        options=config.run_options(),
-        retry_failed=config.retry_failed,
-        placement=config.question_placement,
-    )
-    claim_output_folder(out, COMMAND)
+    bench.config = {"skipped_too_long": skipped, "window": window}
+    config.claim_folder()
     settings = {
         "dataset": config.dataset,
-        "model_name": name,
+        "model_name": bench.model_name,
         "presses": config.presses,
         "scatter_examples": min(len(fitting), 10) if "rcstat" in config.presses else 0,
         "shards": config.shard.count,
@@ -261,7 +228,9 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
             folder.mkdir(parents=True, exist_ok=True)
             scatter.to_csv(folder / SCATTER, index=False)
     bench.collect(model, tokenizer, fitting, shard=config.shard, merge_settings=settings)
-    result = KVResult(out, config.shard, bench.merged)
-    if result.part_only:
-        return result
-    return summarize_run(out, settings, scatter, shard=config.shard, say=say)
+    return summarized(
+        bench,
+        KVResult,
+        config.shard,
+        lambda: summarize_run(out, settings, scatter, shard=config.shard, say=say),
+    )

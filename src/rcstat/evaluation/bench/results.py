@@ -3,6 +3,8 @@ the lines the command line prints for it (:meth:`lines`)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,11 +13,20 @@ import pandas as pd
 
 from rcstat.runs.shards import Shard
 
-__all__ = ["AttributionResult", "GroundingResult", "KVResult", "Outcome", "comparison_table"]
+__all__ = [
+    "AttributionResult",
+    "GroundingResult",
+    "KVResult",
+    "Outcome",
+    "comparison_table",
+    "paired_table",
+    "part_done",
+    "table_lines",
+]
 
 
 @dataclass
-class Outcome:
+class Outcome(ABC):
     """Where a run stands after ``run(config)``: summarised, or this process's part done
     while another shard still works (then ``summary`` is None)."""
 
@@ -30,10 +41,19 @@ class Outcome:
 
     def part_line(self) -> str:
         """What a process of a data-parallel run says when its part is done before the others."""
-        return (
-            f"{self.shard}: part done in {self.out / 'parts' / self.shard.name}; the last shard "
-            f"to finish merges the run (or run `rcstat merge {self.out}`)"
-        )
+        return part_done(self.out, self.shard)
+
+    def lines(self) -> list[str]:
+        """What the command prints: the summary's lines and where they were written, or
+        :meth:`part_line` while another shard still works."""
+        summary = self.summary_lines()
+        if summary is None:
+            return [self.part_line()]
+        return [*summary, f"results written to {self.out}/"]
+
+    @abstractmethod
+    def summary_lines(self) -> list[str] | None:
+        """The lines of the summary (None while another shard still works)."""
 
 
 @dataclass
@@ -45,21 +65,28 @@ class KVResult(Outcome):
     comparison: pd.DataFrame | None = None
     scatter: pd.DataFrame | None = None
 
-    def lines(self) -> list[str]:
-        """What ``rcstat bench kv`` prints."""
+    def summary_lines(self) -> list[str] | None:
+        """What ``rcstat bench kv`` prints about the summary."""
         if self.summary is None:
-            return [self.part_line()]
-        lines = [self.summary.to_string(index=False)]
-        compared = comparison_table(self.comparison)
-        if compared is not None:
-            lines += ["RCStat − the best baseline at each ratio, paired over examples:", compared]
+            return None
+        heading = "RCStat − the best baseline at each ratio, paired over examples:"
+        lines = table_lines(self.summary, heading, comparison_table(self.comparison))
         if self.scatter is not None:
             attrs = self.scatter.attrs
             lines.append(
                 f"per-head ratio vs RC: Spearman rho = {attrs['spearman_rho']:.2f} "
                 f"(p = {attrs['spearman_p']:.1e}, {attrs['examples']} examples)"
             )
-        return [*lines, f"results written to {self.out}/"]
+        return lines
+
+
+def part_done(out: Path, shard: Shard) -> str:
+    """What process ``shard`` of a data-parallel run into ``out`` says when its part is done
+    before the others (every dataset job says the same)."""
+    return (
+        f"{shard}: part done in {out / 'parts' / shard.name}; the last shard to finish merges "
+        f"the run (or run `rcstat merge {out}`)"
+    )
 
 
 def comparison_table(frame: pd.DataFrame | None) -> str | None:
@@ -68,9 +95,24 @@ def comparison_table(frame: pd.DataFrame | None) -> str | None:
         return None
     knobs = [c for c in ("window", "group", "score", "budget", "floor", "sinks") if c in frame]
     varying = [c for c in knobs if frame[c].nunique() > 1]  # RCStat's knobs
-    first = ["subset", "ratio", *varying, "metric", "quotient"]
+    return paired_table(frame, ["subset", "ratio", *varying, "metric", "quotient"])
+
+
+def paired_table(frame: pd.DataFrame | None, first: Sequence[str]) -> str | None:
+    """The rows of a paired comparison (:mod:`rcstat.metrics.paired`) as a short text table:
+    its ``first`` columns (what is compared), then the baseline, the difference with its
+    interval, the share of wins and the number of examples (None when empty)."""
+    if frame is None or frame.empty:
+        return None
     shown = frame[[*first, "baseline", "difference", "low", "high", "win_share", "examples"]]
     return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+
+
+def table_lines(table: pd.DataFrame, heading: str, compared: str | None) -> list[str]:
+    """A summary ``table``, then the ``compared`` text table under its ``heading`` (when there
+    is one)."""
+    lines = [table.to_string(index=False)]
+    return lines if compared is None else [*lines, heading, compared]
 
 
 @dataclass
@@ -81,20 +123,12 @@ class AttributionResult(Outcome):
     accuracy: pd.DataFrame | None = None
     comparison: pd.DataFrame | None = None
 
-    def lines(self) -> list[str]:
-        """What ``rcstat bench attribution`` prints."""
+    def summary_lines(self) -> list[str] | None:
+        """What ``rcstat bench attribution`` prints about the accuracy."""
         if self.accuracy is None:
-            return [self.part_line()]
-        lines = [self.accuracy.to_string(index=False)]
-        if self.comparison is not None and not self.comparison.empty:
-            shown = self.comparison[
-                ["method", "k", "baseline", "difference", "low", "high", "win_share", "examples"]
-            ]
-            lines += [
-                "paired over examples (accuracy points, 95 % bootstrap interval):",
-                shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"),
-            ]
-        return [*lines, f"results written to {self.out}/"]
+            return None
+        heading = "paired over examples (accuracy points, 95 % bootstrap interval):"
+        return table_lines(self.accuracy, heading, paired_table(self.comparison, ["method", "k"]))
 
 
 @dataclass
@@ -104,10 +138,10 @@ class GroundingResult(Outcome):
 
     report: dict[str, Any] | None = None
 
-    def lines(self) -> list[str]:
-        """What ``rcstat bench grounding`` prints."""
+    def summary_lines(self) -> list[str] | None:
+        """What ``rcstat bench grounding`` prints about the report."""
         if self.report is None:
-            return [self.part_line()]
+            return None
         report = self.report
         table = pd.DataFrame(report["metrics"])
         lines = [table.to_string(index=False, float_format=lambda v: f"{v:.3f}")]
@@ -124,4 +158,4 @@ class GroundingResult(Outcome):
                 f"{spans['rcstat_zero_shot_token_auroc']:.3f}, probe "
                 + ", ".join(f"{k} {v:.3f}" for k, v in spans["probe_token_auroc"].items())
             )
-        return [*lines, f"results written to {self.out}/"]
+        return lines
