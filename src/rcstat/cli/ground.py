@@ -13,10 +13,7 @@ from rich.table import Table
 from rcstat.checks import check_number
 from rcstat.cli._common import (
     Devices,
-    HelpFormatter,
-    add_model_option,
-    add_special_tokens_option,
-    add_text_options,
+    add_command,
     check_output_folder,
     clip,
     console,
@@ -26,7 +23,14 @@ from rcstat.cli._common import (
     staged_output,
     step,
 )
-from rcstat.cli.options import add_language_option, add_out_option, check_language, check_top_k
+from rcstat.cli.options import (
+    add_language_option,
+    add_out_option,
+    add_special_tokens_option,
+    add_text_options,
+    check_language,
+    check_top_k,
+)
 from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K
 from rcstat.report.grounding_html import save_grounding_html
 
@@ -35,16 +39,15 @@ NAME = "ground"
 
 def register(sub: Any) -> None:
     """Add ``ground`` to the sub-command parsers ``sub``."""
-    gr = sub.add_parser(
+    gr = add_command(
+        sub,
         NAME,
-        help="score how well a response is supported by its context",
-        description="Teacher-force a response (written by any model) after its context and "
-        "score every token and sentence for support from one forward pass: relative "
-        "contextualization of the contextual heads times the token's surprise. Unsupported "
-        "sentences are marked; supported ones show the context span they rest on.",
-        formatter_class=HelpFormatter,
+        "score how well a response is supported by its context",
+        "Teacher-force a response (written by any model) after its context and score every "
+        "token and sentence for support from one forward pass: relative contextualization of "
+        "the contextual heads times the token's surprise. Unsupported sentences are marked; "
+        "supported ones show the context span they rest on.",
     )
-    add_model_option(gr)
     add_text_options(
         gr,
         (
@@ -201,6 +204,5 @@ def run(args: GroundArgs) -> int:
     return 0
 
 
-def from_namespace(ns: argparse.Namespace) -> GroundArgs:
-    """The checked arguments of ``rcstat ground``."""
-    return GroundArgs.from_namespace(ns)
+#: The checked arguments of ``rcstat ground``.
+from_namespace = GroundArgs.from_namespace

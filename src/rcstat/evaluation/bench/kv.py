@@ -35,7 +35,7 @@ from rcstat.press.registry import PRESS_NAMES
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import claim_output_folder
 from rcstat.runs.job import check_run_folder, config_values
-from rcstat.runs.manifest import model_label
+from rcstat.runs.manifest import model_label, read_manifest
 from rcstat.runs.parts import part_folder
 from rcstat.runs.shards import Shard
 
@@ -45,6 +45,11 @@ COMMAND = "bench kv"
 SCATTER = "head_scatter.csv"
 #: Tokens left for the chat template around context and question.
 TEMPLATE_TOKENS = 32
+#: QMSum's ``context`` values: the whole transcript, the query's relevant turns, or the most
+#: turns around them that fit the model's context.
+CONTEXTS = ("full", "relevant", "fit")
+#: Old names of :data:`CONTEXTS` values, still accepted (``window`` until rcstat renamed it).
+RENAMED_CONTEXTS = {"window": "fit"}
 
 
 @dataclass
@@ -54,7 +59,8 @@ class KVConfig:
     ``groups`` None entries are the press's default of each mode; ``windows`` holds token
     counts or :data:`~rcstat.defaults.QUESTION_WINDOW` (with ``question_placement``
     ``"question"``); ``n`` None takes every example; ``max_tokens`` None is the model's
-    window.
+    window; ``context`` one of :data:`CONTEXTS` (an old name of :data:`RENAMED_CONTEXTS`
+    becomes its new one).
     """
 
     model: str | None = None
@@ -78,6 +84,9 @@ class KVConfig:
     max_tokens: int | None = None
     retry_failed: bool = True
     shard: Shard = field(default_factory=Shard)
+
+    def __post_init__(self) -> None:
+        self.context = RENAMED_CONTEXTS.get(self.context or "", self.context)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KVConfig:
@@ -116,10 +125,12 @@ class KVConfig:
         check_count("max_new_tokens", self.max_new_tokens)
         optional_count("n", self.n)
         optional_count("max_tokens", self.max_tokens, low=2)
+        if self.context is not None and self.context not in CONTEXTS:
+            raise ValueError(f"--context takes {', '.join(CONTEXTS)}, got {self.context!r}")
         if self.context is not None and self.dataset != "qmsum":
             raise ValueError("--context applies to --dataset qmsum only")
         if QUESTION_WINDOW in self.windows and self.question_placement != "question":
-            raise ValueError(f"--window {QUESTION_WINDOW} needs --placement question")
+            raise ValueError(f"--window {QUESTION_WINDOW} needs --question-placement question")
 
     def grid(self) -> list[Any]:
         """The settings grid (:func:`~rcstat.evaluation.kv_bench.settings_grid`)."""
@@ -141,6 +152,18 @@ class KVConfig:
         """The options recorded in the manifest besides the grid (not ``n``: a run grows by
         resuming with a larger ``n``)."""
         return {"data": resolved(self.data), "context": self.context, "max_tokens": self.max_tokens}
+
+    def recorded_options(self) -> dict[str, Any]:
+        """:meth:`run_options` with ``context`` spelled as the run folder (or this shard's part)
+        recorded it: a folder made when ``fit`` was called ``window`` resumes under the name it
+        recorded (the same cut of the meetings)."""
+        options = self.run_options()
+        folders = [self.out, *([part_folder(self.out, self.shard)] if self.shard.split else [])]
+        for folder in folders:
+            recorded = ((read_manifest(folder) or {}).get("options") or {}).get("context")
+            if isinstance(recorded, str) and RENAMED_CONTEXTS.get(recorded) == self.context:
+                return {**options, "context": recorded}
+        return options
 
 
 def _count(tokenizer: Any, text: str) -> int:
@@ -201,18 +224,19 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     grid = config.grid()
     _check_presses(grid)
     out = config.out
+    recorded = config.recorded_options()
     probe = KVBench(
         out,
         config.dataset,
         "",
         grid,
         config.max_new_tokens,
-        options=config.run_options(),
+        options=recorded,
         placement=config.question_placement,
     )
     check_run_folder(out, COMMAND, probe.manifest_options(), config.shard)
     options = {} if config.context is None else {"context": config.context}
-    if config.context == "window":  # whole transcripts, cut once the tokenizer is loaded
+    if config.context == "fit":  # whole transcripts, cut once the tokenizer is loaded
         options["context"] = "full"
     loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
     examples = [e for e in loaded if isinstance(e, QAExample)]
@@ -222,7 +246,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     window = int(model.config.max_position_embeddings)
     if config.max_tokens is not None:
         window = min(window, config.max_tokens)
-    if config.context == "window":
+    if config.context == "fit":
         examples = _fit_windows(tokenizer, examples, window - config.max_new_tokens)
     fitting = [e for e in examples if _fits(tokenizer, e, window - config.max_new_tokens)]
     skipped = [e.id for e in examples if e not in fitting]
@@ -238,7 +262,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
         grid,
         max_new_tokens=config.max_new_tokens,
         config={"skipped_too_long": skipped, "window": window},
-        options=config.run_options(),
+        options=recorded,
         retry_failed=config.retry_failed,
         placement=config.question_placement,
     )
