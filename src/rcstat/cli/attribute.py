@@ -76,9 +76,6 @@ def register(sub: Any) -> None:
     )
     at.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="number of heads")
     at.add_argument("--ranking", choices=RANKINGS, default="top", help="how heads are chosen")
-    at.add_argument(
-        "--statistic", choices=["expected", "upper"], default="expected", help="RC statistic"
-    )
     add_attribution_options(at)
     add_max_new_tokens_option(at, 64, "length of a generated answer")
     add_language_option(at)

@@ -35,6 +35,13 @@ from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K
 from rcstat.report.grounding_html import save_grounding_html
 
 NAME = "ground"
+#: The JSON files ``ground`` reads: (option, what it holds); each must exist.
+_FILES = (
+    ("--profile", "head profile JSON (default: shipped)"),
+    ("--probe", "trained probe JSON to report beside"),
+)
+#: Numbers whose default is the head profile's: (option, what it sets).
+_PROFILE_NUMBERS = (("--fraction", "share of heads"), ("--threshold", "flag threshold"))
 
 
 def register(sub: Any) -> None:
@@ -56,23 +63,15 @@ def register(sub: Any) -> None:
             ("question", "question or instruction the response answers (optional)"),
         ),
     )
-    gr.add_argument(
-        "--profile", default=None, metavar="PATH", help="head profile JSON (default: shipped)"
-    )
-    gr.add_argument(
-        "--probe", default=None, metavar="PATH", help="trained probe JSON to report beside"
-    )
-    gr.add_argument(
-        "--fraction", type=float, default=None, help="share of heads (default: the profile's)"
-    )
+    for option, what in _FILES:
+        gr.add_argument(option, default=None, metavar="PATH", help=what)
+    for option, what in _PROFILE_NUMBERS:
+        gr.add_argument(option, type=float, default=None, help=f"{what} (default: the profile's)")
     gr.add_argument(
         "--quantile",
         type=float,
         default=DEFAULT_GROUNDING_QUANTILE,
         help="sentence score: lower quantile of its token scores",
-    )
-    gr.add_argument(
-        "--threshold", type=float, default=None, help="flag threshold (default: the profile's)"
     )
     gr.add_argument(
         "--top-k",
@@ -118,7 +117,8 @@ class GroundArgs:
         if question is not None and not question.strip():
             raise ValueError("--question is empty or whitespace only")
         files = {}
-        for option, value in (("--profile", ns.profile), ("--probe", ns.probe)):
+        for option, _ in _FILES:
+            value = getattr(ns, option.removeprefix("--"))
             if value is not None and not Path(value).is_file():
                 raise ValueError(f"{option} {value}: no such file")
             files[option] = None if value is None else Path(value)

@@ -140,7 +140,14 @@ def add_special_tokens_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_attribution_options(parser: argparse.ArgumentParser) -> None:
-    """``--span-score`` and ``--question-first`` (``rcstat attribute`` and its benchmark)."""
+    """``--statistic``, ``--span-score`` and ``--question-first`` (``rcstat attribute`` and its
+    benchmark)."""
+    parser.add_argument(
+        "--statistic",
+        choices=["expected", "upper"],
+        default="expected",
+        help="the RC statistic that scores spans and ranks heads",
+    )
     parser.add_argument(
         "--span-score",
         choices=list(SPAN_SCORES),

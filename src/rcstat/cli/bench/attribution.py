@@ -1,6 +1,7 @@
 """``rcstat bench attribution``: its options, the
-:class:`~rcstat.evaluation.bench.attribution.AttributionConfig` they make, and what it prints
-(the run itself is :func:`rcstat.evaluation.bench.attribution.run`)."""
+:class:`~rcstat.evaluation.bench.attribution.AttributionConfig` they make, the run
+(:func:`rcstat.evaluation.bench.attribution.run`) and the examples its folder holds (what it
+prints is :mod:`rcstat.cli.bench`'s)."""
 
 from __future__ import annotations
 
@@ -53,12 +54,6 @@ def register(bench_sub: Any) -> None:
         type=int,
         default=None,
         help="skip examples whose prompt is longer than this (default: the model's window)",
-    )
-    ab.add_argument(
-        "--statistic",
-        choices=["expected", "upper"],
-        default="expected",
-        help="the RC statistic that scores spans and ranks heads",
     )
     add_attribution_options(ab)
     ab.add_argument(

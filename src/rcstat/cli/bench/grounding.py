@@ -1,6 +1,7 @@
 """``rcstat bench grounding``: its options, the
-:class:`~rcstat.evaluation.bench.grounding.GroundingConfig` they make, and what it prints
-(the run itself is :func:`rcstat.evaluation.bench.grounding.run`)."""
+:class:`~rcstat.evaluation.bench.grounding.GroundingConfig` they make, the run
+(:func:`rcstat.evaluation.bench.grounding.run`) and the examples its folder holds (what it
+prints is :mod:`rcstat.cli.bench`'s)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,10 @@ def run(config: GroundingConfig, loader: Loader) -> GroundingResult:
 
 
 def held(result: GroundingResult) -> int | None:
-    """The examples (responses) the run folder holds (None while another shard works)."""
-    metrics = [] if result.report is None else result.report["metrics"]
-    return max((int(row["n"]) for row in metrics), default=None)
+    """The examples the run folder holds (None while another shard works): one response each,
+    or for squad-contrast one answerable question each, scored after two contexts (its
+    unanswerable questions make no rows)."""
+    if result.report is None:
+        return None
+    items = int(result.report["items"])
+    return items // 2 if result.report["dataset"] == "squad-contrast" else items

@@ -1,5 +1,6 @@
-"""``rcstat bench kv``: its options, the :class:`~rcstat.evaluation.bench.kv.KVConfig` they
-make, and what it prints (the run itself is :func:`rcstat.evaluation.bench.kv.run`)."""
+"""``rcstat bench kv``: its options, the :class:`~rcstat.evaluation.bench.kv.KVConfig` they make,
+the run (:func:`rcstat.evaluation.bench.kv.run`) and the examples its folder holds (what it
+prints is :mod:`rcstat.cli.bench`'s)."""
 
 from __future__ import annotations
 
