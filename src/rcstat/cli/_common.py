@@ -2,7 +2,7 @@
 outputs, the run options of dataset jobs. The shared options themselves are in
 :mod:`rcstat.cli.options` (RCStatPress's in :mod:`rcstat.cli.press_options`).
 
-Rules every command follows (tested in ``tests/cli``):
+Rules every command follows (tested in ``tests/test_cli_*.py``):
 
 * options are checked before any model is loaded or any file is written (``from_namespace``
   of each command's arguments dataclass raises ``ValueError`` naming the option);

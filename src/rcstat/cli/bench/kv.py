@@ -27,12 +27,12 @@ from rcstat.cli.options import (
     add_out_option,
 )
 from rcstat.cli.press_options import add_press_options, check_groups, check_named, check_windows
+from rcstat.press.registry import PRESS_NAMES, check_press_names
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
     from rcstat.evaluation.bench.kv import KVConfig, KVResult
 
-_PRESSES = "rcstat,knorm,snapkv,streaming_llm,tova,adakv_snapkv"
 #: ``--context`` values; ``window`` is the old name of ``fit`` (still accepted).
 CONTEXTS = ("full", "relevant", "fit")
 
@@ -49,7 +49,7 @@ def register(bench_sub: Any) -> None:
     )
     add_dataset_option(kv, "squad_v2", ("qa",))
     add_data_option(kv)
-    kv.add_argument("--presses", default=_PRESSES, help="comma-separated press names")
+    kv.add_argument("--presses", default=",".join(PRESS_NAMES), help="comma-separated press names")
     kv.add_argument("--ratios", default="0.3,0.5,0.7", help="compression ratios in [0, 1)")
     kv.add_argument(
         "--thresholds", default="0.2,0.7,0.8,1.0,1.2,1.3,1.8", help="RCStat thresholds c >= 0"
@@ -80,7 +80,6 @@ def from_namespace(ns: argparse.Namespace) -> KVConfig:
     """The checked config of ``rcstat bench kv`` (nothing heavy is imported)."""
     from rcstat.evaluation.bench.common import dataset_for
     from rcstat.evaluation.bench.kv import KVConfig
-    from rcstat.press.registry import check_press_names
 
     dataset = dataset_for(ns.dataset, "qa", "bench kv")
     devices, shard = devices_and_shard(ns)
