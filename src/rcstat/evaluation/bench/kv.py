@@ -150,20 +150,20 @@ class KVConfig:
 
     def run_options(self) -> dict[str, Any]:
         """The options recorded in the manifest besides the grid (not ``n``: a run grows by
-        resuming with a larger ``n``)."""
-        return {"data": resolved(self.data), "context": self.context, "max_tokens": self.max_tokens}
+        resuming with a larger ``n``); ``context`` as :meth:`recorded_context` spells it."""
+        context = self.recorded_context()
+        return {"data": resolved(self.data), "context": context, "max_tokens": self.max_tokens}
 
-    def recorded_options(self) -> dict[str, Any]:
-        """:meth:`run_options` with ``context`` spelled as the run folder (or this shard's part)
-        recorded it: a folder made when ``fit`` was called ``window`` resumes under the name it
-        recorded (the same cut of the meetings)."""
-        options = self.run_options()
+    def recorded_context(self) -> str | None:
+        """``context`` as the run folder (or this shard's part) recorded it: a folder made when
+        ``fit`` was called ``window`` resumes under the name it recorded (the same cut of the
+        meetings); a new folder records the new name."""
         folders = [self.out, *([part_folder(self.out, self.shard)] if self.shard.split else [])]
         for folder in folders:
             recorded = ((read_manifest(folder) or {}).get("options") or {}).get("context")
             if isinstance(recorded, str) and RENAMED_CONTEXTS.get(recorded) == self.context:
-                return {**options, "context": recorded}
-        return options
+                return recorded
+        return self.context
 
 
 def _count(tokenizer: Any, text: str) -> int:
@@ -224,14 +224,13 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     grid = config.grid()
     _check_presses(grid)
     out = config.out
-    recorded = config.recorded_options()
     probe = KVBench(
         out,
         config.dataset,
         "",
         grid,
         config.max_new_tokens,
-        options=recorded,
+        options=config.run_options(),
         placement=config.question_placement,
     )
     check_run_folder(out, COMMAND, probe.manifest_options(), config.shard)
@@ -262,7 +261,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
         grid,
         max_new_tokens=config.max_new_tokens,
         config={"skipped_too_long": skipped, "window": window},
-        options=recorded,
+        options=config.run_options(),
         retry_failed=config.retry_failed,
         placement=config.question_placement,
     )
