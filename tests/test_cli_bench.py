@@ -83,6 +83,11 @@ def test_bench_kv_on_a_squad_file(
     assert cli.main([*args, "--presses", "knorm,tova", "--max-new-tokens", "3"]) == 0
     assert (out / "predictions.jsonl").read_bytes() == files["predictions.jsonl"]
     assert "bench kv squad_v2: 0/0 run" in capsys.readouterr().err  # plain progress lines
+    # A smaller --n resumes too; the summary still describes the whole folder, and says so.
+    assert cli.main([*args, "--presses", "knorm,tova", "--max-new-tokens", "3", "--n", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "the run folder holds 2 examples, more than --n 1 asks for" in printed
+    assert (out / "predictions.jsonl").read_bytes() == files["predictions.jsonl"]
     # A folder of another command is refused.
     heads = tmp_path / "heads"
     heads.mkdir()
@@ -116,7 +121,9 @@ def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:
     assert from_namespace(ns).groups == ["max", "mean"]
 
 
-def test_bench_kv_qmsum_window_cuts_each_meeting_to_fit(model_dir: Path, tmp_path: Path) -> None:
+def test_bench_kv_qmsum_fit_cuts_each_meeting_to_fit(model_dir: Path, tmp_path: Path) -> None:
+    """``--context fit`` (``window``, its old name, is still accepted) cuts each meeting to the
+    turns around the query that fit; a folder recorded under the old name resumes."""
     from tests.test_data import _qmsum_record, _write_jsonl
 
     record = _qmsum_record()
@@ -131,7 +138,19 @@ def test_bench_kv_qmsum_window_cuts_each_meeting_to_fit(model_dir: Path, tmp_pat
     # turn 1 (the first specific query's span) fits with a neighbour; turns 1..4 do not
     assert len(config["skipped_too_long"]) == 1 and config["skipped_too_long"][0].endswith(":1")
     assert len(pd.read_csv(out / "results.csv")) == 2
-    assert json.loads((out / "run.json").read_text())["options"]["context"] == "window"
+    assert json.loads((out / "run.json").read_text())["options"]["context"] == "fit"
+    # A folder made when `fit` was called `window` (its manifest and config say so) resumes
+    # under either name: nothing is computed again and it keeps the name it recorded.
+    for name in ("run.json", "config.json"):
+        recorded = json.loads((out / name).read_text())
+        (recorded["options"] if name == "run.json" else recorded)["context"] = "window"
+        (out / name).write_text(json.dumps(recorded))
+    predictions = (out / "predictions.jsonl").read_bytes()
+    for context in ("fit", "window"):
+        assert cli.main([*args, "--context", context, "--max-tokens", "200"]) == 0
+        assert (out / "predictions.jsonl").read_bytes() == predictions
+        assert json.loads((out / "run.json").read_text())["options"]["context"] == "window"
+    assert cli.main([*args, "--context", "relevant", "--max-tokens", "200"]) == 2
 
 
 @pytest.mark.parametrize("bench", ["kv", "attribution", "grounding", "heads"])
@@ -172,6 +191,9 @@ def test_a_library_config_refuses_what_the_command_refuses() -> None:
         KVConfig.from_dict({"ratios": [1.0]})
     with pytest.raises(ValueError, match="--context applies to --dataset qmsum only"):
         KVConfig.from_dict({"context": "window"})
+    assert KVConfig.from_dict({"dataset": "qmsum", "context": "window"}).context == "fit"
+    with pytest.raises(ValueError, match="--context takes full, relevant, fit, got 'turns'"):
+        KVConfig.from_dict({"dataset": "qmsum", "context": "turns"})
     with pytest.raises(ValueError, match="bench kv needs"):
         KVConfig.from_dict({"dataset": "quotesum"})
     with pytest.raises(ValueError, match="span_score 'sum' adds up"):

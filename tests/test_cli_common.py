@@ -159,3 +159,37 @@ def test_device_plan_defaults_and_load_arguments(monkeypatch: pytest.MonkeyPatch
     cpu = Devices(device="cpu", dtype="bfloat16")
     assert cpu.load_kwargs() == {"device": None, "dtype": "bfloat16"}
     assert Devices.from_namespace(argparse.Namespace()) == Devices()  # commands without them
+
+
+def test_a_folder_with_more_examples_than_n_says_so(tmp_path: Path) -> None:
+    """Each benchmark counts the examples its run folder holds (its summary describes them
+    all); one line says so when ``--n`` asks for fewer, none otherwise."""
+    import pandas as pd
+
+    from rcstat.cli._common import folder_note
+    from rcstat.cli.bench import BENCHES
+    from rcstat.evaluation.bench.results import AttributionResult, GroundingResult, KVResult
+    from rcstat.runs.shards import Shard
+
+    shard = Shard()
+    results = {
+        "kv": KVResult(tmp_path, shard, True, summary=pd.DataFrame({"examples": [6, 5]})),
+        "attribution": AttributionResult(
+            tmp_path, shard, True, accuracy=pd.DataFrame({"examples": [6, 6]})
+        ),
+        "grounding": GroundingResult(
+            tmp_path, shard, True, report={"dataset": "faithbench", "items": 6}
+        ),
+    }
+    for name, result in results.items():
+        assert BENCHES[name].held(result) == 6
+        assert BENCHES[name].held(type(result)(tmp_path, Shard(0, 2), False)) is None
+    contrast = GroundingResult(
+        tmp_path, shard, True, report={"dataset": "squad-contrast", "items": 12}
+    )
+    assert BENCHES["grounding"].held(contrast) == 6  # a supporting and an unrelated item each
+    assert folder_note(6, 4) == (
+        "the run folder holds 6 examples, more than --n 4 asks for: the summary describes all 6"
+    )
+    assert folder_note(6, None) is None and folder_note(6, 6) is None
+    assert folder_note(None, 4) is None and folder_note(3, 4) is None

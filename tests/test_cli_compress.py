@@ -133,3 +133,19 @@ def _tokenizer(model_dir: Path):  # type: ignore[no-untyped-def]
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
+
+
+@pytest.mark.parametrize("command", [["compress"], ["bench", "kv"]])
+def test_question_placement_is_the_flag_and_placement_its_old_spelling(command: list[str]) -> None:
+    """``--question-placement`` (as ``rcstat analyze`` spells it) is shown first; the old
+    ``--placement`` still sets it."""
+    parser = cli.build_parser()
+    for flag in ("--question-placement", "--placement"):
+        ns = parser.parse_args([*command, flag, "question"])
+        assert ns.question_placement == "question"
+    assert parser.parse_args(command).question_placement == "context"
+    sub = parser._subparsers._group_actions[0].choices[command[0]]  # type: ignore[union-attr]
+    if len(command) > 1:
+        sub = sub._subparsers._group_actions[0].choices[command[1]]  # type: ignore[union-attr]
+    text = " ".join(sub.format_help().split())
+    assert "--question-placement {context,question}, --placement {context,question}" in text

@@ -826,6 +826,13 @@ def test_cli_interrupted_run_resumes_to_the_same_rows(
     pd.testing.assert_frame_equal(read_heads(cut), read_heads(whole))
     assert _log(cut)["id"].tolist() == _log(whole)["id"].tolist()  # no duplicates
     assert (cut / "summary.md").read_text() == (whole / "summary.md").read_text()
+    # A smaller --n resumes without work; the summary describes the whole folder, and says so.
+    summary = (whole / "summary.md").read_text()
+    printed = io.StringIO()
+    assert _cli(printed, *common[:-1], "2", "--out", str(whole)) == 0
+    text = " ".join(printed.getvalue().split())
+    assert "the run folder holds 3 examples, more than --n 2 asks for" in text
+    assert "3 examples, " in text and (whole / "summary.md").read_text() == summary
 
 
 def test_cli_prints_plain_progress_lines_without_a_terminal(

@@ -1,6 +1,8 @@
-"""What every sub-command shares: the console, text options, checked numbers, safe outputs.
+"""What every sub-command shares: the console, its parser, text reading, checked numbers, safe
+outputs, the run options of dataset jobs. The shared options themselves are in
+:mod:`rcstat.cli.options` (RCStatPress's in :mod:`rcstat.cli.press_options`).
 
-Rules every command follows (tested in ``tests/cli``):
+Rules every command follows (tested in ``tests/test_cli_*.py``):
 
 * options are checked before any model is loaded or any file is written (``from_namespace``
   of each command's arguments dataclass raises ``ValueError`` naming the option);
@@ -25,15 +27,9 @@ from rcstat.checks import float_list as float_list  # the options' checks, share
 from rcstat.checks import int_list as int_list
 from rcstat.checks import optional_count as optional_count
 from rcstat.checks import split_list as split_list
-from rcstat.defaults import (
-    DEFAULT_MODEL_NAME,
-    DEFAULT_SPAN_SCORE,
-    SPAN_SCORES,
-    resolve_span_score,
-)
-from rcstat.press.options import knob_choices, knob_default
+from rcstat.cli.options import add_model_option
 from rcstat.report.console import CUT_MARK
-from rcstat.runs.devices import DEVICE_MAPS, DTYPES, Devices
+from rcstat.runs.devices import Devices
 from rcstat.runs.folder import OUTPUT_MARKER as OUTPUT_MARKER  # the commands' output safety
 from rcstat.runs.folder import check_output_folder as check_output_folder
 from rcstat.runs.folder import claim_output_folder as claim_output_folder
@@ -63,34 +59,18 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def add_model_option(parser: argparse.ArgumentParser) -> None:
-    """``--model`` (hub id, local folder or ``.gguf`` file; the embedded model by default) and
-    where it runs: ``--device``, ``--device-map``, ``--dtype`` (see
-    :class:`~rcstat.runs.devices.Devices`)."""
-    parser.add_argument(
-        "--model",
-        default=None,
-        help=f"hub id, local folder or .gguf file (default: the embedded {DEFAULT_MODEL_NAME})",
+def add_command(
+    sub: Any, name: str, help: str, description: str | None = None, *, model: bool = True
+) -> argparse.ArgumentParser:
+    """The parser of sub-command ``name`` in ``sub`` (the result of ``add_subparsers``), whose
+    ``--help`` shows the defaults; with ``--model`` and where it runs unless ``model`` is
+    False."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=description, formatter_class=HelpFormatter
     )
-    parser.add_argument(
-        "--device",
-        default=None,
-        help="where the model runs: cpu, cuda or cuda:N (default: cuda when a GPU is visible, "
-        "else cpu)",
-    )
-    parser.add_argument(
-        "--device-map",
-        default=None,
-        choices=DEVICE_MAPS,
-        help="split a model larger than one GPU across the visible GPUs (accelerate's strategy); "
-        "instead of --device",
-    )
-    parser.add_argument(
-        "--dtype",
-        default=None,
-        choices=DTYPES,
-        help="parameter dtype (default: float32 on cpu, the checkpoint's own on a GPU)",
-    )
+    if model:
+        add_model_option(parser)
+    return parser
 
 
 def add_shard_option(parser: argparse.ArgumentParser) -> None:
@@ -131,115 +111,6 @@ def devices_and_shard(ns: argparse.Namespace) -> tuple[Devices, Shard]:
     """The checked device plan and shard of a dataset job's process (its own GPUs)."""
     shard = shard_from_namespace(ns)
     return Devices.from_namespace(ns).for_shard(shard), shard
-
-
-def add_text_options(parser: argparse.ArgumentParser, names: Sequence[tuple[str, str]]) -> None:
-    """``--NAME TEXT`` and ``--NAME-file PATH`` (``-`` = standard input) for each name."""
-    for name, what in names:
-        parser.add_argument(f"--{name}", default=None, help=what)
-        parser.add_argument(
-            f"--{name}-file",
-            default=None,
-            metavar="PATH",
-            help=f"read the {name} from a UTF-8 file ('-': standard input)",
-        )
-
-
-def add_special_tokens_option(parser: argparse.ArgumentParser) -> None:
-    """``--allow-special-tokens``: let user text contain real special tokens (unsafe)."""
-    parser.add_argument(
-        "--allow-special-tokens",
-        action="store_true",
-        help="encode special-token strings in the texts (e.g. <|im_start|>) as special tokens "
-        "instead of literal text; only for trusted text, it can open chat turns",
-    )
-
-
-def _default_first(name: str, default: str | None = None) -> tuple[str, ...]:
-    """The values of RCStatPress's option ``name``, its default (or ``default``) first."""
-    values, first = knob_choices(name), default or knob_default(name)
-    return (first, *(v for v in values if v != first))
-
-
-#: RCStatPress's named options on the command line: (flag, values with the default first,
-#: what each value means); the values and defaults come from
-#: :class:`~rcstat.press.options.RCStatOptions`.
-PRESS_CHOICES: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    (
-        "--group",
-        _default_first("group", "mean"),  # the default of the target-ratio mode first
-        "how a GQA group's query heads decide for their KV head: mean (the group's mean "
-        "relative score) or max (any head keeps an entry, the paper's rule); the press's "
-        "default: mean with a target ratio, max with a threshold",
-    ),
-    (
-        "--score",
-        _default_first("score"),
-        "token score: the exact expected RC or its upper bound A",
-    ),
-    (
-        "--budget",
-        _default_first("budget"),
-        "target-ratio mode: r of the whole model, layers differing (pooled), or r per layer "
-        "(layer, the paper's)",
-    ),
-)
-
-
-def add_attribution_options(parser: argparse.ArgumentParser) -> None:
-    """``--span-score`` and ``--question-first`` (``rcstat attribute`` and its benchmark)."""
-    parser.add_argument(
-        "--span-score",
-        choices=list(SPAN_SCORES),
-        default=None,
-        help="how a span's tokens make its score: their mean (the paper's eq. 10), their sum "
-        "(longer spans weigh more) or the span's best sentence; sum and sentence need "
-        f"--statistic expected (default: {DEFAULT_SPAN_SCORE}, mean with --statistic upper)",
-    )
-    parser.add_argument(
-        "--question-first",
-        action="store_true",
-        help="write the question before the context in the prompt (default: after it)",
-    )
-
-
-def check_span_score(span_score: str | None, statistic: str) -> str:
-    """``--span-score`` (None: the default of ``statistic``); ``sum|sentence`` with
-    ``--statistic upper`` is refused before any work (see
-    :func:`rcstat.defaults.resolve_span_score`)."""
-    return resolve_span_score(span_score, statistic, names=("--span-score", "--statistic"))
-
-
-def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
-    """RCStatPress's ``--group``, ``--score``, ``--budget`` (comma-separated lists when
-    ``sweep``), ``--floor`` and ``--placement``."""
-    for flag, values, meaning in PRESS_CHOICES:
-        press_default = knob_default(flag.removeprefix("--"))
-        if sweep:  # --group's default: the press's, which depends on the mode
-            parser.add_argument(flag, default=press_default, help=f"comma-separated; {meaning}")
-        else:  # None (--group, --budget): the press's own default, which depends on the mode
-            default = press_default if flag == "--score" else None
-            parser.add_argument(flag, choices=list(values), default=default, help=meaning)
-    parser.add_argument(
-        "--floor",
-        type=float,
-        default=knob_default("floor"),
-        help="pooled budget: every KV head keeps at least this share of a uniform budget",
-    )
-    parser.add_argument(
-        "--sinks",
-        default=str(knob_default("sinks")),
-        help=("comma-separated; " if sweep else "")
-        + "the first N prompt tokens are never evicted (attention sinks, the chat template)",
-    )
-    parser.add_argument(
-        "--placement",
-        choices=["context", "question"],
-        default="context",
-        help="context: compress the context, then read the question (question-agnostic, "
-        "kvpress's pipeline); question: compress the question with it (query-aware"
-        + ("; reported apart)" if sweep else ")"),
-    )
 
 
 def read_texts(ns: argparse.Namespace, names: Sequence[str]) -> dict[str, str | None]:
@@ -307,3 +178,19 @@ def clip(text: str, width: int = 70) -> str:
 def answer_line(label: str, text: str, finished: bool | None) -> str:
     """``label: 'text'`` with a visible mark when the answer was cut at the token limit."""
     return f"{label}: {text!r}" + ("" if finished is not False else CUT_MARK)
+
+
+def say(text: str) -> None:
+    """Print one line of results as it is (no rich markup)."""
+    console.print(text, markup=False)
+
+
+def folder_note(held: int | None, n: int | None) -> str | None:
+    """The line that says a run folder holds more examples than ``--n`` asks for (its summary
+    describes the whole folder); None when it does not."""
+    if held is None or n is None or held <= n:
+        return None
+    return (
+        f"the run folder holds {held} examples, more than --n {n} asks for: "
+        f"the summary describes all {held}"
+    )

@@ -13,10 +13,7 @@ from rich.table import Table
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     Devices,
-    HelpFormatter,
-    add_model_option,
-    add_special_tokens_option,
-    add_text_options,
+    add_command,
     answer_line,
     check_output_folder,
     console,
@@ -25,7 +22,12 @@ from rcstat.cli._common import (
     staged_output,
     step,
 )
-from rcstat.cli.options import add_max_new_tokens_option, add_out_option
+from rcstat.cli.options import (
+    add_max_new_tokens_option,
+    add_out_option,
+    add_special_tokens_option,
+    add_text_options,
+)
 from rcstat.defaults import DEFAULT_TAU
 
 NAME = "analyze"
@@ -51,16 +53,14 @@ def parse_head(value: str) -> tuple[int, int]:
 
 def register(sub: Any) -> None:
     """Add ``analyze`` to the sub-command parsers ``sub``."""
-    an = sub.add_parser(
+    an = add_command(
+        sub,
         NAME,
-        help="per-head RC scores of one example",
-        description="Per-head RC statistics of one example from one forward pass: chat mode "
-        "(--context, --question, optional --answer) or raw mode (--prompt, optional "
-        "--generation).",
-        formatter_class=HelpFormatter,
+        "per-head RC scores of one example",
+        "Per-head RC statistics of one example from one forward pass: chat mode (--context, "
+        "--question, optional --answer) or raw mode (--prompt, optional --generation).",
     )
     add_text_options(an, _TEXTS)
-    add_model_option(an)
     add_out_option(an, NAME)
     an.add_argument("--tau", type=float, default=DEFAULT_TAU, help="threshold for head counts")
     an.add_argument("--top", type=int, default=10, help="rows of the top-heads table")
@@ -218,6 +218,5 @@ def run(args: AnalyzeArgs) -> int:
     return 0
 
 
-def from_namespace(ns: argparse.Namespace) -> AnalyzeArgs:
-    """The checked arguments of ``rcstat analyze``."""
-    return AnalyzeArgs.from_namespace(ns)
+#: The checked arguments of ``rcstat analyze``.
+from_namespace = AnalyzeArgs.from_namespace

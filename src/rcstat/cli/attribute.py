@@ -15,14 +15,9 @@ from rcstat.checks import check_count
 from rcstat.cli._common import (
     CUT_MARK,
     Devices,
-    HelpFormatter,
-    add_attribution_options,
-    add_model_option,
-    add_special_tokens_option,
-    add_text_options,
+    add_command,
     answer_line,
     check_output_folder,
-    check_span_score,
     clip,
     console,
     load_model_quietly,
@@ -32,10 +27,14 @@ from rcstat.cli._common import (
     step,
 )
 from rcstat.cli.options import (
+    add_attribution_options,
     add_language_option,
     add_max_new_tokens_option,
     add_out_option,
+    add_special_tokens_option,
+    add_text_options,
     check_language,
+    check_span_score,
     check_top_k,
 )
 from rcstat.defaults import DEFAULT_TOP_K
@@ -47,14 +46,13 @@ RANKINGS = ("top", "bottom", "all", "top_post_softmax", "bottom_post_softmax")
 
 def register(sub: Any) -> None:
     """Add ``attribute`` to the sub-command parsers ``sub``."""
-    at = sub.add_parser(
+    at = add_command(
+        sub,
         NAME,
-        help="attribute an answer to context chunks/sentences/tokens",
-        description="Attribute each sentence of the answer to the context spans it comes from, "
-        "with the top-k RC heads (paper eq. 10), from one forward pass.",
-        formatter_class=HelpFormatter,
+        "attribute an answer to context chunks/sentences/tokens",
+        "Attribute each sentence of the answer to the context spans it comes from, with the "
+        "top-k RC heads (paper eq. 10), from one forward pass.",
     )
-    add_model_option(at)
     add_text_options(
         at,
         (
@@ -78,9 +76,6 @@ def register(sub: Any) -> None:
     )
     at.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="number of heads")
     at.add_argument("--ranking", choices=RANKINGS, default="top", help="how heads are chosen")
-    at.add_argument(
-        "--statistic", choices=["expected", "upper"], default="expected", help="RC statistic"
-    )
     add_attribution_options(at)
     add_max_new_tokens_option(at, 64, "length of a generated answer")
     add_language_option(at)
@@ -211,6 +206,5 @@ def run(args: AttributeArgs) -> int:
     return 0
 
 
-def from_namespace(ns: argparse.Namespace) -> AttributeArgs:
-    """The checked arguments of ``rcstat attribute``."""
-    return AttributeArgs.from_namespace(ns)
+#: The checked arguments of ``rcstat attribute``.
+from_namespace = AttributeArgs.from_namespace

@@ -12,11 +12,7 @@ from rich.table import Table
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     Devices,
-    HelpFormatter,
-    add_model_option,
-    add_press_options,
-    add_special_tokens_option,
-    add_text_options,
+    add_command,
     answer_line,
     console,
     int_list,
@@ -24,7 +20,12 @@ from rcstat.cli._common import (
     read_texts,
     step,
 )
-from rcstat.cli.options import add_max_new_tokens_option
+from rcstat.cli.options import (
+    add_max_new_tokens_option,
+    add_special_tokens_option,
+    add_text_options,
+)
+from rcstat.cli.press_options import add_press_options, check_windows
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.press.options import knob_default
 
@@ -33,15 +34,14 @@ NAME = "compress"
 
 def register(sub: Any) -> None:
     """Add ``compress`` to the sub-command parsers ``sub``."""
-    co = sub.add_parser(
+    co = add_command(
+        sub,
         NAME,
-        help="answer with RCStatPress on a really compressed cache",
-        description="Compress the context's KV cache with RCStatPress (paper eq. 9; evicted "
-        "entries are freed), answer the question on it, and compare with the full-cache "
-        "answer. Needs the rcstat[press] extra.",
-        formatter_class=HelpFormatter,
+        "answer with RCStatPress on a really compressed cache",
+        "Compress the context's KV cache with RCStatPress (paper eq. 9; evicted entries are "
+        "freed), answer the question on it, and compare with the full-cache answer. Needs the "
+        "rcstat[press] extra.",
     )
-    add_model_option(co)
     add_text_options(co, (("context", "context text"), ("question", "question text")))
     co.add_argument(
         "--threshold",
@@ -54,12 +54,6 @@ def register(sub: Any) -> None:
         type=float,
         default=None,
         help="target compression ratio in [0, 1): target-ratio mode instead of --threshold",
-    )
-    co.add_argument(
-        "--window",
-        default=str(DEFAULT_WINDOW),
-        help=f"window size w; '{QUESTION_WINDOW}' (with --placement question): the question's "
-        "tokens",
     )
     add_press_options(co, sweep=False)
     add_max_new_tokens_option(co, 64, "answer length limit")
@@ -105,12 +99,6 @@ class CompressArgs:
             ratio = check_number("--ratio", ratio, low=0, high=1, high_open=True)
         if ns.budget == "pooled" and ratio is None:
             raise ValueError("--budget pooled needs --ratio (a target ratio for the whole model)")
-        window: int | str = ns.window
-        if ns.window == QUESTION_WINDOW:
-            if ns.placement != "question":
-                raise ValueError(f"--window {QUESTION_WINDOW} needs --placement question")
-        else:
-            window = int_list("--window", [ns.window])[0]
         return cls(
             model=ns.model,
             devices=Devices.from_namespace(ns),
@@ -122,7 +110,7 @@ class CompressArgs:
                 low=0,
             ),
             ratio=ratio,
-            window=window,
+            window=check_windows([ns.window], ns.question_placement)[0],
             max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
             full=not ns.no_full,
             allow_special_tokens=ns.allow_special_tokens,
@@ -131,7 +119,7 @@ class CompressArgs:
             budget=ns.budget,
             floor=check_number("--floor", ns.floor, low=0, high=1),
             sinks=int_list("--sinks", [ns.sinks], low=0)[0],
-            question_placement=ns.placement,
+            question_placement=ns.question_placement,
         )
 
 
@@ -203,6 +191,5 @@ def run(args: CompressArgs) -> int:
     return 0
 
 
-def from_namespace(ns: argparse.Namespace) -> CompressArgs:
-    """The checked arguments of ``rcstat compress``."""
-    return CompressArgs.from_namespace(ns)
+#: The checked arguments of ``rcstat compress``.
+from_namespace = CompressArgs.from_namespace

@@ -21,8 +21,7 @@ from rcstat.checks import check_number
 from rcstat.cli._common import (
     CUT_MARK,
     Devices,
-    HelpFormatter,
-    add_model_option,
+    add_command,
     answer_line,
     check_output_folder,
     console,
@@ -140,15 +139,13 @@ def run_contrast(
 
 def register(sub: Any) -> None:
     """Add ``demo`` to the sub-command parsers ``sub``."""
-    demo = sub.add_parser(
+    demo = add_command(
+        sub,
         NAME,
-        help="contrast a supporting and an unrelated context; compress; attribute",
-        description="The paper's two contrasting examples on the embedded model: head counts, "
-        "a compressed-cache answer beside the full-cache one, and attribution, in an HTML "
-        "report.",
-        formatter_class=HelpFormatter,
+        "contrast a supporting and an unrelated context; compress; attribute",
+        "The paper's two contrasting examples on the embedded model: head counts, a "
+        "compressed-cache answer beside the full-cache one, and attribution, in an HTML report.",
     )
-    add_model_option(demo)
     add_out_option(demo, NAME)
     demo.add_argument("--tau", type=float, default=DEFAULT_TAU, help="threshold on the upper bound")
 
@@ -177,6 +174,5 @@ def run(args: DemoArgs) -> int:
     return run_contrast(args.model, args.out, args.tau, devices=args.devices)
 
 
-def from_namespace(ns: argparse.Namespace) -> DemoArgs:
-    """The checked arguments of ``rcstat demo``."""
-    return DemoArgs.from_namespace(ns)
+#: The checked arguments of ``rcstat demo``.
+from_namespace = DemoArgs.from_namespace

@@ -13,10 +13,7 @@ from rich.table import Table
 from rcstat.checks import check_number
 from rcstat.cli._common import (
     Devices,
-    HelpFormatter,
-    add_model_option,
-    add_special_tokens_option,
-    add_text_options,
+    add_command,
     check_output_folder,
     clip,
     console,
@@ -26,25 +23,38 @@ from rcstat.cli._common import (
     staged_output,
     step,
 )
-from rcstat.cli.options import add_language_option, add_out_option, check_language, check_top_k
+from rcstat.cli.options import (
+    add_language_option,
+    add_out_option,
+    add_special_tokens_option,
+    add_text_options,
+    check_language,
+    check_top_k,
+)
 from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K
 from rcstat.report.grounding_html import save_grounding_html
 
 NAME = "ground"
+#: The JSON files ``ground`` reads: (option, what it holds); each must exist.
+_FILES = (
+    ("--profile", "head profile JSON (default: shipped)"),
+    ("--probe", "trained probe JSON to report beside"),
+)
+#: Numbers whose default is the head profile's: (option, what it sets).
+_PROFILE_NUMBERS = (("--fraction", "share of heads"), ("--threshold", "flag threshold"))
 
 
 def register(sub: Any) -> None:
     """Add ``ground`` to the sub-command parsers ``sub``."""
-    gr = sub.add_parser(
+    gr = add_command(
+        sub,
         NAME,
-        help="score how well a response is supported by its context",
-        description="Teacher-force a response (written by any model) after its context and "
-        "score every token and sentence for support from one forward pass: relative "
-        "contextualization of the contextual heads times the token's surprise. Unsupported "
-        "sentences are marked; supported ones show the context span they rest on.",
-        formatter_class=HelpFormatter,
+        "score how well a response is supported by its context",
+        "Teacher-force a response (written by any model) after its context and score every "
+        "token and sentence for support from one forward pass: relative contextualization of "
+        "the contextual heads times the token's surprise. Unsupported sentences are marked; "
+        "supported ones show the context span they rest on.",
     )
-    add_model_option(gr)
     add_text_options(
         gr,
         (
@@ -53,23 +63,15 @@ def register(sub: Any) -> None:
             ("question", "question or instruction the response answers (optional)"),
         ),
     )
-    gr.add_argument(
-        "--profile", default=None, metavar="PATH", help="head profile JSON (default: shipped)"
-    )
-    gr.add_argument(
-        "--probe", default=None, metavar="PATH", help="trained probe JSON to report beside"
-    )
-    gr.add_argument(
-        "--fraction", type=float, default=None, help="share of heads (default: the profile's)"
-    )
+    for option, what in _FILES:
+        gr.add_argument(option, default=None, metavar="PATH", help=what)
+    for option, what in _PROFILE_NUMBERS:
+        gr.add_argument(option, type=float, default=None, help=f"{what} (default: the profile's)")
     gr.add_argument(
         "--quantile",
         type=float,
         default=DEFAULT_GROUNDING_QUANTILE,
         help="sentence score: lower quantile of its token scores",
-    )
-    gr.add_argument(
-        "--threshold", type=float, default=None, help="flag threshold (default: the profile's)"
     )
     gr.add_argument(
         "--top-k",
@@ -115,7 +117,8 @@ class GroundArgs:
         if question is not None and not question.strip():
             raise ValueError("--question is empty or whitespace only")
         files = {}
-        for option, value in (("--profile", ns.profile), ("--probe", ns.probe)):
+        for option, _ in _FILES:
+            value = getattr(ns, option.removeprefix("--"))
             if value is not None and not Path(value).is_file():
                 raise ValueError(f"{option} {value}: no such file")
             files[option] = None if value is None else Path(value)
@@ -201,6 +204,5 @@ def run(args: GroundArgs) -> int:
     return 0
 
 
-def from_namespace(ns: argparse.Namespace) -> GroundArgs:
-    """The checked arguments of ``rcstat ground``."""
-    return GroundArgs.from_namespace(ns)
+#: The checked arguments of ``rcstat ground``.
+from_namespace = GroundArgs.from_namespace

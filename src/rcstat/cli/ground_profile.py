@@ -12,8 +12,7 @@ from rich.markup import escape
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
     Devices,
-    HelpFormatter,
-    add_model_option,
+    add_command,
     check_output_folder,
     console,
     load_model_quietly,
@@ -36,16 +35,15 @@ QA_DATASETS = dataset_names(("qa",))
 
 def register(sub: Any) -> None:
     """Add ``ground-profile`` to the sub-command parsers ``sub``."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         NAME,
-        help="head profile for `rcstat ground` (contextual heads, threshold; no labels)",
-        description="The model answers each question of a QA dataset greedily from its "
-        "context; every head's token-level normalized RC is averaged over those answers. The "
-        "top heads are the ones `rcstat ground` averages over; the threshold flags the given "
-        "share of these context-based answers. No hallucination label is used.",
-        formatter_class=HelpFormatter,
+        "head profile for `rcstat ground` (contextual heads, threshold; no labels)",
+        "The model answers each question of a QA dataset greedily from its context; every "
+        "head's token-level normalized RC is averaged over those answers. The top heads are the "
+        "ones `rcstat ground` averages over; the threshold flags the given share of these "
+        "context-based answers. No hallucination label is used.",
     )
-    add_model_option(p)
     add_dataset_option(p, "squad_v2", ("qa",))
     add_data_option(p)
     add_n_option(p)
@@ -160,6 +158,5 @@ def _heatmap(values: Any, path: Path, model: str) -> None:
     plt.close(fig)
 
 
-def from_namespace(ns: argparse.Namespace) -> GroundProfileArgs:
-    """The checked arguments of ``rcstat ground-profile``."""
-    return GroundProfileArgs.from_namespace(ns)
+#: The checked arguments of ``rcstat ground-profile``.
+from_namespace = GroundProfileArgs.from_namespace

@@ -24,15 +24,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rcstat.checks import check_count, check_number
 from rcstat.cli._common import (
-    HelpFormatter,
-    add_model_option,
+    add_command,
     add_run_options,
-    console,
     devices_and_shard,
+    folder_note,
     load_model_quietly,
+    say,
     step,
 )
-from rcstat.data.registry import DATASETS
+from rcstat.cli.options import (
+    add_data_option,
+    add_dataset_option,
+    add_max_new_tokens_option,
+    add_n_option,
+    add_out_option,
+)
 from rcstat.defaults import DEFAULT_TAU
 
 if TYPE_CHECKING:
@@ -41,41 +47,33 @@ if TYPE_CHECKING:
 __all__ = ["CompareArgs", "from_namespace", "register", "run"]
 
 NAME = "heads"
-# The registry's datasets with a question (QA and attribution), plus the user's own JSONL
-# (rcstat.evaluation.bench.heads.DATASET_CHOICES, named here so that `rcstat --help` imports
-# no torch).
-_DATASETS = (*(n for n, i in DATASETS.items() if i.task in ("qa", "attribution")), "jsonl")
 DEFAULT_OUT = "runs/heads"
 DEFAULT_COMPARE_OUT = "runs/heads_compare"
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
     """Add the ``heads`` sub-command to ``sub`` (the result of ``add_subparsers``)."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         NAME,
-        formatter_class=HelpFormatter,
-        help="per-head RC over a dataset: percentiles, head counts, figures; or compare two runs",
-        description=(
-            "Analyse every example of a dataset (context = prompt, question + answer = "
-            "generation) and summarise each head's RC over the examples (paper §5.1); or, with "
-            "--compare, test whether one run's examples have more high-RC heads than another's."
-        ),
+        "per-head RC over a dataset: percentiles, head counts, figures; or compare two runs",
+        "Analyse every example of a dataset (context = prompt, question + answer = generation) "
+        "and summarise each head's RC over the examples (paper §5.1); or, with --compare, test "
+        "whether one run's examples have more high-RC heads than another's.",
     )
-    add_model_option(p)
-    p.add_argument(
-        "--dataset",
-        default=None,
-        metavar="{" + ",".join(_DATASETS) + "}",
-        help="dataset to analyse (default squad_v2); jsonl reads --data as "
-        '{"context", "question", "answer"?, "id"?} records',
+    # The datasets with a question (QA and attribution), plus the user's own JSONL (None: no
+    # dataset is named, which --compare checks; squad_v2 when collecting).
+    add_dataset_option(
+        p,
+        None,
+        ("qa", "attribution"),
+        extra=("jsonl",),
+        note=' (default squad_v2); jsonl reads --data as {"context", "question", "answer"?, '
+        '"id"?} records',
     )
-    p.add_argument("--data", default=None, help="data file (default: the shared slice)")
-    p.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
-    p.add_argument(
-        "--out",
-        default=None,
-        help=f"output folder (default {DEFAULT_OUT}, or {DEFAULT_COMPARE_OUT} with --compare)",
-    )
+    add_data_option(p)
+    add_n_option(p)
+    add_out_option(p, None, f" (default {DEFAULT_OUT}, or {DEFAULT_COMPARE_OUT} with --compare)")
     p.add_argument(
         "--context",
         choices=["full", "relevant"],
@@ -86,12 +84,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--statistic", choices=["upper", "expected"], default="upper", help="statistic summarised"
     )
-    p.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=32,
-        help="answer length generated for examples without an answer",
-    )
+    add_max_new_tokens_option(p, 32, "answer length generated for examples without an answer")
     p.add_argument("--top", type=int, default=10, help="rows of the top-heads table")
     add_run_options(p, items="examples", redo="analysing them again")
     p.add_argument(
@@ -177,6 +170,7 @@ def run(args: HeadsConfig | CompareArgs) -> int:
     from rcstat.evaluation.bench.heads import compare_runs
     from rcstat.evaluation.bench.heads import run as run_heads
 
+    note = None
     if isinstance(args, CompareArgs):
         with step("writing the comparison…"):
             found: Any = compare_runs(
@@ -184,6 +178,8 @@ def run(args: HeadsConfig | CompareArgs) -> int:
             )
     else:
         found = run_heads(args, loader=load_model_quietly)
-    for line in found.lines():
-        console.print(line, markup=False)
+        summary = found.summary
+        note = folder_note(None if summary is None else summary.n_examples, args.n)
+    for line in ([] if note is None else [note]) + found.lines():
+        say(line)
     return 0

@@ -17,26 +17,20 @@ from typing import Any
 
 from rich.markup import escape
 
-from rcstat.cli._common import (
-    HelpFormatter,
-    check_output_folder,
-    console,
-    optional_count,
-)
+from rcstat.cli._common import add_command, check_output_folder, console, optional_count, say
 
 NAME = "merge"
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
     """Add the ``merge`` sub-command to ``sub``."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         NAME,
-        formatter_class=HelpFormatter,
-        help="merge the parts of a data-parallel run (heads, bench) and rebuild its summaries",
-        description=(
-            "Merge RUN/parts/<i>-of-<N>/ into the files a single-process run writes in RUN, "
-            "then rebuild the run's summaries. The last process of a run does this by itself."
-        ),
+        "merge the parts of a data-parallel run (heads, bench) and rebuild its summaries",
+        "Merge RUN/parts/<i>-of-<N>/ into the files a single-process run writes in RUN, then "
+        "rebuild the run's summaries. The last process of a run does this by itself.",
+        model=False,
     )
     p.add_argument("run", help="the --out folder of a data-parallel run")
     p.add_argument(
@@ -67,8 +61,8 @@ class MergeArgs:
         return cls(run, shards, ns.partial)
 
 
-def from_namespace(ns: argparse.Namespace) -> MergeArgs:
-    return MergeArgs.from_namespace(ns)
+#: The checked arguments of ``rcstat merge``.
+from_namespace = MergeArgs.from_namespace
 
 
 def run(args: MergeArgs) -> int:
@@ -86,7 +80,7 @@ def run(args: MergeArgs) -> int:
         f"merged {result.parts} part(s) of {parts[0].count} shard(s) into {escape(str(args.run))}"
     )
     for line in run_summary(job.kind)(args.run, parts[0].settings).lines():
-        console.print(line, markup=False)
+        say(line)
     if result.partial:
         lacking = ", ".join(
             f"shard {i}: " + ("no part" if n < 0 else f"{n} not done")

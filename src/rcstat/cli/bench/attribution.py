@@ -1,6 +1,7 @@
 """``rcstat bench attribution``: its options, the
-:class:`~rcstat.evaluation.bench.attribution.AttributionConfig` they make, and what it prints
-(the run itself is :func:`rcstat.evaluation.bench.attribution.run`)."""
+:class:`~rcstat.evaluation.bench.attribution.AttributionConfig` they make, the run
+(:func:`rcstat.evaluation.bench.attribution.run`) and the examples its folder holds (what it
+prints is :mod:`rcstat.cli.bench`'s)."""
 
 from __future__ import annotations
 
@@ -9,33 +10,36 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcstat.cli._common import (
-    HelpFormatter,
-    add_attribution_options,
-    add_model_option,
+    add_command,
     add_run_options,
-    check_span_score,
-    console,
     devices_and_shard,
     int_list,
     optional_count,
+    say,
     split_list,
+)
+from rcstat.cli.options import (
+    add_attribution_options,
+    add_data_option,
+    add_dataset_option,
+    add_n_option,
+    add_out_option,
+    check_span_score,
 )
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.attribution import AttributionConfig
     from rcstat.evaluation.bench.common import Loader
+    from rcstat.evaluation.bench.results import AttributionResult
 
 
 def register(bench_sub: Any) -> None:
     """Add ``attribution`` to the sub-commands of ``bench``."""
-    ab = bench_sub.add_parser(
-        "attribution", help="chunk-level attribution accuracy vs k", formatter_class=HelpFormatter
-    )
-    add_model_option(ab)
-    ab.add_argument("--dataset", default="quotesum", help="quotesum or verigran")
-    ab.add_argument("--data", default=None, help="upstream file (default: the shared slice)")
+    ab = add_command(bench_sub, "attribution", "chunk-level attribution accuracy vs k")
+    add_dataset_option(ab, "quotesum", ("attribution",))
+    add_data_option(ab)
     ab.add_argument("--k", default="1,2,5,10,20,50,100,all", help="numbers of heads")
-    ab.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
+    add_n_option(ab)
     ab.add_argument(
         "--layout",
         choices=["numbered", "numbered-text", "plain"],
@@ -51,12 +55,6 @@ def register(bench_sub: Any) -> None:
         default=None,
         help="skip examples whose prompt is longer than this (default: the model's window)",
     )
-    ab.add_argument(
-        "--statistic",
-        choices=["expected", "upper"],
-        default="expected",
-        help="the RC statistic that scores spans and ranks heads",
-    )
     add_attribution_options(ab)
     ab.add_argument(
         "--fixed-heads-from",
@@ -65,7 +63,7 @@ def register(bench_sub: Any) -> None:
         help="another bench attribution run of the same model: adds top_fixed, one head set "
         "for every example (the heads of lowest mean rank over that run's examples)",
     )
-    ab.add_argument("--out", default="runs/bench_attribution", help="output folder (resumable)")
+    add_out_option(ab, "bench_attribution", " (resumable)")
     add_run_options(ab)
 
 
@@ -102,11 +100,14 @@ def from_namespace(ns: argparse.Namespace) -> AttributionConfig:
     return config
 
 
-def run(config: AttributionConfig, loader: Loader) -> int:
-    """Run (or resume) the benchmark and print its accuracy table (Table 1, Fig. 7)."""
+def run(config: AttributionConfig, loader: Loader) -> AttributionResult:
+    """Run (or resume) the benchmark (its notes printed as they come): the accuracy table
+    (Table 1, Fig. 7)."""
     from rcstat.evaluation.bench.attribution import run as run_attribution
 
-    say = lambda text: console.print(text, markup=False)  # noqa: E731
-    for line in run_attribution(config, loader=loader, say=say).lines():
-        console.print(line, markup=False)
-    return 0
+    return run_attribution(config, loader=loader, say=say)
+
+
+def held(result: AttributionResult) -> int | None:
+    """The examples the run folder holds (None while another shard works)."""
+    return None if result.accuracy is None else int(result.accuracy["examples"].max())

@@ -1,6 +1,7 @@
 """``rcstat bench grounding``: its options, the
-:class:`~rcstat.evaluation.bench.grounding.GroundingConfig` they make, and what it prints
-(the run itself is :func:`rcstat.evaluation.bench.grounding.run`)."""
+:class:`~rcstat.evaluation.bench.grounding.GroundingConfig` they make, the run
+(:func:`rcstat.evaluation.bench.grounding.run`) and the examples its folder holds (what it
+prints is :mod:`rcstat.cli.bench`'s)."""
 
 from __future__ import annotations
 
@@ -8,34 +9,31 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcstat.cli._common import (
-    HelpFormatter,
-    add_model_option,
-    add_run_options,
-    console,
-    devices_and_shard,
-)
+from rcstat.cli._common import add_command, add_run_options, devices_and_shard
+from rcstat.cli.options import add_data_option, add_dataset_option, add_n_option, add_out_option
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
     from rcstat.evaluation.bench.grounding import GroundingConfig
+    from rcstat.evaluation.bench.results import GroundingResult
 
 
 def register(bench_sub: Any) -> None:
     """Add ``grounding`` to the sub-commands of ``bench``."""
-    gb = bench_sub.add_parser(
+    gb = add_command(
+        bench_sub,
         "grounding",
-        help="grounding: zero-shot score, variants, baselines, probes (AUROC, bal. acc.)",
-        formatter_class=HelpFormatter,
+        "grounding: zero-shot score, variants, baselines, probes (AUROC, bal. acc.)",
     )
-    add_model_option(gb)
-    gb.add_argument(
-        "--dataset",
-        default="faithbench",
-        help="faithbench, summedits or squad-contrast (SQuAD v2: supporting vs unrelated)",
+    add_dataset_option(
+        gb,
+        "faithbench",
+        ("grounding",),
+        extra=("squad-contrast",),
+        note=" (squad-contrast: SQuAD v2, supporting vs unrelated)",
     )
-    gb.add_argument("--data", default=None, help="upstream file/folder (default: the slice)")
-    gb.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
+    add_data_option(gb)
+    add_n_option(gb)
     gb.add_argument(
         "--questionable",
         action="store_true",
@@ -43,7 +41,7 @@ def register(bench_sub: Any) -> None:
     )
     gb.add_argument("--profile", default=None, metavar="PATH", help="head profile JSON")
     gb.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
-    gb.add_argument("--out", default="runs/bench_grounding", help="output folder (resumable)")
+    add_out_option(gb, "bench_grounding", " (resumable)")
     add_run_options(gb)
 
 
@@ -67,10 +65,18 @@ def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
     return config
 
 
-def run(config: GroundingConfig, loader: Loader) -> int:
-    """Run (or resume) the benchmark and print its metrics."""
+def run(config: GroundingConfig, loader: Loader) -> GroundingResult:
+    """Run (or resume) the benchmark."""
     from rcstat.evaluation.bench.grounding import run as run_grounding
 
-    for line in run_grounding(config, loader=loader).lines():
-        console.print(line, markup=False)
-    return 0
+    return run_grounding(config, loader=loader)
+
+
+def held(result: GroundingResult) -> int | None:
+    """The examples the run folder holds (None while another shard works): one response each,
+    or for squad-contrast one answerable question each, scored after two contexts (its
+    unanswerable questions make no rows)."""
+    if result.report is None:
+        return None
+    items = int(result.report["items"])
+    return items // 2 if result.report["dataset"] == "squad-contrast" else items

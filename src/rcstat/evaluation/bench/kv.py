@@ -32,7 +32,9 @@ from rcstat.evaluation.bench.common import (
 )
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv_bench import summarize_run
+from rcstat.press.options import knob_default
 from rcstat.press.registry import PRESS_NAMES
+from rcstat.runs.manifest import read_manifest
 from rcstat.runs.parts import part_folder
 
 __all__ = ["KVConfig", "KVResult", "run", "summarize_run"]
@@ -40,6 +42,11 @@ __all__ = ["KVConfig", "KVResult", "run", "summarize_run"]
 SCATTER = "head_scatter.csv"
 #: Tokens left for the chat template around context and question.
 TEMPLATE_TOKENS = 32
+#: QMSum's ``context`` values: the whole transcript, the query's relevant turns, or the most
+#: turns around them that fit the model's context.
+CONTEXTS = ("full", "relevant", "fit")
+#: Old names of :data:`CONTEXTS` values, still accepted (``window`` until rcstat renamed it).
+RENAMED_CONTEXTS = {"window": "fit"}
 
 
 @dataclass
@@ -50,7 +57,8 @@ class KVConfig(JobConfig):
     ``groups`` None entries are the press's default of each mode; ``windows`` holds token
     counts or :data:`~rcstat.defaults.QUESTION_WINDOW` (with ``question_placement``
     ``"question"``); ``n`` None takes every example; ``max_tokens`` None is the model's
-    window.
+    window; ``context`` one of :data:`CONTEXTS` (an old name of :data:`RENAMED_CONTEXTS`
+    becomes its new one).
     """
 
     COMMAND = "bench kv"
@@ -65,11 +73,14 @@ class KVConfig(JobConfig):
     groups: list[str | None] = field(default_factory=lambda: [None])
     scores: list[str] = field(default_factory=lambda: ["expected"])
     budgets: list[str] = field(default_factory=lambda: ["pooled"])
-    floor: float = 0.2
+    floor: float = knob_default("floor")
     sinks: list[int] = field(default_factory=lambda: [0])
     question_placement: str = "context"
     context: str | None = None
     max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        self.context = RENAMED_CONTEXTS.get(self.context or "", self.context)
 
     def check_values(self) -> None:
         """The dataset (a QA set, by its registry name), the press names and every list's
@@ -97,10 +108,12 @@ class KVConfig(JobConfig):
         check_count("max_new_tokens", self.max_new_tokens)
         optional_count("n", self.n)
         optional_count("max_tokens", self.max_tokens, low=2)
+        if self.context is not None and self.context not in CONTEXTS:
+            raise ValueError(f"--context takes {', '.join(CONTEXTS)}, got {self.context!r}")
         if self.context is not None and self.dataset != "qmsum":
             raise ValueError("--context applies to --dataset qmsum only")
         if QUESTION_WINDOW in self.windows and self.question_placement != "question":
-            raise ValueError(f"--window {QUESTION_WINDOW} needs --placement question")
+            raise ValueError(f"--window {QUESTION_WINDOW} needs --question-placement question")
 
     def grid(self) -> list[Any]:
         """The settings grid (:func:`~rcstat.evaluation.kv_bench.settings_grid`)."""
@@ -120,8 +133,20 @@ class KVConfig(JobConfig):
 
     def run_options(self) -> dict[str, Any]:
         """The options recorded in the manifest besides the grid (not ``n``: a run grows by
-        resuming with a larger ``n``)."""
-        return {"data": resolved(self.data), "context": self.context, "max_tokens": self.max_tokens}
+        resuming with a larger ``n``); ``context`` as :meth:`recorded_context` spells it."""
+        context = self.recorded_context()
+        return {"data": resolved(self.data), "context": context, "max_tokens": self.max_tokens}
+
+    def recorded_context(self) -> str | None:
+        """``context`` as the run folder (or this shard's part) recorded it: a folder made when
+        ``fit`` was called ``window`` resumes under the name it recorded (the same cut of the
+        meetings); a new folder records the new name."""
+        folders = [self.out, *([part_folder(self.out, self.shard)] if self.shard.split else [])]
+        for folder in folders:
+            recorded = ((read_manifest(folder) or {}).get("options") or {}).get("context")
+            if isinstance(recorded, str) and RENAMED_CONTEXTS.get(recorded) == self.context:
+                return recorded
+        return self.context
 
 
 def _count(tokenizer: Any, text: str) -> int:
@@ -191,7 +216,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     )
     config.check_folder(bench.manifest_options())
     options = {} if config.context is None else {"context": config.context}
-    if config.context == "window":  # whole transcripts, cut once the tokenizer is loaded
+    if config.context == "fit":  # whole transcripts, cut once the tokenizer is loaded
         options["context"] = "full"
     loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
     examples = [e for e in loaded if isinstance(e, QAExample)]
@@ -200,7 +225,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     window = int(model.config.max_position_embeddings)
     if config.max_tokens is not None:
         window = min(window, config.max_tokens)
-    if config.context == "window":
+    if config.context == "fit":
         examples = _fit_windows(tokenizer, examples, window - config.max_new_tokens)
     fitting = [e for e in examples if _fits(tokenizer, e, window - config.max_new_tokens)]
     skipped = [e.id for e in examples if e not in fitting]

@@ -1,0 +1,116 @@
+"""RCStatPress's options on the command line (``rcstat compress`` and ``rcstat bench kv``):
+``--window``, ``--group``, ``--score``, ``--budget``, ``--floor``, ``--sinks`` and
+``--question-placement``, one value each or comma-separated lists for a sweep, with their
+checks. The values and defaults are the press's own (:mod:`rcstat.press.options`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rcstat.checks import int_list, split_list
+from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
+from rcstat.press.options import knob_choices, knob_default
+
+__all__ = ["PRESS_CHOICES", "add_press_options", "check_groups", "check_named", "check_windows"]
+
+
+def _default_first(name: str, default: str | None = None) -> tuple[str, ...]:
+    """The values of RCStatPress's option ``name``, its default (or ``default``) first."""
+    values, first = knob_choices(name), default or knob_default(name)
+    return (first, *(v for v in values if v != first))
+
+
+#: RCStatPress's named options on the command line: (flag, values with the default first,
+#: what each value means); the values and defaults come from
+#: :class:`~rcstat.press.options.RCStatOptions`.
+PRESS_CHOICES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "--group",
+        _default_first("group", "mean"),  # the default of the target-ratio mode first
+        "how a GQA group's query heads decide for their KV head: mean (the group's mean "
+        "relative score) or max (any head keeps an entry, the paper's rule); the press's "
+        "default: mean with a target ratio, max with a threshold",
+    ),
+    (
+        "--score",
+        _default_first("score"),
+        "token score: the exact expected RC or its upper bound A",
+    ),
+    (
+        "--budget",
+        _default_first("budget"),
+        "target-ratio mode: r of the whole model, layers differing (pooled), or r per layer "
+        "(layer, the paper's)",
+    ),
+)
+
+
+def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
+    """RCStatPress's ``--window``, ``--group``, ``--score``, ``--budget`` (comma-separated lists
+    when ``sweep``), ``--floor``, ``--sinks`` and ``--question-placement`` (``--placement``, its
+    old spelling, still accepted)."""
+    parser.add_argument(
+        "--window",
+        default=f"{DEFAULT_WINDOW},16" if sweep else str(DEFAULT_WINDOW),
+        help=("RCStat window sizes" if sweep else "window size w")
+        + f"; '{QUESTION_WINDOW}' (with --question-placement question): the question's tokens",
+    )
+    for flag, values, meaning in PRESS_CHOICES:
+        press_default = knob_default(flag.removeprefix("--"))
+        if sweep:  # --group's default: the press's, which depends on the mode
+            parser.add_argument(flag, default=press_default, help=f"comma-separated; {meaning}")
+        else:  # None (--group, --budget): the press's own default, which depends on the mode
+            default = press_default if flag == "--score" else None
+            parser.add_argument(flag, choices=list(values), default=default, help=meaning)
+    parser.add_argument(
+        "--floor",
+        type=float,
+        default=knob_default("floor"),
+        help="pooled budget: every KV head keeps at least this share of a uniform budget",
+    )
+    parser.add_argument(
+        "--sinks",
+        default=str(knob_default("sinks")),
+        help=("comma-separated; " if sweep else "")
+        + "the first N prompt tokens are never evicted (attention sinks, the chat template)",
+    )
+    parser.add_argument(
+        "--question-placement",
+        "--placement",
+        choices=["context", "question"],
+        default="context",
+        help="context: compress the context, then read the question (question-agnostic, "
+        "kvpress's pipeline); question: compress the question with it (query-aware"
+        + ("; reported apart)" if sweep else ")"),
+    )
+
+
+def check_named(option: str, names: list[str]) -> list[str]:
+    """Comma-separated names of ``option``, each one it allows (:data:`PRESS_CHOICES`), none
+    twice (checked here, where no torch is imported)."""
+    allowed = next(values for flag, values, _ in PRESS_CHOICES if flag == option)
+    unknown = [n for n in names if n not in allowed]
+    if not names or unknown:
+        raise ValueError(
+            f"{option} takes {' and/or '.join(allowed)}, got {','.join(names) or '(none)'}"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"{option} lists a value twice: {','.join(names)}")
+    return list(names)
+
+
+def check_groups(value: str | None) -> list[str | None]:
+    """``--group``: the rules named, or the press's default of each mode (None)."""
+    return [None] if value is None else [*check_named("--group", split_list(value))]
+
+
+def check_windows(values: list[str], placement: str) -> list[int | str]:
+    """``--window``: token counts, and ``question`` where the question is compressed too."""
+    if QUESTION_WINDOW in values and placement != "question":
+        raise ValueError(f"--window {QUESTION_WINDOW} needs --question-placement question")
+    if len(set(values)) != len(values):
+        raise ValueError(f"--window lists a value twice: {','.join(values)}")
+    sizes = [v for v in values if v != QUESTION_WINDOW]
+    checked = iter(int_list("--window", sizes) if sizes else [])
+    return [v if v == QUESTION_WINDOW else next(checked) for v in values]
