@@ -14,9 +14,12 @@ from tests._tiny_tokenizer import make_tiny_tokenizer
 # Modules that import kvpress at import time (all their tests carry the `press` marker): not
 # collected where the rcstat[press] extra is absent (the core-only CI environment).
 _NEEDS_KVPRESS = [
+    "test_cli_compress.py",
     "test_evaluation_kv.py",
+    "test_evaluation_kv_bench.py",
     "test_evaluation_kv_diagnosis.py",
     "test_press_answer.py",
+    "test_press_keep_masks.py",
     "test_press_rcstat_press.py",
 ]
 collect_ignore = [] if has_kvpress() else _NEEDS_KVPRESS
