@@ -8,6 +8,12 @@ Question answering (KV-cache compression, head analysis) → :class:`QAExample`:
 :func:`load_dataset` dispatches by name; :func:`default_path` finds the developer slice under
 ``shared/data``. Malformed records raise :class:`DatasetFormatError`.
 This package imports the standard library only.
+
+Every loader is ``load_<name>(path, *, <its options>, limit=None)``: ``path`` is the upstream
+file, or a folder (a shared slice) holding exactly one such file — FaithBench and SummEdits
+read every ``*.json`` file of a folder, in natural name order (``batch_2`` before
+``batch_10``); ``limit`` (None or an integer >= 0) returns at most that many examples, in file
+order, and the files are read only as far as it needs (JSON-lines files line by line).
 """
 
 from rcstat.data.examples import (

@@ -9,6 +9,11 @@
   a binary ``label`` (``True`` = hallucinated / inconsistent), the cross-validation ``group``
   and, where annotated, labelled character spans of the response (:class:`LabeledSpan`); used
   by the grounding task (FaithBench, SummEdits).
+
+Every example carries ``id`` (the upstream id where the dataset has one, else one derived from
+the file and record), ``dataset`` (the name as used by :func:`rcstat.data.load_dataset`) and
+``meta`` (dataset-specific extras, documented by each loader; being a dict, it makes the
+example unhashable). Spans are ``[start, end)`` character offsets with ``0 <= start < end``.
 """
 
 from __future__ import annotations
@@ -19,25 +24,26 @@ from typing import Any
 __all__ = ["AttributedSpan", "AttributionExample", "GroundingExample", "LabeledSpan", "QAExample"]
 
 
+def _check_span(start: int, end: int) -> None:
+    """Refuse a span that is not ``0 <= start < end``."""
+    if not 0 <= start < end:
+        raise ValueError(f"span needs 0 <= start < end, got [{start}, {end})")
+
+
 @dataclass(frozen=True)
 class QAExample:
     """A question-answering example: prompt context, question and reference answers.
 
     Parameters
     ----------
-    id : str
-        Upstream id where the dataset has one, else one derived from the file and record.
     context : str
         The text the model reads before the question (document, transcript, paragraphs).
     question : str
         The question or query.
     answers : tuple of str
         Reference answers (all acceptable); ``()`` for an unanswerable SQuAD v2 question.
-    dataset : str
-        The dataset name as used by :func:`rcstat.data.load_dataset`.
-    meta : dict
-        Dataset-specific extras (documented by each loader). Being a dict, it makes the
-        example unhashable.
+    id, dataset, meta
+        As in every example (see the module docstring).
     """
 
     id: str
@@ -65,8 +71,7 @@ class AttributedSpan:
     gold_chunk: int
 
     def __post_init__(self) -> None:
-        if not 0 <= self.start < self.end:
-            raise ValueError(f"span needs 0 <= start < end, got [{self.start}, {self.end})")
+        _check_span(self.start, self.end)
         if self.gold_chunk < 0:
             raise ValueError(f"gold_chunk must be >= 0, got {self.gold_chunk}")
 
@@ -77,8 +82,6 @@ class AttributionExample:
 
     Parameters
     ----------
-    id : str
-        Upstream id where the dataset has one, else one derived from the file and record.
     question : str
         The question the answer responds to.
     chunks : tuple of str
@@ -88,10 +91,8 @@ class AttributionExample:
     units : tuple of AttributedSpan
         The annotated spans of `answer` (the attribution units), in text order; ``()`` when
         the record carries no markup.
-    dataset : str
-        The dataset name as used by :func:`rcstat.data.load_dataset`.
-    meta : dict
-        Dataset-specific extras (documented by each loader).
+    id, dataset, meta
+        As in every example (see the module docstring).
 
     Raises
     ------
@@ -155,8 +156,7 @@ class LabeledSpan:
     source_end: int | None = None
 
     def __post_init__(self) -> None:
-        if not 0 <= self.start < self.end:
-            raise ValueError(f"span needs 0 <= start < end, got [{self.start}, {self.end})")
+        _check_span(self.start, self.end)
         if (self.source_start is None) != (self.source_end is None):
             raise ValueError("source_start and source_end must both be set or both be None")
         if self.source_start is not None and self.source_end is not None:
@@ -193,12 +193,10 @@ class GroundingExample:
         Cross-validation group: examples that share it must stay in one fold (FaithBench: all
         summaries of one source document; SummEdits: all edits of one seed summary). A short
         hash of the grouping text, equal across files for equal texts.
-    dataset : str
-        The dataset name as used by :func:`rcstat.data.load_dataset`.
     spans : tuple of LabeledSpan
         Annotated spans of `response` in upstream order (``()`` when none or not annotated).
-    meta : dict
-        Dataset-specific extras (documented by each loader).
+    dataset, meta
+        As in every example (see the module docstring).
 
     Raises
     ------

@@ -3,7 +3,7 @@
 Reads the upstream release files ``data_for_release/batch_<k>.json`` (vectara/FaithBench), each
 ``{"samples": [...]}`` with per sample ``sample_id`` (unique within its batch only), ``source``,
 ``summary``, ``annotations`` and ``metadata``; a folder is read file by file in natural name
-order (``batch_2`` before ``batch_10``), so ``limit`` stops early. Each annotation carries
+order, so ``limit`` stops early. Each annotation carries
 ``label`` (a list among ``Unwanted``, ``Unwanted.Intrinsic``, ``Unwanted.Extrinsic``,
 ``Questionable``, ``Benign``), ``summary_start``/``summary_end`` with the copied
 ``summary_span``, an optional linked source passage (``source_start``/``source_end``/
@@ -27,7 +27,8 @@ Some exports store ``annotations``, ``metadata`` or a ``label`` list as a Python
 (``"[{'annot_id': 1, ...}]"``); such strings are parsed with :func:`ast.literal_eval` (JSON
 as a fallback), never evaluated.
 
-:func:`data_files` and :func:`text_group` are shared with the SummEdits loader.
+:func:`text_group` is shared with the SummEdits loader (and :func:`data_files`, which lives
+in :mod:`rcstat.data.records` and is importable from here).
 """
 
 from __future__ import annotations
@@ -36,14 +37,13 @@ import ast
 import hashlib
 import json
 import math
-import re
 from collections.abc import Iterator
-from itertools import chain, islice
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import GroundingExample, LabeledSpan
-from rcstat.data.records import _Where, check_limit, keyed_records, read_json
+from rcstat.data.records import _Where, data_files, keyed_records, load_limited, read_json
 
 __all__ = [
     "BINARY_DETECTORS",
@@ -79,13 +79,12 @@ def load_faithbench(
     Parameters
     ----------
     path : str or Path
-        One ``batch_<k>.json`` file, or a folder: every ``*.json`` file in it is read, in
-        natural name order.
+        One ``batch_<k>.json`` file, or a folder of them (:mod:`rcstat.data`).
     questionable : bool, default False
         Also count ``Questionable`` annotations as hallucinated (the upstream variant with
         hallucinated classes ``Unwanted*`` + ``Questionable``).
     limit : int, optional
-        Return at most this many examples (files are read only as far as needed).
+        At most this many examples (:mod:`rcstat.data`).
 
     Returns
     -------
@@ -105,51 +104,10 @@ def load_faithbench(
     FileNotFoundError
         If `path` does not exist or a folder holds no ``*.json`` file.
     """
-    limit = check_limit(limit)
     if not isinstance(questionable, bool):
         raise TypeError(f"questionable must be a bool, got {type(questionable).__name__}")
-    files = data_files(path, DATASET, ".json")
-    samples = chain.from_iterable(_iter_batch(file, questionable) for file in files)
-    return list(islice(samples, limit))
-
-
-def data_files(path: str | Path, dataset: str, suffix: str) -> list[Path]:
-    """The data files to read: `path` itself, or every ``*{suffix}`` file of a folder.
-
-    Parameters
-    ----------
-    path : str or Path
-        A data file, or a folder (a shared slice) whose data files are all read.
-    dataset : str
-        Dataset name, for messages.
-    suffix : str
-        File ending looked for in a folder, e.g. ``".json"``.
-
-    Returns
-    -------
-    list of Path
-        ``[path]`` for a file; for a folder its ``*{suffix}`` files in natural name order
-        (digit runs compare as numbers: ``batch_2`` before ``batch_10``).
-
-    Raises
-    ------
-    FileNotFoundError
-        If `path` does not exist or a folder holds no such file.
-    """
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    if not path.exists():
-        raise FileNotFoundError(f"{dataset}: no such file or folder: {path}")
-    files = [p for p in path.iterdir() if p.is_file() and p.name.endswith(suffix)]
-    if not files:
-        raise FileNotFoundError(f"{dataset}: no '*{suffix}' file in {path}; pass the data file")
-    return sorted(files, key=_natural_key)
-
-
-def _natural_key(path: Path) -> list[Any]:
-    # re.split with a group alternates text and digit runs, so equal positions share a type
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
+    read = partial(_iter_batch, questionable=questionable)
+    return load_limited(path, DATASET, ".json", read, limit, every_file=True)
 
 
 def text_group(text: str) -> str:

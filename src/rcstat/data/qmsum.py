@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from itertools import islice
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 from rcstat.data.examples import QAExample
-from rcstat.data.records import _Where, check_limit, iter_jsonl, resolve_file
+from rcstat.data.records import _Where, iter_jsonl, load_limited
 
 __all__ = ["fit_turns", "load_qmsum"]
 
@@ -45,12 +45,12 @@ def load_qmsum(
     Parameters
     ----------
     path : str or Path
-        ``val.jsonl`` (or train/test), or a folder holding exactly one ``*.jsonl`` file.
+        ``val.jsonl`` (or train/test), or a folder holding it (:mod:`rcstat.data`).
     context : {"full", "relevant"}, default "full"
         ``"full"``: the whole transcript. ``"relevant"``: for specific queries, only the turns
         of ``relevant_text_span``; general queries keep the whole transcript.
     limit : int, optional
-        Return at most this many queries (the file is read only as far as needed).
+        At most this many queries (:mod:`rcstat.data`).
 
     Returns
     -------
@@ -67,11 +67,9 @@ def load_qmsum(
         On invalid JSON, a missing or mistyped key, an empty transcript, an empty query or
         answer, or a span that is malformed or outside the transcript.
     """
-    limit = check_limit(limit)
     if context not in ("full", "relevant"):
         raise ValueError(f"context must be 'full' or 'relevant', got {context!r}")
-    file = resolve_file(path, DATASET, ".jsonl")
-    return list(islice(_iter_qmsum(file, context), limit))
+    return load_limited(path, DATASET, ".jsonl", partial(_iter_qmsum, mode=context), limit)
 
 
 def _parse_spans(where: _Where, value: Any, n_turns: int) -> tuple[tuple[int, int], ...]:

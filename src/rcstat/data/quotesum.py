@@ -22,13 +22,13 @@ Mapping to :class:`AttributionExample`
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import count, islice
+from itertools import count
 from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import AttributedSpan, AttributionExample
 from rcstat.data.markup import parse_record_markup
-from rcstat.data.records import check_limit, iter_jsonl, resolve_file
+from rcstat.data.records import iter_jsonl, load_limited
 
 __all__ = ["load_quotesum"]
 
@@ -41,9 +41,9 @@ def load_quotesum(path: str | Path, *, limit: int | None = None) -> list[Attribu
     Parameters
     ----------
     path : str or Path
-        ``dev.jsonl`` (or train/test), or a folder holding exactly one ``*.jsonl`` file.
+        ``dev.jsonl`` (or train/test), or a folder holding it (:mod:`rcstat.data`).
     limit : int, optional
-        Return at most this many examples (the file is read only as far as needed).
+        At most this many examples (:mod:`rcstat.data`).
 
     Returns
     -------
@@ -61,9 +61,7 @@ def load_quotesum(path: str | Path, *, limit: int | None = None) -> list[Attribu
         unbalanced or malformed ``[ k ... ]`` markup, or a marker whose source is empty or
         absent.
     """
-    limit = check_limit(limit)
-    file = resolve_file(path, DATASET, ".jsonl")
-    return list(islice(_iter_quotesum(file), limit))
+    return load_limited(path, DATASET, ".jsonl", _iter_quotesum, limit)
 
 
 def _iter_quotesum(path: Path) -> Iterator[AttributionExample]:

@@ -1,6 +1,7 @@
 """Reading dataset files: located errors, typed record access, file lookup.
 
-Every loader in :mod:`rcstat.data` reads one upstream file in its official format. A malformed
+Every loader in :mod:`rcstat.data` reads one upstream file in its official format, through
+:func:`load_limited`; its arguments follow one convention (:mod:`rcstat.data`). A malformed
 record raises :class:`DatasetFormatError` naming the file, the record (1-based JSON-lines line,
 or the index path inside a JSON document) and the problem; a broken record is never skipped
 silently. JSON-lines files are parsed line by line, so ``limit`` stops early on a full upstream
@@ -11,17 +12,21 @@ first folder that holds ``shared/data`` (the developer slices).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Iterator, Mapping
+import re
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = [
     "DatasetFormatError",
     "check_limit",
+    "data_files",
     "find_shared_data",
     "iter_jsonl",
     "keyed_records",
+    "load_limited",
     "read_json",
     "resolve_file",
 ]
@@ -221,6 +226,69 @@ def check_limit(limit: int | None) -> int | None:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise ValueError(f"limit must be None or an integer >= 0, got {limit!r}")
     return limit
+
+
+def data_files(path: str | Path, dataset: str, suffix: str) -> list[Path]:
+    """The data files to read: `path` itself, or every ``*{suffix}`` file of a folder.
+
+    Parameters
+    ----------
+    path : str or Path
+        A data file, or a folder (a shared slice) whose data files are all read.
+    dataset : str
+        Dataset name, for messages.
+    suffix : str
+        File ending looked for in a folder, e.g. ``".json"``.
+
+    Returns
+    -------
+    list of Path
+        ``[path]`` for a file; for a folder its ``*{suffix}`` files in natural name order
+        (digit runs compare as numbers: ``batch_2`` before ``batch_10``).
+
+    Raises
+    ------
+    FileNotFoundError
+        If `path` does not exist or a folder holds no such file.
+    """
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.exists():
+        raise FileNotFoundError(f"{dataset}: no such file or folder: {path}")
+    files = [p for p in path.iterdir() if p.is_file() and p.name.endswith(suffix)]
+    if not files:
+        raise FileNotFoundError(f"{dataset}: no '*{suffix}' file in {path}; pass the data file")
+    return sorted(files, key=_natural_key)
+
+
+def _natural_key(path: Path) -> list[Any]:
+    # re.split with a group alternates text and digit runs, so equal positions share a type
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
+
+
+def load_limited(
+    path: str | Path,
+    dataset: str,
+    suffix: str,
+    read: Callable[[Path], Iterable[T]],
+    limit: int | None,
+    *,
+    every_file: bool = False,
+) -> list[T]:
+    """What a loader returns: the examples that `read` yields from the data file of `path`
+    (:func:`resolve_file`) or, with `every_file`, from every data file of a folder in natural
+    name order (:func:`data_files`), at most `limit` of them (:func:`check_limit`).
+
+    The files are opened one after the other and `read` is consumed lazily, so a loader stops
+    reading as soon as it has `limit` examples (a JSON-lines file line by line).
+    """
+    limit = check_limit(limit)
+    if every_file:
+        files = data_files(path, dataset, suffix)
+    else:
+        files = [resolve_file(path, dataset, suffix)]
+    return list(islice(chain.from_iterable(map(read, files)), limit))
 
 
 def find_shared_data(start: str | Path | None = None) -> Path | None:

@@ -15,12 +15,12 @@ such as ``data[0].paragraphs[2].qas[1]``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import islice
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import QAExample
-from rcstat.data.records import _Where, check_limit, read_json, resolve_file
+from rcstat.data.records import _Where, load_limited, read_json
 
 __all__ = ["load_squad_v2"]
 
@@ -35,11 +35,11 @@ def load_squad_v2(
     Parameters
     ----------
     path : str or Path
-        ``dev-v2.0.json`` (or train), or a folder holding exactly one ``*.json`` file.
+        ``dev-v2.0.json`` (or train), or a folder holding it (:mod:`rcstat.data`).
     include_unanswerable : bool, default True
         Keep the questions marked ``is_impossible`` (with ``answers == ()``).
     limit : int, optional
-        Return at most this many examples (after filtering).
+        At most this many examples, counted after filtering (:mod:`rcstat.data`).
 
     Returns
     -------
@@ -54,10 +54,8 @@ def load_squad_v2(
         On invalid JSON, a missing or mistyped key, an empty context or question, an
         answerable question without answers, or an unanswerable one with answers.
     """
-    limit = check_limit(limit)
-    return list(
-        islice(_iter_squad_v2(resolve_file(path, DATASET, ".json"), include_unanswerable), limit)
-    )
+    read = partial(_iter_squad_v2, include_unanswerable=include_unanswerable)
+    return load_limited(path, DATASET, ".json", read, limit)
 
 
 def _distinct_answers(

@@ -19,13 +19,12 @@ Mapping to :class:`GroundingExample`
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import GroundingExample
-from rcstat.data.faithbench import data_files, text_group
-from rcstat.data.records import _Where, check_limit, keyed_records, read_json
+from rcstat.data.faithbench import text_group
+from rcstat.data.records import _Where, keyed_records, load_limited, read_json
 
 __all__ = ["load_summedits"]
 
@@ -39,10 +38,9 @@ def load_summedits(path: str | Path, *, limit: int | None = None) -> list[Ground
     Parameters
     ----------
     path : str or Path
-        One ``summedits_<domain>.json`` file, or a folder: every ``*.json`` file in it is read,
-        in natural name order.
+        One ``summedits_<domain>.json`` file, or a folder of them (:mod:`rcstat.data`).
     limit : int, optional
-        Return at most this many examples (files are read only as far as needed).
+        At most this many examples (:mod:`rcstat.data`).
 
     Returns
     -------
@@ -59,9 +57,7 @@ def load_summedits(path: str | Path, *, limit: int | None = None) -> list[Ground
     FileNotFoundError
         If `path` does not exist or a folder holds no ``*.json`` file.
     """
-    limit = check_limit(limit)
-    files = data_files(path, DATASET, ".json")
-    return list(islice(chain.from_iterable(_iter_domain(file) for file in files), limit))
+    return load_limited(path, DATASET, ".json", _iter_domain, limit, every_file=True)
 
 
 def _consistent(where: _Where, record: dict[str, Any]) -> bool:

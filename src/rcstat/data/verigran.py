@@ -24,13 +24,13 @@ branch."``. ``passages`` are kept as they are (no passage is dropped), so
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import islice
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 from rcstat.data.examples import AttributedSpan, AttributionExample
 from rcstat.data.markup import MarkedSpan, parse_record_markup
-from rcstat.data.records import _Where, check_limit, iter_jsonl, resolve_file
+from rcstat.data.records import _Where, iter_jsonl, load_limited
 
 __all__ = ["load_verigran"]
 
@@ -47,13 +47,13 @@ def load_verigran(
     Parameters
     ----------
     path : str or Path
-        ``verifiability_granular_dev.jsonl`` (or test), or a folder holding exactly one
-        ``*.jsonl`` file.
+        ``verifiability_granular_dev.jsonl`` (or test), or a folder holding it
+        (:mod:`rcstat.data`).
     answer : {"summary", "statement"}, default "summary"
         What :attr:`AttributionExample.answer` is: the whole cleaned summary (where upstream
         puts the markup) or only the statement (``chunk``), see the module docstring.
     limit : int, optional
-        Return at most this many examples (the file is read only as far as needed).
+        At most this many examples (:mod:`rcstat.data`).
 
     Returns
     -------
@@ -72,11 +72,9 @@ def load_verigran(
         ``1..len(passages)``, or (``answer="statement"``) a statement that is not in the
         summary or does not contain the units.
     """
-    limit = check_limit(limit)
     if answer not in ("summary", "statement"):
         raise ValueError(f"answer must be 'summary' or 'statement', got {answer!r}")
-    file = resolve_file(path, DATASET, ".jsonl")
-    return list(islice(_iter_verigran(file, answer), limit))
+    return load_limited(path, DATASET, ".jsonl", partial(_iter_verigran, mode=answer), limit)
 
 
 def _locate_statement(

@@ -17,12 +17,12 @@ indices into the JSON list.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import islice
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import QAExample
-from rcstat.data.records import _Where, check_limit, read_json, resolve_file
+from rcstat.data.records import _Where, load_limited, read_json
 
 __all__ = ["load_2wiki"]
 
@@ -39,11 +39,11 @@ def load_2wiki(
     Parameters
     ----------
     path : str or Path
-        ``dev.json`` (or train/test), or a folder holding exactly one ``*.json`` file.
+        ``dev.json`` (or train/test), or a folder holding it (:mod:`rcstat.data`).
     allow_missing_answer : bool, default False
         Accept records without ``answer`` (the test split); they get ``answers == ()``.
     limit : int, optional
-        Return at most this many examples.
+        At most this many examples (:mod:`rcstat.data`).
 
     Returns
     -------
@@ -60,9 +60,8 @@ def load_2wiki(
         On invalid JSON, a document that is not a list, a missing or mistyped key, an empty
         context or question, or a missing answer without `allow_missing_answer`.
     """
-    limit = check_limit(limit)
-    file = resolve_file(path, DATASET, ".json")
-    return list(islice(_iter_2wiki(file, allow_missing_answer), limit))
+    read = partial(_iter_2wiki, allow_missing_answer=allow_missing_answer)
+    return load_limited(path, DATASET, ".json", read, limit)
 
 
 def _paragraphs(where: _Where, value: Any) -> tuple[list[str], str]:
