@@ -8,7 +8,7 @@ JSON blob of :func:`~rcstat.report.attribution_data.page_data`.
 from __future__ import annotations
 
 from rcstat.report.attribution_data import B64, Method
-from rcstat.report.html import CARD_HEADING_CSS, PAGE_CSS, WARN_CSS
+from rcstat.report.html import CARD_HEADING_CSS, PAGE_CSS, WARN_CSS, page_script
 
 __all__ = ["DATA_ID", "PALETTE", "SCRIPT", "STYLE", "method_css"]
 
@@ -108,11 +108,10 @@ noscript p{margin:0;padding:4px 12px;font-size:12px;color:var(--muted)}
 
 # Switches the answer unit: re-classes the tokens and span boxes, rebuilds the ranked lists and
 # the legend's maxima from the JSON blob (see `page_data`); fills token tooltips on hover.
-SCRIPT = f"""
-(function () {{
-  "use strict";
-  var data = JSON.parse(document.getElementById("{DATA_ID}").textContent);
-  var root = document.getElementById("rcstat-attribution");
+SCRIPT = page_script(
+    DATA_ID,
+    "rcstat-attribution",
+    f"""\
   var ctx = document.getElementById("ctx");
   var toks = ctx.querySelectorAll("span:not(.box)");
   var boxes = ctx.querySelectorAll("span.box");
@@ -221,8 +220,8 @@ SCRIPT = f"""
   }});
   window.addEventListener("hashchange", fromHash);
   fromHash();
-}})();
-"""
+""",
+)
 
 
 def method_css(methods: list[Method]) -> str:

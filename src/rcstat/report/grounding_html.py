@@ -42,7 +42,14 @@ import numpy as np
 
 from rcstat.files import write_atomic
 from rcstat.report.grounding_view import GroundingView, SentenceView, SpanView
-from rcstat.report.html import CARD_HEADING_CSS, PAGE_CSS, WARN_CSS, html_table, script_json
+from rcstat.report.html import (
+    CARD_HEADING_CSS,
+    PAGE_CSS,
+    WARN_CSS,
+    html_table,
+    page_script,
+    script_json,
+)
 
 __all__ = ["BINS", "PALETTE", "grounding_page", "save_grounding_html", "score_bins"]
 
@@ -158,11 +165,10 @@ noscript p{margin:0;padding:4px 12px;font-size:12px;color:var(--muted)}
 
 # Selects a sentence on click, Enter or Space: marks its sentence element and the context
 # pieces of its support, fills the detail panel (textContent only), scrolls the span into view.
-_SCRIPT = """
-(function () {
-  "use strict";
-  var data = JSON.parse(document.getElementById("__DATA_ID__").textContent);
-  var root = document.getElementById("rcstat-grounding");
+_SCRIPT = page_script(
+    _DATA_ID,
+    "rcstat-grounding",
+    """\
   var resp = document.getElementById("response");
   var ctx = document.getElementById("ctx");
   var detail = document.getElementById("detail");
@@ -224,8 +230,8 @@ _SCRIPT = """
     event.preventDefault();
     select(Number(t.dataset.sentence));
   });
-})();
-""".replace("__DATA_ID__", _DATA_ID)
+""",
+)
 
 
 def score_bins(scores: Sequence[float] | np.ndarray) -> np.ndarray:

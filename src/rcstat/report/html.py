@@ -5,8 +5,10 @@ this order: warnings (a red box each, for results the reader must not miss), not
 box each), texts, preformatted texts, an HTML table (:func:`html_table` escapes its cells),
 links to files written next to the report, and figures. All text is escaped.
 
-Helpers shared by the interactive pages (``grounding_html``): :func:`script_json` embeds data
-for a page's script, :func:`~rcstat.files.write_atomic` writes a page without a half-written file.
+Helpers shared by the interactive pages (``attribution_html``, ``grounding_html``):
+:func:`script_json` embeds data for a page's script, :func:`page_script` wraps that script (the
+data read back, the page's root element), :func:`~rcstat.files.write_atomic` writes a page
+without a half-written file.
 """
 
 from __future__ import annotations
@@ -156,6 +158,29 @@ def render_report(title: str, sections: list[Section]) -> str:
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
+
+
+def page_script(data_id: str, root_id: str, body: str) -> str:
+    """The script of an interactive page: ``body`` run once in strict mode, with ``data`` (the
+    JSON of the element ``data_id``, written by :func:`script_json`) and ``root`` (the element
+    ``root_id``) in scope.
+
+    >>> print(page_script("d", "r", "  show(data);\\n"))
+    <BLANKLINE>
+    (function () {
+      "use strict";
+      var data = JSON.parse(document.getElementById("d").textContent);
+      var root = document.getElementById("r");
+      show(data);
+    })();
+    <BLANKLINE>
+    """
+    return (
+        '\n(function () {\n  "use strict";\n'
+        f'  var data = JSON.parse(document.getElementById("{data_id}").textContent);\n'
+        f'  var root = document.getElementById("{root_id}");\n'
+        f"{body}}})();\n"
     )
 
 
