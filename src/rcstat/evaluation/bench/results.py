@@ -67,11 +67,9 @@ class KVResult(Outcome):
 
     def summary_lines(self) -> list[str] | None:
         """What ``rcstat bench kv`` prints about the summary."""
-        if self.summary is None:
-            return None
         heading = "RCStat − the best baseline at each ratio, paired over examples:"
         lines = table_lines(self.summary, heading, comparison_table(self.comparison))
-        if self.scatter is not None:
+        if lines is not None and self.scatter is not None:
             attrs = self.scatter.attrs
             lines.append(
                 f"per-head ratio vs RC: Spearman rho = {attrs['spearman_rho']:.2f} "
@@ -108,9 +106,11 @@ def paired_table(frame: pd.DataFrame | None, first: Sequence[str]) -> str | None
     return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
 
-def table_lines(table: pd.DataFrame, heading: str, compared: str | None) -> list[str]:
+def table_lines(table: pd.DataFrame | None, heading: str, compared: str | None) -> list[str] | None:
     """A summary ``table``, then the ``compared`` text table under its ``heading`` (when there
-    is one)."""
+    is one); None without a table (another shard still works)."""
+    if table is None:
+        return None
     lines = [table.to_string(index=False)]
     return lines if compared is None else [*lines, heading, compared]
 
@@ -125,8 +125,6 @@ class AttributionResult(Outcome):
 
     def summary_lines(self) -> list[str] | None:
         """What ``rcstat bench attribution`` prints about the accuracy."""
-        if self.accuracy is None:
-            return None
         heading = "paired over examples (accuracy points, 95 % bootstrap interval):"
         return table_lines(self.accuracy, heading, paired_table(self.comparison, ["method", "k"]))
 
