@@ -14,4 +14,11 @@ what every benchmark run shares is :class:`~rcstat.evaluation.bench.common.Bench
 
 * :mod:`~rcstat.evaluation.bench.heads` — ``rcstat heads`` (dataset-scale head analysis; its
   summaries and comparisons in :mod:`~rcstat.evaluation.bench.heads_results`).
+
+Every ``run(config, *, loader=None)`` loads ``(model, tokenizer)`` with ``loader`` (default
+:func:`~rcstat.evaluation.bench.common.load`: :func:`rcstat.load_model` on ``config.devices``)
+and raises ``ValueError`` when the folder holds another command's output or a run with other
+settings (before the model loads: :meth:`~rcstat.evaluation.bench.common.JobConfig.compared`
+is checked against it), or when the dataset gives no example. ``say``, where a job takes it,
+receives the notes (skipped examples; default: the ``rcstat.evaluation`` logger).
 """

@@ -100,7 +100,8 @@ class AttributionConfig(JobConfig):
         return {"data": resolved(self.data), "max_tokens": self.max_tokens}
 
     def compared(self) -> dict[str, Any]:
-        """The manifest options known before the model loads (checked against the folder)."""
+        """The manifest options known before the model loads: the dataset, ``layout``,
+        ``statistic``, :meth:`run_options` and the prompt options set."""
         compared: dict[str, Any] = {
             "dataset": self.dataset,
             "layout": self.layout,
@@ -117,17 +118,10 @@ class AttributionConfig(JobConfig):
 def run(
     config: AttributionConfig, *, loader: Loader | None = None, say: Say | None = None
 ) -> AttributionResult:
-    """Run (or resume) the attribution benchmark of ``config`` and summarise it.
-
-    ``loader`` loads the model (default :func:`~rcstat.evaluation.bench.common.load`);
-    ``say`` receives the notes (skipped examples; default: the ``rcstat.evaluation`` logger).
-
-    Raises
-    ------
-    ValueError
-        The folder holds another command's output or a run with other settings (before the
-        model loads), no annotated example, or every prompt longer than ``max_tokens``.
-    """
+    """Run (or resume) the attribution benchmark of ``config`` and summarise it; ``loader``,
+    ``say`` and the ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`),
+    where an example needs annotated spans, and a ``ValueError`` when every prompt is longer
+    than ``max_tokens``."""
     from rcstat.attribution import Attributor
     from rcstat.capture import attention_layout
     from rcstat.data import AttributionExample, load_dataset
@@ -140,7 +134,7 @@ def run(
 
     say = say or say_default
     out = config.out
-    config.check_folder(config.compared())
+    config.check_folder()
     fixed = read_head_scores(config.fixed_heads_from) if config.fixed_heads_from else None
     loaded = load_dataset(config.dataset, config.data, limit=config.n)
     examples = [e for e in loaded if isinstance(e, AttributionExample) and e.units]

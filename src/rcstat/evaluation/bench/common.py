@@ -102,10 +102,17 @@ class JobConfig(ABC):
             "retry_failed": self.retry_failed,
         }
 
-    def check_folder(self, compared: Mapping[str, Any]) -> None:
+    def compared(self) -> dict[str, Any]:
+        """The manifest options known before the model loads, which :meth:`check_folder`
+        compares with the folder's run: the dataset and :meth:`run_options`."""
+        return {"dataset": self.dataset, **self.run_options()}
+
+    def check_folder(self, compared: Mapping[str, Any] | None = None) -> None:
         """Refuse, before the model loads, an output folder of another command or a run made
-        with other options than ``compared`` (:func:`~rcstat.runs.job.check_run_folder`)."""
-        check_run_folder(self.out, self.COMMAND, compared, self.shard)
+        with other options than ``compared`` (default :meth:`compared`;
+        :func:`~rcstat.runs.job.check_run_folder`)."""
+        options = self.compared() if compared is None else compared
+        check_run_folder(self.out, self.COMMAND, options, self.shard)
 
     def load_model(self, loader: Loader | None) -> tuple[Any, Any]:
         """``(model, tokenizer)`` of ``model`` on ``devices``, loaded by ``loader`` (default

@@ -67,24 +67,15 @@ class GroundingConfig(JobConfig):
 
 
 def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingResult:
-    """Run (or resume) the grounding benchmark of ``config`` and summarise it.
-
-    ``loader`` loads the model (default :func:`~rcstat.evaluation.bench.common.load`).
-
-    Raises
-    ------
-    ValueError
-        The folder holds another command's output or a run with other settings (before the
-        model loads), or no example.
-    """
+    """Run (or resume) the grounding benchmark of ``config`` and summarise it; ``loader`` and
+    the ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`)."""
     from rcstat.capture import attention_layout
     from rcstat.data import load_dataset
     from rcstat.evaluation.grounding_bench import GroundingBench, contrast_items, grounding_items
     from rcstat.grounding import Grounder
 
     out = config.out
-    compared = {"dataset": config.dataset, **config.run_options()}
-    config.check_folder(compared)
+    config.check_folder()
     if config.dataset == "squad-contrast":
         loaded = load_dataset("squad_v2", config.data, limit=config.n)
         items = contrast_items(loaded)  # type: ignore[arg-type]

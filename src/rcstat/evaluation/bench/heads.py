@@ -20,7 +20,7 @@ from typing import Any
 from rcstat.checks import check_count, check_number, optional_count
 from rcstat.data.registry import DATASETS, canonical_name
 from rcstat.defaults import DEFAULT_TAU
-from rcstat.evaluation.bench.common import JobConfig, Loader
+from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
 from rcstat.evaluation.bench.heads_results import HeadsResult, compare_runs, summarize_run
 
 __all__ = [
@@ -85,9 +85,13 @@ class HeadsConfig(JobConfig):
         the summary, rewritten from every row each time)."""
         return {
             "dataset": self.dataset,
-            "data": str(Path(self.data).resolve()) if self.data else None,
+            "data": resolved(self.data),
             "context": self.context,
         }
+
+    def compared(self) -> dict[str, Any]:
+        """:meth:`run_options` (which hold the dataset) and ``max_new_tokens``."""
+        return {**self.run_options(), "max_new_tokens": self.max_new_tokens}
 
     def summary_settings(self) -> dict[str, Any]:
         """The options that shape the summary (kept in each part for ``rcstat merge``)."""
@@ -106,21 +110,12 @@ def _examples(config: HeadsConfig) -> list[Any]:
 
 
 def run(config: HeadsConfig, *, loader: Loader | None = None) -> HeadsResult:
-    """Collect (or resume) the per-head statistics of ``config`` and summarise the folder.
-
-    ``loader`` loads the model (default: :func:`rcstat.load_model` on ``config.devices``).
-
-    Raises
-    ------
-    ValueError
-        The folder holds another command's output or a run with other settings (before the
-        model loads), or no example.
-    """
+    """Collect (or resume) the per-head statistics of ``config`` and summarise the folder;
+    ``loader`` and the ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`)."""
     from rcstat.heads.collection import collect
 
     out = config.out
-    compared = {**config.run_options(), "max_new_tokens": config.max_new_tokens}
-    config.check_folder(compared)
+    config.check_folder()
     examples = _examples(config)
     config.require(examples)
     model, tokenizer = config.load_model(loader)

@@ -185,17 +185,9 @@ def _check_presses(grid: Sequence[Any]) -> None:
 
 
 def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = None) -> KVResult:
-    """Run (or resume) the KV-compression benchmark of ``config`` and summarise it.
-
-    ``loader`` loads the model (default :func:`~rcstat.evaluation.bench.common.load`);
-    ``say`` receives the notes (skipped examples; default: the ``rcstat.evaluation`` logger).
-
-    Raises
-    ------
-    ValueError
-        The folder holds another command's output or a run with other settings (before the
-        model loads), no example, or every example longer than the window.
-    """
+    """Run (or resume) the KV-compression benchmark of ``config`` and summarise it; ``loader``,
+    ``say`` and the ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`),
+    and a ``ValueError`` when every example is longer than the window."""
     from rcstat.press.extra import require_kvpress
 
     require_kvpress("rcstat bench kv")
