@@ -302,6 +302,8 @@ def test_bench_grounding_squad_contrast_and_resume(  # type: ignore[no-untyped-d
         (["--dataset", "summedits", "--questionable"], "--questionable applies to"),
         (["--dataset", "faithbench", "--profile", "missing.json"], "no such file"),
         (["--dataset", "faithbench", "--resamples", "0"], "--resamples"),
+        (["--dataset", "faithbench", "--resamples", "100001"], "--resamples must be"),
+        (["--dataset", "jsonl"], "--dataset jsonl needs --data FILE"),
     ],
 )
 def test_bench_grounding_bad_options_exit_2(  # type: ignore[no-untyped-def]

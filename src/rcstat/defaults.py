@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_TOP_K",
     "DEFAULT_WINDOW",
     "INSTALL_PRESS",
+    "MAX_RESAMPLES",
     "QUESTION_WINDOW",
     "SPAN_SCORES",
     "SpanScore",
@@ -34,6 +35,8 @@ DEFAULT_TOP_K = 20
 DEFAULT_WINDOW = 8
 #: What to install for the KV-cache press (kvpress is an optional extra).
 INSTALL_PRESS = 'pip install "rcstat[press]"'
+#: The most bootstrap resamples a benchmark takes (``--resamples``; more runs for hours).
+MAX_RESAMPLES = 100_000
 #: Share of the heads, ranked by their head-profile value, that the grounding score averages.
 DEFAULT_GROUNDING_FRACTION = 0.25
 #: Lower quantile of its token scores that a sentence's grounding score is (the weakest part).

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
 
 from rcstat.checks import check_number
+from rcstat.cli import ground_pairs
 from rcstat.cli._common import (
     Devices,
     add_command,
@@ -33,6 +34,9 @@ from rcstat.cli.options import (
 )
 from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K
 from rcstat.report.grounding_html import save_grounding_html
+
+if TYPE_CHECKING:
+    from rcstat.evaluation.bench.ground_pairs import PairsConfig
 
 NAME = "ground"
 #: The JSON files ``ground`` reads: (option, what it holds); each must exist.
@@ -82,6 +86,7 @@ def register(sub: Any) -> None:
     add_language_option(gr)
     add_out_option(gr, NAME)
     add_special_tokens_option(gr)
+    ground_pairs.add_pairs_option(gr)
 
 
 @dataclass
@@ -150,9 +155,12 @@ class GroundArgs:
         )
 
 
-def run(args: GroundArgs) -> int:
+def run(args: GroundArgs | PairsConfig) -> int:
     """Ground the response; print its sentences, write ground.{json,csv,html}."""
     from rcstat.grounding import Grounder
+
+    if not isinstance(args, GroundArgs):  # --pairs (rcstat.cli.ground_pairs)
+        return ground_pairs.run(args)
 
     check_output_folder(args.out, NAME)
     model, tokenizer = load_model_quietly(args.model, args.devices)
@@ -204,5 +212,8 @@ def run(args: GroundArgs) -> int:
     return 0
 
 
-#: The checked arguments of ``rcstat ground``.
-from_namespace = GroundArgs.from_namespace
+def from_namespace(ns: argparse.Namespace) -> GroundArgs | PairsConfig:
+    """The checked arguments of ``rcstat ground`` (with ``--pairs``, its config)."""
+    if ns.pairs is not None:
+        return ground_pairs.from_namespace(ns)
+    return GroundArgs.from_namespace(ns)

@@ -4,7 +4,9 @@ Question answering (KV-cache compression, head analysis) → :class:`QAExample`:
 :func:`load_squad_v2`, :func:`load_qmsum`, :func:`load_2wiki`. Attribution →
 :class:`AttributionExample` with :class:`AttributedSpan` units: :func:`load_quotesum`,
 :func:`load_verigran`. Grounding → :class:`GroundingExample` with :class:`LabeledSpan` spans:
-:func:`load_faithbench`, :func:`load_summedits` (a file, or a folder of files).
+:func:`load_faithbench`, :func:`load_summedits` (a file, or a folder of files), and users' own
+labelled pairs :func:`load_labelled_pairs`; unlabelled pairs for ``rcstat ground --pairs``
+→ :class:`ResponsePair` (:func:`load_pairs`).
 :func:`load_dataset` dispatches by name; :func:`default_path` finds the developer slice under
 ``shared/data``. Malformed records raise :class:`DatasetFormatError`.
 This package imports the standard library only.
@@ -25,6 +27,7 @@ from rcstat.data.examples import (
 )
 from rcstat.data.faithbench import load_faithbench
 from rcstat.data.markup import MarkedSpan, MarkupError, parse_span_markup
+from rcstat.data.pairs import ResponsePair, load_labelled_pairs, load_pairs
 from rcstat.data.qmsum import fit_turns, load_qmsum
 from rcstat.data.quotesum import load_quotesum
 from rcstat.data.records import DatasetFormatError, find_shared_data
@@ -44,12 +47,15 @@ __all__ = [
     "MarkedSpan",
     "MarkupError",
     "QAExample",
+    "ResponsePair",
     "default_path",
     "find_shared_data",
     "fit_turns",
     "load_2wiki",
     "load_dataset",
     "load_faithbench",
+    "load_labelled_pairs",
+    "load_pairs",
     "load_qmsum",
     "load_quotesum",
     "load_squad_v2",

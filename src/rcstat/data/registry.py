@@ -15,6 +15,7 @@ from typing import Any
 
 from rcstat.data.examples import AttributionExample, GroundingExample, QAExample
 from rcstat.data.faithbench import load_faithbench
+from rcstat.data.pairs import LABELLED_FORMAT, load_labelled_pairs
 from rcstat.data.qmsum import load_qmsum
 from rcstat.data.quotesum import load_quotesum
 from rcstat.data.records import DatasetFormatError, find_shared_data
@@ -99,6 +100,13 @@ DATASETS: dict[str, DatasetInfo] = {
         "grounding",
         "SummEdits JSON (summedits_<domain>.json, or a folder of them)",
         folder=True,
+    ),
+    "jsonl": DatasetInfo(
+        load_labelled_pairs,
+        "jsonl",
+        ".jsonl",
+        "grounding",
+        f"your labelled pairs, JSON lines of {LABELLED_FORMAT}",
     ),
 }
 
@@ -188,7 +196,8 @@ def load_dataset(
     ----------
     name : str
         ``"squad_v2"``, ``"qmsum"``, ``"2wiki"``, ``"quotesum"``, ``"verigran"``,
-        ``"faithbench"`` or ``"summedits"`` (also ``"squad"``, ``"2wikimultihopqa"``,
+        ``"faithbench"``, ``"summedits"`` or ``"jsonl"`` (users' labelled pairs, no default
+        slice: :mod:`rcstat.data.pairs`) (also ``"squad"``, ``"2wikimultihopqa"``,
         ``"veri_gran"``; case and ``-``/``_`` ignored).
     path : str or Path, optional
         The upstream file, or a folder holding exactly one data file (FaithBench and
@@ -205,7 +214,7 @@ def load_dataset(
     list of QAExample, AttributionExample or GroundingExample
         See :func:`load_squad_v2`, :func:`load_qmsum`, :func:`load_2wiki`,
         :func:`load_quotesum`, :func:`load_verigran`, :func:`load_faithbench`,
-        :func:`load_summedits`.
+        :func:`load_summedits`, :func:`~rcstat.data.pairs.load_labelled_pairs`.
 
     Raises
     ------

@@ -1,4 +1,5 @@
-"""Grounding benchmark: FaithBench, SummEdits and the SQuAD supporting-vs-unrelated contrast.
+"""Grounding benchmark: FaithBench, SummEdits, users' labelled pairs (``jsonl``) and the SQuAD
+supporting-vs-unrelated contrast.
 
 Every item (a context and a response) is measured once (:class:`~rcstat.grounding.Measurer`,
 one forward pass); from that pass every method is scored, so all of them see the same
@@ -17,7 +18,7 @@ Every score is oriented "higher = more supported"; metrics take ``-score`` as th
 hallucination score. The run folder holds ``run.json`` (manifest), ``predictions.jsonl``
 (one line per item: its hash, label, group, every method's score and, per head, the lower
 quantile over the tokens of each of :data:`~rcstat.grounding.features.HEAD_FEATURES`;
-resumable) and, for FaithBench,
+resumable) and, for FaithBench and labelled pairs,
 ``tokens/<item>.npz`` (per-token scores, labels and per-head statistics for the span-level
 evaluation). :meth:`GroundingBench.summarize` rebuilds ``scores.csv``, ``metrics.csv``,
 ``breakdown.csv``, ``probe_folds.csv``, ``probe_rc.json``, ``spans.csv``, ``contrast.csv``,
@@ -90,7 +91,9 @@ RUN_FILES = RunFiles(
     folder="tokens",
     key_file=token_file_name,
 )
-DATASETS = ("faithbench", "summedits", "squad-contrast")
+DATASETS = ("faithbench", "summedits", "jsonl", "squad-contrast")
+#: The datasets whose responses carry annotated spans: per-token files and span-level metrics.
+SPAN_DATASETS = ("faithbench", "jsonl")
 #: The instruction the responses of the summarization datasets are teacher-forced after.
 SUMMARY_INSTRUCTION = "Summarize the passage above."
 VARIANTS = ("rcstat", "rc_mean", "rc_weakest", "rcstat_mean", "rcstat_all_heads")
@@ -125,8 +128,9 @@ class GroundingItem:
 
 
 def grounding_items(examples: Sequence[GroundingExample]) -> list[GroundingItem]:
-    """FaithBench / SummEdits examples as items; FaithBench's unwanted spans become the
-    span labels, its summarizer the breakdown key."""
+    """FaithBench / SummEdits / labelled-pairs examples as items; the unwanted spans become
+    the span labels, FaithBench's summarizer the breakdown key; a pair's own question (in
+    ``meta``) replaces the summarization instruction."""
     items = []
     for e in examples:
         spans = tuple(
@@ -136,7 +140,7 @@ def grounding_items(examples: Sequence[GroundingExample]) -> list[GroundingItem]
             GroundingItem(
                 id=e.id,
                 context=e.context,
-                question=SUMMARY_INSTRUCTION,
+                question=str(e.meta.get("question", SUMMARY_INSTRUCTION)),
                 response=e.response,
                 label=bool(e.label),
                 group=str(e.group),
@@ -275,9 +279,13 @@ class GroundingBench(BenchRun):
                 breakdown(
                     -frame["rcstat"].to_numpy(), frame["label"].to_numpy(), frame["by"].tolist()
                 ).to_csv(into / "breakdown.csv", index=False)
+            if self.dataset in SPAN_DATASETS:
                 report["spans"] = _or_note(lambda: self._spans(frame, into, layers, heads))
             report["probe"] = _or_note(lambda: self._probe(frame, lines, into, layers, heads))
-            plot_roc(frame, [m for m in methods if m in table["method"].values], into / "roc.png")
+            if table.empty:  # no metric, no curve: say why instead
+                report["note"] = one_class_note(frame)
+            else:
+                plot_roc(frame, list(table["method"]), into / "roc.png")
         table.to_csv(into / "metrics.csv", index=False)
         report["metrics"] = table.to_dict(orient="records")
         return report
@@ -490,7 +498,7 @@ class GroundingJob(Job):
             line["head_features"] = measured.head_vector().round(5).tolist()
             line["tokens"] = len(measured.nll)
             line["context_tokens"] = int(np.diff(measured.example.token_span("context"))[0])
-            if self.bench.dataset == "faithbench" and folder is not None:
+            if self.bench.dataset in SPAN_DATASETS and folder is not None:
                 _save_tokens(folder, grounder, entry, measured)
             line["error"] = None
         except ValueError as err:  # recorded (e.g. longer than the window)
@@ -519,6 +527,16 @@ def _or_note(summary: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return summary()
     except ValueError as err:
         return {"note": str(err)}
+
+
+def one_class_note(frame: pd.DataFrame) -> str:
+    """Why no AUROC (nor ROC curve) could be computed: the measured items hold one class."""
+    positives = int(frame["label"].sum())
+    return (
+        f"no AUROC, interval or ROC curve: the {len(frame)} measured items hold "
+        f"{positives} unsupported and {len(frame) - positives} supported responses; each "
+        "metric needs both (run on more items, e.g. a larger --n)"
+    )
 
 
 def _kind(method: str) -> str:

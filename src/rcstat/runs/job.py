@@ -1,6 +1,7 @@
 """One driver for every resumable dataset job: shard → manifest → resume → loop → append → merge.
 
-A dataset job (``rcstat heads``, ``rcstat bench kv|attribution|grounding``) is a :class:`Job`:
+A dataset job (``rcstat heads``, ``rcstat bench kv|attribution|grounding``, ``rcstat ground
+--pairs``) is a :class:`Job`:
 its kind, its row files (:class:`~rcstat.runs.parts.RunFiles`), the options that change its
 rows (:meth:`Job.manifest_options`), its work items (:meth:`Job.items`: a key, the content hash
 of what determines the item's rows, and the example it belongs to), how one item is run
@@ -85,6 +86,10 @@ JOBS: dict[str, JobKind] = {
     "bench grounding": JobKind(
         "rcstat.evaluation.grounding_bench:GroundingJob",
         "rcstat.evaluation.grounding_bench:summarize_run",
+    ),
+    "ground pairs": JobKind(
+        "rcstat.evaluation.bench.ground_pairs:PairsJob",
+        "rcstat.evaluation.bench.ground_pairs:summarize_run",
     ),
 }
 

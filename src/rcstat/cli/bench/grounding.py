@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rcstat.cli._common import add_command, add_run_options, devices_and_shard
 from rcstat.cli.options import add_data_option, add_dataset_option, add_n_option, add_out_option
+from rcstat.defaults import MAX_RESAMPLES
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
@@ -30,7 +31,8 @@ def register(bench_sub: Any) -> None:
         "faithbench",
         ("grounding",),
         extra=("squad-contrast",),
-        note=" (squad-contrast: SQuAD v2, supporting vs unrelated)",
+        note=" (jsonl: your labelled pairs, --data FILE; squad-contrast: SQuAD v2, supporting "
+        "vs unrelated)",
     )
     add_data_option(gb)
     add_n_option(gb)
@@ -40,7 +42,12 @@ def register(bench_sub: Any) -> None:
         help="faithbench: a 'Questionable' annotation also makes a response hallucinated",
     )
     gb.add_argument("--profile", default=None, metavar="PATH", help="head profile JSON")
-    gb.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
+    gb.add_argument(
+        "--resamples",
+        type=int,
+        default=1000,
+        help=f"bootstrap resamples (1 to {MAX_RESAMPLES:,})",
+    )
     add_out_option(gb, "bench_grounding", " (resumable)")
     add_run_options(gb)
 

@@ -10,7 +10,8 @@ what every benchmark run shares is :class:`~rcstat.evaluation.bench.common.Bench
 
 * :mod:`~rcstat.evaluation.bench.kv` — ``rcstat bench kv`` (KV-cache compression);
 * :mod:`~rcstat.evaluation.bench.attribution` — ``rcstat bench attribution``;
-* :mod:`~rcstat.evaluation.bench.grounding` — ``rcstat bench grounding``.
+* :mod:`~rcstat.evaluation.bench.grounding` — ``rcstat bench grounding``;
+* :mod:`~rcstat.evaluation.bench.ground_pairs` — ``rcstat ground --pairs`` (many pairs).
 
 * :mod:`~rcstat.evaluation.bench.heads` — ``rcstat heads`` (dataset-scale head analysis; its
   summaries and comparisons in :mod:`~rcstat.evaluation.bench.heads_results`).

@@ -5,8 +5,8 @@
 'squad-contrast'
 
 :func:`run` refuses, before the model loads, an output folder of another command or a run
-made with other options; builds the items (FaithBench / SummEdits responses, or SQuAD v2
-supporting-vs-unrelated pairs); loads the model and the grounder; runs the
+made with other options; builds the items (FaithBench / SummEdits / labelled-pairs responses,
+or SQuAD v2 supporting-vs-unrelated pairs); loads the model and the grounder; runs the
 :class:`~rcstat.evaluation.grounding_bench.GroundingJob` through
 :func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summarize_run`).
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.checks import check_count, optional_count
+from rcstat.defaults import MAX_RESAMPLES
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved, summarized
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.grounding_bench import DATASETS, summarize_run
@@ -54,8 +55,10 @@ class GroundingConfig(JobConfig):
             raise ValueError("--questionable applies to --dataset faithbench only")
         if self.profile is not None and not Path(self.profile).is_file():
             raise ValueError(f"--profile {self.profile}: no such file")
+        if dataset == "jsonl" and self.data is None:
+            raise ValueError("--dataset jsonl needs --data FILE (your labelled pairs)")
         optional_count("--n", self.n)
-        check_count("--resamples", self.resamples)
+        check_count("--resamples", self.resamples, high=MAX_RESAMPLES)
 
     def run_options(self) -> dict[str, Any]:
         """The options of the manifest besides the dataset and the grounder's method."""

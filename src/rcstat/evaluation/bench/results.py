@@ -141,8 +141,11 @@ class GroundingResult(Outcome):
         if self.report is None:
             return None
         report = self.report
-        table = pd.DataFrame(report["metrics"])
-        lines = [table.to_string(index=False, float_format=lambda v: f"{v:.3f}")]
+        if "note" in report:  # no metric could be computed (e.g. one class only)
+            lines = [f"note: {report['note']}"]
+        else:
+            table = pd.DataFrame(report["metrics"])
+            lines = [table.to_string(index=False, float_format=lambda v: f"{v:.3f}")]
         probe = report.get("probe", {})
         if "note" in probe:
             lines.append(f"probe: not trained ({probe['note']})")

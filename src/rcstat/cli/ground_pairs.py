@@ -1,0 +1,77 @@
+"""``rcstat ground --pairs FILE.jsonl``: ground many (context, response[, question]) pairs.
+
+``rcstat ground`` registers ``--pairs`` with :func:`add_pairs_option` and hands a namespace
+that has it to :func:`from_namespace` (the checked
+:class:`~rcstat.evaluation.bench.ground_pairs.PairsConfig`, every option checked and the
+single-pair options refused before any model loads) and the config to :func:`run` (the
+library's :func:`~rcstat.evaluation.bench.ground_pairs.run`: one row per line in
+``--out``/grounded.jsonl, resumable, progress on standard error; the count of each verdict on
+standard output).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rcstat.cli._common import Devices, load_model_quietly, say
+from rcstat.cli.options import check_language, check_top_k
+
+if TYPE_CHECKING:
+    from rcstat.evaluation.bench.ground_pairs import PairsConfig
+
+#: The options of a single pair, which ``--pairs`` replaces.
+_SINGLE = ("context", "response", "question")
+
+
+def add_pairs_option(parser: argparse.ArgumentParser) -> None:
+    """``--pairs FILE.jsonl`` on ``rcstat ground``."""
+    parser.add_argument(
+        "--pairs",
+        default=None,
+        metavar="FILE.jsonl",
+        help='ground many pairs, one JSON object a line: {"context", "response", "question"?, '
+        '"id"?}; one row per line in --out/grounded.jsonl (resumable)',
+    )
+
+
+def from_namespace(ns: argparse.Namespace) -> PairsConfig:
+    """The checked config of ``rcstat ground --pairs`` (``ValueError`` naming the option)."""
+    from rcstat.evaluation.bench.ground_pairs import PairsConfig
+
+    given = [
+        f"--{name}{suffix}"
+        for name in _SINGLE
+        for suffix in ("", "-file")
+        if getattr(ns, f"{name}{suffix.replace('-', '_')}") is not None
+    ]
+    if given:
+        raise ValueError(f"--pairs reads every pair from its file; drop {', '.join(given)}")
+    top_k = ns.top_k
+    config = PairsConfig(
+        model=ns.model,
+        devices=Devices.from_namespace(ns),
+        data=ns.pairs,
+        out=Path(ns.out),
+        profile=None if ns.profile is None else Path(ns.profile),
+        probe=None if ns.probe is None else Path(ns.probe),
+        fraction=ns.fraction,
+        quantile=ns.quantile,
+        threshold=ns.threshold,
+        top_k=top_k,
+        language=check_language(ns.language),
+        allow_special_tokens=ns.allow_special_tokens,
+    )
+    config.check()
+    check_top_k(top_k, ns.model)
+    return config
+
+
+def run(config: PairsConfig) -> int:
+    """Ground every pair not yet done; print the count of each verdict."""
+    from rcstat.evaluation.bench.ground_pairs import run as run_pairs
+
+    for line in run_pairs(config, loader=load_model_quietly).lines():
+        say(line)
+    return 0

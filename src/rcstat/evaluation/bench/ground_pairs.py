@@ -1,0 +1,209 @@
+"""``rcstat ground --pairs`` as a library call: :class:`PairsConfig` → :func:`run` →
+:class:`PairsResult`.
+
+Each line of a JSON-lines file of (context, response[, question]) pairs
+(:func:`rcstat.data.load_pairs`) is grounded (:meth:`rcstat.grounding.Grounder.ground`, one
+forward pass) into one row of ``grounded.jsonl`` in the output folder: its ``id`` and
+``line``, ``verdict`` (``"supported"``, ``"unsupported"``, or ``"error"`` with the reason in
+``error``, e.g. a pair longer than the model's window), ``score``, ``threshold``, the
+``unsupported`` sentences (text, character offsets in the response, score) and, with a probe,
+``probe_score``. The run is a :class:`~rcstat.runs.job.Job` (kind ``"ground pairs"``):
+resumed on the pair's id and content hash, a folder made with other settings refused before
+the model loads; :func:`summarize_run` counts the verdicts into ``summary.json``.
+
+>>> PairsConfig.from_dict({"data": "pairs.jsonl", "quantile": 0.3}).quantile
+0.3
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rcstat.checks import check_number, optional_count
+from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE
+from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
+from rcstat.evaluation.bench.results import Outcome
+from rcstat.runs.folder import staged_output
+from rcstat.runs.job import Item, Job, run_job
+from rcstat.runs.manifest import content_hash
+from rcstat.runs.parts import RunFiles
+from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
+from rcstat.runs.shards import Shard
+
+if TYPE_CHECKING:
+    from rcstat.data import ResponsePair
+    from rcstat.grounding import Grounder
+
+__all__ = ["KIND", "PairsConfig", "PairsJob", "PairsResult", "run", "summarize_run"]
+
+#: The kind of run recorded in the manifest (and the owner of its output folder).
+KIND = "ground pairs"
+#: The row file: one row per input line, keyed on the pair's id.
+RUN_FILES = RunFiles(KIND, (RowFile("grounded.jsonl", "id", commit=True),))
+VERDICTS = ("supported", "unsupported", "error")
+
+
+@dataclass
+class PairsConfig(JobConfig):
+    """Everything ``rcstat ground --pairs`` runs with: ``data`` is the pairs file, the
+    grounder's options are ``rcstat ground``'s (None: the head profile's)."""
+
+    COMMAND = KIND
+
+    dataset: str = "pairs"
+    out: Path = Path("runs/ground")
+    profile: Path | None = None
+    probe: Path | None = None
+    fraction: float | None = None
+    quantile: float = DEFAULT_GROUNDING_QUANTILE
+    threshold: float | None = None
+    top_k: int | None = None
+    language: str = "en"
+    allow_special_tokens: bool = False
+
+    PATHS = ("out", "profile", "probe")
+
+    def check(self) -> None:
+        """Every option in its range (``ValueError`` naming the option)."""
+        if self.data is None or not Path(self.data).is_file():
+            raise ValueError(f"--pairs {self.data}: no such file")
+        for option, path in (("--profile", self.profile), ("--probe", self.probe)):
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{option} {path}: no such file")
+        if self.fraction is not None:
+            check_number("--fraction", self.fraction, low=0.0, high=1.0, low_open=True)
+        if self.threshold is not None:
+            check_number("--threshold", self.threshold)
+        check_number("--quantile", self.quantile, low=0.0, high=1.0, low_open=True, high_open=True)
+        optional_count("--top-k", self.top_k)
+
+    def run_options(self) -> dict[str, Any]:
+        """Every option that changes a row (compared on resume)."""
+        return {
+            "data": resolved(self.data),
+            "profile": resolved(self.profile),
+            "probe": resolved(self.probe),
+            "fraction": self.fraction,
+            "quantile": self.quantile,
+            "threshold": self.threshold,
+            "top_k": self.top_k,
+            "language": self.language,
+            "allow_special_tokens": self.allow_special_tokens,
+        }
+
+
+@dataclass
+class PairsResult(Outcome):
+    """The outcome of :func:`run`: the count of each verdict (None while another shard
+    works)."""
+
+    counts: dict[str, int] | None = None
+
+    def summary_lines(self) -> list[str] | None:
+        """One line: how many pairs got each verdict, and where the rows are."""
+        if self.counts is None:
+            return None
+        counts = self.counts
+        return [
+            f"{sum(counts.values())} pairs: {counts['supported']} supported, "
+            f"{counts['unsupported']} unsupported, {counts['error']} not scored (see "
+            f"{self.out / RUN_FILES.commit.name})"
+        ]
+
+
+@dataclass
+class PairsJob(Job):
+    """The pairs as a :class:`~rcstat.runs.job.Job`: one item (and one row) per line."""
+
+    kind: ClassVar[str] = KIND
+    files: ClassVar[RunFiles] = RUN_FILES
+
+    grounder: Grounder
+    pairs: Sequence[ResponsePair]
+    options: dict[str, Any]
+    model_name: str
+
+    def source(self) -> tuple[Any, Any, str | None]:
+        measurer = self.grounder.measurer
+        return measurer.model, measurer.tokenizer, self.model_name
+
+    def manifest_options(self) -> dict[str, Any]:
+        return {**self.options, "method": self.grounder.method}
+
+    def items(self) -> list[Item]:
+        return [
+            Item(p.id, content_hash([p.context, p.response, p.question]), i, p)
+            for i, p in enumerate(self.pairs)
+        ]
+
+    def progress_label(self) -> tuple[str, str]:
+        return KIND, "pair"
+
+    def run_one(self, item: Item, folder: Path | None) -> dict[str, list[dict[str, Any]]]:
+        pair: ResponsePair = item.data
+        row: dict[str, Any] = {"id": pair.id, "line": pair.line, EXAMPLE_HASH: item.hash}
+        try:
+            result = self.grounder.ground(pair.context, pair.response, pair.question)
+        except ValueError as err:  # recorded (e.g. longer than the model's window)
+            row.update(verdict="error", error=f"{type(err).__name__}: {err}")
+            return {RUN_FILES.commit.name: [row]}
+        row["verdict"] = "supported" if result.supported else "unsupported"
+        row["score"], row["threshold"] = result.score, result.threshold
+        row["unsupported"] = [
+            {"sentence": s.text, "start": s.start, "end": s.end, "score": s.score}
+            for s in result.sentences
+            if not s.supported
+        ]
+        if result.probe_score is not None:
+            row["probe_score"] = result.probe_score
+        row["error"] = None
+        return {RUN_FILES.commit.name: [row]}
+
+
+def run(config: PairsConfig, *, loader: Loader | None = None) -> PairsResult:
+    """Ground every pair not yet done and count the verdicts; ``loader`` and the
+    ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`), a malformed line
+    (:class:`~rcstat.data.DatasetFormatError`, naming it) before the model loads."""
+    from rcstat.data import load_pairs
+    from rcstat.grounding import Grounder
+    from rcstat.runs.manifest import model_label
+
+    config.check_folder()
+    assert config.data is not None  # checked
+    pairs = load_pairs(config.data, limit=config.n)
+    config.require(pairs)
+    model, tokenizer = config.load_model(loader)
+    grounder = Grounder(
+        model,
+        tokenizer,
+        profile=config.profile,
+        fraction=config.fraction,
+        quantile=config.quantile,
+        threshold=config.threshold,
+        probe=config.probe,
+        top_k=config.top_k,
+        allow_special_tokens=config.allow_special_tokens,
+        language=config.language,
+    )
+    config.claim_folder()
+    job = PairsJob(grounder, pairs, config.compared(), model_label(config.model))
+    done = run_job(job, config.out, shard=config.shard, retry_failed=config.retry_failed)
+    result = PairsResult(config.out, config.shard, done.merged)
+    return result if result.part_only else summarize_run(config.out, {}, shard=config.shard)
+
+
+def summarize_run(
+    out: Path, settings: Mapping[str, Any], *, shard: Shard | None = None
+) -> PairsResult:
+    """Count the verdicts of the rows in ``out`` into ``summary.json`` (``settings``: none
+    needed)."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    for row in read_jsonl(out / RUN_FILES.commit.name):
+        counts[str(row["verdict"])] += 1
+    with staged_output(out, KIND, keep=RUN_FILES.row_names()) as stage:
+        (stage / "summary.json").write_text(json.dumps(counts, indent=1), encoding="utf-8")
+    return PairsResult(out, shard or Shard(), True, counts)

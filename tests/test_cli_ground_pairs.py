@@ -1,0 +1,243 @@
+"""``rcstat ground --pairs`` and ``rcstat bench grounding --dataset jsonl`` on the tiny Llama
+saved to disk (the ``model_dir`` fixture), with pair files written here; the pairs loaders
+(:mod:`rcstat.data.pairs`) on hand-written lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rcstat import cli
+from rcstat.data import DatasetFormatError, load_dataset, load_pairs
+from rcstat.evaluation.grounding_bench import token_file_name
+from rcstat.grounding import Grounder
+from tests._tiny_models import tiny_model
+from tests._tiny_tokenizer import make_tiny_tokenizer
+from tests.test_cli_ground import _make_profile
+
+PAIRS = [
+    {
+        "id": "bridge",
+        "context": "The bridge was built in 1889 by a team of engineers. It crosses the river.",
+        "response": "The bridge was built in 1925. It crosses the river.",
+        "question": "When was the bridge built?",
+    },
+    {
+        "context": "Paris is the capital of France. Berlin is the capital of Germany.",
+        "response": "Rome is the capital of France.",
+    },
+]
+
+
+def _no_model(*args: Any, **kwargs: Any) -> None:
+    raise AssertionError("the model was loaded before the options were checked")
+
+
+def _write(path: Path, lines: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(v) + "\n" for v in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _make_profile(tmp_path_factory.mktemp("profile") / "p.json", 0)
+
+
+def _ground(model_dir: Path, profile: Path, out: Path, *extra: str) -> int:
+    args = ["ground", "--model", str(model_dir), "--profile", str(profile), "--out", str(out)]
+    return cli.main([*args, "--top-k", "5", *extra])
+
+
+def test_ground_pairs_one_row_per_line_and_resume(  # type: ignore[no-untyped-def]
+    model_dir, profile, tmp_path, monkeypatch, capsys
+) -> None:
+    data = _write(tmp_path / "pairs.jsonl", PAIRS)
+    out = tmp_path / "out"
+    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 0
+    rows = [json.loads(v) for v in (out / "grounded.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["bridge", "line-2"] and [r["line"] for r in rows] == [1, 2]
+    grounder = Grounder(tiny_model("llama"), make_tiny_tokenizer(), profile=profile, top_k=5)
+    for row, pair in zip(rows, PAIRS, strict=True):
+        want = grounder.ground(pair["context"], pair["response"], pair.get("question"))
+        assert row["score"] == pytest.approx(want.score, rel=1e-5)
+        assert row["threshold"] == want.threshold and row["error"] is None
+        assert row["verdict"] == ("supported" if want.supported else "unsupported")
+        flagged = [s.text for s in want.sentences if not s.supported]
+        assert [u["sentence"] for u in row["unsupported"]] == flagged
+        for u in row["unsupported"]:
+            assert pair["response"][u["start"] : u["end"]] == u["sentence"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["supported"] + summary["unsupported"] == 2 and summary["error"] == 0
+    assert "2 pairs:" in capsys.readouterr().out
+    # run again: resumed, nothing computed (the model would be loaded, but never called)
+    before = (out / "grounded.jsonl").read_text()
+    monkeypatch.setattr(Grounder, "ground", _no_model)
+    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 0
+    assert (out / "grounded.jsonl").read_text() == before
+    # one more line: only it is computed
+    monkeypatch.undo()
+    _write(data, [*PAIRS, {"id": "x", "context": "A cat sat.", "response": "A dog sat."}])
+    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 0
+    after = (out / "grounded.jsonl").read_text()
+    assert after.startswith(before) and len(after.splitlines()) == 3
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ([PAIRS[0], {"context": "c"}], "line 2: missing key 'response'"),
+        ([PAIRS[0], "not an object"], "line 2: the record must be an object"),
+        ([{"context": " ", "response": "r"}], "line 1: key 'context' is empty"),
+        ([PAIRS[0], PAIRS[0]], "line 2: duplicate id 'bridge' (also line 1)"),
+        ([{**PAIRS[1], "question": 3}], "line 1: key 'question' must be a string"),
+    ],
+)
+def test_ground_pairs_refuses_a_bad_line_before_the_model(  # type: ignore[no-untyped-def]
+    model_dir, profile, tmp_path, monkeypatch, capsys, lines, message
+) -> None:
+    monkeypatch.setattr("rcstat.cli.ground_pairs.load_model_quietly", _no_model)
+    data = _write(tmp_path / "pairs.jsonl", lines)
+    out = tmp_path / "out"
+    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 2
+    printed = " ".join(capsys.readouterr().err.split())
+    assert printed.startswith("error:") and message in printed and '"context": str' in printed
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--pairs", "missing.jsonl"], "--pairs missing.jsonl: no such file"),
+        (["--context", "c"], "drop --context"),
+        (["--response-file", "r.txt"], "drop --response-file"),
+        (["--quantile", "1.5"], "--quantile"),
+        (["--threshold", "nan"], "--threshold"),
+        (["--probe", "missing.json"], "--probe missing.json: no such file"),
+    ],
+)
+def test_ground_pairs_bad_options_exit_2_before_loading(  # type: ignore[no-untyped-def]
+    model_dir, profile, tmp_path, monkeypatch, capsys, extra, message
+) -> None:
+    monkeypatch.setattr("rcstat.cli.ground_pairs.load_model_quietly", _no_model)
+    data = _write(tmp_path / "pairs.jsonl", PAIRS)
+    out = tmp_path / "out"
+    assert _ground(model_dir, profile, out, "--pairs", str(data), *extra) == 2
+    printed = " ".join(capsys.readouterr().err.split())
+    assert printed.startswith("error:") and message in printed
+    assert not out.exists()
+
+
+def test_ground_pairs_refuses_a_folder_of_other_settings(  # type: ignore[no-untyped-def]
+    model_dir, profile, tmp_path, monkeypatch, capsys
+) -> None:
+    data = _write(tmp_path / "pairs.jsonl", PAIRS[1:])
+    out = tmp_path / "out"
+    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 0
+    monkeypatch.setattr("rcstat.cli.ground_pairs.load_model_quietly", _no_model)
+    capsys.readouterr()
+    assert _ground(model_dir, profile, out, "--pairs", str(data), "--quantile", "0.5") == 2
+    printed = " ".join(capsys.readouterr().err.split())
+    assert "other settings" in printed and "quantile" in printed
+
+
+def test_load_pairs_reads_ids_and_questions(tmp_path: Path) -> None:
+    pairs = load_pairs(_write(tmp_path / "p.jsonl", PAIRS))
+    assert [(p.id, p.question, p.line) for p in pairs] == [
+        ("bridge", PAIRS[0]["question"], 1),
+        ("line-2", None, 2),
+    ]
+
+
+# ------------------------------------------------------ bench grounding --dataset jsonl
+
+LABELLED = [
+    {**PAIRS[0], "label": 1, "spans": [[24, 28]]},
+    {"id": "ok", "context": PAIRS[0]["context"], "response": "It crosses the river.", "label": 0},
+    {**PAIRS[1], "id": "rome", "label": 1, "spans": [[0, 4]], "group": "capitals"},
+    {
+        "id": "berlin",
+        "context": PAIRS[1]["context"],
+        "response": "Berlin is the capital of Germany.",
+        "label": 0,
+        "group": "capitals",
+    },
+]
+
+
+def test_labelled_pairs_are_grounding_examples(tmp_path: Path) -> None:
+    examples = load_dataset("jsonl", _write(tmp_path / "l.jsonl", LABELLED))
+    assert [e.label for e in examples] == [True, False, True, False]
+    assert [e.group for e in examples] == ["bridge", "ok", "capitals", "capitals"]
+    assert examples[0].span_texts == ("1925",) and examples[0].spans[0].hallucinated()
+    assert examples[0].meta["question"] == PAIRS[0]["question"]
+    assert "question" not in examples[1].meta
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"label": 2}, "line 1: key 'label' must be 0 or 1"),
+        ({"label": True}, "line 1: key 'label' must be an integer"),
+        ({"spans": [[3, 99]]}, "line 1: spans[0] must be [start, end]"),
+        ({"spans": [[5, 5]]}, "line 1: spans[0] must be [start, end]"),
+        ({"id": ""}, "line 1: key 'id' is empty"),
+    ],
+)
+def test_labelled_pairs_refuse_a_bad_line(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    path = _write(tmp_path / "l.jsonl", [{**LABELLED[0], **change}])
+    with pytest.raises(DatasetFormatError, match="expected: your labelled pairs") as err:
+        load_dataset("jsonl", path)
+    assert message in str(err.value)
+
+
+def _bench(model_dir: Path, out: Path, *extra: str) -> int:
+    args = ["bench", "grounding", "--model", str(model_dir), "--resamples", "20"]
+    return cli.main([*args, "--out", str(out), *extra])
+
+
+def test_bench_grounding_on_labelled_pairs(model_dir, profile, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    more = [  # five groups: the span-level probe's folds
+        {"id": f"more{k}", "context": PAIRS[0]["context"], "response": text, "label": k}
+        for k, text in enumerate(["It crosses the river.", "It crosses the sea."])
+    ]
+    data = _write(tmp_path / "l.jsonl", [*LABELLED, *more])
+    out = tmp_path / "bench"
+    args = ["--dataset", "jsonl", "--data", str(data), "--profile", str(profile)]
+    assert _bench(model_dir, out, *args) == 0
+    rows = [json.loads(v) for v in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [r["label"] for r in rows] == [True, False, True, False, False, True]
+    grounder = Grounder(tiny_model("llama"), make_tiny_tokenizer(), profile=profile, top_k=5)
+    want = grounder.ground(PAIRS[0]["context"], PAIRS[0]["response"], PAIRS[0]["question"])
+    assert rows[0]["scores"]["rcstat"] == pytest.approx(want.score, rel=1e-5)
+    assert len(list((out / "tokens").glob("*.npz"))) == 6  # the spans are evaluated
+    report = json.loads((out / "report.json").read_text())
+    assert report["dataset"] == "jsonl" and report["positives"] == 3
+    assert report["spans"] != {"note": "no annotated span"}  # read (too few groups to fit)
+    with np.load(out / "tokens" / token_file_name("bridge")) as tokens:
+        assert tokens["label"].any() and not tokens["label"].all()  # "1925" only
+
+
+def test_bench_grounding_jsonl_refuses_a_bad_line_before_the_model(  # type: ignore[no-untyped-def]
+    model_dir, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr("rcstat.cli.bench.load_model_quietly", _no_model)
+    data = _write(tmp_path / "l.jsonl", [LABELLED[0], {**LABELLED[1], "label": "no"}])
+    assert _bench(model_dir, tmp_path / "out", "--dataset", "jsonl", "--data", str(data)) == 2
+    printed = " ".join(capsys.readouterr().err.split())
+    assert "line 2: key 'label' must be an integer" in printed
+
+
+def test_bench_grounding_one_class_prints_a_note(model_dir, profile, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    data = _write(tmp_path / "l.jsonl", [LABELLED[0], LABELLED[2]])  # unsupported only
+    out = tmp_path / "bench"
+    args = ["--dataset", "jsonl", "--data", str(data), "--profile", str(profile)]
+    assert _bench(model_dir, out, *args) == 0
+    printed = capsys.readouterr().out
+    assert "note: no AUROC" in printed and "2 unsupported and 0 supported" in printed
+    assert "Empty DataFrame" not in printed and not (out / "roc.png").exists()
