@@ -124,6 +124,51 @@ def test_hebrew_sentences(language: str) -> None:
     assert _sentences(text, language) == want
 
 
+@pytest.mark.parametrize("language", [DEFAULT_LANGUAGE, "ja"])
+def test_japanese_sentences_starting_with_a_digit_or_latin_letter(language: str) -> None:
+    text = "東京タワーは1958年に建てられました。1962年に改装されました。NHKが使います！本当？"
+    assert _sentences(text, language) == [
+        "東京タワーは1958年に建てられました。",
+        "1962年に改装されました。",
+        "NHKが使います！",
+        "本当？",
+    ]
+    # the half-width full stop, and closing quotes and brackets stay with their sentence
+    assert _sentences("晴れ｡2日は雨「本当？」3日は（晴れ。）X", language) == [
+        "晴れ｡",
+        "2日は雨「本当？」",
+        "3日は（晴れ。）",
+        "X",
+    ]
+
+
+@pytest.mark.parametrize("language", [DEFAULT_LANGUAGE, "zh"])
+def test_chinese_sentences_without_spaces(language: str) -> None:
+    text = "北京是首都。2008年举办了奥运会！GDP增长了吗？？是的。”他说"
+    assert _sentences(text, language) == [
+        "北京是首都。",
+        "2008年举办了奥运会！",
+        "GDP增长了吗？？",
+        "是的。”",
+        "他说",
+    ]
+
+
+_CJK_PIECES = [*"日本語中文aZ3 .!?」”）\n", "1962", "。", "！", "？", "｡", "？！"]
+_CJK_TEXT = st.lists(st.sampled_from(_CJK_PIECES), max_size=30).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_CJK_TEXT, st.sampled_from([DEFAULT_LANGUAGE, "ja", "zh", "de"]))
+def test_a_cjk_mark_ends_its_sentence_before_any_character(text: str, language: str) -> None:
+    spans = split_sentences(text, language=language)
+    _check_invariants(text, spans)
+    for span in spans:
+        for i, char in enumerate(span.text):  # only marks and closers may follow a mark
+            if char in "。！？｡":
+                assert set(span.text[i + 1 :]) <= set("。！？｡」”）"), (text, span)
+
+
 def test_mixed_scripts_and_marks() -> None:
     text = "English first. 日本語の文です。Another one? جملة عربية؟ \u200fמשפט. Last."
     assert _sentences(text) == [

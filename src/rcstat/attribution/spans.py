@@ -19,6 +19,12 @@ decimals ("3.5") and a closing quote after a full stop stay inside their sentenc
 segments are *non-destructive* (they concatenate to the input), so character offsets into
 the caller's string are exact; this module only cuts at blank lines first (a paragraph never
 runs on into the next, whatever the library does with ``"\\n \\n"``) and trims whitespace.
+
+One rule is added to the library's: a CJK full stop, exclamation or question mark (``。！？``
+and the half-width ``｡``) ends a sentence whatever follows it, with the closing quotes and
+brackets right after it. CJK text puts no space between sentences, and sentencex keeps
+"…建てられました。1962年に…" together when the next sentence starts with a digit or a Latin
+letter.
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ DEFAULT_LANGUAGE = "en"
 
 # A blank line (only whitespace between two line breaks) always ends a sentence.
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+
+# A CJK sentence end: its marks (full-width, and the half-width full stop), then the closing
+# quotes and brackets that belong to the sentence. It ends a sentence before any character.
+_CJK_END = re.compile("[。！？｡]+[」』”’\"'）)】〕〉》］]*")
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,8 @@ def split_sentences(text: str, *, language: str = DEFAULT_LANGUAGE) -> list[Text
     A blank line always ends a sentence. Inside a paragraph the boundaries are sentencex's
     (see the module docstring): a terminator followed by a new sentence ends one, while
     abbreviations, decimals and closing quotes do not. When it is unsure the segmenter keeps
-    text together rather than cut a sentence in two.
+    text together rather than cut a sentence in two. A CJK mark ``。！？｡`` (with the closing
+    quotes and brackets after it) ends a sentence before any character, in every language.
 
     Examples
     --------
@@ -102,6 +113,8 @@ def split_sentences(text: str, *, language: str = DEFAULT_LANGUAGE) -> list[Text
     ['Dr. Smith paid 3.5 million.', 'He left.']
     >>> [s.text for s in split_sentences("今日は晴れです。明日は雨ですか？")]
     ['今日は晴れです。', '明日は雨ですか？']
+    >>> [s.text for s in split_sentences("塔は1958年に建った。1962年に開いた。", language="ja")]
+    ['塔は1958年に建った。', '1962年に開いた。']
     """
     if not isinstance(text, str):
         raise TypeError(f"text: expected a str, got {type(text).__name__}")
@@ -135,11 +148,12 @@ def split_sentences(text: str, *, language: str = DEFAULT_LANGUAGE) -> list[Text
 
 
 def _sentence_ends(text: str, start: int, end: int, language: str) -> list[int]:
-    """Offsets in ``text`` where sentencex ends a sentence inside ``text[start:end]``.
+    """Offsets in ``text``, in order, where a sentence ends inside ``text[start:end]``.
 
-    The segments are located in the paragraph one after the other (they are consecutive
-    slices of it), so every returned offset is exact; a segment that cannot be found (a
-    library that altered its output) contributes no cut, and the text stays covered.
+    sentencex's segments are located in the paragraph one after the other (they are
+    consecutive slices of it), so every offset is exact; a segment that cannot be found (a
+    library that altered its output) contributes no cut, and the text stays covered. The end
+    of every CJK mark (:data:`_CJK_END`) is a cut too.
     """
     paragraph = text[start:end]
     ends: list[int] = []
@@ -150,7 +164,8 @@ def _sentence_ends(text: str, start: int, end: int, language: str) -> list[int]:
             continue
         cursor = found + len(segment)
         ends.append(start + cursor)
-    return ends
+    ends.extend(start + match.end() for match in _CJK_END.finditer(paragraph))
+    return sorted(set(ends))
 
 
 def join_chunks(chunks: Sequence[str]) -> tuple[str, list[TextSpan]]:
