@@ -38,6 +38,8 @@ REFUSALS = [
     (["attribute", "--context", "c.", "--question", "q?", "--language", "english"], "--language"),
     (["attribute", "--context", "c.", "--question", "q?", "--language", "xx"], "--language"),
     (["ground", "--context", "c.", "--response", "r.", "--language", "fr_XX_"], "--language"),
+    (["ground", "--context", "c.", "--response", "r.", "--threshold", "-1"], "in [0, 1]"),
+    (["ground", "--context", "c.", "--response", "r.", "--threshold", "1e308"], "in [0, 1]"),
     (
         ["compress", "--context", "c", "--question", "q", "--ratio", "0.5", "--threshold", "1"],
         "--ratio and --threshold",
@@ -114,12 +116,16 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
         cli.main(["--help"])
     assert exited.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert set(EXIT_CODES) == {0, 2, 130}
+    assert set(EXIT_CODES) == {0, 1, 2, 130}
+    ground = _help("ground")  # rcstat ground exits with its verdict: its help lists them too
     for code in EXIT_CODES:
         assert f"{code} {EXIT_CODES[code].split()[0]}" in text
+        assert f"{code} {' '.join(EXIT_CODES[code].split())}" in ground
+    assert "reads English only" in ground
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     for code in EXIT_CODES:
         assert f"`{code}`" in readme
+    assert "`1` the response is unsupported (`rcstat ground` only" in " ".join(readme.split())
 
 
 def _help(*command: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,9 @@ import pandas as pd
 import pytest
 
 from rcstat import cli
+from rcstat.cli.ground_output import language_warning, latin_share
 from rcstat.data import find_shared_data
+from rcstat.defaults import DEFAULT_MODEL_NAME
 from rcstat.evaluation.grounding_bench import BASELINES, VARIANTS
 from rcstat.grounding import Grounder, Grounding, HeadProfile
 from tests._tiny_models import tiny_model
@@ -58,12 +61,13 @@ def _ground(model_dir: Path, profile: Path, out: Path, *extra: str) -> int:
 def test_ground_writes_results_matching_the_library(model_dir, profiles, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
     texts = ["--context", CONTEXT, "--response", RESPONSE, "--question", QUESTION]
-    assert _ground(model_dir, profiles[0], out, *texts, "--quantile", "0.3") == 0
-    assert OUTPUTS <= {p.name for p in out.iterdir()}
-    result = Grounding.load(out / "ground.json")
     want = Grounder(
         tiny_model("llama"), make_tiny_tokenizer(), profile=profiles[0], quantile=0.3, top_k=5
     ).ground(CONTEXT, RESPONSE, QUESTION)
+    code = _ground(model_dir, profiles[0], out, *texts, "--quantile", "0.3")
+    assert code == (0 if want.supported else 1)  # the exit status is the verdict
+    assert OUTPUTS <= {p.name for p in out.iterdir()}
+    result = Grounding.load(out / "ground.json")
     assert result.score == pytest.approx(want.score, rel=1e-5)
     np.testing.assert_allclose(result.token_scores, want.token_scores, rtol=1e-5)
     assert result.response == RESPONSE and result.question == QUESTION
@@ -78,8 +82,9 @@ def test_ground_writes_results_matching_the_library(model_dir, profiles, tmp_pat
     printed = " ".join(capsys.readouterr().out.split())
     assert f"response score {want.score:.3f}" in printed and "ground.html" in printed
     # run again into the same folder: its own earlier output is replaced
-    assert _ground(model_dir, profiles[0], out, *texts, "--threshold", "0.99") == 0
+    assert _ground(model_dir, profiles[0], out, *texts, "--threshold", "0.99") == 1
     assert Grounding.load(out / "ground.json").threshold == 0.99
+    assert not Grounding.load(out / "ground.json").supported
 
 
 def test_ground_reads_the_response_from_stdin(  # type: ignore[no-untyped-def]
@@ -90,9 +95,17 @@ def test_ground_reads_the_response_from_stdin(  # type: ignore[no-untyped-def]
     context.write_text(CONTEXT, encoding="utf-8")
     out = tmp_path / "out"
     code = _ground(
-        model_dir, profiles[0], out, "--context-file", str(context), "--response-file", "-"
+        model_dir,
+        profiles[0],
+        out,
+        "--context-file",
+        str(context),
+        "--response-file",
+        "-",
+        "--threshold",
+        "0",
     )
-    assert code == 0
+    assert code == 0  # every score passes a threshold of 0: supported
     result = Grounding.load(out / "ground.json")
     assert result.response == RESPONSE and result.context == CONTEXT
     assert result.question == "Write a response based on the text above."
@@ -111,6 +124,15 @@ def test_ground_reads_the_response_from_stdin(  # type: ignore[no-untyped-def]
         (["--context", CONTEXT, "--response", RESPONSE, "--quantile", "1"], "--quantile"),
         (["--context", CONTEXT, "--response", RESPONSE, "--quantile", "0"], "--quantile"),
         (["--context", CONTEXT, "--response", RESPONSE, "--threshold", "nan"], "--threshold"),
+        (
+            ["--context", CONTEXT, "--response", RESPONSE, "--threshold", "-1"],
+            "--threshold must be in [0, 1], got -1.0",
+        ),
+        (
+            ["--context", CONTEXT, "--response", RESPONSE, "--threshold", "1e308"],
+            "--threshold must be in [0, 1], got 1e+308",
+        ),
+        (["--pairs", "pairs.jsonl", "--json"], "--json grounds one pair"),
         (["--context", CONTEXT, "--response", RESPONSE, "--probe", "nope.json"], "no such file"),
         (
             ["--context", CONTEXT, "--context-file", "c.txt", "--response", RESPONSE],
@@ -127,6 +149,113 @@ def test_ground_bad_options_exit_2_before_loading(  # type: ignore[no-untyped-de
     printed = " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert printed.startswith("error:") and message in printed
     assert not out.exists()
+
+
+LONG_CONTEXT = (
+    "The suspension bridge over the slow brown river was built in 1889 by a large team of "
+    "engineers from three different countries. Paris is the capital of France."
+)
+LONG_RESPONSE = (
+    "The suspension bridge over the slow brown river was built in 1889 by a large team of "
+    "engineers from three different countries, who finished it in winter. It is in Paris."
+)
+
+
+@pytest.mark.parametrize(("threshold", "status"), [("0", 0), ("1", 1)])
+def test_ground_json_is_the_only_stdout_and_the_status_is_the_verdict(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, capsys, threshold, status
+) -> None:
+    out = tmp_path / "out"
+    texts = ["--context", LONG_CONTEXT, "--response", LONG_RESPONSE, "--question", QUESTION]
+    code = _ground(model_dir, profiles[0], out, *texts, "--threshold", threshold, "--json")
+    assert code == status
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)  # exactly one JSON object: nothing else on stdout
+    assert captured.out.count("\n") == 1
+    result = Grounding.load(out / "ground.json")
+    assert document["verdict"] == ("supported" if status == 0 else "unsupported")
+    assert document["score"] == pytest.approx(result.score)
+    assert document["threshold"] == float(threshold) and document["out"] == str(out)
+    assert document["baselines"].keys() == result.baselines.keys()
+    assert [s["text"] for s in document["sentences"]] == [s.text for s in result.sentences]
+    for got, sentence in zip(document["sentences"], result.sentences, strict=True):
+        assert got["score"] == pytest.approx(sentence.score)
+        assert got["verdict"] == ("supported" if sentence.supported else "unsupported")
+        support = sentence.support
+        assert got["support"] == (
+            None
+            if support is None
+            else {
+                "start": support.start,
+                "end": support.end,
+                "text": support.text,
+                "share": pytest.approx(sentence.support_share),
+            }
+        )
+        first, last = sentence.tokens
+        weakest = first + int(np.argmin(result.token_scores[first:last]))
+        start, end = result.token_spans[weakest]
+        assert got["weakest_token"]["score"] == pytest.approx(result.token_scores[weakest])
+        assert got["weakest_token"]["text"] == LONG_RESPONSE[start:end]
+    assert "response score" not in captured.err and "results written to" in captured.err
+
+
+def test_ground_table_shows_whole_sentences_and_evidence(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, capsys
+) -> None:
+    out = tmp_path / "out"
+    texts = ["--context", LONG_CONTEXT, "--response", LONG_RESPONSE]
+    assert _ground(model_dir, profiles[0], out, *texts, "--threshold", "0") == 0
+    printed = capsys.readouterr().out
+    assert "…" not in printed
+    words = set(printed.replace("│", " ").split())
+    result = Grounding.load(out / "ground.json")
+    shown = [s.text for s in result.sentences]
+    shown += [s.support.text for s in result.sentences if s.support is not None]
+    assert max(map(len, shown)) > 100  # longer than any cut the table once made
+    for text in shown:
+        assert set(text.split()) <= words, text
+    # an unsupported sentence names its weakest token
+    assert _ground(model_dir, profiles[0], out, *texts, "--threshold", "1") == 1
+    result = Grounding.load(out / "ground.json")
+    first, last = result.sentences[0].tokens
+    start, end = result.token_spans[first + int(np.argmin(result.token_scores[first:last]))]
+    token = LONG_RESPONSE[start:end].strip()
+    cells = set(capsys.readouterr().out.replace("│", " ").split())  # wrapped: word by word
+    assert {"unsupported:", "weakest", "token", repr(token)} <= cells
+
+
+def test_ground_warns_when_the_text_is_not_in_the_default_models_script(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, monkeypatch, capsys
+) -> None:
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("stop here")
+
+    monkeypatch.setattr("rcstat.cli.ground.load_model_quietly", stop)
+    japanese = "東京タワーは1958年に建てられました。1962年に改装されました。"
+    argv = ["ground", "--context", japanese, "--response", "It was built in 1958."]
+    assert cli.main([*argv, "--out", str(tmp_path / "a")]) == 2
+    warning, error = capsys.readouterr().err.splitlines()
+    assert warning.startswith("warning: the context is mostly not in the Latin script")
+    assert "SmolLM2-135M-Instruct reads English only" in warning and "stop here" in error
+    # another model, or Latin-script text: no warning
+    assert _ground(model_dir, profiles[0], tmp_path / "b", *argv[1:]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: stop here"]
+    english = ["ground", "--context", "It was built in 1958.", "--response", japanese[:8]]
+    assert cli.main([*english, "--out", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err.startswith("warning: the response is mostly not")
+
+
+def test_latin_share_and_the_language_warning_by_hand() -> None:
+    assert latin_share("Straße café") == 1.0 and math.isnan(latin_share("1962 !"))
+    assert latin_share("ab東京") == 0.5 and latin_share("Москва") == 0.0
+    texts = {"context": "Paris is big.", "response": "東京は大きい abc"}  # 3 of 9 letters Latin
+    warning = language_warning(None, texts)
+    assert warning is not None and warning.startswith("warning: the response is mostly not")
+    assert "(33% Latin letters)" in warning and "\n" not in warning
+    assert language_warning(DEFAULT_MODEL_NAME, texts) == warning
+    assert language_warning("Qwen/Qwen2.5-7B", texts) is None
+    assert language_warning(None, {"context": "ab東京", "response": "1962"}) is None  # half
 
 
 def test_ground_missing_profile_and_foreign_out(  # type: ignore[no-untyped-def]
@@ -215,8 +344,10 @@ def test_ground_profile_writes_a_profile(model_dir, tmp_path, capsys) -> None:  
     # the profile drives `rcstat ground`
     ground = tmp_path / "ground"
     texts = ["--context", CONTEXT, "--response", RESPONSE]
-    assert _ground(model_dir, out / "profile.json", ground, *texts) == 0
-    assert Grounding.load(ground / "ground.json").threshold == profile.threshold
+    code = _ground(model_dir, out / "profile.json", ground, *texts)
+    grounded = Grounding.load(ground / "ground.json")
+    assert grounded.threshold == profile.threshold
+    assert code == (0 if grounded.supported else 1)
 
 
 @pytest.mark.parametrize(

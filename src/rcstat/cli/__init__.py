@@ -5,7 +5,8 @@ Each sub-command is a module of this package with ``register(sub)`` (its parser)
 ``from_namespace(ns)`` (its checked arguments: every option is validated before a model is
 loaded or a file written) and ``run(args)`` (the exit status). :func:`main` dispatches, turns
 the errors a user can fix into one ``error:`` line on standard error with exit status 2, and
-ends Ctrl-C with one ``interrupted:`` line there saying what was kept (:data:`EXIT_CODES`).
+ends Ctrl-C with one ``interrupted:`` line there saying what was kept; ``rcstat ground`` exits
+with its verdict (:data:`EXIT_CODES`, from :mod:`rcstat.cli.exit_codes`).
 Results go to standard output.
 """
 
@@ -31,9 +32,10 @@ from rcstat.cli import (
     merge,
 )
 from rcstat.cli._common import HelpFormatter, error_console
+from rcstat.cli.exit_codes import EXIT_CODES, exit_status_text
 from rcstat.cli.options import join_dash_values
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXIT_CODES", "build_parser", "main"]
 
 COMMANDS: dict[str, ModuleType] = {
     module.NAME: module
@@ -41,14 +43,6 @@ COMMANDS: dict[str, ModuleType] = {
 }
 # Commands whose results are kept row by row and resume when run again.
 _RESUMABLE = {"heads", "bench"}
-
-#: Exit statuses of every command (``rcstat --help`` and the README list them).
-EXIT_CODES = {
-    0: "success",
-    2: "usage or input error: a bad option, input file or model, refused with one `error:` "
-    "line on standard error before any work where it can be checked first",
-    130: "interrupted (Ctrl-C): one `interrupted:` line on standard error says what was kept",
-}
 
 
 def version() -> str:
@@ -64,9 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rcstat",
         description="Relative Contextualization statistics of attention heads.",
         epilog="Results go to standard output; progress, errors and warnings to standard "
-        "error, one line each. Exit status: "
-        + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
-        + ".",
+        "error, one line each. " + exit_status_text(),
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"rcstat {version()}")

@@ -8,22 +8,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
-from rich.table import Table
 
 from rcstat.checks import check_number
-from rcstat.cli import ground_pairs
+from rcstat.cli import ground_output, ground_pairs
 from rcstat.cli._common import (
     Devices,
     add_command,
     check_output_folder,
-    clip,
     console,
+    error_console,
     load_model_quietly,
     optional_count,
     read_texts,
     staged_output,
     step,
 )
+from rcstat.cli.exit_codes import exit_status_text
 from rcstat.cli.options import (
     add_language_option,
     add_out_option,
@@ -59,6 +59,12 @@ def register(sub: Any) -> None:
         "the contextual heads times the token's surprise. Unsupported sentences are marked; "
         "supported ones show the context span they rest on.",
     )
+    gr.epilog = (
+        f"Languages: {ground_output.MODEL_LANGUAGES}; a text mostly not in the Latin script "
+        "gets a warning on standard error; scores in other languages are unreliable "
+        "(pass --model). "
+        "Without --pairs: " + exit_status_text()
+    )
     add_text_options(
         gr,
         (
@@ -86,6 +92,12 @@ def register(sub: Any) -> None:
     add_language_option(gr)
     add_out_option(gr, NAME)
     add_special_tokens_option(gr)
+    gr.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object on standard output (verdict, score, threshold, every "
+        "sentence with its score, verdict and evidence) instead of the table",
+    )
     ground_pairs.add_pairs_option(gr)
 
 
@@ -107,6 +119,7 @@ class GroundArgs:
     language: str
     out: Path
     allow_special_tokens: bool = False
+    json: bool = False
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GroundArgs:
@@ -130,9 +143,7 @@ class GroundArgs:
         fraction = ns.fraction
         if fraction is not None:
             fraction = check_number("--fraction", fraction, low=0.0, high=1.0, low_open=True)
-        threshold = ns.threshold
-        if threshold is not None:
-            threshold = check_number("--threshold", threshold)
+        threshold = ground_output.check_threshold(ns.threshold)
         top_k = optional_count("--top-k", ns.top_k)
         check_top_k(top_k, ns.model)
         return cls(
@@ -152,17 +163,23 @@ class GroundArgs:
             language=check_language(ns.language),
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,
+            json=ns.json,
         )
 
 
 def run(args: GroundArgs | PairsConfig) -> int:
-    """Ground the response; print its sentences, write ground.{json,csv,html}."""
+    """Ground the response; print its sentences (or the ``--json`` object), write
+    ground.{json,csv,html}; exit with the verdict (0 supported, 1 unsupported)."""
     from rcstat.grounding import Grounder
 
     if not isinstance(args, GroundArgs):  # --pairs (rcstat.cli.ground_pairs)
         return ground_pairs.run(args)
 
     check_output_folder(args.out, NAME)
+    texts = {"context": args.context, "response": args.response}
+    warning = ground_output.language_warning(args.model, texts)
+    if warning is not None:
+        error_console.print(warning, markup=False)
     model, tokenizer = load_model_quietly(args.model, args.devices)
     grounder = Grounder(
         model,
@@ -183,37 +200,21 @@ def run(args: GroundArgs | PairsConfig) -> int:
         result.to_frame("token").to_csv(stage / "ground_tokens.csv", index=False)
         result.save(stage / "ground.json")
         save_grounding_html(stage / "ground.html", result)
-    verdict = "supported" if result.supported else "UNSUPPORTED"
-    console.print(
-        f"response score {result.score:.3f} (threshold {result.threshold:.3f}): {verdict}"
-        + ("" if result.probe_score is None else f"; probe p(unsupported) {result.probe_score:.3f}")
-    )
-    table = Table(title="sentences")
-    table.add_column("#", justify="right")
-    table.add_column("sentence")
-    table.add_column("score", justify="right")
-    table.add_column("supported by")
-    for i, sentence in enumerate(result.sentences):
-        if sentence.supported:
-            support = "—" if sentence.support is None else clip(sentence.support.text, 50)
-            mark = ""
-        else:
-            support, mark = "[bold red]unsupported[/]", "✗ "
-        table.add_row(
-            str(i + 1),
-            mark + escape(clip(sentence.text, 60)),
-            f"{sentence.score:.3f}",
-            support if not sentence.supported else escape(support),
-        )
-    console.print(table)
+    if args.json:
+        ground_output.print_json(result, args.out)
+        error_console.print(f"results written to {escape(str(args.out))}/")
+        return ground_output.verdict_status(result)
+    ground_output.print_table(result)
     baselines = ", ".join(f"{k} {v:.3f}" for k, v in result.baselines.items())
     console.print(f"same-pass baselines (higher = more supported): {escape(baselines)}")
     console.print(f"results written to {escape(str(args.out))}/ (open ground.html)")
-    return 0
+    return ground_output.verdict_status(result)
 
 
 def from_namespace(ns: argparse.Namespace) -> GroundArgs | PairsConfig:
     """The checked arguments of ``rcstat ground`` (with ``--pairs``, its config)."""
     if ns.pairs is not None:
+        if ns.json:
+            raise ValueError("--json grounds one pair; --pairs writes a JSON row a pair to --out")
         return ground_pairs.from_namespace(ns)
     return GroundArgs.from_namespace(ns)

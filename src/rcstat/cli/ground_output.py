@@ -1,0 +1,193 @@
+"""What ``rcstat ground`` prints for one grounded response, and its checks of what it reads.
+
+* :func:`result_document`: the JSON object of ``--json`` (verdict, score, threshold, every
+  sentence with its score, verdict and evidence); :func:`print_json` writes it, alone, on
+  standard output.
+* :func:`print_table`: the console table, whole sentences and their evidence wrapped to the
+  terminal, never cut.
+* :func:`verdict_status`: the exit status of the verdict (:mod:`rcstat.cli.exit_codes`).
+* :func:`check_threshold`: ``--threshold`` against the score's range.
+* :func:`language_warning`: one line when a text is mostly not in the Latin script while the
+  analysis model is the default, English-only one.
+
+``rcstat ground --pairs`` can build its rows and checks from the same helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import unicodedata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from rcstat.checks import check_number
+from rcstat.cli._common import console
+from rcstat.cli.exit_codes import SUPPORTED, UNSUPPORTED
+from rcstat.defaults import DEFAULT_MODEL_NAME
+
+if TYPE_CHECKING:
+    from rcstat.grounding.result import Grounding, SentenceGrounding
+
+__all__ = [
+    "MODEL_LANGUAGES",
+    "SCORE_RANGE",
+    "check_threshold",
+    "language_warning",
+    "latin_share",
+    "print_json",
+    "print_table",
+    "result_document",
+    "verdict_status",
+]
+
+#: The grounding score's range: ``exp(-r·NLL)`` with ``r`` in [0, 1] and ``NLL >= 0``
+#: (:mod:`rcstat.grounding.score`), so a threshold outside it passes or flags everything.
+SCORE_RANGE = (0.0, 1.0)
+#: The languages of the default analysis model (SmolLM2-135M-Instruct is trained on English).
+MODEL_LANGUAGES = f"the default analysis model {DEFAULT_MODEL_NAME} reads English only"
+#: Below this share of Latin letters a text is "mostly not in the Latin script".
+LATIN_SHARE_MIN = 0.5
+
+
+def check_threshold(value: float | None) -> float | None:
+    """``--threshold`` as a number in :data:`SCORE_RANGE` (None: the profile's)."""
+    if value is None:
+        return None
+    low, high = SCORE_RANGE
+    return check_number("--threshold", value, low=low, high=high)
+
+
+def verdict_status(result: Grounding) -> int:
+    """0 when the result calls the response supported, 1 when it does not."""
+    return SUPPORTED if result.supported else UNSUPPORTED
+
+
+def latin_share(text: str) -> float:
+    """Share of the letters of ``text`` that are Latin (NaN when it has no letter).
+
+    >>> round(latin_share("Tokyo 東京"), 2), latin_share("1962!")
+    (0.71, nan)
+    """
+    letters = [c for c in text if c.isalpha()]
+    if not letters:
+        return math.nan
+    latin = sum(unicodedata.name(c, "").startswith("LATIN") for c in letters)
+    return latin / len(letters)
+
+
+def language_warning(model: str | None, texts: dict[str, str]) -> str | None:
+    """The warning line when the model is the default and a text (``{option: text}``) is mostly
+    not in the Latin script (under :data:`LATIN_SHARE_MIN` of its letters); None otherwise."""
+    if model not in (None, DEFAULT_MODEL_NAME):
+        return None
+    for option, text in texts.items():
+        share = latin_share(text)
+        if share < LATIN_SHARE_MIN:  # NaN (no letter) compares False
+            return (
+                f"warning: the {option} is mostly not in the Latin script ({share:.0%} Latin "
+                f"letters) and {MODEL_LANGUAGES}: its scores are unreliable there; "
+                "pass --model with a model that reads the language"
+            )
+    return None
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _weakest_token(result: Grounding, sentence: SentenceGrounding) -> dict[str, Any] | None:
+    """The sentence's lowest-scoring token (its character span in the response)."""
+    first, last = sentence.tokens
+    if last <= first:
+        return None
+    index = first + int(result.token_scores[first:last].argmin())
+    start, end = (int(v) for v in result.token_spans[index])
+    return {
+        "start": start,
+        "end": end,
+        "text": result.response[start:end],
+        "score": _number(float(result.token_scores[index])),
+    }
+
+
+def _sentence_document(result: Grounding, sentence: SentenceGrounding) -> dict[str, Any]:
+    support = sentence.support
+    return {
+        "start": sentence.start,
+        "end": sentence.end,
+        "text": sentence.text,
+        "score": _number(sentence.score),
+        "verdict": "supported" if sentence.supported else "unsupported",
+        "support": None
+        if support is None
+        else {
+            "start": support.start,
+            "end": support.end,
+            "text": support.text,
+            "share": _number(sentence.support_share),
+        },
+        "weakest_token": _weakest_token(result, sentence),
+    }
+
+
+def result_document(result: Grounding, out: Path | None = None) -> dict[str, Any]:
+    """The JSON object of one grounded response (plain JSON types; NaN written as null).
+
+    ``verdict`` is ``"supported"`` or ``"unsupported"`` (:attr:`Grounding.supported`); each
+    sentence has its score and verdict, the context sentence that supports it (``support``:
+    character span in the context, text, share) and its lowest-scoring token
+    (``weakest_token``: character span in the response, text, score).
+    """
+    return {
+        "verdict": "supported" if result.supported else "unsupported",
+        "score": _number(result.score),
+        "threshold": result.threshold,
+        "model": result.model,
+        "finished": result.finished,
+        "probe_score": _number(result.probe_score),
+        "baselines": {k: _number(v) for k, v in result.baselines.items()},
+        "sentences": [_sentence_document(result, s) for s in result.sentences],
+        "out": None if out is None else str(out),
+    }
+
+
+def print_json(result: Grounding, out: Path | None = None) -> None:
+    """Write :func:`result_document` on standard output as one line of JSON."""
+    sys.stdout.write(json.dumps(result_document(result, out), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def print_table(result: Grounding) -> None:
+    """The verdict line and a table of every sentence, its score and its evidence: the context
+    sentence that supports it, or the weakest token of an unsupported one; wrapped, not cut."""
+    verdict = "supported" if result.supported else "UNSUPPORTED"
+    console.print(
+        f"response score {result.score:.3f} (threshold {result.threshold:.3f}): {verdict}"
+        + ("" if result.probe_score is None else f"; probe p(unsupported) {result.probe_score:.3f}")
+    )
+    table = Table(title="sentences")
+    table.add_column("#", justify="right")
+    table.add_column("sentence", overflow="fold", ratio=1)
+    table.add_column("score", justify="right")
+    table.add_column("evidence", overflow="fold", ratio=1)
+    for i, sentence in enumerate(result.sentences):
+        if sentence.supported:
+            support = sentence.support
+            evidence = "—" if support is None else escape(" ".join(support.text.split()))
+            mark = ""
+        else:
+            weakest = _weakest_token(result, sentence)
+            token = "" if weakest is None else f": weakest token {weakest['text'].strip()!r}"
+            evidence, mark = f"[bold red]unsupported[/]{escape(token)}", "✗ "
+        table.add_row(
+            str(i + 1),
+            mark + escape(" ".join(sentence.text.split())),
+            f"{sentence.score:.3f}",
+            evidence,
+        )
+    console.print(table, soft_wrap=False)
