@@ -116,6 +116,8 @@ def test_ground_pairs_refuses_a_bad_line_before_the_model(  # type: ignore[no-un
         (["--response-file", "r.txt"], "drop --response-file"),
         (["--quantile", "1.5"], "--quantile"),
         (["--threshold", "nan"], "--threshold"),
+        (["--threshold", "-1"], "--threshold must be in [0, 1], got -1.0"),
+        (["--threshold", "1e308"], "--threshold must be in [0, 1]"),
         (["--probe", "missing.json"], "--probe missing.json: no such file"),
     ],
 )
@@ -241,3 +243,22 @@ def test_bench_grounding_one_class_prints_a_note(model_dir, profile, tmp_path, c
     printed = capsys.readouterr().out
     assert "note: no AUROC" in printed and "2 unsupported and 0 supported" in printed
     assert "Empty DataFrame" not in printed and not (out / "roc.png").exists()
+
+
+def test_ground_pairs_interrupted_says_its_rows_are_kept(  # type: ignore[no-untyped-def]
+    model_dir, profile, tmp_path, monkeypatch, capsys
+) -> None:
+    """Ctrl-C in a ``--pairs`` run keeps the finished rows (a resumable job), and says so."""
+    from rcstat.cli import ground_pairs
+
+    def interrupt(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ground_pairs, "run", interrupt)
+    data = _write(tmp_path / "pairs.jsonl", PAIRS)
+    out = tmp_path / "out"
+    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 130
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        f"interrupted: rows finished so far are kept in {out}; run the same command to resume"
+    )

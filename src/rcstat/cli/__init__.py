@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.run(args))
     except KeyboardInterrupt:
         out = getattr(args, "out", None) or getattr(ns, "out", None)
-        if ns.command in _RESUMABLE and out is not None:
+        if (ns.command in _RESUMABLE or getattr(ns, "pairs", None)) and out is not None:
             kept = f"rows finished so far are kept in {out}; run the same command to resume"
         else:
             kept = "nothing was written"

@@ -6,7 +6,6 @@
 * :func:`print_table`: the console table, whole sentences and their evidence wrapped to the
   terminal, never cut.
 * :func:`verdict_status`: the exit status of the verdict (:mod:`rcstat.cli.exit_codes`).
-* :func:`check_threshold`: ``--threshold`` against the score's range.
 * :func:`language_warning`: one line when a text is mostly not in the Latin script while the
   analysis model is the default, English-only one.
 
@@ -25,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from rich.table import Table
 
-from rcstat.checks import check_number
 from rcstat.cli._common import console
 from rcstat.cli.exit_codes import SUPPORTED, UNSUPPORTED
 from rcstat.defaults import DEFAULT_MODEL_NAME
@@ -35,8 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MODEL_LANGUAGES",
-    "SCORE_RANGE",
-    "check_threshold",
     "language_warning",
     "latin_share",
     "print_json",
@@ -45,21 +41,10 @@ __all__ = [
     "verdict_status",
 ]
 
-#: The grounding score's range: ``exp(-r·NLL)`` with ``r`` in [0, 1] and ``NLL >= 0``
-#: (:mod:`rcstat.grounding.score`), so a threshold outside it passes or flags everything.
-SCORE_RANGE = (0.0, 1.0)
 #: The languages of the default analysis model (SmolLM2-135M-Instruct is trained on English).
 MODEL_LANGUAGES = f"the default analysis model {DEFAULT_MODEL_NAME} reads English only"
 #: Below this share of Latin letters a text is "mostly not in the Latin script".
 LATIN_SHARE_MIN = 0.5
-
-
-def check_threshold(value: float | None) -> float | None:
-    """``--threshold`` as a number in :data:`SCORE_RANGE` (None: the profile's)."""
-    if value is None:
-        return None
-    low, high = SCORE_RANGE
-    return check_number("--threshold", value, low=low, high=high)
 
 
 def verdict_status(result: Grounding) -> int:

@@ -26,16 +26,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rcstat.checks import check_number
 from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE
 
 __all__ = [
     "DEFAULT_QUANTILE",
+    "SCORE_RANGE",
     "aggregate",
     "bigram_overlap",
+    "check_threshold",
     "token_scores",
 ]
 
 DEFAULT_QUANTILE = DEFAULT_GROUNDING_QUANTILE
+#: The score's range: ``exp(-r·NLL)`` with ``r`` in [0, 1] and ``NLL >= 0``, so a threshold
+#: outside it passes or flags everything.
+SCORE_RANGE = (0.0, 1.0)
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -79,3 +85,16 @@ def bigram_overlap(response: str, context: str) -> float:
     grams: Sequence[tuple[str, ...]] = list(zip(*(said[i:] for i in range(n)), strict=False))
     known = set(zip(*(source[i:] for i in range(n)), strict=False))
     return sum(g in known for g in grams) / len(grams)
+
+
+def check_threshold(value: float | None, name: str = "--threshold") -> float | None:
+    """A user's verdict threshold as a number in :data:`SCORE_RANGE` (None: the profile's);
+    ``ValueError`` naming ``name`` and the range otherwise.
+
+    >>> check_threshold(0.4), check_threshold(None)
+    (0.4, None)
+    """
+    if value is None:
+        return None
+    low, high = SCORE_RANGE
+    return check_number(name, value, low=low, high=high)

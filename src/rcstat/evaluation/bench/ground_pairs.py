@@ -27,6 +27,7 @@ from rcstat.checks import check_number, optional_count
 from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
 from rcstat.evaluation.bench.results import Outcome
+from rcstat.grounding.score import check_threshold
 from rcstat.runs.folder import staged_output
 from rcstat.runs.job import Item, Job, run_job
 from rcstat.runs.manifest import content_hash
@@ -76,8 +77,7 @@ class PairsConfig(JobConfig):
                 raise ValueError(f"{option} {path}: no such file")
         if self.fraction is not None:
             check_number("--fraction", self.fraction, low=0.0, high=1.0, low_open=True)
-        if self.threshold is not None:
-            check_number("--threshold", self.threshold)
+        check_threshold(self.threshold)
         check_number("--quantile", self.quantile, low=0.0, high=1.0, low_open=True, high_open=True)
         optional_count("--top-k", self.top_k)
 
