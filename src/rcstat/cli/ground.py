@@ -33,7 +33,6 @@ from rcstat.cli.options import (
     check_top_k,
 )
 from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K
-from rcstat.grounding.score import check_threshold
 from rcstat.report.grounding_html import save_grounding_html
 
 if TYPE_CHECKING:
@@ -144,6 +143,8 @@ class GroundArgs:
         fraction = ns.fraction
         if fraction is not None:
             fraction = check_number("--fraction", fraction, low=0.0, high=1.0, low_open=True)
+        from rcstat.grounding.score import check_threshold  # rcstat.grounding loads torch
+
         threshold = check_threshold(ns.threshold)
         top_k = optional_count("--top-k", ns.top_k)
         check_top_k(top_k, ns.model)

@@ -11,7 +11,10 @@ forward pass) into one row of ``grounded.jsonl`` in the output folder: its ``id`
 resumed on the pair's id and content hash, a folder made with other settings refused before
 the model loads; :func:`summarize_run` counts the verdicts into ``summary.json``.
 
->>> PairsConfig.from_dict({"data": "pairs.jsonl", "quantile": 0.3}).quantile
+>>> import json, pathlib, tempfile
+>>> data = pathlib.Path(tempfile.mkdtemp()) / "pairs.jsonl"
+>>> _ = data.write_text(json.dumps({"context": "The sky is blue.", "response": "Blue."}) + "\\n")
+>>> PairsConfig.from_dict({"data": str(data), "quantile": 0.3}).quantile
 0.3
 """
 
