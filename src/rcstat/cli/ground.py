@@ -183,18 +183,7 @@ def run(args: GroundArgs | PairsConfig) -> int:
     if warning is not None:
         error_console.print(warning, markup=False)
     model, tokenizer = load_model_quietly(args.model, args.devices)
-    grounder = Grounder(
-        model,
-        tokenizer,
-        profile=args.profile,
-        fraction=args.fraction,
-        quantile=args.quantile,
-        threshold=args.threshold,
-        probe=args.probe,
-        top_k=args.top_k,
-        allow_special_tokens=args.allow_special_tokens,
-        language=args.language,
-    )
+    grounder = Grounder.from_options(model, tokenizer, args)
     with step("grounding (one forward pass)…"):
         result = grounder.ground(args.context, args.response, args.question)
     with step("writing results…"), staged_output(args.out, NAME) as stage:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_INSTRUCTION",
+    "GROUNDER_OPTIONS",
     "Grounder",
     "Measurement",
     "Measurer",
@@ -220,6 +221,20 @@ class Measurer:
         )
 
 
+#: The options of :class:`Grounder` that a command's arguments or a job's config carry under
+#: the same names (:meth:`Grounder.from_options`).
+GROUNDER_OPTIONS = (
+    "profile",
+    "fraction",
+    "quantile",
+    "threshold",
+    "probe",
+    "top_k",
+    "allow_special_tokens",
+    "language",
+)
+
+
 class Grounder:
     """Score how well a response is supported by its context, from one teacher-forced pass.
 
@@ -261,6 +276,14 @@ class Grounder:
     >>> g.supported, [s.text for s in g.unsupported]  # doctest: +SKIP
     (False, ['It was finished in 1925.'])
     """
+
+    @classmethod
+    def from_options(
+        cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, options: Any
+    ) -> Grounder:
+        """A grounder whose options are the attributes of ``options`` named in
+        :data:`GROUNDER_OPTIONS` (a command's arguments, a job's config)."""
+        return cls(model, tokenizer, **{name: getattr(options, name) for name in GROUNDER_OPTIONS})
 
     def __init__(
         self,

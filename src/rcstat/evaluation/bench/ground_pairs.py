@@ -180,18 +180,7 @@ def run(config: PairsConfig, *, loader: Loader | None = None) -> PairsResult:
     pairs = load_pairs(config.data, limit=config.n)
     config.require(pairs)
     model, tokenizer = config.load_model(loader)
-    grounder = Grounder(
-        model,
-        tokenizer,
-        profile=config.profile,
-        fraction=config.fraction,
-        quantile=config.quantile,
-        threshold=config.threshold,
-        probe=config.probe,
-        top_k=config.top_k,
-        allow_special_tokens=config.allow_special_tokens,
-        language=config.language,
-    )
+    grounder = Grounder.from_options(model, tokenizer, config)
     config.claim_folder()
     job = PairsJob(grounder, pairs, config.compared(), model_label(config.model))
     done = run_job(job, config.out, shard=config.shard, retry_failed=config.retry_failed)
