@@ -31,7 +31,6 @@ from rcstat.attribution.result import (
     HeadRanking,
     SpanScore,
     SpanStatistic,
-    _check_span_score,
     _check_top_k,
 )
 from rcstat.attribution.spans import (
@@ -43,7 +42,7 @@ from rcstat.attribution.spans import (
 )
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.capture.host import HostStack
-from rcstat.defaults import DEFAULT_TOP_K, default_span_score
+from rcstat.defaults import DEFAULT_TOP_K, default_span_score, resolve_span_score
 from rcstat.generation import check_example, check_max_new_tokens, generate_answer, input_device
 from rcstat.segments import Segmented, segment_chat
 
@@ -125,7 +124,7 @@ class Attributor:
         if head_ranking != "all":
             _check_top_k(top_k, layout.num_layers * layout.num_heads)
         chosen = cast(SpanScore, span_score or default_span_score(statistic))
-        _check_span_score(chosen, statistic)
+        resolve_span_score(chosen, statistic)
         if not isinstance(question_first, bool):
             raise TypeError(f"question_first: expected a bool, got {type(question_first).__name__}")
         check_max_new_tokens(max_new_tokens)

@@ -122,7 +122,7 @@ class Attribution:
     )
 
     def __post_init__(self) -> None:
-        _check_span_score(self.span_score, self.statistic)
+        resolve_span_score(self.span_score, self.statistic)
 
     @property
     def num_heads(self) -> int:
@@ -192,7 +192,7 @@ class Attribution:
             Unknown ``span_score``, a per-key one with ``statistic="upper"``, or no head.
         """
         how = self.span_score if span_score is None else span_score
-        _check_span_score(how, self.statistic)
+        resolve_span_score(how, self.statistic)
         chosen = list(heads)
         if not chosen:
             raise ValueError("heads: give at least one (layer, head) pair")
@@ -416,12 +416,6 @@ def _method_name(head_ranking: str, top_k: int | None, statistic: str) -> str:
     side, _, post = head_ranking.partition("_")
     source = "post-softmax RC" if post else "RC"
     return f"{side}-{top_k} {source} heads{stat}"
-
-
-def _check_span_score(span_score: str, statistic: str) -> None:
-    """``span_score`` must be one of :data:`SPAN_SCORES`; the per-key ones need the expected RC
-    (:func:`rcstat.defaults.resolve_span_score`, the rule's one home)."""
-    resolve_span_score(span_score, statistic)
 
 
 def _check_top_k(top_k: int | None, num_heads: int) -> None:

@@ -18,9 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rcstat.attribution.result import _check_span_score
 from rcstat.checks import check_count, optional_count
-from rcstat.defaults import default_span_score
+from rcstat.defaults import default_span_score, resolve_span_score
 from rcstat.evaluation.attribution_bench import LAYOUTS, summarize_run
 from rcstat.evaluation.bench.common import (
     JobConfig,
@@ -87,7 +86,7 @@ class AttributionConfig(JobConfig):
             raise ValueError(f"--layout {self.layout!r}: choose one of {', '.join(LAYOUTS)}")
         if self.statistic not in _STATISTICS:
             raise ValueError(f"--statistic {self.statistic!r}: choose expected or upper")
-        _check_span_score(str(self.span_score), self.statistic)  # the rule's one home
+        resolve_span_score(str(self.span_score), self.statistic)
         source = self.fixed_heads_from
         if source is not None:
             if not (source / "predictions.jsonl").is_file():
