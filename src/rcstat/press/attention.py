@@ -1,15 +1,19 @@
 """The attention that reads a :class:`~rcstat.press.cache.RaggedCache`.
 
 Inside :func:`ragged_attention` the model runs the attention function ``"rcstat_ragged"``:
-packed layers go to :func:`packed_attention` (each query head reads its KV head's segment;
-``torch.nn.attention.varlen`` on CUDA, a padded sdpa reference elsewhere), dense layers to
-transformers' sdpa. See ``docs/press.md`` for the design and its limits.
+packed layers go to :func:`packed_attention` (each query head reads its KV head's segment; on
+CUDA a split-KV Triton kernel for decode steps (``decode_kernel.py``) and
+``torch.nn.attention.varlen`` for prompts and continuations, a padded sdpa reference
+elsewhere), dense layers to transformers' sdpa. See ``docs/press.md`` for the design and its
+limits.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -21,8 +25,15 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.switch import switched_attention
 from rcstat.press.layout import _SESSION, Backend, PackedKV, _Session
+from rcstat.stats import triton_available
 
 IMPLEMENTATION = "rcstat_ragged"
+BACKENDS: tuple[Backend, ...] = ("auto", "reference", "varlen", "split")
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
 
 
 @functools.cache
@@ -60,6 +71,32 @@ def _varlen_usable(query: torch.Tensor, mask: torch.Tensor | None) -> bool:
     )
 
 
+def _interpreting() -> bool:
+    """Whether Triton kernels run under its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None
+
+
+def _split_usable(query: torch.Tensor, mask: torch.Tensor | None) -> bool:
+    """Whether the split-KV decode kernel can serve: one query per head, no mask, dim <= 256,
+    a CUDA device with Triton (``RCSTAT_TRITON`` not 0) or CPU tensors under the interpreter."""
+    if query.shape[2] != 1 or mask is not None or query.shape[-1] > 256:
+        return False
+    if query.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return False
+    return triton_available(query.device) if query.is_cuda else _interpreting()
+
+
+def _split_preferred(query: torch.Tensor, mask: torch.Tensor | None) -> bool:
+    """``"auto"``'s choice of the split-KV kernel: CUDA decode steps in fp16/bf16 with the head
+    dims its tiles are sized for."""
+    return (
+        query.is_cuda
+        and query.dtype in (torch.float16, torch.bfloat16)
+        and query.shape[-1] in (64, 128, 256)
+        and _split_usable(query, mask)
+    )
+
+
 def packed_attention(
     query: torch.Tensor,
     packed: PackedKV,
@@ -85,8 +122,11 @@ def packed_attention(
         attend), e.g. with padding; it is gathered at each entry's position.
     backend
         ``"reference"`` (padded segments + boolean mask + sdpa, any device), ``"varlen"``
-        (``torch.nn.attention.varlen.varlen_attn``: CUDA, fp16/bf16, ``mask=None``) or
-        ``"auto"`` (varlen when usable, else the reference).
+        (``torch.nn.attention.varlen.varlen_attn``: CUDA, fp16/bf16, ``mask=None``),
+        ``"split"`` (the split-KV Triton decode kernel of ``decode_kernel.py``: ``q = 1``,
+        ``mask=None``, dim <= 256; CUDA, or CPU under ``TRITON_INTERPRET=1``) or ``"auto"``
+        (on CUDA: split for fp16/bf16 decode steps with dim 64/128/256, varlen for prompts
+        and continuations; else the reference).
 
     Returns
     -------
@@ -112,8 +152,7 @@ def packed_attention(
     >>> packed_attention(query, layer.packed, scaling=8**-0.5).shape
     torch.Size([1, 1, 4, 8])
     """
-    if backend not in ("auto", "reference", "varlen"):
-        raise ValueError(f"backend must be 'auto', 'reference' or 'varlen', got {backend!r}")
+    _check_backend(backend)
     batch, heads = query.shape[:2]
     if batch != packed.batch or heads % packed.kv_heads:
         raise ValueError(
@@ -128,6 +167,16 @@ def packed_attention(
             "(with scale and window_size/is_causal), a CUDA fp16/bf16 query, dim % 8 == 0 and "
             "<= 256, and no mask"
         )
+    if backend == "split" and not _split_usable(query, mask):
+        raise RuntimeError(
+            "the split-KV kernel cannot serve this call: it needs one query per head (decode), "
+            "no mask, dim <= 256, fp16/bf16/fp32, and a CUDA device with Triton (or CPU "
+            "tensors under TRITON_INTERPRET=1)"
+        )
+    if backend == "split" or (backend == "auto" and _split_preferred(query, mask)):
+        from rcstat.press.decode_kernel import split_decode_attention
+
+        return split_decode_attention(query, packed, scaling)
     if backend == "varlen" or (backend == "auto" and _varlen_usable(query, mask)):
         kernel = _varlen_kernel()
         assert kernel is not None
@@ -308,8 +357,7 @@ def ragged_attention(model: torch.nn.Module, *, backend: Backend = "auto") -> It
     restores the previous implementation on exit. The session lives in a ``ContextVar``: run
     the forward passes in the thread that entered the context.
     """
-    if backend not in ("auto", "reference", "varlen"):
-        raise ValueError(f"backend must be 'auto', 'reference' or 'varlen', got {backend!r}")
+    _check_backend(backend)
     if _SESSION.get() is not None:
         raise RuntimeError("ragged_attention contexts cannot be nested")
     token = _SESSION.set(_Session(backend=backend))

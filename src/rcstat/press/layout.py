@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-Backend = Literal["auto", "reference", "varlen"]
+Backend = Literal["auto", "reference", "varlen", "split"]
 
 
 @dataclass

@@ -1,0 +1,294 @@
+"""Split-KV ("flash-decoding") attention of one new token over a packed ragged layer (Triton).
+
+The decode step of a compressed layer reads each kept key/value row once; what limits it is
+how many streaming multiprocessors read at the same time. torch's varlen flash attention gives
+each (batch, KV head) segment one program, so a batch-1 step of an 8-KV-head model keeps 8 of
+~132 SMs busy. Here every segment is cut into ``splits`` contiguous chunks of rows:
+
+1. :func:`_split_kernel`, grid ``(segments, splits)``: a program streams its chunk of one
+   segment's live rows in tiles of ``BLOCK_N``, each tile loaded once for all ``group`` query
+   heads of the segment's KV head (GQA), and keeps the online-softmax state in fp32 (running
+   max ``m``, sum ``l``, unnormalised accumulator ``acc``); it writes partials
+   ``[S, splits, group]`` (``m``, ``l``) and ``[S, splits, group, dim]`` (``acc``);
+2. :func:`_combine_kernel`, grid ``(segments, group)``: merges the live splits of a head,
+   ``out = Σ_i 2^(m_i − M) acc_i / Σ_i 2^(m_i − M) l_i`` with ``M = max_i m_i``, into the
+   output in the query's dtype (zeros for an empty segment).
+
+The split plan (:func:`split_plan`) is made from host integers only: the number of segments,
+the row bound ``max_len + room`` of the layout (every live row of a segment lies below it, and
+it does not change while tokens are appended in place: ``max_len`` grows by one as ``room``
+shrinks by one, see ``cache.py``), the head dim and the SM count (read once per device). The
+kernels read the live lengths ``seg_len`` on the device, so a step neither waits for the device
+nor changes shape between repacks, and a CUDA graph recorded after a repack replays every
+later step until the next one. See ``docs/press.md``.
+
+This module imports Triton: :mod:`rcstat.press.attention` imports it only for a CUDA query or
+under Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors; the tests run it there).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from rcstat.press.layout import PackedKV
+
+_LOG2E = 1.4426950408889634
+_NEG = tl.constexpr(-1.0e30)  # finite "minus infinity": NEG − NEG = 0, never NaN
+_SPLIT_TILE = 32  # splits merged per iteration of the combine kernel
+_WAVES = 3  # programs per SM the plan aims at (2-4 keep the memory system busy)
+_MAX_SPLITS = 512
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How the rows of every segment are cut: ``splits`` chunks of ``chunk`` rows, read in
+    tiles of ``block_n`` rows. ``splits · chunk`` covers the row bound of the layout."""
+
+    splits: int
+    chunk: int
+    block_n: int
+
+
+def _tile_rows(dim: int) -> int:
+    """Rows per tile: about 16 KiB of fp16/bf16 keys per tile whatever the head dim."""
+    return max(16, min(128, 8192 // max(dim, 16)))
+
+
+def split_plan(segments: int, rows: int, dim: int, sms: int) -> SplitPlan:
+    """The split plan of a decode step, from host integers only (no tensor, no device read).
+
+    Parameters
+    ----------
+    segments
+        ``batch · kv_heads``.
+    rows
+        A bound on every segment's live length that holds until the next repack:
+        ``packed.max_len + packed.room``.
+    dim
+        Head dim.
+    sms
+        Streaming multiprocessors of the device.
+
+    Returns
+    -------
+    SplitPlan
+        ``splits`` such that ``segments · splits`` is about ``3 · sms`` programs (at most
+        :data:`_MAX_SPLITS`, and no chunk shorter than one tile); ``chunk`` a multiple of the
+        tile that covers ``rows`` in ``splits`` chunks.
+
+    Examples
+    --------
+    >>> split_plan(8, 65_600, 128, 132)  # batch 1, 8 KV heads, 64k kept rows, an H100
+    SplitPlan(splits=50, chunk=1344, block_n=64)
+    >>> split_plan(64, 65_600, 128, 132).splits  # batch 8: fewer splits per segment
+    7
+    """
+    for name, value in (("segments", segments), ("rows", rows), ("dim", dim), ("sms", sms)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a host int, got {type(value).__name__}")
+        if value < (0 if name == "rows" else 1):
+            raise ValueError(f"{name} must be >= {0 if name == 'rows' else 1}, got {value}")
+    block_n = _tile_rows(dim)
+    tiles = max(1, -(-rows // block_n))  # tiles of the longest segment
+    wanted = max(1, min(_MAX_SPLITS, -(-_WAVES * sms // segments), tiles))
+    chunk = -(-tiles // wanted) * block_n
+    splits = max(1, -(-rows // chunk))
+    return SplitPlan(splits=splits, chunk=chunk, block_n=block_n)
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    """SMs of a CUDA device (read once); 4 under the interpreter (a few splits to exercise)."""
+    if device.type != "cuda":
+        return 4
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def split_decode_attention(
+    query: torch.Tensor, packed: PackedKV, scaling: float, plan: SplitPlan | None = None
+) -> torch.Tensor:
+    """Decode attention of ``query`` ``[batch, heads, 1, dim]`` over ``packed`` (causal: the new
+    token is already appended, so every live row is visible); ``[batch, 1, heads, dim]``.
+
+    ``plan`` defaults to :func:`split_plan` of the layout; tests pass others.
+    """
+    batch, heads, q_len, dim = query.shape
+    segments = batch * packed.kv_heads
+    group = heads // packed.kv_heads
+    if q_len != 1:
+        raise ValueError(f"the split-KV kernel decodes one query per head, got q = {q_len}")
+    if packed.keys.stride(1) != 1 or packed.values.stride(1) != 1:
+        raise ValueError("the packed keys/values must be row-major [capacity, dim]")
+    rows = packed.max_len + packed.room
+    if plan is None:
+        plan = split_plan(segments, rows, dim, _sm_count(packed.keys.device))
+    elif plan.splits * plan.chunk < rows:
+        raise ValueError(f"{plan} does not cover the layout's {rows} rows per segment")
+    device = query.device
+    part_max = torch.empty(segments, plan.splits, group, device=device, dtype=torch.float32)
+    part_sum = torch.empty_like(part_max)  # [S, splits, G]
+    part_acc = torch.empty(segments, plan.splits, group, dim, device=device, dtype=torch.float32)
+    out = torch.empty(batch, 1, heads, dim, device=device, dtype=query.dtype)  # [B, 1, H, D]
+    block_d = max(16, triton.next_power_of_2(dim))
+    # half inputs: p·v on tf32 tensor cores (v is exact in tf32); fp32 inputs: exact products
+    precision = "ieee" if query.dtype == torch.float32 else "tf32"
+    _split_kernel[(segments, plan.splits)](
+        query,
+        packed.keys,
+        packed.values,
+        packed.seg_start,
+        packed.seg_len,
+        part_max,
+        part_sum,
+        part_acc,
+        scaling * _LOG2E,
+        packed.kv_heads,
+        query.stride(0),
+        query.stride(1),
+        query.stride(3),
+        packed.keys.stride(0),
+        packed.values.stride(0),
+        plan.chunk,
+        plan.splits,
+        GROUP=group,
+        BLOCK_G=max(16, triton.next_power_of_2(group)),
+        DIM=dim,
+        BLOCK_D=block_d,
+        BLOCK_N=plan.block_n,
+        PRECISION=precision,
+        num_warps=4,
+    )
+    _combine_kernel[(segments, group)](
+        part_max,
+        part_sum,
+        part_acc,
+        packed.seg_len,
+        out,
+        plan.chunk,
+        plan.splits,
+        GROUP=group,
+        DIM=dim,
+        BLOCK_D=block_d,
+        SPLIT_TILE=_SPLIT_TILE,
+        num_warps=4,
+    )
+    return out
+
+
+@triton.jit
+def _split_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    seg_start_ptr,
+    seg_len_ptr,
+    max_ptr,
+    sum_ptr,
+    acc_ptr,
+    qk_scale,
+    kv_heads,
+    stride_qb,
+    stride_qh,
+    stride_qd,
+    stride_k,
+    stride_v,
+    chunk,
+    splits,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """Online softmax of one chunk of one segment, for the ``GROUP`` heads reading it.
+
+    Scores are kept in base 2: ``qk_scale = scaling · log2(e)``, so ``2^(x·qk_scale) =
+    e^(x·scaling)``."""
+    segment = tl.program_id(0)
+    split = tl.program_id(1)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    g_ok = g < GROUP
+    d_ok = d < DIM
+    batch = segment // kv_heads
+    head = (segment % kv_heads) * GROUP + g  # [BLOCK_G] query heads of this KV head
+    q = tl.load(
+        q_ptr + batch * stride_qb + head[:, None] * stride_qh + d[None, :] * stride_qd,
+        mask=g_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )  # [BLOCK_G, BLOCK_D]
+    start = tl.load(seg_start_ptr + segment)  # int64 first row of the segment
+    length = tl.load(seg_len_ptr + segment).to(tl.int32)
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, length)
+    m = tl.full([BLOCK_G], _NEG, tl.float32)
+    total = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    n = tl.arange(0, BLOCK_N)
+    for first in range(lo, hi, BLOCK_N):
+        rank = first + n  # [BLOCK_N] index in the segment
+        n_ok = rank < hi
+        rows = start + rank
+        tile_ok = n_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_ptr + rows[:, None] * stride_k + d[None, :], mask=tile_ok, other=0.0)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [G, N]
+        scores = tl.where(n_ok[None, :], scores, _NEG)
+        m_new = tl.maximum(m, tl.max(scores, 1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.where(n_ok[None, :], tl.exp2(scores - m_new[:, None]), 0.0)  # [G, N] fp32
+        v = tl.load(v_ptr + rows[:, None] * stride_v + d[None, :], mask=tile_ok, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=PRECISION)
+        total = total * alpha + tl.sum(p, 1)
+        m = m_new
+    part = (segment * splits + split) * GROUP + g  # [BLOCK_G] index into [S, splits, G]
+    tl.store(max_ptr + part, m, mask=g_ok)
+    tl.store(sum_ptr + part, total, mask=g_ok)
+    tl.store(acc_ptr + part[:, None] * DIM + d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def _combine_kernel(
+    max_ptr,
+    sum_ptr,
+    acc_ptr,
+    seg_len_ptr,
+    out_ptr,
+    chunk,
+    splits,
+    GROUP: tl.constexpr,
+    DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    SPLIT_TILE: tl.constexpr,
+):
+    """Merge the live splits of one (segment, group head) and write its output row."""
+    segment = tl.program_id(0)
+    g = tl.program_id(1)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < DIM
+    length = tl.load(seg_len_ptr + segment).to(tl.int32)
+    live = (length + chunk - 1) // chunk  # splits that saw at least one row
+    m = tl.max(tl.full([SPLIT_TILE], _NEG, tl.float32), 0)  # fp32 scalar
+    total = tl.sum(tl.zeros([SPLIT_TILE], tl.float32), 0)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    i = tl.arange(0, SPLIT_TILE)
+    for first in range(0, live, SPLIT_TILE):
+        split = first + i
+        ok = split < live
+        part = (segment * splits + split) * GROUP + g  # [SPLIT_TILE]
+        m_i = tl.load(max_ptr + part, mask=ok, other=_NEG)
+        l_i = tl.load(sum_ptr + part, mask=ok, other=0.0)
+        a_i = tl.load(acc_ptr + part[:, None] * DIM + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        m_new = tl.maximum(m, tl.max(m_i, 0))
+        alpha = tl.exp2(m - m_new)
+        w = tl.where(ok, tl.exp2(m_i - m_new), 0.0)  # [SPLIT_TILE]
+        total = total * alpha + tl.sum(l_i * w, 0)
+        acc = acc * alpha + tl.sum(a_i * w[:, None], 0)
+        m = m_new
+    out = tl.where(total > 0, acc / tl.maximum(total, 1e-30), 0.0)
+    tl.store(out_ptr + (segment * GROUP + g) * DIM + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)

@@ -1,0 +1,186 @@
+"""Cases for the split-KV decode kernel (``rcstat.press.decode_kernel``) under Triton's
+interpreter on the CPU, in float32 against two oracles: the padded sdpa reference
+(``attention._reference_attention``) and a per-head softmax loop written here.
+
+The interpreter must be chosen before ``triton`` is first imported, so
+``tests/test_press_decode_kernel.py`` runs this file in a fresh process with
+``TRITON_INTERPRET=1`` (it is not collected on its own: the name does not start with
+``test_``). The compiled kernel is checked on a GPU by the ``gpu`` tests of that file."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from rcstat.press import PackedKV, RaggedCache, packed_attention, ragged_attention
+from rcstat.press.attention import _reference_attention
+from rcstat.press.decode_kernel import SplitPlan, split_decode_attention, split_plan
+from rcstat.press.layout import _pack
+from tests._tiny_models import tiny_model
+
+
+@pytest.fixture(autouse=True)
+def interpreted() -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.fail("run through tests/test_press_decode_kernel.py (needs TRITON_INTERPRET=1)")
+
+
+def ragged_layout(
+    seg_len: list[int], room: int, dim: int, gen: torch.Generator, *, kv_heads: int
+) -> PackedKV:
+    """A packed layer with the given live lengths (0 allowed) and ``room`` free rows each; the
+    keys and values of the room are random garbage, which the kernel must never read."""
+    lengths = torch.tensor(seg_len)
+    live = int(lengths.sum())
+    segment = torch.repeat_interleave(torch.arange(len(seg_len)), lengths)  # [N]
+    rank = torch.arange(live) - (torch.cumsum(lengths, 0) - lengths)[segment]
+    keys, values = (torch.randn(live, dim, generator=gen) for _ in "kv")
+    max_len = max(seg_len)
+    packed = _pack(
+        keys,
+        values,
+        torch.arange(live),
+        segment,
+        rank,  # positions: the live entries are the oldest ones, all visible
+        lengths,
+        room=room,
+        batch=len(seg_len) // kv_heads,
+        kv_heads=kv_heads,
+        length=max(max_len, 1),
+        max_len=max_len,
+        appended=0,
+    )
+    for s in range(len(seg_len)):  # garbage in the room: masks, not zeros, must keep it out
+        end = int(packed.seg_start[s + 1])
+        packed.keys[end - room : end] = 1e3  # (finite: the padded reference gathers row 0)
+        packed.values[end - room : end] = -1e3
+    return packed
+
+
+def naive_attention(query: torch.Tensor, packed: PackedKV, scaling: float) -> torch.Tensor:
+    """One softmax per (segment, head) over the segment's live rows, in float64; zeros for an
+    empty segment. ``[batch, 1, heads, dim]``."""
+    batch, heads, _, dim = query.shape
+    group = heads // packed.kv_heads
+    out = torch.zeros(batch, 1, heads, dim, dtype=torch.float64)
+    for s in range(batch * packed.kv_heads):
+        b, kv_head = divmod(s, packed.kv_heads)
+        start, n = int(packed.seg_start[s]), int(packed.seg_len[s])
+        keys = packed.keys[start : start + n].double()
+        values = packed.values[start : start + n].double()
+        for head in range(kv_head * group, (kv_head + 1) * group):
+            if n == 0:
+                continue
+            scores = keys @ query[b, head, 0].double() * scaling  # [n]
+            weights = torch.exp(scores - scores.max())
+            out[b, 0, head] = weights @ values / weights.sum()
+    return out
+
+
+def _lengths(segments: int, gen: torch.Generator, longest: int) -> list[int]:
+    lengths = torch.randint(0, longest + 1, (segments,), generator=gen).tolist()
+    lengths[0], lengths[-1] = 0, 1  # an empty and a one-entry segment in every case
+    lengths[segments // 2] = longest
+    return lengths
+
+
+PLANS = {
+    "default": None,  # split_plan with 4 "SMs": a few splits per segment
+    "one split": SplitPlan(splits=1, chunk=96, block_n=32),
+    "chunks mid-tile": SplitPlan(splits=9, chunk=11, block_n=16),
+}
+
+
+@pytest.mark.parametrize("plan", list(PLANS))
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("dim", [64, 128])
+def test_split_kernel_equals_the_reference_and_a_softmax_loop(
+    dim: int, group: int, plan: str
+) -> None:
+    gen = torch.Generator().manual_seed(dim + group)
+    batch, kv_heads, room = 2, 3, 5
+    packed = ragged_layout(_lengths(batch * kv_heads, gen, 90), room, dim, gen, kv_heads=kv_heads)
+    query = torch.randn(batch, kv_heads * group, 1, dim, generator=gen)
+    scaling = dim**-0.5
+    got = split_decode_attention(query, packed, scaling, PLANS[plan])
+    assert got.shape == (batch, 1, kv_heads * group, dim) and got.dtype == torch.float32
+    assert not got.isnan().any()  # empty segments give zeros
+    torch.testing.assert_close(got.double(), naive_attention(query, packed, scaling), rtol=1e-5, atol=1e-5)
+    live = packed.seg_len.view(batch, kv_heads).repeat_interleave(group, 1) > 0  # [B, H]
+    ref = _reference_attention(query, packed, scaling, None)  # sdpa: NaN rows where empty
+    torch.testing.assert_close(got[:, 0][live], ref[:, 0][live], rtol=1e-5, atol=1e-5)
+    assert torch.equal(got[:, 0][~live], torch.zeros_like(got[:, 0][~live]))
+
+
+def test_query_read_through_its_strides() -> None:
+    """transformers hands over ``[batch, heads, 1, dim]`` views of ``[batch, 1, heads, dim]``."""
+    gen = torch.Generator().manual_seed(3)
+    packed = ragged_layout([7, 0, 33, 1], 2, 64, gen, kv_heads=2)
+    query = torch.randn(2, 1, 8, 64, generator=gen).transpose(1, 2)  # non-contiguous
+    got = split_decode_attention(query, packed, 0.125)
+    torch.testing.assert_close(got, split_decode_attention(query.contiguous(), packed, 0.125))
+    torch.testing.assert_close(got.double(), naive_attention(query, packed, 0.125), rtol=1e-5, atol=1e-5)
+
+
+def test_a_plan_that_misses_rows_is_refused() -> None:
+    packed = ragged_layout([5, 40], 3, 64, torch.Generator().manual_seed(4), kv_heads=1)
+    with pytest.raises(ValueError, match="does not cover"):
+        split_decode_attention(torch.randn(2, 1, 1, 64), packed, 0.125, SplitPlan(2, 16, 16))
+
+
+def test_in_place_appends_keep_the_plan_until_the_repack() -> None:
+    """Decode steps append in place: the plan (from ``max_len + room``) stays the same while the
+    kernel reads the growing ``seg_len`` on the device; a repack changes it."""
+    gen = torch.Generator().manual_seed(5)
+    batch, kv_heads, group, length, dim = 1, 2, 4, 40, 64
+    keys, values = (torch.randn(batch, kv_heads, length + 6, dim, generator=gen) for _ in "kv")
+    keep = torch.rand(batch, kv_heads, length, generator=gen) < 0.5
+    keep[..., -1] = True
+    cache = RaggedCache(slack=3)
+    cache.update(keys[:, :, :length], values[:, :, :length], 0)
+    cache.compress_layer(0, keep)
+    layer = cache.layer(0)
+    bounds, plans = [], []
+    for step in range(6):  # 3 in place, then a repack
+        new = slice(length + step, length + step + 1)
+        layer.update(keys[:, :, new], values[:, :, new])
+        packed = layer.packed
+        assert packed is not None
+        query = torch.randn(batch, kv_heads * group, 1, dim, generator=gen)
+        bounds.append(packed.max_len + packed.room)
+        plans.append(split_plan(batch * kv_heads, bounds[-1], dim, 4))
+        got = packed_attention(query, packed, scaling=0.125, backend="split")
+        want = naive_attention(query, packed, 0.125)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    assert bounds[0] == bounds[1] == bounds[2] < bounds[3]  # the room doubles at the repack
+    assert plans[0] == plans[1] == plans[2]
+
+
+def test_greedy_generation_with_nothing_evicted_equals_the_dense_cache() -> None:
+    """The tiny Llama (head dim 16, GQA group 2) decoding with ``backend="split"``."""
+    torch.set_num_threads(1)
+    model = tiny_model("llama")
+    ids = torch.randint(0, 600, (1, 20), generator=torch.Generator().manual_seed(1))
+    options: dict[str, Any] = dict(
+        max_new_tokens=8,
+        min_new_tokens=8,
+        do_sample=False,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    with torch.no_grad():
+        want = model.generate(ids, past_key_values=DynamicCache(), **options)
+        cache = RaggedCache(slack=3)  # 8 steps: repacks too
+        model(ids[:, :-1], past_key_values=cache)
+        for layer in range(3):
+            cache.compress_layer(layer, torch.ones(1, 2, 19, dtype=torch.bool))
+        with ragged_attention(model, backend="split"):
+            got = model.generate(ids, past_key_values=cache, **options)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(want.logits, got.logits, strict=True):  # every step went through the kernel
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
