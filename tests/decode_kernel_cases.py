@@ -16,10 +16,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from rcstat.press import PackedKV, RaggedCache, packed_attention, ragged_attention
+from rcstat.press import RaggedCache, packed_attention, ragged_attention
 from rcstat.press.attention import _reference_attention
 from rcstat.press.decode_kernel import SplitPlan, split_decode_attention, split_plan
-from rcstat.press.layout import _pack
+from tests._decode_oracles import naive_attention, ragged_layout
 from tests._tiny_models import tiny_model
 
 
@@ -27,58 +27,6 @@ from tests._tiny_models import tiny_model
 def interpreted() -> None:
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.fail("run through tests/test_press_decode_kernel.py (needs TRITON_INTERPRET=1)")
-
-
-def ragged_layout(
-    seg_len: list[int], room: int, dim: int, gen: torch.Generator, *, kv_heads: int
-) -> PackedKV:
-    """A packed layer with the given live lengths (0 allowed) and ``room`` free rows each; the
-    keys and values of the room are random garbage, which the kernel must never read."""
-    lengths = torch.tensor(seg_len)
-    live = int(lengths.sum())
-    segment = torch.repeat_interleave(torch.arange(len(seg_len)), lengths)  # [N]
-    rank = torch.arange(live) - (torch.cumsum(lengths, 0) - lengths)[segment]
-    keys, values = (torch.randn(live, dim, generator=gen) for _ in "kv")
-    max_len = max(seg_len)
-    packed = _pack(
-        keys,
-        values,
-        torch.arange(live),
-        segment,
-        rank,  # positions: the live entries are the oldest ones, all visible
-        lengths,
-        room=room,
-        batch=len(seg_len) // kv_heads,
-        kv_heads=kv_heads,
-        length=max(max_len, 1),
-        max_len=max_len,
-        appended=0,
-    )
-    for s in range(len(seg_len)):  # garbage in the room: masks, not zeros, must keep it out
-        end = int(packed.seg_start[s + 1])
-        packed.keys[end - room : end] = 1e3  # (finite: the padded reference gathers row 0)
-        packed.values[end - room : end] = -1e3
-    return packed
-
-
-def naive_attention(query: torch.Tensor, packed: PackedKV, scaling: float) -> torch.Tensor:
-    """One softmax per (segment, head) over the segment's live rows, in float64; zeros for an
-    empty segment. ``[batch, 1, heads, dim]``."""
-    batch, heads, _, dim = query.shape
-    group = heads // packed.kv_heads
-    out = torch.zeros(batch, 1, heads, dim, dtype=torch.float64)
-    for s in range(batch * packed.kv_heads):
-        b, kv_head = divmod(s, packed.kv_heads)
-        start, n = int(packed.seg_start[s]), int(packed.seg_len[s])
-        keys = packed.keys[start : start + n].double()
-        values = packed.values[start : start + n].double()
-        for head in range(kv_head * group, (kv_head + 1) * group):
-            if n == 0:
-                continue
-            scores = keys @ query[b, head, 0].double() * scaling  # [n]
-            weights = torch.exp(scores - scores.max())
-            out[b, 0, head] = weights @ values / weights.sum()
-    return out
 
 
 def _lengths(segments: int, gen: torch.Generator, longest: int) -> list[int]:
@@ -109,7 +57,9 @@ def test_split_kernel_equals_the_reference_and_a_softmax_loop(
     got = split_decode_attention(query, packed, scaling, PLANS[plan])
     assert got.shape == (batch, 1, kv_heads * group, dim) and got.dtype == torch.float32
     assert not got.isnan().any()  # empty segments give zeros
-    torch.testing.assert_close(got.double(), naive_attention(query, packed, scaling), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        got.double(), naive_attention(query, packed, scaling), rtol=1e-5, atol=1e-5
+    )
     live = packed.seg_len.view(batch, kv_heads).repeat_interleave(group, 1) > 0  # [B, H]
     ref = _reference_attention(query, packed, scaling, None)  # sdpa: NaN rows where empty
     torch.testing.assert_close(got[:, 0][live], ref[:, 0][live], rtol=1e-5, atol=1e-5)
@@ -123,7 +73,9 @@ def test_query_read_through_its_strides() -> None:
     query = torch.randn(2, 1, 8, 64, generator=gen).transpose(1, 2)  # non-contiguous
     got = split_decode_attention(query, packed, 0.125)
     torch.testing.assert_close(got, split_decode_attention(query.contiguous(), packed, 0.125))
-    torch.testing.assert_close(got.double(), naive_attention(query, packed, 0.125), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        got.double(), naive_attention(query, packed, 0.125), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_a_plan_that_misses_rows_is_refused() -> None:

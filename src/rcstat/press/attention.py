@@ -33,7 +33,9 @@ BACKENDS: tuple[Backend, ...] = ("auto", "reference", "varlen", "split")
 
 def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+        raise ValueError(
+            f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
+        )
 
 
 @functools.cache
@@ -73,7 +75,9 @@ def _varlen_usable(query: torch.Tensor, mask: torch.Tensor | None) -> bool:
 
 def _interpreting() -> bool:
     """Whether Triton kernels run under its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None
+    return (
+        os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None
+    )
 
 
 def _split_usable(query: torch.Tensor, mask: torch.Tensor | None) -> bool:

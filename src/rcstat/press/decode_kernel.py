@@ -84,7 +84,7 @@ def split_plan(segments: int, rows: int, dim: int, sms: int) -> SplitPlan:
     Examples
     --------
     >>> split_plan(8, 65_600, 128, 132)  # batch 1, 8 KV heads, 64k kept rows, an H100
-    SplitPlan(splits=50, chunk=1344, block_n=64)
+    SplitPlan(splits=49, chunk=1344, block_n=64)
     >>> split_plan(64, 65_600, 128, 132).splits  # batch 8: fewer splits per segment
     7
     """
@@ -283,7 +283,9 @@ def _combine_kernel(
         part = (segment * splits + split) * GROUP + g  # [SPLIT_TILE]
         m_i = tl.load(max_ptr + part, mask=ok, other=_NEG)
         l_i = tl.load(sum_ptr + part, mask=ok, other=0.0)
-        a_i = tl.load(acc_ptr + part[:, None] * DIM + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        a_i = tl.load(
+            acc_ptr + part[:, None] * DIM + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0
+        )
         m_new = tl.maximum(m, tl.max(m_i, 0))
         alpha = tl.exp2(m - m_new)
         w = tl.where(ok, tl.exp2(m_i - m_new), 0.0)  # [SPLIT_TILE]

@@ -1,0 +1,86 @@
+"""Ragged layouts and an obvious attention oracle for the split-KV decode kernel's tests
+(``tests/decode_kernel_cases.py`` under the interpreter, ``tests/test_press_decode_kernel.py``
+on a GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from rcstat.press import PackedKV
+from rcstat.press.layout import _pack
+
+
+def ragged_layout(
+    seg_len: list[int],
+    room: int,
+    dim: int,
+    gen: torch.Generator,
+    *,
+    kv_heads: int,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+) -> PackedKV:
+    """A packed layer with the given live lengths (0 allowed) and ``room`` free rows each; the
+    room holds large garbage, which the kernel must never read. Built on the CPU in float32,
+    then moved to ``device`` / ``dtype``."""
+    lengths = torch.tensor(seg_len)
+    live = int(lengths.sum())
+    segment = torch.repeat_interleave(torch.arange(len(seg_len)), lengths)  # [N]
+    rank = torch.arange(live) - (torch.cumsum(lengths, 0) - lengths)[segment]
+    keys, values = (torch.randn(live, dim, generator=gen) for _ in "kv")
+    max_len = max(seg_len)
+    packed = _pack(
+        keys,
+        values,
+        torch.arange(live),
+        segment,
+        rank,  # positions: the live entries are the oldest ones, all visible
+        lengths,
+        room=room,
+        batch=len(seg_len) // kv_heads,
+        kv_heads=kv_heads,
+        length=max(max_len, 1),
+        max_len=max_len,
+        appended=0,
+    )
+    for s in range(len(seg_len)):  # garbage in the room: masks, not zeros, must keep it out
+        end = int(packed.seg_start[s + 1])
+        packed.keys[end - room : end] = 1e3  # (finite: the padded reference gathers row 0)
+        packed.values[end - room : end] = -1e3
+    return dataclasses.replace(
+        packed,
+        keys=packed.keys.to(device, dtype),
+        values=packed.values.to(device, dtype),
+        positions=packed.positions.to(device),
+        seg_start=packed.seg_start.to(device),
+        seg_len=packed.seg_len.to(device),
+    )
+
+
+def naive_attention(query: torch.Tensor, packed: PackedKV, scaling: float) -> torch.Tensor:
+    """One softmax per (segment, head) over the segment's live rows, in float64 on the CPU;
+    zeros for an empty segment. ``[batch, 1, heads, dim]``."""
+    query = query.cpu()
+    packed = dataclasses.replace(
+        packed,
+        **{
+            name: getattr(packed, name).cpu() for name in ("keys", "values", "seg_start", "seg_len")
+        },
+    )
+    batch, heads, _, dim = query.shape
+    group = heads // packed.kv_heads
+    out = torch.zeros(batch, 1, heads, dim, dtype=torch.float64)
+    for s in range(batch * packed.kv_heads):
+        b, kv_head = divmod(s, packed.kv_heads)
+        start, n = int(packed.seg_start[s]), int(packed.seg_len[s])
+        keys = packed.keys[start : start + n].double()
+        values = packed.values[start : start + n].double()
+        for head in range(kv_head * group, (kv_head + 1) * group):
+            if n == 0:
+                continue
+            scores = keys @ query[b, head, 0].double() * scaling  # [n]
+            weights = torch.exp(scores - scores.max())
+            out[b, 0, head] = weights @ values / weights.sum()
+    return out

@@ -1,0 +1,329 @@
+"""rcstat.press.decode_kernel: the split-KV decode kernel of the packed cache.
+
+On the CPU: its cases under Triton's interpreter (``tests/decode_kernel_cases.py``, run in a
+fresh process), the split plan from host integers, and the dispatch of ``packed_attention``.
+On a GPU (``pytest -m gpu``): fp16/bf16 against a float64 oracle, CUDA-graph replay, no host
+synchronisation, and greedy decoding of a model against the dense cache."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from rcstat.press import RaggedCache, packed_attention, ragged_attention
+from tests._decode_oracles import naive_attention, ragged_layout
+from tests._tiny_models import tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = "tests/decode_kernel_cases.py"
+
+
+def test_kernel_cases_under_the_interpreter_match_the_oracles() -> None:
+    pytest.importorskip("triton")
+    env = os.environ | {"TRITON_INTERPRET": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", CASES],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and "skipped" not in run.stdout, run.stdout[-2000:]
+
+
+def test_the_cpu_path_does_not_load_the_kernel() -> None:
+    """``import rcstat.press`` loads nothing; the CPU path never imports the kernel's module
+    (transformers' ``modeling_utils`` may import Triton itself where it is installed)."""
+    code = (
+        "import sys, torch\n"
+        "import rcstat.press\n"
+        "assert 'triton' not in sys.modules, 'rcstat.press imported triton'\n"
+        "from rcstat.press import RaggedCache, packed_attention\n"
+        "cache = RaggedCache(slack=2)\n"
+        "kv = torch.randn(1, 2, 5, 8)\n"
+        "cache.update(kv, kv.clone(), 0)\n"
+        "cache.compress_layer(0, torch.ones(1, 2, 5, dtype=torch.bool))\n"
+        "cache.layer(0).update(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8))\n"
+        "packed_attention(torch.randn(1, 4, 1, 8), cache.layer(0).packed, scaling=0.3)\n"
+        "assert 'rcstat.press.decode_kernel' not in sys.modules, 'kernel loaded on the CPU'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
+
+
+def test_split_backend_needs_cuda_or_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    packed = ragged_layout([3, 4], 2, 8, torch.Generator().manual_seed(0), kv_heads=2)
+    query = torch.randn(1, 4, 1, 8)
+    with pytest.raises(RuntimeError, match="split-KV"):
+        packed_attention(query, packed, scaling=0.3, backend="split")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(RuntimeError, match="one query per head"):  # a continuation: q = 2
+        packed_attention(torch.randn(1, 4, 2, 8), packed, scaling=0.3, backend="split")
+    with pytest.raises(ValueError, match="'split'"):
+        packed_attention(query, packed, scaling=0.3, backend="flash")  # type: ignore[arg-type]
+
+
+# -- the split plan: host integers only ----------------------------------------------------------
+
+
+def test_the_split_plan_takes_host_integers_only() -> None:
+    pytest.importorskip("triton")
+    from rcstat.press.decode_kernel import split_plan
+
+    with pytest.raises(TypeError, match="rows must be a host int"):
+        split_plan(8, torch.tensor(4096), 128, 132)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="segments must be a host int"):
+        split_plan(torch.tensor(8), 4096, 128, 132)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sms must be >= 1"):
+        split_plan(8, 4096, 128, 0)
+
+
+@given(
+    segments=st.integers(1, 1024),
+    rows=st.integers(0, 300_000),
+    dim=st.sampled_from([16, 64, 128, 256]),
+    sms=st.integers(1, 200),
+)
+def test_the_split_plan_covers_every_row_and_fills_the_device(
+    segments: int, rows: int, dim: int, sms: int
+) -> None:
+    pytest.importorskip("triton")
+    from rcstat.press.decode_kernel import _MAX_SPLITS, _WAVES, split_plan
+
+    plan = split_plan(segments, rows, dim, sms)
+    assert plan.splits * plan.chunk >= rows  # every live row is read
+    assert plan.chunk % plan.block_n == 0 and plan.chunk >= plan.block_n
+    assert rows == 0 or (plan.splits - 1) * plan.chunk < rows  # no split past the bound
+    assert 1 <= plan.splits <= _MAX_SPLITS
+    # about _WAVES programs per SM, unless the segments are too short to split further
+    tiles = -(-rows // plan.block_n)
+    floor = min(_WAVES * sms, segments * _MAX_SPLITS, segments * tiles)
+    assert floor <= 2 * segments * plan.splits <= 2 * (_WAVES * sms + segments)
+
+
+# -- CUDA --------------------------------------------------------------------------------------
+
+
+def _lengths(segments: int, longest: int, gen: torch.Generator) -> list[int]:
+    lengths = torch.randint(0, longest + 1, (segments,), generator=gen).tolist()
+    lengths[0], lengths[-1], lengths[segments // 2] = 0, 1, longest
+    return lengths
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("splits", ["plan", "one"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_half_precision_on_cuda_within_2e_3_of_float64(
+    dtype: torch.dtype, dim: int, group: int, splits: str
+) -> None:
+    """Relative error ``‖out − r(oracle)‖ / ‖oracle‖ <= 2e-3``, with ``r`` the rounding to the
+    output dtype (rounding alone costs bf16 ~1.7e-3 against the exact oracle), and every element
+    within one unit in the last place of it."""
+    from rcstat.press.decode_kernel import SplitPlan, split_decode_attention
+
+    gen = torch.Generator().manual_seed(dim * group)
+    batch, kv_heads = 2, 4
+    lengths = _lengths(batch * kv_heads, 3000, gen)
+    packed = ragged_layout(lengths, 7, dim, gen, kv_heads=kv_heads, dtype=dtype, device="cuda")
+    query = torch.randn(batch, kv_heads * group, 1, dim, generator=gen).to("cuda", dtype)
+    plan = None if splits == "plan" else SplitPlan(1, 3072, 64 if dim < 256 else 32)
+    got = split_decode_attention(query, packed, dim**-0.5, plan).cpu()
+    want = naive_attention(query, packed, dim**-0.5)
+    rounded = want.to(dtype).double()
+    assert (got.double() - rounded).norm() <= 2e-3 * want.norm()
+    ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-10
+    torch.testing.assert_close(got.double(), want, rtol=ulp, atol=1e-4)
+    if splits == "plan":  # the padded reference in the same dtype agrees as closely
+        ref = packed_attention(query, packed, scaling=dim**-0.5, backend="reference").cpu()
+        live = torch.tensor(lengths).view(batch, kv_heads).repeat_interleave(group, 1) > 0
+        torch.testing.assert_close(got[:, 0][live], ref[:, 0][live], rtol=2 * ulp, atol=2e-4)
+
+
+def _decode_layer(dtype: torch.dtype, slack: int) -> tuple[RaggedCache, torch.Generator]:
+    gen = torch.Generator().manual_seed(7)
+    batch, kv_heads, length, dim = 2, 8, 2000, 128
+    keys, values = (torch.randn(batch, kv_heads, length, dim, generator=gen) for _ in "kv")
+    keep = torch.rand(batch, kv_heads, length, generator=gen) < torch.rand(batch, kv_heads, 1)
+    keep[..., -1] = True
+    cache = RaggedCache(slack=slack)
+    cache.update(keys.to("cuda", dtype), values.to("cuda", dtype), 0)
+    cache.compress_layer(0, keep.cuda())
+    return cache, gen
+
+
+def _token(gen: torch.Generator, dtype: torch.dtype, heads: int = 8) -> torch.Tensor:
+    return torch.randn(2, heads, 1, 128, generator=gen).to("cuda", dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_graph_replay_of_later_steps_equals_eager() -> None:
+    """A graph recorded at one step replays the next ones (appended in place, no repack): the
+    plan depends on ``max_len + room`` only, the kernels read ``seg_len`` on the device."""
+    dtype = torch.bfloat16
+    cache, gen = _decode_layer(dtype, slack=16)
+    layer = cache.layer(0)
+    layer.update(_token(gen, dtype), _token(gen, dtype))
+    packed = layer.packed
+    assert packed is not None
+    query = _token(gen, dtype, heads=32)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        packed_attention(query, packed, scaling=128**-0.5, backend="split")  # compiles
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = packed_attention(query, packed, scaling=128**-0.5, backend="split")
+    for _ in range(10):
+        layer.update(_token(gen, dtype), _token(gen, dtype))
+        assert layer.packed is packed  # in place
+        query.copy_(_token(gen, dtype, heads=32))
+        graph.replay()
+        eager = packed_attention(query, packed, scaling=128**-0.5, backend="split")
+        assert torch.equal(out, eager)
+        reference = packed_attention(query, packed, scaling=128**-0.5, backend="reference")
+        torch.testing.assert_close(out, reference, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_decode_step_never_waits_for_the_device() -> None:
+    dtype = torch.bfloat16
+    cache, gen = _decode_layer(dtype, slack=8)
+    layer = cache.layer(0)
+    layer.update(_token(gen, dtype), _token(gen, dtype))
+    assert layer.packed is not None
+    query = _token(gen, dtype, heads=32)
+    packed_attention(query, layer.packed, scaling=128**-0.5, backend="auto")  # compiles
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(4):  # append in place + attention, as a decode step of one layer
+            layer.update(_token(gen, dtype), _token(gen, dtype))
+            packed_attention(query, layer.packed, scaling=128**-0.5, backend="auto")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def _llama64() -> LlamaForCausalLM:
+    """A tiny Llama with head dim 64 (what ``"auto"`` sends to the split kernel), GQA group 2."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=640,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=512,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                param.mul_(8.0)
+    model.set_attn_implementation("sdpa")
+    return model.eval()
+
+
+def _generate(model: Any, ids: torch.Tensor, backend: Any | None, steps: int) -> Any:
+    options: dict[str, Any] = dict(
+        max_new_tokens=steps,
+        min_new_tokens=steps,
+        do_sample=False,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    if backend is None:
+        return model.generate(ids, past_key_values=DynamicCache(), **options)
+    layers, kv_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
+    cache = RaggedCache(slack=5)  # repacks during the generation too
+    model(ids[:, :-1], past_key_values=cache)
+    for layer in range(layers):
+        keep = torch.ones(1, kv_heads, ids.shape[1] - 1, dtype=torch.bool, device=ids.device)
+        cache.compress_layer(layer, keep)
+    with ragged_attention(model, backend=backend):
+        return model.generate(ids, past_key_values=cache, **options)
+
+
+@pytest.mark.parametrize("arch", ["llama", "llama64"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_greedy_generation_with_nothing_evicted_equals_the_dense_cache(arch: str) -> None:
+    """float32 (exact products in the kernel): the same tokens as the dense cache, logits within
+    1e-4, over 24 steps with repacks."""
+    model = copy.deepcopy(tiny_model("llama") if arch == "llama" else _llama64()).cuda()
+    ids = torch.randint(0, 600, (1, 40), generator=torch.Generator().manual_seed(1)).cuda()
+    with torch.no_grad():
+        want = _generate(model, ids, None, 24)
+        got = _generate(model, ids, "split", 24)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(want.logits, got.logits, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_auto_decodes_bf16_with_the_split_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA in bf16 with half the prompt evicted, ``"auto"`` sends every decode step to the
+    split kernel (the question, a continuation, to varlen) and the logits follow the padded
+    reference fed the same tokens."""
+    import rcstat.press.decode_kernel as kernel
+
+    calls = []
+    original = kernel.split_decode_attention
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "split_decode_attention", spy)
+    model = copy.deepcopy(_llama64()).to("cuda", torch.bfloat16)
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, 600, (2, 200), generator=gen).cuda()
+    question = torch.randint(0, 600, (2, 5), generator=gen).cuda()
+    keeps = [torch.rand(2, 2, 200, generator=gen) < 0.5 for _ in range(2)]
+    for keep in keeps:
+        keep[..., -1] = True
+
+    def run(backend: Any, tokens: list[torch.Tensor]) -> torch.Tensor:
+        """Question, then 12 decode steps (greedy when ``tokens`` is empty, else forced)."""
+        forced = bool(tokens)
+        cache = RaggedCache(slack=4)
+        model(ids, past_key_values=cache)
+        for layer, keep in enumerate(keeps):
+            cache.compress_layer(layer, keep.cuda())
+        with ragged_attention(model, backend=backend):
+            steps = [model(question, past_key_values=cache).logits]
+            for step in range(12):
+                if not forced:
+                    tokens.append(steps[-1][:, -1:].argmax(-1))
+                steps.append(model(tokens[step], past_key_values=cache).logits)
+        return torch.cat(steps, 1).float()
+
+    tokens: list[torch.Tensor] = []
+    with torch.no_grad():
+        fast = run("auto", tokens)
+        assert len(calls) == 2 * 12  # every layer at every decode step
+        slow = run("reference", tokens)
+    assert len(calls) == 2 * 12
+    torch.testing.assert_close(fast, slow, rtol=0, atol=5e-2)
