@@ -5,24 +5,39 @@ step-time ratio there says little about attention (docs/benchmarks.md §3.5.3). 
 one decode step of Llama-3.1-8B shapes (32 layers, 32 query / 8 KV heads, head_dim 128,
 bfloat16) is recorded as one CUDA graph and replayed:
 
-- ``attention``: the 32 layers' decode attention of one new token — sdpa over the full cache
-  ``[1, 8, T, 128]`` per layer, or :func:`~rcstat.press.attention.packed_attention` (torch's
-  varlen flash attention) over a ragged cache that kept ``1 − ratio`` of the entries with a
-  different length per KV head;
-- ``step``: the same plus the layer's weight products for one token (q/k/v/o projections and
-  the gated MLP, 218 M parameters a layer, read from memory every layer as in a real step) —
-  the floor of a decode step, which the KV cache shares with the weights.
+- ``attention``: the 32 layers' decode attention of one new token per sequence — sdpa over the
+  full cache ``[batch, 8, T, 128]`` per layer, or
+  :func:`~rcstat.press.attention.packed_attention` over a ragged cache that kept ``1 − ratio``
+  of the entries with a different share per (sequence, KV head), with each ``--backend``
+  (``varlen``: torch's varlen flash attention, one program per segment; ``split``: the
+  split-KV Triton kernel of ``rcstat.press.decode_kernel``);
+- ``step``: the same plus the layer's weight products for the batch's tokens (q/k/v/o
+  projections and the gated MLP, 218 M parameters a layer, read from memory every layer as in
+  a real step) — the floor of a decode step, which the KV cache shares with the weights.
 
-The ratios compressed / full show what the ragged cache saves where Python is not the limit.
+Every row has the ratios ragged / full and the achieved bandwidth of each attention (K/V bytes
+read per step / time; for the ragged cache the kept bytes) against the card's peak
+(``--peak-tbps``; H100 3.35, H200 4.8 TB/s by default). Where the 32 layers' caches do not fit
+in memory, fewer distinct layer caches are allocated and the 32 layer calls cycle through them
+(each is far larger than the L2 cache, so the bytes still come from memory); the row says how
+many (``layers_distinct``).
 
-    python -m benchmarks.bench_decode_floor --context 4096,16384 --ratio 0.5 --out docs/bench
+    python -m benchmarks.bench_decode_floor --context 4096,16384,65536,131072 --batch 1,8 \\
+        --ratio 0.5,0.8 --backend varlen,split --out docs/bench
+
+``--ratio`` is the share evicted (kvpress' compression ratio): 0.5 keeps 50 %, 0.8 keeps 20 %.
+``--check`` instead compares the split kernel and the padded reference with a float64 oracle
+on a few shapes and prints the errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,132 +45,334 @@ import torch.nn.functional as F
 from benchmarks._common import device_label, ints, machine, write
 from rcstat.press.attention import packed_attention
 from rcstat.press.cache import RaggedCache
+from rcstat.press.layout import PackedKV
 
 LAYERS, HEADS, KV_HEADS, DIM, HIDDEN, MLP = 32, 32, 8, 128, 4096, 14336
+PEAK_TBPS = {"h100": 3.35, "h200": 4.8}  # HBM3 / HBM3e, SXM
+BACKENDS = ("varlen", "split")
+TIMED_S = 0.5  # replays of one graph last about this long (at most --replays)
 
 
 def graphed(step: Callable[[], None], replays: int) -> float:
-    """Mean milliseconds of one replay of ``step`` recorded as a CUDA graph."""
+    """Mean milliseconds of one replay of ``step`` recorded as a CUDA graph (as many replays as
+    fit in :data:`TIMED_S`, between 3 and ``replays``)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        step()  # warm-up: kernels chosen, workspaces allocated
+        step()  # warm-up: kernels chosen and compiled, workspaces allocated
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
+    torch.cuda.synchronize()
+    first = time.perf_counter()
     graph.replay()
     torch.cuda.synchronize()
+    once = time.perf_counter() - first
+    count = max(3, min(replays, int(TIMED_S / max(once, 1e-6))))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    for _ in range(replays):
+    for _ in range(count):
         graph.replay()
     end.record()
     torch.cuda.synchronize()
-    return start.elapsed_time(end) / replays
+    del graph
+    return start.elapsed_time(end) / count
 
 
-def kept_masks(context: int, ratio: float, generator: torch.Generator) -> torch.Tensor:
-    """``[1, KV_HEADS, T]`` keep masks: a different share per KV head, ``1 − ratio`` overall."""
-    shares = torch.rand(KV_HEADS, generator=generator) + 0.5
+def kept_masks(batch: int, context: int, ratio: float, generator: torch.Generator) -> torch.Tensor:
+    """``[batch, KV_HEADS, T]`` keep masks: a different share per (sequence, KV head),
+    ``1 − ratio`` overall (before clamping a share to 1)."""
+    shares = torch.rand(batch, KV_HEADS, generator=generator) + 0.5
     shares = (1 - ratio) * shares / shares.mean()
-    scores = torch.rand(KV_HEADS, context, generator=generator)
-    keep = scores < shares.clamp(0.02, 1.0)[:, None]
-    keep[:, -8:] = True  # the window
-    return keep[None]
+    scores = torch.rand(batch, KV_HEADS, context, generator=generator)
+    keep = scores < shares.clamp(0.02, 1.0)[..., None]
+    keep[..., -8:] = True  # the window
+    return keep
 
 
-def measure(context: int, ratio: float, replays: int, generator: torch.Generator) -> dict:
-    """Graph-replayed milliseconds of the four loops at one context length."""
-    device, dtype = torch.device("cuda"), torch.bfloat16
-    scaling = DIM**-0.5
-    # one layer's weights, read once per layer (436 MB: far beyond the L2 cache)
-    weights = [
-        torch.randn(rows, HIDDEN, device=device, dtype=dtype) * 0.01
-        for rows in (HEADS * DIM, KV_HEADS * DIM, KV_HEADS * DIM, MLP, MLP)
-    ]
-    out_proj = torch.randn(HIDDEN, HEADS * DIM, device=device, dtype=dtype) * 0.01
-    down = torch.randn(HIDDEN, MLP, device=device, dtype=dtype) * 0.01
-    hidden = torch.randn(1, HIDDEN, device=device, dtype=dtype)
-    query = torch.randn(1, HEADS, 1, DIM, device=device, dtype=dtype)
-    sink = torch.zeros(1, HIDDEN, device=device, dtype=dtype)
-    full = [
-        torch.randn(2, 1, KV_HEADS, context, DIM, device=device, dtype=dtype) for _ in range(LAYERS)
-    ]
+@dataclasses.dataclass
+class StepWeights:
+    """One layer's weights (436 MB: far beyond the L2 cache), read once per layer call."""
+
+    projections: list[torch.Tensor]
+    out_proj: torch.Tensor
+    down: torch.Tensor
+    sink: torch.Tensor
+
+    @classmethod
+    def make(cls, device: torch.device, dtype: torch.dtype) -> StepWeights:
+        rows = (HEADS * DIM, KV_HEADS * DIM, KV_HEADS * DIM, MLP, MLP)
+        return cls(
+            projections=[torch.randn(r, HIDDEN, device=device, dtype=dtype) * 0.01 for r in rows],
+            out_proj=torch.randn(HIDDEN, HEADS * DIM, device=device, dtype=dtype) * 0.01,
+            down=torch.randn(HIDDEN, MLP, device=device, dtype=dtype) * 0.01,
+            sink=torch.zeros(1, HIDDEN, device=device, dtype=dtype),
+        )
+
+    def products(self, hidden: torch.Tensor) -> None:
+        """The q/k/v/o projections and the gated MLP of ``hidden`` ``[batch, HIDDEN]``."""
+        q, _, _, gate, up = (hidden @ w.T for w in self.projections)
+        out = (q @ self.out_proj.T) + (F.silu(gate) * up) @ self.down.T  # [batch, HIDDEN]
+        self.sink.add_(out.sum(0, keepdim=True))
+
+
+def distinct_layers(batch: int, context: int, ratios: list[float], fraction: float) -> int:
+    """How many layer caches fit: the full one plus the largest ragged one per layer, in
+    ``fraction`` of the free memory, with one layer's build (a copy and its kept rows) on top."""
+    full = 2 * batch * KV_HEADS * context * DIM * 2  # bytes of one layer's K + V, bf16
+    kept = full * min(1.0, 1.25 * (1 - min(ratios)))  # the clamped shares keep a bit more
+    free, _ = torch.cuda.mem_get_info()
+    budget = fraction * free - (full + kept)
+    return max(1, min(LAYERS, int(budget // (full + kept))))
+
+
+def bandwidth(nbytes: float, ms: float) -> float:
+    """TB/s of ``nbytes`` read in ``ms`` milliseconds."""
+    return nbytes / (ms * 1e-3) / 1e12
+
+
+def ragged_times(
+    packed: list[PackedKV],
+    calls: list[int],
+    query: torch.Tensor,
+    hidden: torch.Tensor,
+    weights: StepWeights,
+    backend: Any,
+    replays: int,
+) -> dict[str, float]:
+    """Graph-replayed milliseconds of the ragged attention and step with ``backend``."""
+
+    def attention() -> None:
+        for layer in calls:
+            packed_attention(query, packed[layer], scaling=DIM**-0.5, backend=backend)
+
+    def step() -> None:
+        for _ in range(LAYERS):
+            weights.products(hidden)
+        attention()
+
+    return {
+        "attention_ragged_ms": graphed(attention, replays),
+        "step_ragged_ms": graphed(step, replays),
+    }
+
+
+def ragged_rows(
+    full: list[torch.Tensor],
+    calls: list[int],
+    ratio: float,
+    backends: list[str],
+    inputs: tuple[torch.Tensor, torch.Tensor, StepWeights],
+    full_times: dict[str, float],
+    replays: int,
+    generator: torch.Generator,
+    peak: float | None,
+) -> list[dict[str, Any]]:
+    """Compress every distinct layer of ``full`` at ``ratio``, append one token, time each
+    backend; one row per backend."""
+    query, hidden, weights = inputs
+    batch, context = full[0].shape[1], full[0].shape[3]
+    device, dtype = full[0].device, full[0].dtype
     cache = RaggedCache(slack=64)
     for layer, kv in enumerate(full):
-        cache.update(kv[0].clone(), kv[1].clone(), layer)
-        cache.compress_layer(layer, kept_masks(context, ratio, generator).to(device))
-    for layer in range(LAYERS):  # the new token, appended as in a decode step
-        token = torch.randn(2, 1, KV_HEADS, 1, DIM, device=device, dtype=dtype)
+        cache.update(kv[0], kv[1], layer)
+        cache.compress_layer(layer, kept_masks(batch, context, ratio, generator).to(device))
+    packed: list[PackedKV] = []
+    for layer in range(len(full)):  # the new token, appended as in a decode step
+        token = torch.randn(2, batch, KV_HEADS, 1, DIM, device=device, dtype=dtype)
         cache.layer(layer).update(token[0], token[1])
-    packed = [cache.layer(layer).packed for layer in range(LAYERS)]
+        layout = cache.layer(layer).packed
+        assert layout is not None
+        packed.append(layout)
+    full_bytes = sum(full[layer].numel() * full[layer].element_size() for layer in calls)
+    ragged_bytes = sum(cache.layer(layer).physical_bytes() for layer in calls)
+    rows = []
+    for backend in backends:
+        times = full_times | ragged_times(packed, calls, query, hidden, weights, backend, replays)
+        full_tbps = bandwidth(full_bytes, times["attention_full_ms"])
+        ragged_tbps = bandwidth(ragged_bytes, times["attention_ragged_ms"])
+        row = {
+            "context": context,
+            "batch": batch,
+            "ratio": ratio,
+            "kept": ragged_bytes / full_bytes,
+            "backend": backend,
+            "layers_distinct": len(full),
+            "kv_full_mib": full_bytes / 2**20,
+            "kv_ragged_mib": ragged_bytes / 2**20,
+            **times,
+            "attention_ratio": times["attention_ragged_ms"] / times["attention_full_ms"],
+            "step_ratio": times["step_ragged_ms"] / times["step_full_ms"],
+            "full_tbps": full_tbps,
+            "ragged_tbps": ragged_tbps,
+            "peak_tbps": peak,
+            "full_of_peak": full_tbps / peak if peak else None,
+            "ragged_of_peak": ragged_tbps / peak if peak else None,
+        }
+        rows.append(row)
+        of_peak = f" = {ragged_tbps / peak:.0%} of peak" if peak else ""
+        print(
+            f"T={context} B={batch} kept {row['kept']:.2f} {backend:>6}: attention "
+            f"{row['attention_full_ms']:.3f} → {row['attention_ragged_ms']:.3f} ms "
+            f"({row['attention_ratio']:.2f}×), step {row['step_full_ms']:.3f} → "
+            f"{row['step_ragged_ms']:.3f} ms ({row['step_ratio']:.2f}×); ragged "
+            f"{ragged_tbps:.2f} TB/s{of_peak} (full {full_tbps:.2f})",
+            flush=True,
+        )
+    return rows
 
-    def weight_products() -> None:
-        q, _, _, gate, up = (hidden @ w.T for w in weights)
-        sink.add_(q @ out_proj.T).add_((F.silu(gate) * up) @ down.T)
+
+def measure(
+    context: int,
+    batch: int,
+    ratios: list[float],
+    backends: list[str],
+    replays: int,
+    generator: torch.Generator,
+    weights: StepWeights,
+    fraction: float,
+    peak: float | None,
+    device: torch.device,
+) -> list[dict[str, Any]]:
+    """Rows of one (context, batch): the full cache timed once, then each ratio × backend."""
+    dtype = torch.bfloat16
+    distinct = distinct_layers(batch, context, ratios, fraction)
+    hidden = torch.randn(batch, HIDDEN, device=device, dtype=dtype)
+    query = torch.randn(batch, HEADS, 1, DIM, device=device, dtype=dtype)
+    full = [
+        torch.randn(2, batch, KV_HEADS, context, DIM, device=device, dtype=dtype)
+        for _ in range(distinct)
+    ]  # [k/v, batch, kv_head, T, D] per distinct layer
+    calls = [layer % distinct for layer in range(LAYERS)]  # the cache each layer call reads
 
     def full_attention() -> None:
-        for kv in full:
-            F.scaled_dot_product_attention(query, kv[0], kv[1], scale=scaling, enable_gqa=True)
-
-    def ragged_attention() -> None:
-        for layout in packed:
-            packed_attention(query, layout, scaling=scaling, backend="varlen")
+        for layer in calls:
+            kv = full[layer]
+            F.scaled_dot_product_attention(query, kv[0], kv[1], scale=DIM**-0.5, enable_gqa=True)
 
     def full_step() -> None:  # the order of the products does not change the time
         for _ in range(LAYERS):
-            weight_products()
+            weights.products(hidden)
         full_attention()
 
-    def ragged_step() -> None:
-        for _ in range(LAYERS):
-            weight_products()
-        ragged_attention()
-
-    times = {
+    full_times = {
         "attention_full_ms": graphed(full_attention, replays),
-        "attention_ragged_ms": graphed(ragged_attention, replays),
         "step_full_ms": graphed(full_step, replays),
-        "step_ragged_ms": graphed(ragged_step, replays),
     }
-    full_bytes = sum(kv.numel() * kv.element_size() for kv in full)
-    return {
-        "context": context,
-        "ratio": ratio,
-        "realized_ratio": 1 - cache.physical_bytes() / full_bytes,
-        "kv_full_mib": full_bytes / 2**20,
-        "kv_ragged_mib": cache.physical_bytes() / 2**20,
-        **times,
-        "attention_ratio": times["attention_ragged_ms"] / times["attention_full_ms"],
-        "step_ratio": times["step_ragged_ms"] / times["step_full_ms"],
-    }
+    rows = []
+    for ratio in ratios:
+        inputs = (query, hidden, weights)
+        rows += ragged_rows(
+            full, calls, ratio, backends, inputs, full_times, replays, generator, peak
+        )
+        torch.cuda.empty_cache()  # the ragged cache of this ratio is gone
+    return rows
+
+
+# -- --check: the split kernel and the reference against float64 ---------------------------------
+
+CHECKS = [  # batch, context, ratio, group, dim, dtype
+    (1, 4096, 0.5, 4, 128, torch.bfloat16),
+    (8, 16384, 0.8, 4, 128, torch.bfloat16),
+    (2, 3000, 0.5, 8, 64, torch.float16),
+    (1, 50000, 0.5, 1, 256, torch.bfloat16),
+    (4, 2048, 0.0, 4, 128, torch.float16),
+]
+
+
+def check(generator: torch.Generator, device: torch.device) -> list[dict[str, Any]]:
+    """Errors of ``backend="split"`` and ``"reference"`` (same dtype) against the reference
+    computed in float64, on a few shapes of one layer after one appended token."""
+    rows = []
+    for batch, context, ratio, group, dim, dtype in CHECKS:
+        keys, values = (
+            torch.randn(batch, KV_HEADS, context, dim, generator=generator).to(device, dtype)
+            for _ in "kv"
+        )
+        cache = RaggedCache(slack=16)
+        cache.update(keys, values, 0)
+        cache.compress_layer(0, kept_masks(batch, context, ratio, generator).to(device))
+        token = torch.randn(2, batch, KV_HEADS, 1, dim, generator=generator).to(device, dtype)
+        cache.layer(0).update(token[0], token[1])
+        packed = cache.layer(0).packed
+        assert packed is not None
+        query = torch.randn(batch, KV_HEADS * group, 1, dim, generator=generator).to(device, dtype)
+        exact = dataclasses.replace(
+            packed, keys=packed.keys.double(), values=packed.values.double()
+        )
+        scaling = dim**-0.5
+        want = packed_attention(query.double(), exact, scaling=scaling, backend="reference")
+        row: dict[str, Any] = dict(
+            batch=batch, context=context, ratio=ratio, group=group, dim=dim, dtype=str(dtype)
+        )
+        for backend in ("split", "reference"):
+            got = packed_attention(query, packed, scaling=scaling, backend=backend).double()
+            row[f"{backend}_max_abs"] = float((got - want).abs().max())
+            row[f"{backend}_rel"] = float((got - want).norm() / want.norm())
+            row[f"{backend}_rel_rounded"] = float((got - want.to(dtype)).norm() / want.norm())
+        rows.append(row)
+        print(
+            f"B={batch} T={context} ratio {ratio} G={group} D={dim} {dtype}: split max "
+            f"{row['split_max_abs']:.2e}, rel {row['split_rel']:.2e} (beyond rounding "
+            f"{row['split_rel_rounded']:.2e}); reference max {row['reference_max_abs']:.2e}, "
+            f"rel {row['reference_rel']:.2e}",
+            flush=True,
+        )
+    return rows
+
+
+def floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v]
+
+
+def names(text: str) -> list[str]:
+    chosen = [v for v in text.split(",") if v]
+    unknown = set(chosen) - set(BACKENDS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown backend(s) {sorted(unknown)}: use {BACKENDS}")
+    return chosen
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--context", type=ints, default=[4096, 16384])
-    parser.add_argument("--ratio", type=float, default=0.5)
+    parser.add_argument("--context", type=ints, default=[4096, 16384, 65536, 131072])
+    parser.add_argument("--batch", type=ints, default=[1, 8])
+    parser.add_argument("--ratio", type=floats, default=[0.5, 0.8], help="share evicted")
+    parser.add_argument("--backend", type=names, default=list(BACKENDS))
     parser.add_argument("--replays", type=int, default=50)
+    parser.add_argument("--peak-tbps", type=float, default=None, help="default: by card name")
+    parser.add_argument("--memory-fraction", type=float, default=0.8)
+    parser.add_argument("--check", action="store_true", help="errors of split vs float64")
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs CUDA")
+    card = device_label("cuda")
     generator = torch.Generator().manual_seed(0)
+    if args.check:
+        rows = check(generator, torch.device("cuda"))
+        write(args.out, f"decode_check_{card}", rows, machine("cuda"))
+        return
+    peak = args.peak_tbps if args.peak_tbps is not None else PEAK_TBPS.get(card)
+    weights = StepWeights.make(torch.device("cuda"), torch.bfloat16)
     rows = []
     for context in args.context:
-        row = measure(context, args.ratio, args.replays, generator)
-        rows.append(row)
-        print(
-            f"T={context}: KV {row['kv_full_mib']:.0f} → {row['kv_ragged_mib']:.0f} MiB "
-            f"(ratio {row['realized_ratio']:.3f}); attention {row['attention_full_ms']:.3f} → "
-            f"{row['attention_ragged_ms']:.3f} ms ({row['attention_ratio']:.2f}×); step "
-            f"{row['step_full_ms']:.3f} → {row['step_ragged_ms']:.3f} ms "
-            f"({row['step_ratio']:.2f}×)",
-            flush=True,
-        )
-        torch.cuda.empty_cache()
-    write(args.out, f"decode_floor_{device_label('cuda')}", rows, machine("cuda"))
+        for batch in args.batch:
+            rows += measure(
+                context,
+                batch,
+                args.ratio,
+                args.backend,
+                args.replays,
+                generator,
+                weights,
+                args.memory_fraction,
+                peak,
+                torch.device("cuda"),
+            )
+            torch.cuda.empty_cache()  # the full cache of this (context, batch) is gone
+    write(args.out, f"decode_floor_{card}", rows, machine("cuda") | {"peak_tbps": peak})
 
 
 if __name__ == "__main__":
