@@ -76,6 +76,17 @@ def test_split_backend_needs_cuda_or_the_interpreter(monkeypatch: pytest.MonkeyP
         packed_attention(query, packed, scaling=0.3, backend="flash")  # type: ignore[arg-type]
 
 
+def test_the_kernel_refuses_what_it_cannot_read() -> None:
+    pytest.importorskip("triton")
+    from rcstat.press.decode_kernel import split_decode_attention
+
+    packed = ragged_layout([3, 4], 2, 16, torch.Generator().manual_seed(0), kv_heads=2)
+    with pytest.raises(ValueError, match="bfloat16"):  # a tl.dot of mixed dtypes
+        split_decode_attention(torch.randn(1, 4, 1, 16).bfloat16(), packed, 0.25)
+    with pytest.raises(ValueError, match="one query per head"):
+        split_decode_attention(torch.randn(1, 4, 3, 16), packed, 0.25)
+
+
 # -- the split plan: host integers only ----------------------------------------------------------
 
 
@@ -149,17 +160,20 @@ def test_half_precision_on_cuda_within_2e_3_of_float64(
     assert (got.double() - rounded).norm() <= 2e-3 * want.norm()
     ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-10
     torch.testing.assert_close(got.double(), want, rtol=ulp, atol=1e-4)
-    if splits == "plan":  # the padded reference in the same dtype agrees as closely
+    if splits == "plan":  # at least as accurate as the padded reference in the same dtype
         ref = packed_attention(query, packed, scaling=dim**-0.5, backend="reference").cpu()
         live = torch.tensor(lengths).view(batch, kv_heads).repeat_interleave(group, 1) > 0
-        torch.testing.assert_close(got[:, 0][live], ref[:, 0][live], rtol=2 * ulp, atol=2e-4)
+        exact = want[:, 0][live]
+        error = (got[:, 0][live].double() - exact).norm()
+        assert error <= max((ref[:, 0][live].double() - exact).norm(), 2e-3 * exact.norm())
 
 
 def _decode_layer(dtype: torch.dtype, slack: int) -> tuple[RaggedCache, torch.Generator]:
     gen = torch.Generator().manual_seed(7)
     batch, kv_heads, length, dim = 2, 8, 2000, 128
     keys, values = (torch.randn(batch, kv_heads, length, dim, generator=gen) for _ in "kv")
-    keep = torch.rand(batch, kv_heads, length, generator=gen) < torch.rand(batch, kv_heads, 1)
+    shares = torch.rand(batch, kv_heads, 1, generator=gen)
+    keep = torch.rand(batch, kv_heads, length, generator=gen) < shares
     keep[..., -1] = True
     cache = RaggedCache(slack=slack)
     cache.update(keys.to("cuda", dtype), values.to("cuda", dtype), 0)
@@ -212,11 +226,12 @@ def test_a_decode_step_never_waits_for_the_device() -> None:
     assert layer.packed is not None
     query = _token(gen, dtype, heads=32)
     packed_attention(query, layer.packed, scaling=128**-0.5, backend="auto")  # compiles
+    tokens = [(_token(gen, dtype), _token(gen, dtype)) for _ in range(4)]  # copies that wait
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for _ in range(4):  # append in place + attention, as a decode step of one layer
-            layer.update(_token(gen, dtype), _token(gen, dtype))
+        for key, value in tokens:  # append in place + attention, as a decode step of one layer
+            layer.update(key, value)
             packed_attention(query, layer.packed, scaling=128**-0.5, backend="auto")
     finally:
         torch.cuda.set_sync_debug_mode("default")

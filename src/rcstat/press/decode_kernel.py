@@ -122,6 +122,11 @@ def split_decode_attention(
     group = heads // packed.kv_heads
     if q_len != 1:
         raise ValueError(f"the split-KV kernel decodes one query per head, got q = {q_len}")
+    if query.dtype != packed.keys.dtype or query.device != packed.keys.device:
+        raise ValueError(
+            f"the query is {query.dtype} on {query.device}, the packed layer "
+            f"{packed.keys.dtype} on {packed.keys.device}"
+        )
     if packed.keys.stride(1) != 1 or packed.values.stride(1) != 1:
         raise ValueError("the packed keys/values must be row-major [capacity, dim]")
     rows = packed.max_len + packed.room
