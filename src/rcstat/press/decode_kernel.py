@@ -140,8 +140,9 @@ def split_decode_attention(
     part_acc = torch.empty(segments, plan.splits, group, dim, device=device, dtype=torch.float32)
     out = torch.empty(batch, 1, heads, dim, device=device, dtype=query.dtype)  # [B, 1, H, D]
     block_d = max(16, triton.next_power_of_2(dim))
-    # half inputs: p·v on tf32 tensor cores (v is exact in tf32); fp32 inputs: exact products
-    precision = "ieee" if query.dtype == torch.float32 else "tf32"
+    # half inputs: p·v on tensor cores in three tf32 passes (p keeps ~fp32 precision, v is
+    # exact in tf32); fp32 inputs: exact products
+    precision = "ieee" if query.dtype == torch.float32 else "tf32x3"
     _split_kernel[(segments, plan.splits)](
         query,
         packed.keys,
