@@ -18,7 +18,13 @@ from transformers import DynamicCache
 
 from rcstat.press import RaggedCache, packed_attention, ragged_attention
 from rcstat.press.attention import _reference_attention
-from rcstat.press.decode_kernel import SplitPlan, split_decode_attention, split_plan
+from rcstat.press.decode_kernel import (
+    PV,
+    KernelConfig,
+    SplitPlan,
+    split_decode_attention,
+    split_plan,
+)
 from tests._decode_oracles import naive_attention, ragged_layout
 from tests._tiny_models import tiny_model
 
@@ -64,6 +70,38 @@ def test_split_kernel_equals_the_reference_and_a_softmax_loop(
     ref = _reference_attention(query, packed, scaling, None)  # sdpa: NaN rows where empty
     torch.testing.assert_close(got[:, 0][live], ref[:, 0][live], rtol=1e-5, atol=1e-5)
     assert torch.equal(got[:, 0][~live], torch.zeros_like(got[:, 0][~live]))
+
+
+@pytest.mark.parametrize("block_n", [16, 64])
+@pytest.mark.parametrize("group", [1, 3, 4])
+@pytest.mark.parametrize("pv", ["tf32x3", "tf32", "half", "fma"])
+def test_every_launch_config_equals_a_softmax_loop(pv: PV, group: int, block_n: int) -> None:
+    """Each ``p·v`` variant (fp32 inputs: exact products whatever the variant), tile size and
+    plan aim (``waves``); ``fma`` pads the group to a power of two only (3 → 4, 1 → 1)."""
+    gen = torch.Generator().manual_seed(block_n + group)
+    batch, kv_heads, dim = 2, 2, 64
+    packed = ragged_layout(_lengths(batch * kv_heads, gen, 150), 3, dim, gen, kv_heads=kv_heads)
+    query = torch.randn(batch, kv_heads * group, 1, dim, generator=gen)
+    config = KernelConfig(block_n=block_n, num_warps=2, num_stages=1, pv=pv, waves=2)
+    plan = split_plan(batch * kv_heads, packed.max_len + packed.room, dim, 4, config=config)
+    assert plan.block_n == block_n and plan.splits > 1
+    got = split_decode_attention(query, packed, 0.125, config=config)
+    torch.testing.assert_close(
+        got.double(), naive_attention(query, packed, 0.125), rtol=1e-5, atol=1e-5
+    )
+    assert torch.equal(got, split_decode_attention(query, packed, 0.125, plan, config=config))
+
+
+def test_a_config_that_disagrees_with_the_plan_is_refused() -> None:
+    packed = ragged_layout([5, 40], 3, 64, torch.Generator().manual_seed(6), kv_heads=1)
+    with pytest.raises(ValueError, match="disagree on block_n"):
+        split_decode_attention(
+            torch.randn(2, 1, 1, 64),
+            packed,
+            0.125,
+            SplitPlan(3, 16, 16),
+            config=KernelConfig(block_n=32),
+        )
 
 
 def test_query_read_through_its_strides() -> None:

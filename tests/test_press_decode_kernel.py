@@ -125,6 +125,53 @@ def test_the_split_plan_covers_every_row_and_fills_the_device(
     assert floor <= 2 * segments * plan.splits <= 2 * (_WAVES * sms + segments)
 
 
+def test_the_default_config_is_the_launch_of_a_head_dim() -> None:
+    pytest.importorskip("triton")
+    from rcstat.press.decode_kernel import KernelConfig, kernel_config, split_plan
+
+    assert kernel_config(64) == KernelConfig(block_n=128, num_warps=4, num_stages=3, waves=3)
+    assert kernel_config(128).block_n == 64 and kernel_config(256).block_n == 32
+    assert kernel_config(128).pv == "tf32x3"
+    for dim in (64, 128, 256):
+        plan = split_plan(8, 65_600, dim, 132)
+        assert plan == split_plan(8, 65_600, dim, 132, config=kernel_config(dim))
+    for bad in (
+        dict(block_n=48),
+        dict(block_n=8),
+        dict(block_n=64, num_warps=3),
+        dict(block_n=64, num_stages=0),
+        dict(block_n=64, waves=0),
+        dict(block_n=64, pv="bf16"),
+    ):
+        with pytest.raises(ValueError):
+            KernelConfig(**bad)  # type: ignore[arg-type]
+
+
+@given(
+    segments=st.integers(1, 1024),
+    rows=st.integers(0, 300_000),
+    block_n=st.sampled_from([16, 32, 64, 128, 256]),
+    waves=st.sampled_from([1, 2, 4, 8]),
+    sms=st.integers(1, 200),
+)
+def test_a_plan_from_any_config_covers_every_row_and_aims_at_its_waves(
+    segments: int, rows: int, block_n: int, waves: int, sms: int
+) -> None:
+    pytest.importorskip("triton")
+    from rcstat.press.decode_kernel import _MAX_SPLITS, KernelConfig, split_plan
+
+    config = KernelConfig(block_n=block_n, waves=waves)
+    plan = split_plan(segments, rows, 128, sms, config=config)
+    assert plan.block_n == block_n
+    assert plan.splits * plan.chunk >= rows
+    assert plan.chunk % block_n == 0 and plan.chunk >= block_n
+    assert rows == 0 or (plan.splits - 1) * plan.chunk < rows
+    assert 1 <= plan.splits <= _MAX_SPLITS
+    tiles = -(-rows // block_n)
+    floor = min(waves * sms, segments * _MAX_SPLITS, segments * tiles)
+    assert floor <= 2 * segments * plan.splits <= 2 * (waves * sms + segments)
+
+
 # -- CUDA --------------------------------------------------------------------------------------
 
 

@@ -22,6 +22,10 @@ kernels read the live lengths ``seg_len`` on the device, so a step neither waits
 nor changes shape between repacks, and a CUDA graph recorded after a repack replays every
 later step until the next one. See ``docs/press.md``.
 
+The launch knobs (rows per tile, warps, software-pipeline stages, how ``p·v`` is multiplied,
+programs per SM) are a :class:`KernelConfig`; :func:`kernel_config` gives the default of a head
+dim, and ``benchmarks/tune_decode_kernel.py`` times others.
+
 This module imports Triton: :mod:`rcstat.press.attention` imports it only for a CUDA query or
 under Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors; the tests run it there).
 """
@@ -29,7 +33,8 @@ under Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors; the tests run i
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 import torch
 import triton
@@ -42,6 +47,50 @@ _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity": NEG − NEG = 0, never 
 _SPLIT_TILE = 32  # splits merged per iteration of the combine kernel
 _WAVES = 3  # programs per SM the plan aims at (2-4 keep the memory system busy)
 _MAX_SPLITS = 512
+_STAGES = 3  # Triton's default software-pipeline depth on CUDA
+
+PV = Literal["tf32x3", "tf32", "half", "fma"]
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """The launch knobs of the split kernel (none changes the result beyond rounding).
+
+    Attributes
+    ----------
+    block_n
+        Rows per tile (a power of two >= 16; the loads of a tile are one contiguous row of
+        ``dim`` elements each, read once for every head of the GQA group).
+    num_warps, num_stages
+        Triton's warps per program and software-pipeline depth of the tile loop (loads of the
+        next ``num_stages − 1`` tiles are in flight while one is multiplied).
+    pv
+        How ``Σ_n p_{g,n} v_{n,:}`` is multiplied for fp16/bf16 inputs (fp32 inputs are always
+        exact, ``"ieee"``): ``"tf32x3"`` fp32 ``p`` against the values widened to fp32 on tensor
+        cores in three tf32 passes (``p ≈ p_hi + p_lo``; ~fp32 products, the default);
+        ``"tf32"`` one tf32 pass (``p`` rounded to 10 mantissa bits); ``"half"`` ``p`` rounded to
+        the values' dtype, one fp16/bf16 MMA with fp32 accumulation (as FlashAttention does);
+        ``"fma"`` no tensor cores: ``q·k`` and ``p·v`` as fp32 broadcast products and sums, the
+        group padded to a power of two only (tensor-core tiles pad it to 16 rows).
+    waves
+        Programs per SM the split plan aims at (``segments · splits ≈ waves · sms``).
+    """
+
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = _STAGES
+    pv: PV = "tf32x3"
+    waves: int = _WAVES
+
+    def __post_init__(self) -> None:
+        if self.block_n < 16 or self.block_n & (self.block_n - 1):
+            raise ValueError(f"block_n must be a power of two >= 16, got {self.block_n}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.num_stages < 1 or self.waves < 1:
+            raise ValueError(f"num_stages and waves must be >= 1, got {self}")
+        if self.pv not in get_args(PV):
+            raise ValueError(f"pv must be one of {get_args(PV)}, got {self.pv!r}")
 
 
 @dataclass(frozen=True)
@@ -59,7 +108,22 @@ def _tile_rows(dim: int) -> int:
     return max(16, min(128, 8192 // max(dim, 16)))
 
 
-def split_plan(segments: int, rows: int, dim: int, sms: int) -> SplitPlan:
+def kernel_config(dim: int) -> KernelConfig:
+    """The default launch knobs for head dim ``dim``: tiles of about 16 KiB of fp16/bf16 keys
+    (128 rows at dim 64, 64 at 128, 32 at 256), 4 warps, 3 stages, ``p·v`` in three tf32
+    passes, 3 programs per SM.
+
+    Examples
+    --------
+    >>> kernel_config(128)
+    KernelConfig(block_n=64, num_warps=4, num_stages=3, pv='tf32x3', waves=3)
+    """
+    return KernelConfig(block_n=_tile_rows(dim))
+
+
+def split_plan(
+    segments: int, rows: int, dim: int, sms: int, *, config: KernelConfig | None = None
+) -> SplitPlan:
     """The split plan of a decode step, from host integers only (no tensor, no device read).
 
     Parameters
@@ -73,11 +137,13 @@ def split_plan(segments: int, rows: int, dim: int, sms: int) -> SplitPlan:
         Head dim.
     sms
         Streaming multiprocessors of the device.
+    config
+        Launch knobs (``block_n``, ``waves``); :func:`kernel_config` of ``dim`` by default.
 
     Returns
     -------
     SplitPlan
-        ``splits`` such that ``segments · splits`` is about ``3 · sms`` programs (at most
+        ``splits`` such that ``segments · splits`` is about ``waves · sms`` programs (at most
         :data:`_MAX_SPLITS`, and no chunk shorter than one tile); ``chunk`` a multiple of the
         tile that covers ``rows`` in ``splits`` chunks.
 
@@ -93,9 +159,10 @@ def split_plan(segments: int, rows: int, dim: int, sms: int) -> SplitPlan:
             raise TypeError(f"{name} must be a host int, got {type(value).__name__}")
         if value < (0 if name == "rows" else 1):
             raise ValueError(f"{name} must be >= {0 if name == 'rows' else 1}, got {value}")
-    block_n = _tile_rows(dim)
+    config = kernel_config(dim) if config is None else config
+    block_n = config.block_n
     tiles = max(1, -(-rows // block_n))  # tiles of the longest segment
-    wanted = max(1, min(_MAX_SPLITS, -(-_WAVES * sms // segments), tiles))
+    wanted = max(1, min(_MAX_SPLITS, -(-config.waves * sms // segments), tiles))
     chunk = -(-tiles // wanted) * block_n
     splits = max(1, -(-rows // chunk))
     return SplitPlan(splits=splits, chunk=chunk, block_n=block_n)
@@ -110,12 +177,19 @@ def _sm_count(device: torch.device) -> int:
 
 
 def split_decode_attention(
-    query: torch.Tensor, packed: PackedKV, scaling: float, plan: SplitPlan | None = None
+    query: torch.Tensor,
+    packed: PackedKV,
+    scaling: float,
+    plan: SplitPlan | None = None,
+    *,
+    config: KernelConfig | None = None,
 ) -> torch.Tensor:
     """Decode attention of ``query`` ``[batch, heads, 1, dim]`` over ``packed`` (causal: the new
     token is already appended, so every live row is visible); ``[batch, 1, heads, dim]``.
 
-    ``plan`` defaults to :func:`split_plan` of the layout; tests pass others.
+    ``plan`` defaults to :func:`split_plan` of the layout and ``config``; ``config`` to
+    :func:`kernel_config` of the head dim with the plan's ``block_n``. Tests and
+    ``benchmarks/tune_decode_kernel.py`` pass others.
     """
     batch, heads, q_len, dim = query.shape
     segments = batch * packed.kv_heads
@@ -131,18 +205,24 @@ def split_decode_attention(
         raise ValueError("the packed keys/values must be row-major [capacity, dim]")
     rows = packed.max_len + packed.room
     if plan is None:
-        plan = split_plan(segments, rows, dim, _sm_count(packed.keys.device))
+        plan = split_plan(segments, rows, dim, _sm_count(packed.keys.device), config=config)
     elif plan.splits * plan.chunk < rows:
         raise ValueError(f"{plan} does not cover the layout's {rows} rows per segment")
+    if config is None:
+        config = replace(kernel_config(dim), block_n=plan.block_n)
+    elif config.block_n != plan.block_n:
+        raise ValueError(f"{config} and {plan} disagree on block_n")
     device = query.device
     part_max = torch.empty(segments, plan.splits, group, device=device, dtype=torch.float32)
     part_sum = torch.empty_like(part_max)  # [S, splits, G]
     part_acc = torch.empty(segments, plan.splits, group, dim, device=device, dtype=torch.float32)
     out = torch.empty(batch, 1, heads, dim, device=device, dtype=query.dtype)  # [B, 1, H, D]
     block_d = max(16, triton.next_power_of_2(dim))
-    # half inputs: p·v on tensor cores in three tf32 passes (p keeps ~fp32 precision, v is
-    # exact in tf32); fp32 inputs: exact products
-    precision = "ieee" if query.dtype == torch.float32 else "tf32x3"
+    # fp32 inputs: exact products whatever config.pv; half inputs: q·k on fp16/bf16 tensor
+    # cores (the precision of a dot applies to fp32 operands only), p·v as config.pv says
+    exact = query.dtype == torch.float32
+    pv_precision = "ieee" if exact or config.pv in ("half", "fma") else config.pv
+    tensor_cores = config.pv != "fma"  # tl.dot needs >= 16 rows: the group is padded to 16
     _split_kernel[(segments, plan.splits)](
         query,
         packed.keys,
@@ -162,12 +242,15 @@ def split_decode_attention(
         plan.chunk,
         plan.splits,
         GROUP=group,
-        BLOCK_G=max(16, triton.next_power_of_2(group)),
+        BLOCK_G=max(16 if tensor_cores else 1, triton.next_power_of_2(group)),
         DIM=dim,
         BLOCK_D=block_d,
         BLOCK_N=plan.block_n,
-        PRECISION=precision,
-        num_warps=4,
+        QK_PRECISION="ieee" if exact else "tf32x3",
+        PV_PRECISION=pv_precision,
+        PV=config.pv,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     _combine_kernel[(segments, group)](
         part_max,
@@ -210,12 +293,14 @@ def _split_kernel(
     DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr,
+    QK_PRECISION: tl.constexpr,
+    PV_PRECISION: tl.constexpr,
+    PV: tl.constexpr,
 ):
     """Online softmax of one chunk of one segment, for the ``GROUP`` heads reading it.
 
     Scores are kept in base 2: ``qk_scale = scaling · log2(e)``, so ``2^(x·qk_scale) =
-    e^(x·scaling)``."""
+    e^(x·scaling)``. ``PV`` is :attr:`KernelConfig.pv`."""
     segment = tl.program_id(0)
     split = tl.program_id(1)
     g = tl.arange(0, BLOCK_G)
@@ -229,6 +314,8 @@ def _split_kernel(
         mask=g_ok[:, None] & d_ok[None, :],
         other=0.0,
     )  # [BLOCK_G, BLOCK_D]
+    if PV == "fma":
+        q = q.to(tl.float32)
     start = tl.load(seg_start_ptr + segment)  # int64 first row of the segment
     length = tl.load(seg_len_ptr + segment).to(tl.int32)
     lo = split * chunk
@@ -243,13 +330,23 @@ def _split_kernel(
         rows = start + rank
         tile_ok = n_ok[:, None] & d_ok[None, :]
         k = tl.load(k_ptr + rows[:, None] * stride_k + d[None, :], mask=tile_ok, other=0.0)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [G, N]
+        if PV == "fma":  # [G, 1, D] · [1, N, D] summed over D
+            scores = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], 2)
+        else:
+            scores = tl.dot(q, tl.trans(k), input_precision=QK_PRECISION)
+        scores = scores * qk_scale  # [G, N]
         scores = tl.where(n_ok[None, :], scores, _NEG)
         m_new = tl.maximum(m, tl.max(scores, 1))
         alpha = tl.exp2(m - m_new)
         p = tl.where(n_ok[None, :], tl.exp2(scores - m_new[:, None]), 0.0)  # [G, N] fp32
         v = tl.load(v_ptr + rows[:, None] * stride_v + d[None, :], mask=tile_ok, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=PRECISION)
+        if PV == "fma":  # [G, N, 1] · [1, N, D] summed over N
+            pv = tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], 1)
+        elif PV == "half":  # p rounded to the values' dtype
+            pv = tl.dot(p.to(v.dtype), v, input_precision=PV_PRECISION)
+        else:
+            pv = tl.dot(p, v.to(tl.float32), input_precision=PV_PRECISION)
+        acc = acc * alpha[:, None] + pv  # [G, D]
         total = total * alpha + tl.sum(p, 1)
         m = m_new
     part = (segment * splits + split) * GROUP + g  # [BLOCK_G] index into [S, splits, G]
