@@ -45,11 +45,11 @@ from rcstat.press.layout import PackedKV
 _LOG2E = 1.4426950408889634
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity": NEG − NEG = 0, never NaN
 _SPLIT_TILE = 32  # splits merged per iteration of the combine kernel
-_WAVES = 3  # programs per SM the plan aims at (2-4 keep the memory system busy)
+_WAVES = 4  # programs per SM the plan aims at (measured best on H200: docs/benchmarks.md)
 _MAX_SPLITS = 512
 _STAGES = 3  # Triton's default software-pipeline depth on CUDA
 
-PV = Literal["tf32x3", "tf32", "half", "fma"]
+PV = Literal["auto", "tf32x3", "tf32", "half", "fma"]
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,10 @@ class KernelConfig:
         next ``num_stages − 1`` tiles are in flight while one is multiplied).
     pv
         How ``Σ_n p_{g,n} v_{n,:}`` is multiplied for fp16/bf16 inputs (fp32 inputs are always
-        exact, ``"ieee"``): ``"tf32x3"`` fp32 ``p`` against the values widened to fp32 on tensor
-        cores in three tf32 passes (``p ≈ p_hi + p_lo``; ~fp32 products, the default);
+        exact, ``"ieee"``): ``"auto"`` (the default) ``"tf32"`` for bf16 values, whose 8-bit
+        mantissa is far coarser than the rounding of ``p``, and ``"tf32x3"`` for fp16 (with 8
+        warps and 2 stages, which fit its registers without spilling); ``"tf32x3"`` fp32 ``p`` against the values widened to fp32 on tensor
+        cores in three tf32 passes (``p ≈ p_hi + p_lo``; ~fp32 products);
         ``"tf32"`` one tf32 pass (``p`` rounded to 10 mantissa bits); ``"half"`` ``p`` rounded to
         the values' dtype, one fp16/bf16 MMA with fp32 accumulation (as FlashAttention does);
         ``"fma"`` no tensor cores: ``q·k`` and ``p·v`` as fp32 broadcast products and sums, the
@@ -79,8 +81,16 @@ class KernelConfig:
     block_n: int
     num_warps: int = 4
     num_stages: int = _STAGES
-    pv: PV = "tf32x3"
+    pv: PV = "auto"
     waves: int = _WAVES
+
+    def for_dtype(self, dtype: torch.dtype) -> KernelConfig:
+        """This config with ``pv="auto"`` resolved for values of ``dtype``."""
+        if self.pv != "auto":
+            return self
+        if dtype == torch.float16:
+            return replace(self, pv="tf32x3", num_warps=8, num_stages=2)
+        return replace(self, pv="tf32")
 
     def __post_init__(self) -> None:
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
@@ -110,13 +120,13 @@ def _tile_rows(dim: int) -> int:
 
 def kernel_config(dim: int) -> KernelConfig:
     """The default launch knobs for head dim ``dim``: tiles of about 16 KiB of fp16/bf16 keys
-    (128 rows at dim 64, 64 at 128, 32 at 256), 4 warps, 3 stages, ``p·v`` in three tf32
-    passes, 3 programs per SM.
+    (128 rows at dim 64, 64 at 128, 32 at 256), 4 warps, 3 stages, ``p·v`` by dtype
+    (``"auto"``), 4 programs per SM (the best of a sweep on an H200, docs/benchmarks.md).
 
     Examples
     --------
     >>> kernel_config(128)
-    KernelConfig(block_n=64, num_warps=4, num_stages=3, pv='tf32x3', waves=3)
+    KernelConfig(block_n=64, num_warps=4, num_stages=3, pv='auto', waves=4)
     """
     return KernelConfig(block_n=_tile_rows(dim))
 
@@ -150,9 +160,9 @@ def split_plan(
     Examples
     --------
     >>> split_plan(8, 65_600, 128, 132)  # batch 1, 8 KV heads, 64k kept rows, an H100
-    SplitPlan(splits=49, chunk=1344, block_n=64)
+    SplitPlan(splits=65, chunk=1024, block_n=64)
     >>> split_plan(64, 65_600, 128, 132).splits  # batch 8: fewer splits per segment
-    7
+    9
     """
     for name, value in (("segments", segments), ("rows", rows), ("dim", dim), ("sms", sms)):
         if not isinstance(value, int) or isinstance(value, bool):
@@ -212,6 +222,7 @@ def split_decode_attention(
         config = replace(kernel_config(dim), block_n=plan.block_n)
     elif config.block_n != plan.block_n:
         raise ValueError(f"{config} and {plan} disagree on block_n")
+    config = config.for_dtype(query.dtype)
     device = query.device
     part_max = torch.empty(segments, plan.splits, group, device=device, dtype=torch.float32)
     part_sum = torch.empty_like(part_max)  # [S, splits, G]
