@@ -74,7 +74,7 @@ def test_split_kernel_equals_the_reference_and_a_softmax_loop(
 
 @pytest.mark.parametrize("block_n", [16, 64])
 @pytest.mark.parametrize("group", [1, 3, 4])
-@pytest.mark.parametrize("pv", ["tf32x3", "tf32", "half", "fma"])
+@pytest.mark.parametrize("pv", ["half2", "tf32x3", "tf32", "half", "fma"])
 def test_every_launch_config_equals_a_softmax_loop(pv: PV, group: int, block_n: int) -> None:
     """Each ``p·v`` variant (fp32 inputs: exact products whatever the variant), tile size and
     plan aim (``waves``); ``fma`` pads the group to a power of two only (3 → 4, 1 → 1)."""

@@ -132,11 +132,8 @@ def test_the_default_config_is_the_launch_of_a_head_dim() -> None:
     assert kernel_config(64) == KernelConfig(block_n=128, num_warps=4, num_stages=3, waves=4)
     assert kernel_config(128).block_n == 64 and kernel_config(256).block_n == 32
     assert kernel_config(128).pv == "auto"
-    assert kernel_config(128).for_dtype(torch.bfloat16).pv == "tf32"
-    assert kernel_config(128).for_dtype(torch.float16) == KernelConfig(
-        block_n=64, num_warps=8, num_stages=2, pv="tf32x3", waves=4
-    )
-    assert kernel_config(128).for_dtype(torch.float32).pv == "tf32"  # fp32 is exact anyway
+    assert kernel_config(128).for_dtype(torch.bfloat16).pv == "half2"
+    assert kernel_config(128).for_dtype(torch.float16).pv == "half2"
     for dim in (64, 128, 256):
         plan = split_plan(8, 65_600, dim, 132)
         assert plan == split_plan(8, 65_600, dim, 132, config=kernel_config(dim))

@@ -49,7 +49,7 @@ _WAVES = 4  # programs per SM the plan aims at (measured best on H200: docs/benc
 _MAX_SPLITS = 512
 _STAGES = 3  # Triton's default software-pipeline depth on CUDA
 
-PV = Literal["auto", "tf32x3", "tf32", "half", "fma"]
+PV = Literal["auto", "half2", "tf32x3", "tf32", "half", "fma"]
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,11 @@ class KernelConfig:
         next ``num_stages − 1`` tiles are in flight while one is multiplied).
     pv
         How ``Σ_n p_{g,n} v_{n,:}`` is multiplied for fp16/bf16 inputs (fp32 inputs are always
-        exact, ``"ieee"``): ``"auto"`` (the default) ``"tf32"`` for bf16 values, whose 8-bit
-        mantissa is far coarser than the rounding of ``p``, and ``"tf32x3"`` for fp16 (with 8
-        warps and 2 stages, which fit its registers without spilling); ``"tf32x3"`` fp32 ``p`` against the values widened to fp32 on tensor
-        cores in three tf32 passes (``p ≈ p_hi + p_lo``; ~fp32 products);
+        exact, ``"ieee"``): ``"auto"`` (the default) is ``"half2"``: ``p = p_hi + p_lo``, each
+        rounded to the values' dtype, in two fp16/bf16 MMAs with fp32 accumulation (``p`` kept to
+        ~16 mantissa bits at the cost of one extra half MMA, which the memory-bound step hides);
+        ``"tf32x3"`` fp32 ``p`` against the values widened to fp32 on tensor cores in three tf32
+        passes (``p ≈ p_hi + p_lo``; ~fp32 products, but it spills registers at 4 warps);
         ``"tf32"`` one tf32 pass (``p`` rounded to 10 mantissa bits); ``"half"`` ``p`` rounded to
         the values' dtype, one fp16/bf16 MMA with fp32 accumulation (as FlashAttention does);
         ``"fma"`` no tensor cores: ``q·k`` and ``p·v`` as fp32 broadcast products and sums, the
@@ -86,11 +87,7 @@ class KernelConfig:
 
     def for_dtype(self, dtype: torch.dtype) -> KernelConfig:
         """This config with ``pv="auto"`` resolved for values of ``dtype``."""
-        if self.pv != "auto":
-            return self
-        if dtype == torch.float16:
-            return replace(self, pv="tf32x3", num_warps=8, num_stages=2)
-        return replace(self, pv="tf32")
+        return self if self.pv != "auto" else replace(self, pv="half2")
 
     def __post_init__(self) -> None:
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
@@ -232,7 +229,7 @@ def split_decode_attention(
     # fp32 inputs: exact products whatever config.pv; half inputs: q·k on fp16/bf16 tensor
     # cores (the precision of a dot applies to fp32 operands only), p·v as config.pv says
     exact = query.dtype == torch.float32
-    pv_precision = "ieee" if exact or config.pv in ("half", "fma") else config.pv
+    pv_precision = "ieee" if exact or config.pv in ("half", "half2", "fma") else config.pv
     tensor_cores = config.pv != "fma"  # tl.dot needs >= 16 rows: the group is padded to 16
     _split_kernel[(segments, plan.splits)](
         query,
@@ -355,6 +352,11 @@ def _split_kernel(
             pv = tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], 1)
         elif PV == "half":  # p rounded to the values' dtype
             pv = tl.dot(p.to(v.dtype), v, input_precision=PV_PRECISION)
+        elif PV == "half2":  # p = p_hi + p_lo, each in the values' dtype: two half MMAs
+            p_hi = p.to(v.dtype)
+            p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
+            pv = tl.dot(p_hi, v, input_precision=PV_PRECISION)
+            pv += tl.dot(p_lo, v, input_precision=PV_PRECISION)
         else:
             pv = tl.dot(p, v.to(tl.float32), input_precision=PV_PRECISION)
         acc = acc * alpha[:, None] + pv  # [G, D]
