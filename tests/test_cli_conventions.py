@@ -116,7 +116,7 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
         cli.main(["--help"])
     assert exited.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert set(EXIT_CODES) == {0, 1, 2, 130}
+    assert set(EXIT_CODES) == {0, 1, 2, 3, 130}
     ground = _help("ground")  # rcstat ground exits with its verdict: its help lists them too
     for code in EXIT_CODES:
         assert f"{code} {EXIT_CODES[code].split()[0]}" in text

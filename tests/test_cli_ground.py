@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -37,7 +38,10 @@ OUTPUTS = {"ground.json", "ground.csv", "ground_tokens.csv", "ground.html"}
 
 def _make_profile(path: Path, seed: int) -> Path:
     values = np.random.default_rng(seed).uniform(0.2, 0.9, size=(3, 4))
-    return HeadProfile("tiny", values, threshold=0.05, quantile=0.1, fraction=0.5).save(path)
+    copy = np.random.default_rng(seed + 10).random(values.shape)
+    return HeadProfile(
+        "tiny", values, threshold=0.05, quantile=0.1, fraction=0.5, copy_values=copy
+    ).save(path)
 
 
 @pytest.fixture(scope="module")
@@ -192,11 +196,17 @@ def test_ground_json_is_the_only_stdout_and_the_status_is_the_verdict(  # type: 
                 "share": pytest.approx(sentence.support_share),
             }
         )
+        # the weakest word: the word of the sentence's lowest token score (a word's tokens
+        # share its score; punctuation has none)
         first, last = sentence.tokens
-        weakest = first + int(np.argmin(result.token_scores[first:last]))
+        weakest = first + int(np.nanargmin(result.token_scores[first:last]))
         start, end = result.token_spans[weakest]
-        assert got["weakest_token"]["score"] == pytest.approx(result.token_scores[weakest])
-        assert got["weakest_token"]["text"] == LONG_RESPONSE[start:end]
+        word = next(
+            m for m in re.finditer(r"\w+", LONG_RESPONSE) if m.start() < end and m.end() > start
+        )
+        assert got["weakest_word"]["score"] == pytest.approx(result.token_scores[weakest])
+        assert got["weakest_word"]["text"] == word.group()
+        assert (got["weakest_word"]["start"], got["weakest_word"]["end"]) == word.span()
     assert "response score" not in captured.err and "results written to" in captured.err
 
 
@@ -215,14 +225,17 @@ def test_ground_table_shows_whole_sentences_and_evidence(  # type: ignore[no-unt
     assert max(map(len, shown)) > 100  # longer than any cut the table once made
     for text in shown:
         assert set(text.split()) <= words, text
-    # an unsupported sentence names its weakest token
+    # an unsupported sentence names its weakest word
     assert _ground(model_dir, profiles[0], out, *texts, "--threshold", "1") == 1
     result = Grounding.load(out / "ground.json")
     first, last = result.sentences[0].tokens
-    start, end = result.token_spans[first + int(np.argmin(result.token_scores[first:last]))]
-    token = LONG_RESPONSE[start:end].strip()
+    weakest = first + int(np.nanargmin(result.token_scores[first:last]))
+    start, end = result.token_spans[weakest]
+    word = next(
+        m for m in re.finditer(r"\w+", LONG_RESPONSE) if m.start() < end and m.end() > start
+    )
     cells = set(capsys.readouterr().out.replace("│", " ").split())  # wrapped: word by word
-    assert {"unsupported:", "weakest", "token", repr(token)} <= cells
+    assert {"unsupported:", repr(word.group()), "is", "not", "supported"} <= cells
 
 
 def test_ground_warns_when_the_text_is_not_in_the_default_models_script(  # type: ignore[no-untyped-def]
@@ -276,7 +289,9 @@ def test_ground_missing_profile_and_foreign_out(  # type: ignore[no-untyped-def]
 
 
 def test_ground_refuses_a_profile_of_another_shape(model_dir, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    profile = HeadProfile("other", np.full((2, 9), 0.5), 0.1, 0.1).save(tmp_path / "p.json")
+    profile = HeadProfile(
+        "other", np.full((2, 9), 0.5), 0.1, 0.1, copy_values=np.zeros((2, 9))
+    ).save(tmp_path / "p.json")
     out = tmp_path / "out"
     assert _ground(model_dir, profile, out, "--context", CONTEXT, "--response", RESPONSE) == 2
     assert "2 layers x 9 heads" in " ".join(capsys.readouterr().err.splitlines()[-1].split())
@@ -330,17 +345,30 @@ def _squad_file(path: Path) -> Path:
 def test_ground_profile_writes_a_profile(model_dir, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     data = _squad_file(tmp_path / "dev-v2.0.json")
     out = tmp_path / "profile"
+    # the slice's two contexts share no number and no other name: nothing to calibrate on
     args = ["ground-profile", "--model", str(model_dir), "--data", str(data)]
+    assert cli.main([*args, "--max-new-tokens", "4", "--out", str(tmp_path / "none")]) == 2
+    assert "no context sentence holds a number or a name" in capsys.readouterr().err
+    # more documents to calibrate on
+    more = tmp_path / "more.json"
+    data_text = data.read_text().replace("Berlin is the capital of Germany", "Rome is in Italy")
+    more.write_text(data_text.replace("a team of engineers", "40 engineers from Spain"))
+    args += ["--calibrate-on", f"squad_v2:{more}"]
     assert cli.main([*args, "--max-new-tokens", "4", "--out", str(out)]) == 0
     profile = HeadProfile.load(out / "profile.json")
     assert profile.shape == (3, 4)
     assert ((profile.values >= 0) & (profile.values <= 1)).all()
-    assert np.isfinite(profile.threshold) and profile.quantile == 0.1
+    assert np.isfinite(profile.threshold) and profile.quantile == 0.05
     assert profile.source["examples"] == 3 and profile.source["max_new_tokens"] == 4
     assert profile.source["dataset_file"] == str(data)
+    calibration = profile.source["calibration"]
+    assert calibration["contexts"] == 4 and calibration["pairs"] >= 1
+    assert profile.copy_values is not None and profile.copy_heads().size == 10
     assert (out / "profile.png").read_bytes()[:4] == b"\x89PNG"
     printed = " ".join(capsys.readouterr().out.split())
     assert "contextual heads" in printed and "profile written to" in printed
+    assert f"{calibration['pairs']} copied/swapped sentence pairs" in printed
+
     # the profile drives `rcstat ground`
     ground = tmp_path / "ground"
     texts = ["--context", CONTEXT, "--response", RESPONSE]
@@ -359,6 +387,8 @@ def test_ground_profile_writes_a_profile(model_dir, tmp_path, capsys) -> None:  
         (["--threshold-quantile", "1"], "--threshold-quantile"),
         (["--max-new-tokens", "0"], "--max-new-tokens"),
         (["--n", "0"], "--n"),
+        (["--calibrate-on", "nosuch"], "--calibrate-on: unknown dataset 'nosuch'"),
+        (["--calibrate-on", "squad_v2:/no/such/file"], "no such file"),
     ],
 )
 def test_ground_profile_bad_options_exit_2(  # type: ignore[no-untyped-def]

@@ -197,7 +197,8 @@ def test_grounding_on_cuda_equals_cpu() -> None:
 
     cpu_model, tok = tiny_model("llama"), make_tiny_tokenizer()
     gpu_model = copy.deepcopy(cpu_model).cuda()
-    profile = HeadProfile("tiny", np.random.default_rng(0).random((3, 4)), 0.5, 0.1)
+    rng = np.random.default_rng(0)
+    profile = HeadProfile("tiny", rng.random((3, 4)), 0.5, 0.1, copy_values=rng.random((3, 4)))
     context = "The cat sat on the warm mat near the door. The dog slept in the garden all day."
     response = "The dog slept in the garden. The cat sat on the mat by the window."
     cpu, gpu = (
@@ -306,7 +307,8 @@ def test_a_model_split_across_two_gpus_gives_the_results_of_one() -> None:
     )
     for field in ("per_head", "ranking", "token_scores", "attention"):
         np.testing.assert_allclose(getattr(b, field), getattr(a, field), rtol=1e-5, atol=1e-6)
-    profile = HeadProfile("tiny", np.random.default_rng(0).random((3, 4)), 0.5, 0.1)
+    rng = np.random.default_rng(0)
+    profile = HeadProfile("tiny", rng.random((3, 4)), 0.5, 0.1, copy_values=rng.random((3, 4)))
     a, b = (
         Grounder(m, tok, profile=profile, top_k=5, all_heads=True).ground(
             " ".join(chunks), answer, "Where?"

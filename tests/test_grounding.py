@@ -39,6 +39,7 @@ from rcstat.grounding import (
     shipped_profile,
 )
 from rcstat.grounding.calibrate import build_profile
+from rcstat.grounding.swaps import swap_pairs
 from rcstat.grounding.grounder import feature_names
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.score import aggregate, bigram_overlap
@@ -81,6 +82,7 @@ def _profile(seed: int = 0, **changes: Any) -> HeadProfile:
         "source": {"made": "by hand"},
     }
     fields.update(changes)
+    fields.setdefault("copy_values", rng.uniform(0.0, 0.5, size=np.shape(fields["values"])))
     return HeadProfile(**fields)
 
 
@@ -117,6 +119,47 @@ def _token_ranges(token_spans: np.ndarray, sentences: list[tuple[int, int]]) -> 
         assert hits == list(range(hits[0], hits[-1] + 1))
         ranges.append((hits[0], hits[-1] + 1))
     return ranges
+
+
+def _copy_oracle(model: Any, measured: Measurement) -> tuple[np.ndarray, np.ndarray]:
+    """``copy`` ``[L, H, G]`` and ``copied`` ``[U, S]`` from a softmax of the reference scores:
+    the weight of the row writing token j on the context tokens that overlap a context word
+    equal (without case) to a word that token j overlaps."""
+    example = measured.example
+    text, offsets = example.text, example.offsets
+    (c_lo, c_hi), (a_lo, a_hi) = example.parts["context"], example.parts["answer"]
+    c0, c1 = example.token_span("context")
+    a, b = example.token_span("answer")
+    said = [(m.start(), m.end(), m.group().lower()) for m in re.finditer(r"\w+", text[:a_hi])]
+    said = [w for w in said if w[0] >= a_lo]
+    source = [(m.start(), m.end(), m.group().lower()) for m in re.finditer(r"\w+", text[:c_hi])]
+    source = [w for w in source if w[0] >= c_lo]
+    match = np.zeros((b - a, c1 - c0), dtype=bool)
+    for j in range(b - a):
+        s0, e0 = offsets[a + j]
+        mine = {w for ws, we, w in said if ws < e0 and we > s0}
+        for k in range(c1 - c0):
+            s1, e1 = offsets[c0 + k]
+            match[j, k] = any(w in mine for ws, we, w in source if ws < e1 and we > s1)
+    ref = reference_scores(model, example.input_ids)
+    weights = np.zeros((LAYERS, HEADS, b - a, c1 - c0))  # on the context keys
+    for layer in range(LAYERS):
+        scaling = float(model.model.layers[layer].self_attn.scaling)
+        for head in range(HEADS):
+            scores = ref[layer][0, head].numpy()
+            for j in range(b - a):
+                q = a - 1 + j
+                logits = scores[q, : q + 1] * scaling
+                probs = np.exp(logits - logits.max())
+                weights[layer, head, j] = probs[c0:c1] / probs.sum()
+    on_match = weights * match  # [L, H, G, C]
+    copied = np.zeros((len(measured.units), len(measured.spans)))
+    for u, unit in enumerate(measured.units):
+        lo, hi = (t - a for t in example.token_span("answer", unit.start, unit.end))
+        for k, span in enumerate(measured.spans):
+            first, last = (t - c0 for t in example.token_span("context", span.start, span.end))
+            copied[u, k] = on_match[:, :, lo:hi, first:last].sum()
+    return on_match.sum(-1), copied
 
 
 def _sentence_offsets(text: str, sentences: list[str]) -> list[tuple[int, int]]:
@@ -159,6 +202,38 @@ def test_features_equal_the_pairwise_oracle(tiny, measured) -> None:  # type: ig
     np.testing.assert_allclose(measured.features[1], lookback, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(measured.features[2], log_diagonal, rtol=1e-4, atol=1e-5)
     assert ((rc > 0) & (rc < 1)).all()  # a real mix, not a degenerate 0.5 everywhere
+
+
+def test_copy_equals_the_attention_on_the_words_source(tiny, measured) -> None:  # type: ignore[no-untyped-def]
+    model, _ = tiny
+    copy, copied = _copy_oracle(model, measured)
+    assert measured.copy.shape == copy.shape and measured.copy.dtype == np.float32
+    np.testing.assert_allclose(measured.copy, copy, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(measured.copied, copied, rtol=1e-4, atol=1e-6)
+    assert copy.max() > 0 and (copy == 0).any()  # words found and words not found
+    heads = np.array([0, 5, 11])
+    np.testing.assert_allclose(
+        measured.copy_at(heads), copy.reshape(LAYERS * HEADS, -1)[heads].sum(0), rtol=1e-4
+    )
+    found = copy.reshape(LAYERS * HEADS, -1).max(0) > 0
+    assert measured.copied_tokens().tolist() == np.flatnonzero(found).tolist()
+
+
+def test_prior_nll_is_a_forward_pass_without_the_context(tiny, measured) -> None:  # type: ignore[no-untyped-def]
+    """The prior pass: the chat prompt of the question alone, then the same response ids."""
+    model, tok = tiny
+    message = [{"role": "user", "content": QUESTION}]
+    prompt = tok.apply_chat_template(message, add_generation_prompt=True, return_tensors="pt")
+    prompt = prompt if isinstance(prompt, torch.Tensor) else prompt["input_ids"]
+    a, b = measured.example.token_span("answer")
+    response = measured.example.input_ids[:, a:b]
+    ids = torch.cat([prompt, response], dim=1)
+    with torch.no_grad():
+        log_probs = model(ids).logits[0].double().log_softmax(-1)
+    m = prompt.shape[1]
+    want = -log_probs[m - 1 : -1].gather(-1, response[0, :, None])[:, 0].numpy()
+    np.testing.assert_allclose(measured.prior_nll, want, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(measured.prior_nll, measured.nll)  # the context changes them
 
 
 def test_nll_equals_a_plain_forward_pass(tiny, measured) -> None:  # type: ignore[no-untyped-def]
@@ -204,26 +279,48 @@ def test_tokens_and_sentences_index_the_response(grounding) -> None:  # type: ig
 # ----------------------------------------------------------------------------- scoring
 
 
+def _word_oracle(measured: Measurement, copy_heads: np.ndarray) -> list[tuple[int, int, float]]:
+    """Every ``\\w+`` word of the response: (start, end, max(min(1, mean copy), exp(−ΣNLL)))
+    over the tokens overlapping it."""
+    copy = measured.copy.reshape(LAYERS * HEADS, -1)[copy_heads].astype(np.float64).sum(0)
+    spans = measured.token_spans()
+    words = []
+    for m in re.finditer(r"\w+", RESPONSE):
+        hit = [j for j, (a, b) in enumerate(spans) if a < m.end() and b > m.start()]
+        value = max(min(1.0, copy[hit].mean()), math.exp(-measured.nll[hit].sum()))
+        words.append((m.start(), m.end(), value))
+    return words
+
+
 def test_scores_follow_the_definition(tiny, measured, profile, grounding) -> None:  # type: ignore[no-untyped-def]
     g = grounding
-    flat = profile.values.ravel()
-    chosen = sorted(range(flat.size), key=lambda i: -flat[i])[: round(0.5 * flat.size)]
-    rc = measured.features[0].reshape(LAYERS * HEADS, -1)[chosen].astype(np.float64).mean(0)
-    want = np.exp(-rc * measured.nll)
-    np.testing.assert_allclose(g.token_scores, want, rtol=1e-6)
-    assert ((g.token_scores > 0) & (g.token_scores <= 1)).all()
-    ranges = _token_ranges(g.token_spans, _sentence_offsets(RESPONSE, RESPONSE_SENTENCES))
-    sentence_scores = [float(np.quantile(want[a:b], 0.3)) for a, b in ranges]
+    copy_flat = profile.copy_values.ravel()
+    copy_heads = np.array(sorted(range(copy_flat.size), key=lambda i: -copy_flat[i])[:10])
+    words = _word_oracle(measured, copy_heads)
+    offsets = _sentence_offsets(RESPONSE, RESPONSE_SENTENCES)
+    sentence_scores = [min(v for ws, _, v in words if a <= ws < b) for a, b in offsets]
     assert [s.score for s in g.sentences] == pytest.approx(sentence_scores, rel=1e-6)
     assert g.score == pytest.approx(min(sentence_scores), rel=1e-6)
-    assert g.threshold == 0.0 and g.supported and all(s.supported for s in g.sentences)
-    assert g.method["heads"] == len(chosen) and g.method["quantile"] == 0.3
-    assert g.model == "LlamaForCausalLM" and g.finished
+    for sentence, (a, b) in zip(g.sentences, offsets, strict=True):
+        inside = [w for w in words if a <= w[0] < b]
+        start, end, _ = min(inside, key=lambda w: w[2])
+        assert sentence.weakest == TextSpan(start, end, RESPONSE[start:end])
+        assert sentence.verified and sentence.status == "supported"
+    # a token's score is the score of its word; punctuation is not judged (NaN)
+    for j, (a, b) in enumerate(g.token_spans):
+        mine = [v for ws, we, v in words if ws < b and we > a]
+        if mine:
+            assert g.token_scores[j] == pytest.approx(min(mine), rel=1e-6)
+        else:
+            assert math.isnan(g.token_scores[j])
+    assert g.threshold == 0.0 and g.supported and g.verdict == "supported"
+    assert g.method["copy_heads"] == 10 and g.method["heads"] == round(0.5 * LAYERS * HEADS)
+    assert g.model == "LlamaForCausalLM" and g.finished and g.windows == 1
     # the same-pass baselines and the per-head means
-    words = re.findall(r"\w+", RESPONSE.lower())
+    said = re.findall(r"\w+", RESPONSE.lower())
     source = re.findall(r"\w+", CONTEXT.lower())
     known = set(itertools.pairwise(source))
-    overlap = sum(p in known for p in itertools.pairwise(words)) / (len(words) - 1)
+    overlap = sum(p in known for p in itertools.pairwise(said)) / (len(said) - 1)
     assert g.baselines == pytest.approx(
         {
             "lookback": measured.features[1].mean(),
@@ -237,6 +334,23 @@ def test_scores_follow_the_definition(tiny, measured, profile, grounding) -> Non
     low = np.quantile(measured.features[1], DEFAULT_GROUNDING_QUANTILE, axis=-1)
     np.testing.assert_allclose(g.head_features["lookback"], low, rtol=1e-6)
     assert g.probe_score is None
+
+
+def test_a_changed_number_is_the_weakest_word_and_flagged(tiny, profile) -> None:  # type: ignore[no-untyped-def]
+    """With copy heads that read the words' source, a number that is not in the context
+    scores at most exp(−NLL) while the copied words keep their copy weight."""
+    model, tok = tiny
+    measurer = Measurer(model, tok)
+    copied = measurer.measure(CONTEXT, "The bridge was built in 1889.", QUESTION)
+    changed = measurer.measure(CONTEXT, "The bridge was built in 1925.", QUESTION)
+    strongest = np.argsort(-copied.copy.reshape(LAYERS * HEADS, -1).mean(-1), kind="stable")
+    by_copy = dataclasses.replace(profile, copy_values=np.zeros((LAYERS, HEADS)))
+    by_copy.copy_values.ravel()[strongest[:10]] = 1.0  # type: ignore[union-attr]
+    grounder = Grounder(model, tok, profile=by_copy, top_k=TOP_K)
+    ok, bad = grounder.score(copied), grounder.score(changed)
+    assert bad.sentences[0].weakest is not None and bad.sentences[0].weakest.text == "1925"
+    assert changed.copy_at(grounder.copy_heads)[-3:-1].max() == 0  # "1925": nowhere in context
+    assert ok.score > bad.score
 
 
 def test_threshold_override_flags_sentences(tiny, profile, grounding) -> None:  # type: ignore[no-untyped-def]
@@ -261,21 +375,24 @@ def test_threshold_override_flags_sentences(tiny, profile, grounding) -> None:  
     assert len(result.unsupported) == 2
 
 
-def test_fraction_override_chooses_the_heads(tiny, measured, profile) -> None:  # type: ignore[no-untyped-def]
+def test_fraction_override_chooses_the_rc_heads(tiny, measured, profile) -> None:  # type: ignore[no-untyped-def]
+    """``fraction`` picks the RC heads (the probe's and the earlier score's); the word score
+    reads the copy heads and does not change with it."""
     model, tok = tiny
     flat = profile.values.ravel()
-    rc = measured.features[0].reshape(LAYERS * HEADS, -1).astype(np.float64)
+    scores = []
     for fraction, chosen in ((1 / 12, [int(np.argmax(flat))]), (1.0, list(range(12)))):
         grounder = Grounder(model, tok, profile=profile, fraction=fraction, top_k=TOP_K)
+        assert sorted(grounder.heads.tolist()) == chosen
         result = grounder.score(measured)
-        want = np.exp(-rc[chosen].mean(0) * measured.nll)
-        np.testing.assert_allclose(result.token_scores, want, rtol=1e-6)
+        scores.append(result.token_scores)
         assert result.method["heads"] == len(chosen)
         assert result.method["fraction"] == pytest.approx(len(chosen) / 12)
+    np.testing.assert_array_equal(scores[0], scores[1])
 
 
-def test_support_span_is_eq10_over_the_profiles_top_heads(tiny, profile, grounding) -> None:  # type: ignore[no-untyped-def]
-    """The supporting span: eq. (10) with the profile's ``top_k`` most contextual heads,
+def test_support_is_eq10_over_the_profiles_top_heads(tiny, profile) -> None:  # type: ignore[no-untyped-def]
+    """The measured attribution: eq. (10) with the profile's ``top_k`` most contextual heads,
     rebuilt from the Attributor's per-head span scores of the same sentences and spans."""
     model, tok = tiny
     attribution = Attributor(model, tok, top_k=TOP_K).attribute(
@@ -285,20 +402,39 @@ def test_support_span_is_eq10_over_the_profiles_top_heads(tiny, profile, groundi
     chosen = np.argsort(-profile.values.ravel(), kind="stable")[:TOP_K]
     totals = attribution.per_head[chosen // HEADS, chosen % HEADS].sum(axis=0)  # [U, S]
     shares = totals / totals.sum(axis=-1, keepdims=True)
-    assert grounding.method["support_heads"] == TOP_K
-    for u, sentence in enumerate(grounding.sentences):
-        index = int(np.argmax(shares[u]))
-        span = attribution.spans[index]
+    grounder = Grounder(model, tok, profile=profile, top_k=TOP_K)
+    measured = grounder.measurer.measure(CONTEXT, RESPONSE, QUESTION)
+    np.testing.assert_allclose(measured.support, shares, rtol=1e-5)
+    assert grounder.method["support_heads"] == TOP_K
+
+
+def test_evidence_is_where_the_words_were_copied_from(tiny, profile, measured) -> None:  # type: ignore[no-untyped-def]
+    """Each sentence's evidence: the context sentence with the most copy weight, its share of
+    that weight; the eq. (10) attribution only for a sentence that copied nothing."""
+    model, tok = tiny
+    result = Grounder(model, tok, profile=profile, top_k=TOP_K).score(measured)
+    for u, sentence in enumerate(result.sentences):
+        weights = measured.copied[u]
+        assert weights.sum() > 0
+        index = int(np.argmax(weights))
+        span = measured.spans[index]
         assert sentence.support == TextSpan(span.start, span.end, span.text)
         assert CONTEXT[span.start : span.end] == span.text
-        assert sentence.support_share == pytest.approx(float(shares[u, index]), rel=1e-5)
+        assert sentence.support_share == pytest.approx(weights[index] / weights.sum())
+    assert result.sentences[0].support.text == CONTEXT_SENTENCES[1]  # type: ignore[union-attr]
+    nothing = dataclasses.replace(measured, copied=np.zeros_like(measured.copied))
+    nothing = dataclasses.replace(nothing, support=np.tile([0.2, 0.5, 0.3], (2, 1)))
+    fallback = Grounder(model, tok, profile=profile, top_k=TOP_K).score(nothing)
+    assert [s.support.text for s in fallback.sentences] == [CONTEXT_SENTENCES[1]] * 2  # type: ignore[union-attr]
+    assert [s.support_share for s in fallback.sentences] == pytest.approx([0.5, 0.5])
 
 
 def test_measurer_without_support_heads_gives_no_span(tiny, measured, profile) -> None:  # type: ignore[no-untyped-def]
     model, tok = tiny
     assert measured.support.shape == (len(RESPONSE_SENTENCES), len(CONTEXT_SENTENCES))
     assert not measured.support.any()
-    result = Grounder(model, tok, profile=profile, top_k=TOP_K).score(measured)
+    nothing = dataclasses.replace(measured, copied=np.zeros_like(measured.copied))
+    result = Grounder(model, tok, profile=profile, top_k=TOP_K).score(nothing)
     assert all(s.support is None and s.support_share is None for s in result.sentences)
 
 
@@ -507,7 +643,9 @@ def test_grounding_frames(grounding) -> None:  # type: ignore[no-untyped-def]
         "end",
         "text",
         "score",
+        "status",
         "supported",
+        "weakest",
         "support_start",
         "support_end",
         "support_text",
@@ -663,12 +801,31 @@ def test_build_profile_equals_the_mean_features_of_the_answers(tiny) -> None:  #
     values = np.mean([m.features[0].mean(-1) for m in measured], axis=0)
     assert profile.shape == (LAYERS, HEADS)
     np.testing.assert_allclose(profile.values, values, rtol=1e-6)
+    # copy values: every head's copy weight over the tokens of the copied calibration sentences
+    # whose word is in the context
+    pairs = swap_pairs([e.context for e in EXAMPLES], per_context=2, seed=0)
+    assert pairs
+    copies_measured = [measurer.measure(p.context, p.copy) for p in pairs]
+    copied = np.concatenate(
+        [m.copy[..., m.copy.reshape(LAYERS * HEADS, -1).max(0) > 0] for m in copies_measured],
+        axis=-1,
+    )
+    assert copied.shape[-1] > 0
+    np.testing.assert_allclose(profile.copy_values, copied.mean(-1), rtol=1e-6)  # type: ignore[arg-type]
     assert profile.model == "LlamaForCausalLM" and profile.quantile == 0.25
     assert profile.fraction == 0.25  # the default
-    provisional = HeadProfile("x", values, threshold=0.0, quantile=0.5)
+    # the threshold: the 0.25 quantile of the copies' scores over the swap pairs of the contexts
+    provisional = HeadProfile(
+        "x", values, threshold=0.0, quantile=0.25, copy_values=profile.copy_values
+    )
     grounder = Grounder(model, tok, profile=provisional, top_k=TOP_K)
-    scores = [grounder.score(m).score for m in measured]
-    assert profile.threshold == pytest.approx(float(np.quantile(scores, 0.25)), rel=1e-9)
+    copies = np.array([grounder.ground(p.context, p.copy).score for p in pairs])
+    swaps = np.array([grounder.ground(p.context, p.edit).score for p in pairs])
+    assert profile.threshold == pytest.approx(float(np.quantile(copies, 0.25)), rel=1e-9)
+    calibration = profile.source["calibration"]
+    assert calibration["pairs"] == len(pairs) and calibration["contexts"] == 2
+    assert calibration["false_alarms"] == pytest.approx(np.mean(copies < profile.threshold))
+    assert calibration["caught"] == pytest.approx(np.mean(swaps < profile.threshold))
     assert profile.source["examples"] == 2 and profile.source["answers"] == 2
     assert profile.source["datasets"] == ["squad_v2"] and profile.source["max_new_tokens"] == 4
 
@@ -684,24 +841,16 @@ def test_build_profile_refusals(tiny) -> None:  # type: ignore[no-untyped-def]
         build_profile(model, tok, EXAMPLES, max_new_tokens=0)
 
 
-def test_build_profile_runs_on_a_model_with_few_heads(tiny) -> None:  # type: ignore[no-untyped-def]
+def test_build_profile_calibrates_on_more_contexts(tiny) -> None:  # type: ignore[no-untyped-def]
     model, tok = tiny
-    profile = build_profile(model, tok, EXAMPLES[:1], max_new_tokens=2)
+    more = ["Rome is in Italy. It was founded in 753 by Romulus and his brother Remus."]
+    profile = build_profile(model, tok, EXAMPLES[:1], max_new_tokens=2, calibration_contexts=more)
     assert profile.shape == (LAYERS, HEADS)
-    # recomputed: one answer's mean features, its top quarter of the 12 heads (3, best
-    # first), and a threshold that is that answer's own score (the quantile of one value)
-    example = EXAMPLES[0]
-    answer = _greedy_answer(model, tok, example.context, example.question, 2)
-    measured = Measurer(model, tok).measure(example.context, answer, example.question)
-    values = measured.features[0].mean(-1)
-    np.testing.assert_allclose(profile.values, values, rtol=1e-6)
-    flat = [float(v) for v in values.ravel()]
-    best = sorted(range(len(flat)), key=lambda i: (-flat[i], i))[:3]
-    assert profile.heads().tolist() == best
-    provisional = HeadProfile("x", values, threshold=0.0, quantile=0.5)
-    score = Grounder(model, tok, profile=provisional, top_k=TOP_K).score(measured).score
-    assert profile.threshold == pytest.approx(score, rel=1e-9)
+    assert profile.source["calibration"]["contexts"] == 2
     assert profile.source["examples"] == profile.source["answers"] == 1
+    assert len(profile.copy_heads()) == min(10, LAYERS * HEADS)
+    with pytest.raises(ValueError, match="at least two distinct contexts"):
+        build_profile(model, tok, EXAMPLES[:1], max_new_tokens=2)
 
 
 # ---------------------------------------------------------------------------- bad input
@@ -728,11 +877,56 @@ def test_measure_refuses_bad_input(tiny, context, response, question, error, mes
         measurer.measure(context, response, question)
 
 
-def test_ground_refuses_too_long_input(tiny, profile) -> None:  # type: ignore[no-untyped-def]
+def test_a_long_context_is_read_in_windows(tiny, profile) -> None:  # type: ignore[no-untyped-def]
+    """A context longer than the window: every window fits, each word keeps its best score
+    over the windows, and the evidence points into the whole context."""
     model, tok = tiny
+    filler = " ".join(f"The river number {i} flows through the city." for i in range(60))
+    context = filler + " " + CONTEXT
+    window = model.config.max_position_embeddings
     grounder = Grounder(model, tok, profile=profile, top_k=TOP_K)
-    with pytest.raises(ValueError, match="window"):
-        grounder.ground(" ".join(["The river flows through the city."] * 70), RESPONSE)
+    result = grounder.ground(context, RESPONSE, QUESTION)
+    assert result.windows > 1 and result.finished and result.verdict in ("supported", "unsupported")
+    checked, windows = grounder._plan(context, RESPONSE, QUESTION)  # type: ignore[misc]
+    assert checked == RESPONSE and len(windows) == result.windows
+    per_window = []
+    for w in windows:
+        measured = grounder.measurer.measure(context[w.start : w.end], RESPONSE, QUESTION)
+        assert measured.example.seq_len <= window
+        per_window.append(grounder.score(measured))
+    best = np.fmax.reduce([r.token_scores for r in per_window])
+    np.testing.assert_allclose(result.token_scores, best, rtol=1e-9)
+    for sentence in result.sentences:
+        assert sentence.support is not None
+        assert context[sentence.support.start : sentence.support.end] == sentence.support.text
+    # the last window holds the bridge: its sentence is the first sentence's evidence
+    assert result.sentences[0].support.text == CONTEXT_SENTENCES[1]  # type: ignore[union-attr]
+    # a smaller budget: more windows, still every window within it
+    small = Grounder(model, tok, profile=profile, top_k=TOP_K, max_tokens=200)
+    assert small.ground(context, RESPONSE, QUESTION).windows > result.windows
+
+
+def test_a_response_too_long_for_the_window_is_partly_unverified(tiny, profile) -> None:  # type: ignore[no-untyped-def]
+    model, tok = tiny
+    sentences = [f"The bridge number {i} was built in 1889." for i in range(40)]
+    response = " ".join(sentences)
+    grounder = Grounder(model, tok, profile=profile, top_k=TOP_K, max_tokens=256)
+    result = grounder.ground(CONTEXT, response, QUESTION)
+    assert not result.finished and result.response == response
+    verified = [s for s in result.sentences if s.verified]
+    unverified = result.unverified
+    assert verified and unverified
+    assert [s.text for s in result.sentences] == sentences
+    assert all(math.isnan(s.score) and not s.supported for s in unverified)
+    assert all(s.status == "unverified" for s in unverified)
+    assert result.verdict in ("unsupported", "unverified") and not result.supported
+    if not result.unsupported:
+        assert result.verdict == "unverified"
+    assert result.score == pytest.approx(min(s.score for s in verified))
+    with pytest.raises(ValueError, match="nothing of the response can be checked"):
+        Grounder(model, tok, profile=profile, top_k=TOP_K, max_tokens=128).ground(
+            CONTEXT, response, " ".join(["Who built the bridge?"] * 12)
+        )
 
 
 @pytest.mark.parametrize(
@@ -746,6 +940,8 @@ def test_ground_refuses_too_long_input(tiny, profile) -> None:  # type: ignore[n
         ({"fraction": 0.0}, "fraction"),
         ({"threshold": math.nan}, "threshold"),
         ({"top_k": 13}, "top_k"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"profile": _profile(copy_values=None)}, "no copy heads"),
     ],
 )
 def test_grounder_refuses_bad_options(tiny, profile, options, message) -> None:  # type: ignore[no-untyped-def]

@@ -14,10 +14,12 @@ __all__ = [
     "DEFAULT_MODEL_NAME",
     "DEFAULT_SPAN_SCORE",
     "DEFAULT_TAU",
+    "DEFAULT_THRESHOLD_QUANTILE",
     "DEFAULT_TOP_K",
     "DEFAULT_WINDOW",
     "INSTALL_PRESS",
     "MAX_RESAMPLES",
+    "MIN_PASS_TOKENS",
     "QUESTION_WINDOW",
     "SPAN_SCORES",
     "SpanScore",
@@ -41,6 +43,12 @@ MAX_RESAMPLES = 100_000
 DEFAULT_GROUNDING_FRACTION = 0.25
 #: Lower quantile of its token scores that a sentence's grounding score is (the weakest part).
 DEFAULT_GROUNDING_QUANTILE = 0.2
+#: Share of the sentences copied from contexts (supported) that the calibrated grounding
+#: threshold flags: its false-alarm rate on the calibration pairs.
+DEFAULT_THRESHOLD_QUANTILE = 0.05
+#: Fewest tokens one grounding pass may be given (``--max-tokens``): the template, a question,
+#: part of the response and a window of context must fit.
+MIN_PASS_TOKENS = 128
 #: RCStatPress's window as the question's tokens (query-aware placement: the question is
 #: compressed with the context and ends the prompt the press sees).
 QUESTION_WINDOW = "question"

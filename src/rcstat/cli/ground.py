@@ -32,7 +32,7 @@ from rcstat.cli.options import (
     check_language,
     check_top_k,
 )
-from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K
+from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K, MIN_PASS_TOKENS
 from rcstat.report.grounding_html import save_grounding_html
 
 if TYPE_CHECKING:
@@ -55,9 +55,10 @@ def register(sub: Any) -> None:
         NAME,
         "score how well a response is supported by its context",
         "Teacher-force a response (written by any model) after its context and score every "
-        "token and sentence for support from one forward pass: relative contextualization of "
-        "the contextual heads times the token's surprise. Unsupported sentences are marked; "
-        "supported ones show the context span they rest on.",
+        "word and sentence for support: a word is supported when the copy heads attend to its "
+        "source in the context or the model, reading the context, expects it. Unsupported "
+        "sentences name their weakest word; supported ones show the context sentence they "
+        "rest on. A context longer than the model's window is read in windows.",
     )
     gr.epilog = (
         f"Languages: {ground_output.MODEL_LANGUAGES}; a text mostly not in the Latin script "
@@ -81,7 +82,16 @@ def register(sub: Any) -> None:
         "--quantile",
         type=float,
         default=DEFAULT_GROUNDING_QUANTILE,
-        help="sentence score: lower quantile of its token scores",
+        help="lower quantile over the response tokens of each head statistic (the probe's "
+        "features)",
+    )
+    gr.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="longest input of one pass (default: the model's window); a longer context is "
+        "read in windows, and a response that cannot fit beside any context is checked up to "
+        "where it fits, the rest reported unverified",
     )
     gr.add_argument(
         "--top-k",
@@ -120,6 +130,7 @@ class GroundArgs:
     out: Path
     allow_special_tokens: bool = False
     json: bool = False
+    max_tokens: int | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GroundArgs:
@@ -166,12 +177,14 @@ class GroundArgs:
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,
             json=ns.json,
+            max_tokens=optional_count("--max-tokens", ns.max_tokens, low=MIN_PASS_TOKENS),
         )
 
 
 def run(args: GroundArgs | PairsConfig) -> int:
     """Ground the response; print its sentences (or the ``--json`` object), write
-    ground.{json,csv,html}; exit with the verdict (0 supported, 1 unsupported)."""
+    ground.{json,csv,html}; exit with the verdict (0 supported, 1 unsupported, 3
+    unverified)."""
     from rcstat.grounding import Grounder
 
     if not isinstance(args, GroundArgs):  # --pairs (rcstat.cli.ground_pairs)

@@ -21,11 +21,12 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
 from rcstat.cli._common import console
-from rcstat.cli.exit_codes import SUPPORTED, UNSUPPORTED
+from rcstat.cli.exit_codes import SUPPORTED, UNSUPPORTED, UNVERIFIED
 from rcstat.defaults import DEFAULT_MODEL_NAME
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ LATIN_SHARE_MIN = 0.5
 
 
 def verdict_status(result: Grounding) -> int:
-    """0 when the result calls the response supported, 1 when it does not."""
-    return SUPPORTED if result.supported else UNSUPPORTED
+    """The exit status of the verdict: 0 supported, 1 unsupported, 3 unverified."""
+    return {"supported": SUPPORTED, "unsupported": UNSUPPORTED}.get(result.verdict, UNVERIFIED)
 
 
 def latin_share(text: str) -> float:
@@ -85,18 +86,18 @@ def _number(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
 
-def _weakest_token(result: Grounding, sentence: SentenceGrounding) -> dict[str, Any] | None:
-    """The sentence's lowest-scoring token (its character span in the response)."""
-    first, last = sentence.tokens
-    if last <= first:
+def _weakest_word(result: Grounding, sentence: SentenceGrounding) -> dict[str, Any] | None:
+    """The sentence's least supported word (its character span in the response)."""
+    word = sentence.weakest
+    if word is None:
         return None
-    index = first + int(result.token_scores[first:last].argmin())
-    start, end = (int(v) for v in result.token_spans[index])
+    inside = (result.token_spans[:, 0] < word.end) & (result.token_spans[:, 1] > word.start)
+    scores = result.token_scores[inside]
     return {
-        "start": start,
-        "end": end,
-        "text": result.response[start:end],
-        "score": _number(float(result.token_scores[index])),
+        "start": word.start,
+        "end": word.end,
+        "text": word.text,
+        "score": _number(float(np.nanmin(scores))) if np.isfinite(scores).any() else None,
     }
 
 
@@ -107,7 +108,7 @@ def _sentence_document(result: Grounding, sentence: SentenceGrounding) -> dict[s
         "end": sentence.end,
         "text": sentence.text,
         "score": _number(sentence.score),
-        "verdict": "supported" if sentence.supported else "unsupported",
+        "verdict": sentence.status,
         "support": None
         if support is None
         else {
@@ -116,24 +117,25 @@ def _sentence_document(result: Grounding, sentence: SentenceGrounding) -> dict[s
             "text": support.text,
             "share": _number(sentence.support_share),
         },
-        "weakest_token": _weakest_token(result, sentence),
+        "weakest_word": _weakest_word(result, sentence),
     }
 
 
 def result_document(result: Grounding, out: Path | None = None) -> dict[str, Any]:
     """The JSON object of one grounded response (plain JSON types; NaN written as null).
 
-    ``verdict`` is ``"supported"`` or ``"unsupported"`` (:attr:`Grounding.supported`); each
-    sentence has its score and verdict, the context sentence that supports it (``support``:
-    character span in the context, text, share) and its lowest-scoring token
-    (``weakest_token``: character span in the response, text, score).
+    ``verdict`` is ``"supported"``, ``"unsupported"`` or ``"unverified"``
+    (:attr:`Grounding.verdict`); each sentence has its score and verdict, the context sentence
+    that supports it (``support``: character span in the context, text, share) and its least
+    supported word (``weakest_word``: character span in the response, text, score).
     """
     return {
-        "verdict": "supported" if result.supported else "unsupported",
+        "verdict": result.verdict,
         "score": _number(result.score),
         "threshold": result.threshold,
         "model": result.model,
         "finished": result.finished,
+        "windows": result.windows,
         "probe_score": _number(result.probe_score),
         "baselines": {k: _number(v) for k, v in result.baselines.items()},
         "sentences": [_sentence_document(result, s) for s in result.sentences],
@@ -149,10 +151,12 @@ def print_json(result: Grounding, out: Path | None = None) -> None:
 
 def print_table(result: Grounding) -> None:
     """The verdict line and a table of every sentence, its score and its evidence: the context
-    sentence that supports it, or the weakest token of an unsupported one; wrapped, not cut."""
-    verdict = "supported" if result.supported else "UNSUPPORTED"
+    sentence that supports it, or the weakest word of an unsupported one; wrapped, not cut."""
+    verdict = result.verdict if result.supported else result.verdict.upper()
+    windows = "" if result.windows == 1 else f"; context read in {result.windows} windows"
     console.print(
         f"response score {result.score:.3f} (threshold {result.threshold:.3f}): {verdict}"
+        + windows
         + ("" if result.probe_score is None else f"; probe p(unsupported) {result.probe_score:.3f}")
     )
     table = Table(title="sentences")
@@ -161,18 +165,20 @@ def print_table(result: Grounding) -> None:
     table.add_column("score", justify="right")
     table.add_column("evidence", overflow="fold", ratio=1)
     for i, sentence in enumerate(result.sentences):
-        if sentence.supported:
+        if sentence.status == "supported":
             support = sentence.support
             evidence = "—" if support is None else escape(" ".join(support.text.split()))
             mark = ""
+        elif sentence.status == "unverified":
+            evidence, mark = "[bold yellow]unverified[/]: past the model's window", "? "
         else:
-            weakest = _weakest_token(result, sentence)
-            token = "" if weakest is None else f": weakest token {weakest['text'].strip()!r}"
-            evidence, mark = f"[bold red]unsupported[/]{escape(token)}", "✗ "
+            word = sentence.weakest
+            named = "" if word is None else f": {word.text!r} is not supported"
+            evidence, mark = f"[bold red]unsupported[/]{escape(named)}", "✗ "
         table.add_row(
             str(i + 1),
             mark + escape(" ".join(sentence.text.split())),
-            f"{sentence.score:.3f}",
+            "—" if math.isnan(sentence.score) else f"{sentence.score:.3f}",
             evidence,
         )
     console.print(table, soft_wrap=False)

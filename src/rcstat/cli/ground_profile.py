@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from rcstat.checks import check_count, check_number
+from rcstat.checks import check_count, check_number, split_list
 from rcstat.cli._common import (
     Devices,
     add_command,
@@ -26,8 +26,8 @@ from rcstat.cli.options import (
     add_n_option,
     add_out_option,
 )
-from rcstat.data.registry import canonical_name, dataset_names
-from rcstat.defaults import DEFAULT_GROUNDING_FRACTION
+from rcstat.data.registry import DATASETS, canonical_name, dataset_names
+from rcstat.defaults import DEFAULT_GROUNDING_FRACTION, DEFAULT_THRESHOLD_QUANTILE
 
 NAME = "ground-profile"
 QA_DATASETS = dataset_names(("qa",))
@@ -41,8 +41,10 @@ def register(sub: Any) -> None:
         "head profile for `rcstat ground` (contextual heads, threshold; no labels)",
         "The model answers each question of a QA dataset greedily from its context; every "
         "head's token-level normalized RC is averaged over those answers. The top heads are the "
-        "ones `rcstat ground` averages over; the threshold flags the given share of these "
-        "context-based answers. No hallucination label is used.",
+        "ones `rcstat ground` reads; the copy heads are those whose attention lands on the "
+        "context words the answers copy. The threshold is calibrated on sentences copied from "
+        "the contexts and the same sentences with a number or name swapped (built by the tool): "
+        "it flags the given share of the copies. No hallucination label is used.",
     )
     add_dataset_option(p, "squad_v2", ("qa",))
     add_data_option(p)
@@ -57,8 +59,15 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--threshold-quantile",
         type=float,
-        default=0.1,
-        help="share of the model's own answers below the threshold",
+        default=DEFAULT_THRESHOLD_QUANTILE,
+        help="share of the copied calibration sentences flagged (the false-alarm rate)",
+    )
+    p.add_argument(
+        "--calibrate-on",
+        default="",
+        metavar="NAME[:PATH],...",
+        help="more datasets whose contexts (or chunks) give calibration pairs, beside "
+        "--dataset's: a name reads its developer slice, NAME:PATH a file in its format",
     )
     add_out_option(p, NAME)
 
@@ -76,6 +85,7 @@ class GroundProfileArgs:
     fraction: float
     threshold_quantile: float
     out: Path
+    calibrate_on: tuple[tuple[str, str | None], ...] = ()
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GroundProfileArgs:
@@ -102,19 +112,39 @@ class GroundProfileArgs:
                 high_open=True,
             ),
             out=Path(ns.out),
+            calibrate_on=tuple(_dataset_spec(item) for item in split_list(ns.calibrate_on)),
         )
+
+
+def _dataset_spec(item: str) -> tuple[str, str | None]:
+    """``NAME`` or ``NAME:PATH`` of ``--calibrate-on``, the name checked."""
+    name, _, path = item.partition(":")
+    try:
+        name = canonical_name(name)
+    except ValueError:
+        raise ValueError(
+            f"--calibrate-on: unknown dataset {name!r}; choose from {', '.join(DATASETS)}"
+        ) from None
+    if path and not Path(path).exists():
+        raise ValueError(f"--calibrate-on {item}: no such file or folder")
+    return name, path or None
 
 
 def run(args: GroundProfileArgs) -> int:
     """Measure the profile; write profile.json and a heatmap profile.png."""
     from rcstat.data import load_dataset
-    from rcstat.grounding.calibrate import build_profile
+    from rcstat.grounding.calibrate import build_profile, document_texts
     from rcstat.progress import progress
 
     check_output_folder(args.out, NAME)
     examples = load_dataset(args.dataset, args.data, limit=args.n)
     if not examples:
         raise ValueError(f"no examples in {args.dataset} ({args.data or 'default slice'})")
+    extra = [
+        text
+        for name, path in args.calibrate_on
+        for text in document_texts(load_dataset(name, path))
+    ]
     model, tokenizer = load_model_quietly(args.model, args.devices)
     profile = build_profile(
         model,
@@ -123,6 +153,8 @@ def run(args: GroundProfileArgs) -> int:
         max_new_tokens=args.max_new_tokens,
         fraction=args.fraction,
         threshold_quantile=args.threshold_quantile,
+        calibration_contexts=extra,
+        progress=lambda pairs: progress(pairs, desc="calibrating", unit="pair"),
     )
     profile.source["dataset_file"] = args.data or "shared slice"
     with staged_output(args.out, NAME) as stage:
@@ -131,9 +163,12 @@ def run(args: GroundProfileArgs) -> int:
     heads = profile.heads()
     per_layer = profile.values.shape[1]
     top = ", ".join(f"L{h // per_layer}H{h % per_layer}" for h in heads[:8])
+    calibration = profile.source["calibration"]
     console.print(
         f"{len(heads)} contextual heads (top: {escape(top)}); threshold "
-        f"{profile.threshold:.4f} ({profile.source['answers']} answers)"
+        f"{profile.threshold:.4f} from {calibration['pairs']} copied/swapped sentence pairs: "
+        f"{calibration['false_alarms']:.1%} of copies flagged, {calibration['caught']:.1%} "
+        f"of swaps caught ({profile.source['answers']} answers)"
     )
     console.print(
         f"profile written to {escape(str(args.out))}/profile.json — use it with "

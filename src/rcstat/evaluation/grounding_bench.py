@@ -1,15 +1,17 @@
 """Grounding benchmark: FaithBench, SummEdits, users' labelled pairs (``jsonl``) and the SQuAD
 supporting-vs-unrelated contrast.
 
-Every item (a context and a response) is measured once (:class:`~rcstat.grounding.Measurer`,
-one forward pass); from that pass every method is scored, so all of them see the same
-samples:
+Every item (a context and a response) is measured once (:class:`~rcstat.grounding.Measurer`:
+the pass with the context and the short prior pass without it); from that measurement every
+method is scored, so all of them see the same samples:
 
-* ``rcstat``: the zero-shot score (token ``exp(-r·NLL)`` over the profile's contextual heads,
-  sentence = lower quantile, response = weakest sentence; docs/grounding.md);
-* variants of it: ``rc_mean`` (mean normalized RC of the contextual heads, no NLL, no
-  weakest-part), ``rc_weakest`` (weakest sentence of that RC, no NLL), ``rcstat_mean``
-  (``exp(-r·NLL)`` averaged over tokens, no weakest-part), ``rcstat_all_heads`` (every head);
+* ``rcstat``: the zero-shot score (word ``max(copy, exp(−NLL))``, sentence = weakest word,
+  response = weakest sentence; docs/grounding.md);
+* the designs it was chosen among, each with the same word and sentence aggregation:
+  ``copy_words`` (the copy heads' attention on the word's source alone), ``nll_words``
+  (``exp(−NLL_w)`` alone), ``pmi_words`` (``σ(NLL_w without context − NLL_w with it)``: how
+  much the context raises the word), and ``exp_rc_nll`` (rcstat's earlier token score
+  ``exp(−r·NLL)`` over the contextual heads, sentence = lower 0.2-quantile);
 * same-pass baselines: ``lookback`` (Lookback Lens ratio), ``attention_score`` (LLM-Check),
   ``neg_nll``, ``overlap`` (bigram overlap);
 * FaithBench's stored detectors (``hhem-2.1``, ``hhem-2.1-english``, GPT judges).
@@ -37,6 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from rcstat.attribution import split_sentences
 from rcstat.data import GroundingExample, QAExample
 from rcstat.evaluation.bench.common import BenchRun
 from rcstat.evaluation.bench.results import GroundingResult
@@ -50,7 +53,8 @@ from rcstat.grounding.grounder import (
     sentence_scores,
 )
 from rcstat.grounding.probe import GroundingProbe
-from rcstat.grounding.score import aggregate, token_scores
+from rcstat.grounding.score import response_words
+from rcstat.grounding.swaps import find_facts
 from rcstat.metrics.detector import breakdown, evaluate
 from rcstat.metrics.ranking import auroc, token_auroc
 from rcstat.metrics.thresholds import threshold_transfer
@@ -72,6 +76,7 @@ __all__ = [
     "contrast_items",
     "grounding_items",
     "method_scores",
+    "swap_items",
 ]
 
 #: The kind of run recorded in the manifest.
@@ -91,12 +96,14 @@ RUN_FILES = RunFiles(
     folder="tokens",
     key_file=token_file_name,
 )
-DATASETS = ("faithbench", "summedits", "jsonl", "squad-contrast")
+DATASETS = ("faithbench", "summedits", "jsonl", "squad-contrast", "squad-swaps")
+#: The datasets of (supported, unsupported) pairs of one response or one sentence.
+PAIR_DATASETS = ("squad-contrast", "squad-swaps")
 #: The datasets whose responses carry annotated spans: per-token files and span-level metrics.
 SPAN_DATASETS = ("faithbench", "jsonl")
 #: The instruction the responses of the summarization datasets are teacher-forced after.
 SUMMARY_INSTRUCTION = "Summarize the passage above."
-VARIANTS = ("rcstat", "rc_mean", "rc_weakest", "rcstat_mean", "rcstat_all_heads")
+VARIANTS = ("rcstat", "copy_words", "nll_words", "pmi_words", "exp_rc_nll")
 BASELINES = ("lookback", "attention_score", "neg_nll", "overlap")
 _STORED = ("hhem-2.1", "hhem-2.1-english", "gpt-3.5-turbo", "gpt-4-turbo", "gpt_4o")
 
@@ -183,22 +190,78 @@ def contrast_items(examples: Sequence[QAExample]) -> list[GroundingItem]:
     return items
 
 
+def swap_items(examples: Sequence[QAExample]) -> list[GroundingItem]:
+    """Copied vs changed facts (SQuAD v2): for each answerable question whose answer is a
+    number or a proper name (:func:`~rcstat.grounding.swaps.find_facts`), the context sentence
+    that holds the answer, as written (supported), and the same sentence with the answer
+    replaced by the answer of the same kind of another question from another context, one
+    that does not occur in this context (unsupported); the question is asked."""
+    answered = []
+    for e in examples:
+        if not e.answers:
+            continue
+        answer = e.answers[0]
+        facts = find_facts("so " + answer)  # not at a sentence start: a lone name counts
+        if len(facts) == 1 and facts[0].text == answer:
+            sentence = next((s.text for s in split_sentences(e.context) if answer in s.text), None)
+            if sentence is not None:
+                answered.append((e, answer, facts[0].kind, sentence))
+    items = []
+    for i, (e, answer, kind, sentence) in enumerate(answered):
+        others = [
+            a
+            for o, a, k, _ in answered
+            if k == kind and o.context != e.context and a not in e.context
+        ]
+        if not others:
+            continue
+        replacement = others[i % len(others)]
+        for label, text in ((False, sentence), (True, sentence.replace(answer, replacement, 1))):
+            items.append(
+                GroundingItem(
+                    id=f"{e.id}:{'changed' if label else 'copied'}",
+                    context=e.context,
+                    question=e.question,
+                    response=text,
+                    label=label,
+                    group=e.id,
+                    by=kind,
+                    pair=e.id,
+                )
+            )
+    if not items:
+        raise ValueError(
+            "squad-swaps needs answers that are numbers or names in at least two contexts"
+        )
+    return items
+
+
 def method_scores(
     grounder: Grounder, measured: Measurement, response: str, context: str
 ) -> dict[str, float]:
     """Every method's response score (higher = more supported) from one measurement."""
-    heads = grounder.heads
-    everything = np.arange(measured.features.shape[1] * measured.features.shape[2])
-    rc = measured.rc(heads)
-    scores, ranges, values = sentence_scores(measured, heads, grounder.quantile)
-    weakest_rc = min(aggregate(rc[a:b], grounder.quantile) for a, b in ranges)
-    _, _, all_heads = sentence_scores(measured, everything, grounder.quantile)
+    words = response_words(measured.example.part_text("answer"), measured.token_spans())
+    copy = measured.copy_at(grounder.copy_heads)  # [G]
+    gain = measured.prior_nll - measured.nll  # [G]: how much the context raised each token
+    per_unit = [
+        [i for i, w in enumerate(words) if unit.start <= w.start < unit.end]
+        for unit in measured.units
+    ]
+
+    def weakest(values: np.ndarray) -> float:
+        sentences = [values[inside].min() for inside in per_unit if inside]
+        return float(min(sentences)) if sentences else float("nan")
+
+    copied = np.array([min(1.0, copy[w.first : w.last].mean()) for w in words])
+    likely = np.array([np.exp(-measured.nll[w.first : w.last].sum()) for w in words])
+    raised = np.array([1 / (1 + np.exp(-gain[w.first : w.last].sum())) for w in words])
+    _, _, old = sentence_scores(measured, grounder.heads, grounder.quantile)
     return {
-        "rcstat": min(values),
-        "rc_mean": float(rc.mean()),
-        "rc_weakest": weakest_rc,
-        "rcstat_mean": float(scores.mean()),
-        "rcstat_all_heads": min(all_heads),
+        "rcstat": grounder.score(measured).score,
+        "copy_words": weakest(copied),
+        "nll_words": weakest(likely),
+        "pmi_words": weakest(raised),
+        "exp_rc_nll": min(old),
         **baselines(measured, response, context),
     }
 
@@ -248,6 +311,7 @@ class GroundingBench(BenchRun):
                 continue
             row = {k: line[k] for k in ("item", "label", "group", "by", "pair")}
             row.update(line["scores"])
+            row["threshold"] = line.get("threshold", float("nan"))
             row.update({f"stored:{k}": v for k, v in line["detectors"].items()})
             row["tokens"] = line["tokens"]
             row["context_tokens"] = line["context_tokens"]
@@ -271,7 +335,7 @@ class GroundingBench(BenchRun):
             "positives": int(frame["label"].sum()),
         }
         methods = [*VARIANTS, *BASELINES, *sorted(c for c in frame if c.startswith("stored:"))]
-        if self.dataset == "squad-contrast":
+        if self.dataset in PAIR_DATASETS:
             table = self._contrast(frame, methods)
         else:
             table = self._metrics(frame, methods)
@@ -348,15 +412,18 @@ class GroundingBench(BenchRun):
             pivot = pivot.dropna()
             wins = (pivot[False] > pivot[True]).to_numpy()
             ties = (pivot[False] == pivot[True]).to_numpy()
-            rows.append(
-                {
-                    "method": method,
-                    "kind": _kind(method),
-                    "pairs": len(pivot),
-                    "supporting_higher": float(wins.mean()),
-                    "ties": float(ties.mean()),
-                }
-            )
+            row = {
+                "method": method,
+                "kind": _kind(method),
+                "pairs": len(pivot),
+                "supporting_higher": float(wins.mean()),
+                "ties": float(ties.mean()),
+            }
+            if method == "rcstat":  # the verdicts at the grounder's threshold
+                flagged = frame["rcstat"] < frame["threshold"]
+                row["supported_flagged"] = float(flagged[~frame["label"]].mean())
+                row["unsupported_flagged"] = float(flagged[frame["label"]].mean())
+            rows.append(row)
         return pd.DataFrame(rows)
 
     def _spans(self, frame: pd.DataFrame, into: Path, layers: int, heads: int) -> dict[str, Any]:
@@ -443,7 +510,7 @@ def _save_tokens(
     """Write the per-token scores, labels and per-head statistics of ``item`` (FaithBench)."""
     path = folder / "tokens" / token_file_name(item.id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    scores = token_scores(measured.rc(grounder.heads), measured.nll)
+    scores = grounder.score(measured).token_scores
     flat = measured.features.reshape(len(HEAD_FEATURES), -1, len(measured.nll))
     np.savez(
         path,
@@ -495,6 +562,7 @@ class GroundingJob(Job):
         try:
             measured = grounder.measurer.measure(entry.context, entry.response, entry.question)
             line["scores"] = method_scores(grounder, measured, entry.response, entry.context)
+            line["threshold"] = grounder.threshold
             line["head_features"] = measured.head_vector().round(5).tolist()
             line["tokens"] = len(measured.nll)
             line["context_tokens"] = int(np.diff(measured.example.token_span("context"))[0])

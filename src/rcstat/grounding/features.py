@@ -16,7 +16,10 @@ reducer computes
   ``A_c / (A_c + A_r)`` with ``A_c`` the mean attention weight on the context keys and
   ``A_r`` the mean weight on the response keys ``a - 1 .. q``;
 * ``attention_score``: ``log α_qq``, the log-diagonal of the attention map whose mean is the
-  attention score of LLM-Check (Sriramanan et al., 2024).
+  attention score of LLM-Check (Sriramanan et al., 2024);
+* ``copy``: ``Σ_{k ∈ M_j} α_qk``, the attention weight of ``q`` on the context keys ``M_j``
+  that hold the token being written (the same word, compared without case or leading space):
+  how much the head copies the token from the context, as retrieval heads do (Wu et al., 2024).
 
 In the same pass it attributes each response sentence ``g'`` to the context (paper eq. 10)
 with a fixed set of support heads: the key-level expected RC ``t_h(g', i)`` of
@@ -83,6 +86,7 @@ def grounding_reducer(
     rc_heads: dict[int, torch.Tensor] | None = None,
     support_heads: dict[int, torch.Tensor] | None = None,
     units: Sequence[tuple[int, int]] = (),
+    matches: torch.Tensor | None = None,
 ) -> Callable[[int, torch.Tensor], dict[str, torch.Tensor]]:
     """A capture reducer returning the statistics of the module doc for one layer.
 
@@ -99,6 +103,9 @@ def grounding_reducer(
         Per layer, the heads that attribute each unit to the context (paper eq. 10).
     units
         Rows ``[a, b)`` of each response unit (sentence), relative to the response's start.
+    matches
+        ``[G, C]`` bool: context key ``k`` holds the token that row ``j`` writes (``copy``);
+        none: ``copy`` is zero.
 
     Returns
     -------
@@ -107,14 +114,16 @@ def grounding_reducer(
         ``features`` ``[3, H, G]`` float32 (``rc``, ``lookback``, ``attention_score`` of the
         rows that produce the ``G`` response tokens) and ``support`` ``[U, C]`` float64, the
         key-level expected RC ``t_h(g', i)`` of every unit for every context key, summed over
-        the layer's support heads.
+        the layer's support heads, ``copy`` ``[H, G]`` float32 and ``copied`` ``[U, C]``
+        float64, the ``copy`` weight of every unit's rows on each context key, summed over the
+        rows and the layer's heads.
     """
     c0, c1 = rows.context
     start = rows.first_row
     num_rows = rows.num_rows - 1  # the row after the last token produces nothing
     ranks = torch.arange(num_rows)
     seen = ranks[None, :] <= ranks[:, None]  # [G, G]: response key i visible from row j
-    on_device: dict[torch.device, tuple[torch.Tensor, UnitRows | None]] = {}
+    on_device: dict[torch.device, tuple[torch.Tensor, UnitRows | None, torch.Tensor | None]] = {}
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0, :, :num_rows]  # [H, G, T]
@@ -123,8 +132,9 @@ def grounding_reducer(
             # units of the generated block (rows 1.., generated keys from column start + 1)
             found = unit_rows(list(units), scores.shape[-1], start + 1) if units else None
             moved = None if found is None else found.map(lambda t: upload(t, device))
-            on_device[device] = (upload(seen, device), moved)
-        valid, unit_rows_ = on_device[device]
+            match = None if matches is None else upload(matches, device)
+            on_device[device] = (upload(seen, device), moved, match)
+        valid, unit_rows_, match = on_device[device]
 
         def rc_of(picked: torch.Tensor) -> torch.Tensor:  # [h, G, T] -> [h, G]
             own = picked[..., start : start + num_rows]  # [h, G, G]: keys a-1 .. a+G-2
@@ -158,6 +168,18 @@ def grounding_reducer(
             per_key = units_key_expected(generated, unit_rows_, (c0, c1), check_finite=False)
             support = per_key.sum(1)  # [U, C] summed over the support heads
         features = torch.stack([rc, lookback, diagonal.clamp_min(1e-30).log()])  # [3, H, G]
-        return {"features": features, "support": support}
+        if match is None:
+            copy = torch.zeros(block.shape[:2], dtype=torch.float32, device=device)
+            copied = torch.zeros(len(units), c1 - c0, dtype=torch.float64, device=device)
+        else:
+            on_match = probs[..., c0:c1] * match  # [H, G, C]: weight on keys holding the token
+            copy = on_match.sum(-1).float()  # [H, G]
+            per_row = on_match.sum(0).double()  # [G, C] over the heads
+            copied = (
+                torch.stack([per_row[a:b].sum(0) for a, b in units])
+                if units
+                else (per_row.new_zeros(0, c1 - c0))
+            )  # [U, C]
+        return {"features": features, "support": support, "copy": copy, "copied": copied}
 
     return reduce

@@ -13,6 +13,8 @@ context nor response.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,8 +37,16 @@ from rcstat.grounding.features import (
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.profile import HeadProfile, shipped_profile
 from rcstat.grounding.result import Grounding, SentenceGrounding
-from rcstat.grounding.score import DEFAULT_QUANTILE, aggregate, bigram_overlap, token_scores
-from rcstat.segments import Segmented, segment_chat
+from rcstat.grounding.score import (
+    DEFAULT_QUANTILE,
+    aggregate,
+    bigram_overlap,
+    response_words,
+    token_scores,
+    word_scores,
+)
+from rcstat.grounding.windows import MIN_CONTEXT_TOKENS, Window, plan_windows
+from rcstat.segments import Segmented, chat_prompt_ids, segment_chat
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -52,6 +62,10 @@ __all__ = [
     "model_name",
     "sentence_scores",
 ]
+
+_WORD = re.compile(r"\w+")
+#: Tokens kept free in a window for tokens that merge differently at its boundaries.
+_MARGIN = 8
 
 #: The instruction placed after the context when no question is given.
 DEFAULT_INSTRUCTION = "Write a response based on the text above."
@@ -88,6 +102,15 @@ class Measurement:
     support
         ``[U, S]`` eq. (10) shares: each response sentence's key-level RC to each context
         sentence, summed over the support heads, normalised over the context sentences.
+    copy
+        ``[L, H, G]`` float32: each head's attention weight, at the row that writes a response
+        token, on the context keys holding that token (:mod:`.features`).
+    prior_nll
+        ``[G]`` negative log-likelihood of each response token with the question and the
+        response only, without the context (the prior pass).
+    copied
+        ``[U, S]`` each response sentence's ``copy`` weight (every head, every row of the
+        sentence) on the keys of each context sentence: where its words were copied from.
     """
 
     example: Segmented
@@ -96,6 +119,9 @@ class Measurement:
     units: list[TextSpan]
     spans: list[TextSpan]
     support: np.ndarray  # [U, S]
+    copy: np.ndarray  # [L, H, G]
+    prior_nll: np.ndarray  # [G]
+    copied: np.ndarray  # [U, S]
 
     def head_features(self, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
         """``[3, L, H]``: every statistic's lower ``quantile`` over the response tokens, per
@@ -113,6 +139,15 @@ class Measurement:
         base = self.example.parts["answer"][0]
         offsets = np.array(self.example.offsets[first : first + len(self.nll)], dtype=np.int64)
         return np.maximum(offsets.reshape(-1, 2) - base, 0)
+
+    def copied_tokens(self) -> np.ndarray:
+        """``[n]`` indices of the response tokens whose word occurs in the context (where
+        some head's ``copy`` weight can be non-zero)."""
+        return np.flatnonzero(self.copy.reshape(-1, self.copy.shape[-1]).max(axis=0) > 0)
+
+    def copy_at(self, heads: np.ndarray) -> np.ndarray:
+        """``[G]``: the ``copy`` weight summed over the flat head indices ``heads``."""
+        return self.copy.reshape(-1, self.copy.shape[-1])[heads].sum(axis=0)
 
     def rc(self, heads: np.ndarray) -> np.ndarray:
         """``[G]``: normalized RC averaged over the flat head indices ``heads``."""
@@ -190,19 +225,24 @@ class Measurer:
             (a - first, b - first)
             for a, b in (example.token_span("answer", u.start, u.end) for u in units)
         ]
+        ids = example.input_ids[0]  # [T]
         reduce = grounding_reducer(
             rows,
             self._softmax,
             rc_heads=self._rc_heads,
             support_heads=self._support_heads,
             units=unit_rows,
+            matches=self._matches(example, rows),
         )
-        ids = example.input_ids.to(input_device(self.model))
+        device = input_device(self.model)
         with torch.no_grad(), capture_scores(self.model, reduce, query_start=rows.first_row) as res:
-            logits = self.model(ids, use_cache=False, logits_to_keep=rows.num_rows).logits
-        log_probs = logits[0, :-1].float().log_softmax(-1)  # [G, V]
-        targets = example.input_ids[0, rows.response[0] : rows.response[1]].to(log_probs.device)
-        nll = -log_probs.gather(-1, targets[:, None])[:, 0]  # [G]
+            nll = self._nll(ids.to(device), rows.num_rows)
+        prompt = chat_prompt_ids(
+            self.tokenizer, instruction, allow_special_tokens=self.allow_special_tokens
+        )
+        alone = torch.cat([torch.tensor(prompt, dtype=ids.dtype), ids[slice(*rows.response)]])
+        with torch.no_grad():
+            prior_nll = self._nll(alone.to(device), rows.num_rows)
         layers = res.ordered()
         features = torch.stack([r["features"].cpu() for r in layers], dim=1)  # [3, L, H, G]
         per_key = torch.stack([r["support"].cpu() for r in layers]).sum(0)  # [U, C]: over heads
@@ -211,14 +251,53 @@ class Measurer:
         totals = np.stack(
             [per_key[:, a - c0 : b - c0].mean(dim=1).numpy() for a, b in span_tokens], axis=1
         )  # [U, S]: e(p_i) = mean of the span's key-level values
+        copied_keys = torch.stack([r["copied"].cpu() for r in layers]).sum(0)  # [U, C]
+        copied = np.stack(
+            [copied_keys[:, a - c0 : b - c0].sum(dim=1).numpy() for a, b in span_tokens], axis=1
+        )  # [U, S]
         return Measurement(
             example=example,
             features=features.numpy(),
-            nll=nll.cpu().double().numpy(),
+            nll=nll,
             units=units,
             spans=spans,
             support=eq10_normalize(totals)[0],
+            copy=torch.stack([r["copy"].cpu() for r in layers]).numpy(),
+            prior_nll=prior_nll,
+            copied=copied,
         )
+
+    def _nll(self, ids: torch.Tensor, rows: int) -> np.ndarray:
+        """``[G]`` NLL of the last ``rows - 1`` tokens of ``ids`` ``[T]`` (logits of the last
+        ``rows`` positions only)."""
+        logits = self.model(ids[None], use_cache=False, logits_to_keep=rows).logits
+        log_probs = logits[0, :-1].float().log_softmax(-1)  # [G, V]
+        targets = ids[-(rows - 1) :]  # [G]
+        return -log_probs.gather(-1, targets[:, None])[:, 0].cpu().double().numpy()
+
+    @staticmethod
+    def _matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
+        """``[G, C]`` bool: context token ``k`` overlaps an occurrence, in the context, of a
+        word (``\\w+``, without case) that response token ``j`` overlaps. Words, not token ids,
+        are compared: the same word is often split differently at the start of a text."""
+        text = example.text
+        (c_lo, c_hi), (a_lo, a_hi) = example.parts["context"], example.parts["answer"]
+        bounds = np.array(example.offsets, dtype=np.int64)  # [T, 2]
+        said, source = bounds[slice(*rows.response)], bounds[slice(*rows.context)]  # [G|C, 2]
+        # the context's words, once: each lower-cased word -> the context tokens overlapping it
+        starts = source[:, 0]
+        keys: dict[str, list[int]] = {}
+        for word in _WORD.finditer(text, c_lo, c_hi):
+            first = int(np.searchsorted(source[:, 1], word.start(), side="right"))
+            last = int(np.searchsorted(starts, word.end(), side="left"))
+            keys.setdefault(word.group().lower(), []).extend(range(first, last))
+        match = np.zeros((len(said), len(source)), dtype=bool)
+        for word in _WORD.finditer(text, a_lo, a_hi):
+            found = keys.get(word.group().lower())
+            if found:
+                writes = (said[:, 0] < word.end()) & (said[:, 1] > word.start())  # [G]
+                match[np.ix_(writes, found)] = True
+        return torch.from_numpy(match)
 
 
 #: The options of :class:`Grounder` that a command's arguments or a job's config carry under
@@ -232,6 +311,7 @@ GROUNDER_OPTIONS = (
     "top_k",
     "allow_special_tokens",
     "language",
+    "max_tokens",
 )
 
 
@@ -266,6 +346,10 @@ class Grounder:
         features and :attr:`Grounding.head_features` need it; a probe turns it on).
     allow_special_tokens, language
         As in :class:`~rcstat.attribution.Attributor`.
+    max_tokens
+        Longest input of one pass (default: the model's window). A longer context is read in
+        windows (:mod:`.windows`); the response is never cut unless it cannot fit beside any
+        context, and then its sentences past the cut are *unverified*.
 
     Examples
     --------
@@ -299,6 +383,7 @@ class Grounder:
         all_heads: bool = False,
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,
+        max_tokens: int | None = None,
     ) -> None:
         layout = attention_layout(model)
         name = model_name(model)
@@ -312,6 +397,7 @@ class Grounder:
         if not 0 < quantile < 1:
             raise ValueError(f"quantile must be in (0, 1), got {quantile}")
         self.heads = self.profile.heads(fraction)
+        self.copy_heads = self.profile.copy_heads()
         self.quantile = quantile
         self.threshold = self.profile.threshold if threshold is None else float(threshold)
         if not np.isfinite(self.threshold):
@@ -325,6 +411,11 @@ class Grounder:
         if not 1 <= self.top_k <= total:
             raise ValueError(f"top_k must be in [1, {total}] (the model's heads), got {top_k}")
         self.all_heads = all_heads or self.probe is not None
+        if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+            raise ValueError(f"max_tokens must be a positive integer or None, got {max_tokens!r}")
+        window = layout.max_positions
+        self.max_tokens = window if max_tokens is None else min(max_tokens, window or max_tokens)
+        self.language = language
         self.measurer = Measurer(
             model,
             tokenizer,
@@ -338,22 +429,26 @@ class Grounder:
     def method(self) -> dict[str, Any]:
         """The scoring configuration, as recorded in every result."""
         return {
-            "score": "exp(-rc * nll), sentence = lower quantile, response = weakest sentence",
+            "score": "word max(copy, exp(-nll)), sentence = weakest word, response = weakest "
+            "sentence",
+            "copy_heads": len(self.copy_heads),
             "heads": len(self.heads),
             "fraction": len(self.heads) / self.profile.values.size,
             "quantile": self.quantile,
             "threshold": self.threshold,
             "profile": {"model": self.profile.model, "source": self.profile.source},
             "support_heads": self.top_k,
+            "max_tokens": self.max_tokens,
         }
 
     def ground(self, context: str, response: str, question: str | None = None) -> Grounding:
-        """Score every token and sentence of ``response`` against ``context``.
+        """Score every word and sentence of ``response`` against ``context``.
 
         Parameters
         ----------
         context
-            The source text the response should rest on.
+            The source text the response should rest on (any length: a context longer than
+            ``max_tokens`` is read in windows).
         response
             The response to check (teacher-forced; written by any model).
         question
@@ -363,46 +458,160 @@ class Grounder:
         Raises
         ------
         ValueError
-            Empty texts, or more tokens than the model's window.
+            Empty texts, or a question too long to leave room for any context.
         """
-        return self.score(self.measurer.measure(context, response, question))
+        plan = self._plan(context, response, question)
+        if plan is None:
+            return self.score(self.measurer.measure(context, response, question))
+        checked, windows = plan
+        measured = [
+            self.measurer.measure(context[w.start : w.end], checked, question) for w in windows
+        ]
+        return self._combine(measured, windows, context, response)
 
     def score(self, measured: Measurement) -> Grounding:
         """Turn a :class:`Measurement` into a :class:`Grounding` with this configuration."""
-        example = measured.example
-        response = example.part_text("answer")
-        scores, ranges, values = sentence_scores(measured, self.heads, self.quantile)
+        return self._combine([measured], [Window(0, len(measured.example.part_text("context")))])
+
+    def _plan(
+        self, context: str, response: str, question: str | None
+    ) -> tuple[str, list[Window]] | None:
+        """None when the whole example fits ``max_tokens``; else the part of the response that
+        is checked (all of it unless it cannot fit beside :data:`MIN_CONTEXT_TOKENS` of
+        context) and the context's windows."""
+        if self.max_tokens is None:
+            return None
+        tokenizer = self.measurer.tokenizer
+        instruction = DEFAULT_INSTRUCTION if question is None else question
+        example = segment_chat(
+            tokenizer,
+            context,
+            instruction,
+            response,
+            allow_special_tokens=self.measurer.allow_special_tokens,
+        )
+        if example.seq_len <= self.max_tokens:
+            return None
+
+        def count(text: str) -> int:
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        first, last = example.token_span("context")
+        overhead = example.seq_len - (last - first) + _MARGIN
+        checked = response
+        if self.max_tokens - overhead < MIN_CONTEXT_TOKENS:
+            checked = self._fitting_part(response, overhead - example.gen_len, count)
+            overhead += count(checked) - example.gen_len
+        room = self.max_tokens - overhead
+        return checked, plan_windows(context, room, count, language=self.language)
+
+    def _fitting_part(self, response: str, fixed: int, count: Callable[[str], int]) -> str:
+        """The longest run of the response's first sentences that fits beside
+        :data:`MIN_CONTEXT_TOKENS` of context (``fixed``: template and question tokens)."""
+        budget = (self.max_tokens or 0) - fixed - MIN_CONTEXT_TOKENS
+        end = 0
+        for unit in split_sentences(response, language=self.language):
+            if count(response[: unit.end]) > budget:
+                break
+            end = unit.end
+        if end == 0:
+            raise ValueError(
+                f"the question and the first sentence of the response take more than the "
+                f"{self.max_tokens} tokens of one pass: nothing of the response can be checked"
+            )
+        return response[:end]
+
+    def _combine(
+        self,
+        measured: list[Measurement],
+        windows: list[Window],
+        context: str | None = None,
+        response: str | None = None,
+    ) -> Grounding:
+        """One grounding from the passes over ``windows`` of the context: each word keeps its
+        best score over the windows, each sentence its evidence from the window that supports
+        it best; sentences of ``response`` past the checked part are unverified."""
+        example = measured[0].example
+        checked = example.part_text("answer")
+        context = example.part_text("context") if context is None else context
+        response = checked if response is None else response
+        spans = measured[0].token_spans()
+        words = response_words(checked, spans)
+        per_window = np.stack(
+            [word_scores(m.nll, m.copy_at(self.copy_heads), words) for m in measured]
+        )  # [windows, W]
+        best = per_window.max(axis=0)  # [W]
+        units = measured[0].units
         sentences = []
-        for u, unit in enumerate(measured.units):
-            shares = measured.support[u]
-            chosen = int(np.argmax(shares)) if shares.sum() > 0 else None
+        for u, unit in enumerate(units):
+            inside = [i for i, w in enumerate(words) if unit.start <= w.start < unit.end]
+            if inside:
+                by_window = per_window[:, inside].min(axis=1)  # [windows]
+                k = int(np.argmax(by_window))
+                weakest_word = words[inside[int(np.argmin(best[inside]))]]
+                score = float(best[inside].min())
+                weakest = TextSpan(
+                    weakest_word.start,
+                    weakest_word.end,
+                    checked[weakest_word.start : weakest_word.end],
+                )
+            else:  # no word to check ("...")
+                k, score, weakest = 0, 1.0, None
+            evidence, share = _evidence(measured[k], u)
+            if evidence is not None:
+                offset = windows[k].start
+                evidence = TextSpan(evidence.start + offset, evidence.end + offset, evidence.text)
+            first, last = example.token_span("answer", unit.start, unit.end)
+            base = example.token_span("answer")[0]
             sentences.append(
                 SentenceGrounding(
                     start=unit.start,
                     end=unit.end,
                     text=unit.text,
-                    tokens=ranges[u],
-                    score=values[u],
-                    supported=bool(values[u] >= self.threshold),
-                    support=None if chosen is None else _copy(measured.spans[chosen]),
-                    support_share=None if chosen is None else float(shares[chosen]),
+                    tokens=(first - base, last - base),
+                    score=score,
+                    supported=bool(score >= self.threshold),
+                    support=evidence,
+                    support_share=share,
+                    weakest=weakest,
                 )
             )
-        features = measured.head_features()  # [3, L, H]; rc NaN unless all_heads
+        for unit in split_sentences(response[len(checked) :], language=self.language):
+            offset = len(checked)
+            sentences.append(
+                SentenceGrounding(
+                    start=unit.start + offset,
+                    end=unit.end + offset,
+                    text=unit.text,
+                    tokens=(len(spans), len(spans)),
+                    score=float("nan"),
+                    supported=False,
+                    support=None,
+                    support_share=None,
+                    verified=False,
+                )
+            )
+        token_values = np.full(len(spans), np.nan)  # [G]: NaN where no word is judged
+        for w, value in zip(words, best, strict=True):
+            part = token_values[w.first : w.last]
+            token_values[w.first : w.last] = np.fmin(part, value)
+        chosen = measured[int(np.argmax(per_window.min(axis=1)))] if words else measured[0]
+        features = chosen.head_features()  # [3, L, H]; rc NaN unless all_heads
         probe_score = None
         if self.probe is not None:
-            probe_score = float(self.probe.predict_proba(measured.head_vector()[None, :])[0])
+            probe_score = float(self.probe.predict_proba(chosen.head_vector()[None, :])[0])
+        checked_scores = [s.score for s in sentences if s.verified]
         return Grounding(
-            context=example.part_text("context"),
+            context=context,
             question=example.part_text("question"),
             response=response,
             token_texts=example.token_texts("answer"),
-            token_spans=measured.token_spans(),
-            token_scores=scores,
+            token_spans=spans,
+            token_scores=token_values,
             sentences=sentences,
-            score=min((s.score for s in sentences), default=float("nan")),
+            score=min(checked_scores, default=float("nan")),
             threshold=self.threshold,
-            baselines=baselines(measured, response, example.part_text("context")),
+            baselines=baselines(chosen, checked, chosen.example.part_text("context")),
             head_features={
                 name: features[i]
                 for i, name in enumerate(HEAD_FEATURES)
@@ -411,7 +620,20 @@ class Grounder:
             probe_score=probe_score,
             method=self.method,
             model=self.model_name,
+            finished=len(checked) == len(response),
+            windows=len(windows),
         )
+
+
+def _evidence(measured: Measurement, unit: int) -> tuple[TextSpan | None, float | None]:
+    """The context sentence that supports response sentence ``unit`` and its share: where its
+    words were copied from (:attr:`Measurement.copied`), else the eq. (10) attribution."""
+    for shares in (measured.copied[unit], measured.support[unit]):
+        total = float(shares.sum())
+        if total > 0:
+            chosen = int(np.argmax(shares))
+            return _copy(measured.spans[chosen]), float(shares[chosen] / total)
+    return None, None
 
 
 def model_name(model: PreTrainedModel) -> str:
@@ -422,7 +644,9 @@ def model_name(model: PreTrainedModel) -> str:
 def sentence_scores(
     measured: Measurement, heads: np.ndarray, quantile: float
 ) -> tuple[np.ndarray, list[tuple[int, int]], list[float]]:
-    """Token scores ``[G]``, each sentence's token range and its score (:mod:`.score`)."""
+    """The score of rcstat before words (``exp(−r·NLL)`` per token over the RC ``heads``,
+    sentence = lower ``quantile``): token scores ``[G]``, each sentence's token range and its
+    score. The benchmark keeps it as the variant ``exp_rc_nll``."""
     example = measured.example
     first = example.token_span("answer")[0]
     scores = token_scores(measured.rc(heads), measured.nll)

@@ -5,9 +5,12 @@ A :class:`HeadProfile` holds, for every head of one model, its mean token-level 
 context in front of it (e.g. its greedy answers to the SQuAD v2 slice's questions). Heads
 with a high mean read the context rather than the response when they write: the *contextual*
 heads that :class:`~rcstat.grounding.Grounder` averages over. No hallucination label is used
-to choose them. The profile also fixes the grounding threshold: a low quantile of the
-response scores on that same label-free data (responses written from the context are taken
-as supported; ``quantile`` of them fall below the threshold).
+to choose them. On the same answers it measures each head's ``copy`` weight
+(:mod:`rcstat.grounding.features`) at the words the model took from the context: the *copy*
+heads, whose attention lands on the source of a copied word, are the top
+:data:`COPY_HEADS`. The profile also fixes the grounding threshold, calibrated on copied and
+changed facts built from the same contexts (:mod:`rcstat.grounding.swaps`): ``quantile`` is
+the share of the copied sentences that fall below it.
 
 Profiles are JSON files. One ships for the default model; ``rcstat ground-profile`` computes
 one for any model.
@@ -27,9 +30,12 @@ import numpy as np
 from rcstat.defaults import DEFAULT_GROUNDING_FRACTION
 from rcstat.grounding.json_file import save_json
 
-__all__ = ["HeadProfile", "shipped_profile"]
+__all__ = ["COPY_HEADS", "HeadProfile", "shipped_profile"]
 
-_FORMAT = "rcstat-head-profile-1"
+_FORMAT = "rcstat-head-profile-2"
+_OLD_FORMATS = ("rcstat-head-profile-1",)
+#: Copy heads the word score sums over.
+COPY_HEADS = 10
 DEFAULT_FRACTION = DEFAULT_GROUNDING_FRACTION
 
 
@@ -48,9 +54,13 @@ class HeadProfile:
     quantile
         The share of the label-free responses below ``threshold``.
     fraction
-        Share of the heads (highest ``values`` first) the score averages over.
+        Share of the heads (highest ``values`` first) the RC statistics average over.
     source
-        What the profile was measured on (dataset, size, generation settings).
+        What the profile was measured on (dataset, size, generation settings, calibration).
+    copy_values
+        ``[layers, heads]`` mean ``copy`` weight of each head at the tokens of the model's own
+        answers whose word occurs in the context; the top :data:`COPY_HEADS` are the copy
+        heads.
     """
 
     model: str
@@ -59,6 +69,7 @@ class HeadProfile:
     quantile: float
     fraction: float = DEFAULT_FRACTION
     source: dict[str, Any] = field(default_factory=dict)
+    copy_values: np.ndarray | None = None  # [layers, heads]
 
     def __post_init__(self) -> None:
         self.values = np.asarray(self.values, dtype=np.float64)
@@ -72,6 +83,25 @@ class HeadProfile:
             raise ValueError(f"quantile must be in (0, 1), got {self.quantile}")
         if not math.isfinite(self.threshold):
             raise ValueError(f"threshold must be finite, got {self.threshold}")
+        if self.copy_values is not None:
+            self.copy_values = np.asarray(self.copy_values, dtype=np.float64)
+            if self.copy_values.shape != self.values.shape:
+                raise ValueError(
+                    f"copy_values must be {self.values.shape}, got {self.copy_values.shape}"
+                )
+            if not np.isfinite(self.copy_values).all():
+                raise ValueError("copy_values contain NaN or infinite entries")
+
+    def copy_heads(self, count: int = COPY_HEADS) -> np.ndarray:
+        """Flat indices of the ``count`` heads with the highest ``copy_values`` (ties by
+        index); ValueError for a profile measured before copy heads existed."""
+        if self.copy_values is None:
+            raise ValueError(
+                f"the head profile of {self.model} has no copy heads (it predates them): "
+                "measure it again with `rcstat ground-profile`"
+            )
+        flat = self.copy_values.ravel()
+        return np.argsort(-flat, kind="stable")[: min(count, flat.size)]
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -99,6 +129,7 @@ class HeadProfile:
             "fraction": self.fraction,
             "source": self.source,
             "values": self.values.round(6).tolist(),
+            "copy_values": None if self.copy_values is None else self.copy_values.round(6).tolist(),
         }
 
     def save(self, path: str | Path) -> Path:
@@ -108,6 +139,11 @@ class HeadProfile:
     @classmethod
     def from_dict(cls, data: Any, where: str = "profile") -> HeadProfile:
         """Build from :meth:`to_dict` output; raises ValueError naming ``where``."""
+        if isinstance(data, dict) and data.get("format") in _OLD_FORMATS:
+            raise ValueError(
+                f"{where}: a head profile of an older rcstat ({data['format']}, without copy "
+                "heads or a calibrated threshold): measure it again with `rcstat ground-profile`"
+            )
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"{where}: not an rcstat head profile (format {found!r})")
@@ -119,6 +155,9 @@ class HeadProfile:
                 quantile=float(data["quantile"]),
                 fraction=float(data["fraction"]),
                 source=dict(data.get("source", {})),
+                copy_values=None
+                if data.get("copy_values") is None
+                else np.array(data["copy_values"], dtype=np.float64),
             )
         except KeyError as err:
             raise ValueError(f"{where}: missing key {err}") from None

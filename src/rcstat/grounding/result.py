@@ -47,7 +47,14 @@ class SentenceGrounding:
         The context span (a sentence of the context) that the sentence is attributed to by
         the RC heads (paper eq. 10); None when no span gets any weight.
     support_share
-        That span's share of the eq. (10) scores over all context spans, in ``[0, 1]``.
+        That span's share of the evidence over all context spans, in ``[0, 1]``.
+    weakest
+        The sentence's least supported word (offsets in the response): the changed name or
+        number of an unsupported sentence; None for an unverified one.
+    verified
+        False when the sentence could not be checked (it lies past the point where a response
+        too long for the model's window was cut); its score is then NaN and it is not
+        supported.
     """
 
     start: int
@@ -58,6 +65,15 @@ class SentenceGrounding:
     supported: bool
     support: TextSpan | None
     support_share: float | None
+    weakest: TextSpan | None = None
+    verified: bool = True
+
+    @property
+    def status(self) -> str:
+        """``"supported"``, ``"unsupported"`` or ``"unverified"``."""
+        if not self.verified:
+            return "unverified"
+        return "supported" if self.supported else "unsupported"
 
 
 @dataclass
@@ -94,7 +110,10 @@ class Grounding:
     method, model
         The score's configuration and the analysis model's name.
     finished
-        False when the response was cut at the model's window.
+        False when the response was cut at the model's window (its sentences past the cut
+        are unverified).
+    windows
+        How many windows of the context were read (1 when it fit the model's window).
     """
 
     context: str
@@ -112,16 +131,34 @@ class Grounding:
     method: dict[str, Any] = field(default_factory=dict)
     model: str = ""
     finished: bool = True
+    windows: int = 1
+
+    @property
+    def verdict(self) -> str:
+        """``"unsupported"`` when the response's score (its weakest checked sentence) is below
+        the threshold, else ``"unverified"`` when part of the response could not be checked
+        (or none of it), else ``"supported"``."""
+        if self.score < self.threshold:
+            return "unsupported"
+        if math.isnan(self.score) or any(not s.verified for s in self.sentences):
+            return "unverified"
+        return "supported"
 
     @property
     def supported(self) -> bool:
-        """Whether the whole response scores at or above the threshold."""
-        return self.score >= self.threshold
+        """Whether every sentence was checked and the response scores at or above the
+        threshold."""
+        return self.verdict == "supported"
 
     @property
     def unsupported(self) -> list[SentenceGrounding]:
-        """The sentences flagged unsupported, in response order."""
-        return [s for s in self.sentences if not s.supported]
+        """The checked sentences flagged unsupported, in response order."""
+        return [s for s in self.sentences if s.status == "unsupported"]
+
+    @property
+    def unverified(self) -> list[SentenceGrounding]:
+        """The sentences that could not be checked, in response order."""
+        return [s for s in self.sentences if not s.verified]
 
     def to_frame(self, level: str = "sentence") -> pd.DataFrame:
         """One row per sentence (``level="sentence"``) or per token (``level="token"``)."""
@@ -133,7 +170,9 @@ class Grounding:
                     "end": s.end,
                     "text": s.text,
                     "score": s.score,
+                    "status": s.status,
                     "supported": s.supported,
+                    "weakest": None if s.weakest is None else s.weakest.text,
                     "support_start": None if s.support is None else s.support.start,
                     "support_end": None if s.support is None else s.support.end,
                     "support_text": None if s.support is None else s.support.text,
@@ -170,7 +209,9 @@ class Grounding:
             "score": _num(self.score),
             "threshold": self.threshold,
             "supported": self.supported,
+            "verdict": self.verdict,
             "finished": self.finished,
+            "windows": self.windows,
             "probe_score": _num(self.probe_score),
             "baselines": {k: _num(v) for k, v in self.baselines.items()},
             "sentences": [_sentence_dict(s) for s in self.sentences],
@@ -216,6 +257,7 @@ class Grounding:
             method=data["method"],
             model=data["model"],
             finished=bool(data["finished"]),
+            windows=int(data.get("windows", 1)),
         )
 
 
@@ -232,11 +274,13 @@ def _sentence_dict(s: SentenceGrounding) -> dict[str, Any]:
     out["tokens"] = list(s.tokens)
     out["score"] = _num(s.score)
     out["support"] = None if s.support is None else [s.support.start, s.support.end, s.support.text]
+    out["weakest"] = None if s.weakest is None else [s.weakest.start, s.weakest.end, s.weakest.text]
+    out["status"] = s.status
     return out
 
 
 def _sentence_of(d: dict[str, Any]) -> SentenceGrounding:
-    support = d["support"]
+    support, weakest = d["support"], d.get("weakest")
     return SentenceGrounding(
         start=int(d["start"]),
         end=int(d["end"]),
@@ -246,4 +290,6 @@ def _sentence_of(d: dict[str, Any]) -> SentenceGrounding:
         supported=bool(d["supported"]),
         support=None if support is None else TextSpan(int(support[0]), int(support[1]), support[2]),
         support_share=d["support_share"],
+        weakest=None if weakest is None else TextSpan(int(weakest[0]), int(weakest[1]), weakest[2]),
+        verified=bool(d.get("verified", True)),
     )

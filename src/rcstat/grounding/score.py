@@ -1,28 +1,34 @@
 """The zero-shot grounding score and the same-pass baselines (docs/grounding.md).
 
-Token score. For response token ``j`` let ``r_j`` be the mean, over the profile's contextual
-heads ``H``, of the normalized RC of the query that writes it (:mod:`.features`): how much
-that query reads the context rather than the response, in ``[0, 1]``. Let ``p_j`` be the
-analysis model's probability of the token. The token's grounding score is
+Words. The response is judged word by word (``\\w+`` runs of its text; a word's tokens are
+the response tokens that overlap it), because a changed fact is a word — "1925" for "1889" —
+that a tokenizer may cut into several tokens, and a word that is right in every token but one
+is still wrong. Punctuation and spaces are not judged.
 
-    ``g_j = p_j ** r_j = exp(-r_j · NLL_j)``  in ``(0, 1]``.
+Word score. For word ``w`` with tokens ``T_w``:
 
-A token that the model writes while reading the context (``r_j`` near 1) is supported as far
-as the model, reading that context, would have written it; a token written from the response
-itself (``r_j`` near 0: function words, the continuation of a phrase) is not judged. A
-hallucinated name or number is both looked up in the context and surprising there, so its
-score falls; a low probability alone (a paraphrase, a word the model would not pick) costs
-little unless the context was being read.
+* ``copy_w = min(1, mean_{j ∈ T_w} Σ_{h ∈ C} a_{h,j})``, where ``a_{h,j}`` is the attention of
+  copy head ``h`` — from the row that writes token ``j`` — on the context keys that hold the
+  same word (:mod:`.features`), and ``C`` the profile's copy heads: the heads that attend most to
+  the source of the words the model copies into its own answers (no hallucination label);
+* ``NLL_w = Σ_{j ∈ T_w} NLL_j``, the analysis model's surprise at the word with the context in
+  front of it;
 
-Aggregation. A sentence is as weak as its weakest part: its score is the lower ``q``-quantile
-(default ``0.2``) of its token scores, so one unsupported name in a long sentence is not
-averaged away. The response's score is its weakest sentence.
+    ``s_w = max(copy_w, exp(−NLL_w))``  in ``[0, 1]``.
+
+A word is supported when the model copies it from the context or, reading the context, expects
+it (function words, a paraphrase, the rest of a name it has started); a changed name or number
+is neither found in the context nor expected after it, so both terms fall.
+
+Aggregation. A sentence is as weak as its weakest word, a response as its weakest sentence.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,21 +38,84 @@ from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE
 __all__ = [
     "DEFAULT_QUANTILE",
     "SCORE_RANGE",
+    "Word",
     "aggregate",
     "bigram_overlap",
     "check_threshold",
+    "response_words",
     "token_scores",
+    "word_scores",
 ]
 
 DEFAULT_QUANTILE = DEFAULT_GROUNDING_QUANTILE
-#: The score's range: ``exp(-r·NLL)`` with ``r`` in [0, 1] and ``NLL >= 0``, so a threshold
-#: outside it passes or flags everything.
+#: The score's range (``copy_w`` and ``exp(−NLL_w)`` both lie in it), so a threshold outside it
+#: passes or flags everything.
 SCORE_RANGE = (0.0, 1.0)
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+@dataclass(frozen=True)
+class Word:
+    """A word of the response: ``response[start:end]`` and its tokens ``[first, last)``."""
+
+    start: int
+    end: int
+    first: int
+    last: int
+
+
+def response_words(response: str, token_spans: np.ndarray) -> list[Word]:
+    """The ``\\w+`` words of ``response`` with the tokens that overlap each (``token_spans``
+    ``[G, 2]``: character offsets of the tokens in ``response``), in text order.
+
+    >>> response_words("It is 330 m.", np.array([[0, 2], [2, 5], [5, 7], [7, 8], [8, 9],
+    ...     [9, 11], [11, 12]]))[2]
+    Word(start=6, end=9, first=2, last=5)
+    """
+    spans = np.asarray(token_spans, dtype=np.int64).reshape(-1, 2)
+    words = []
+    for match in _WORD.finditer(response):
+        hit = np.flatnonzero((spans[:, 0] < match.end()) & (spans[:, 1] > match.start()))
+        if hit.size:
+            words.append(Word(match.start(), match.end(), int(hit[0]), int(hit[-1]) + 1))
+    return words
+
+
+def word_scores(nll: np.ndarray, copy: np.ndarray, words: Sequence[Word]) -> np.ndarray:
+    """``s_w = max(copy_w, exp(−NLL_w))`` for every word (see the module notes).
+
+    Parameters
+    ----------
+    nll
+        ``[G]`` token NLL with the context (nats, ``>= 0``).
+    copy
+        ``[G]`` attention of the copy heads, summed over them, on the context keys holding the
+        token's word (``>= 0``).
+    words
+        From :func:`response_words`.
+
+    Returns
+    -------
+    np.ndarray
+        ``[W]`` float64 in ``[0, 1]``.
+
+    >>> words = [Word(0, 4, 0, 2), Word(5, 9, 2, 3)]
+    >>> word_scores(np.array([0.5, 0.5, 9.0]), np.array([0.2, 0.4, 0.0]), words).round(3)
+    array([0.368, 0.   ])
+    """
+    nll, copy = np.asarray(nll, dtype=np.float64), np.asarray(copy, dtype=np.float64)
+    if nll.shape != copy.shape or nll.ndim != 1:
+        raise ValueError(f"nll and copy must be [G] of one shape, got {nll.shape}, {copy.shape}")
+    out = np.empty(len(words), dtype=np.float64)
+    for i, w in enumerate(words):
+        copied = min(1.0, float(copy[w.first : w.last].mean()))
+        out[i] = max(copied, math.exp(-float(nll[w.first : w.last].sum())))
+    return out
+
+
 def token_scores(rc: np.ndarray, nll: np.ndarray) -> np.ndarray:
-    """``g_j = exp(-r_j · NLL_j)``.
+    """``g_j = exp(-r_j · NLL_j)``: the token score of rcstat before words (kept as a variant
+    of the benchmark, ``exp_rc_nll``).
 
     Parameters
     ----------

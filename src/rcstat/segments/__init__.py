@@ -49,8 +49,8 @@ torch and numpy only; transformers is reached solely through the tokenizer objec
 in.
 """
 
-from rcstat.segments.chat import CHAT_SEPARATOR, segment_chat
+from rcstat.segments.chat import CHAT_SEPARATOR, chat_prompt_ids, segment_chat
 from rcstat.segments.segmented import Segmented
 from rcstat.segments.text import segment_text
 
-__all__ = ["CHAT_SEPARATOR", "Segmented", "segment_chat", "segment_text"]
+__all__ = ["CHAT_SEPARATOR", "Segmented", "chat_prompt_ids", "segment_chat", "segment_text"]

@@ -24,7 +24,7 @@ from rcstat.segments.segmented import Segmented, append_continuation, build
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["CHAT_SEPARATOR", "segment_chat"]
+__all__ = ["CHAT_SEPARATOR", "chat_prompt_ids", "segment_chat"]
 
 #: Separator between the context and the question in the user message of :func:`segment_chat`.
 CHAT_SEPARATOR = "\n\n"
@@ -289,6 +289,45 @@ def _render(tokenizer: Any, user_message: str, system_prompt: str | None) -> str
     return rendered
 
 
+def _message_bounds(tokenizer: Any, rendered: str, system_prompt: str | None) -> tuple[int, int]:
+    """Where the user message lies in ``rendered``: the template rendered again with a sentinel
+    message, its text before (``head``) and after (``tail``) the sentinel matched from the left
+    and from the right (``lo`` may exceed ``hi`` when the template dropped characters)."""
+    # The sentinel must not occur in the real text.
+    sentinel = _unused_sentinel(_SENTINEL, rendered + (system_prompt or ""))
+    with_sentinel = _render(tokenizer, sentinel, system_prompt)
+    if with_sentinel.count(sentinel) != 1:
+        raise ValueError(
+            "tokenizer: the chat template does not reproduce the user message exactly once; "
+            "cannot locate the context and question (use segment_text instead)"
+        )
+    head, tail = with_sentinel.split(sentinel)
+    lo = common_prefix_len(rendered, head)
+    return lo, len(rendered) - common_prefix_len(rendered[::-1], tail[::-1])
+
+
+def chat_prompt_ids(
+    tokenizer: PreTrainedTokenizerBase, message: str, *, allow_special_tokens: bool = False
+) -> list[int]:
+    """Token ids of the chat prompt of one user ``message`` with the generation prompt, the
+    message's special-token strings encoded literally (as in :func:`segment_chat`).
+
+    Teacher-forcing the ids of an answer after them scores the answer without any context
+    (the prior pass of grounding).
+    """
+    check_fast(tokenizer)
+    check_text("message", message)
+    check_flag("allow_special_tokens", allow_special_tokens)
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError("tokenizer: it has no chat template")
+    rendered = _render(tokenizer, message, None)
+    if allow_special_tokens:
+        return encode(tokenizer, rendered, add_special_tokens=False)[0]
+    lo, hi = _message_bounds(tokenizer, rendered, None)
+    window = (min(lo, hi), max(lo, hi))
+    return _encode_template_literal(tokenizer, rendered, window, message, None)[0]
+
+
 def _locate_message(
     tokenizer: Any, rendered: str, order: tuple[str, str], system_prompt: str | None
 ) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -302,17 +341,7 @@ def _locate_message(
     (the usual case) the positions follow directly; otherwise the first text and then the
     second are searched for inside that window only.
     """
-    # The sentinel must not occur in the real text.
-    sentinel = _unused_sentinel(_SENTINEL, rendered + (system_prompt or ""))
-    with_sentinel = _render(tokenizer, sentinel, system_prompt)
-    if with_sentinel.count(sentinel) != 1:
-        raise ValueError(
-            "tokenizer: the chat template does not reproduce the user message exactly once; "
-            "cannot locate the context and question (use segment_text instead)"
-        )
-    head, tail = with_sentinel.split(sentinel)
-    lo = common_prefix_len(rendered, head)
-    hi = len(rendered) - common_prefix_len(rendered[::-1], tail[::-1])
+    lo, hi = _message_bounds(tokenizer, rendered, system_prompt)
     first, second = order
     message = first + CHAT_SEPARATOR + second
     if hi - lo == len(message) and rendered[lo:hi] == message:

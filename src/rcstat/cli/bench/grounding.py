@@ -30,9 +30,10 @@ def register(bench_sub: Any) -> None:
         gb,
         "faithbench",
         ("grounding",),
-        extra=("squad-contrast",),
+        extra=("squad-contrast", "squad-swaps"),
         note=" (jsonl: your labelled pairs, --data FILE; squad-contrast: SQuAD v2, supporting "
-        "vs unrelated)",
+        "vs unrelated context; squad-swaps: SQuAD v2, the answer's sentence copied vs its "
+        "answer changed)",
     )
     add_data_option(gb)
     add_n_option(gb)
@@ -81,9 +82,9 @@ def run(config: GroundingConfig, loader: Loader) -> GroundingResult:
 
 def held(result: GroundingResult) -> int | None:
     """The examples the run folder holds (None while another shard works): one response each,
-    or for squad-contrast one answerable question each, scored after two contexts (its
+    or for squad-contrast and squad-swaps one answerable question each, scored twice (its
     unanswerable questions make no rows)."""
     if result.report is None:
         return None
     items = int(result.report["items"])
-    return items // 2 if result.report["dataset"] == "squad-contrast" else items
+    return items // 2 if result.report["dataset"] in ("squad-contrast", "squad-swaps") else items

@@ -2,12 +2,12 @@
 :class:`PairsResult`.
 
 Each line of a JSON-lines file of (context, response[, question]) pairs
-(:func:`rcstat.data.load_pairs`) is grounded (:meth:`rcstat.grounding.Grounder.ground`, one
-forward pass) into one row of ``grounded.jsonl`` in the output folder: its ``id`` and
-``line``, ``verdict`` (``"supported"``, ``"unsupported"``, or ``"error"`` with the reason in
-``error``, e.g. a pair longer than the model's window), ``score``, ``threshold``, the
-``unsupported`` sentences (text, character offsets in the response, score) and, with a probe,
-``probe_score``. The run is a :class:`~rcstat.runs.job.Job` (kind ``"ground pairs"``):
+(:func:`rcstat.data.load_pairs`) is grounded (:meth:`rcstat.grounding.Grounder.ground`) into
+one row of ``grounded.jsonl`` in the output folder: its ``id`` and ``line``, ``verdict``
+(``"supported"``, ``"unsupported"``, ``"unverified"``, or ``"error"`` with the reason in
+``error``, e.g. an empty text), ``score``, ``threshold``, the ``unsupported`` sentences (text,
+character offsets in the response, score, weakest word), the ``unverified`` ones and, with a
+probe, ``probe_score``. The run is a :class:`~rcstat.runs.job.Job` (kind ``"ground pairs"``):
 resumed on the pair's id and content hash, a folder made with other settings refused before
 the model loads; :func:`summarize_run` counts the verdicts into ``summary.json``.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcstat.checks import check_number, optional_count
-from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE
+from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, MIN_PASS_TOKENS
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
 from rcstat.evaluation.bench.results import Outcome
 from rcstat.grounding.score import check_threshold
@@ -48,7 +48,7 @@ __all__ = ["KIND", "PairsConfig", "PairsJob", "PairsResult", "run", "summarize_r
 KIND = "ground pairs"
 #: The row file: one row per input line, keyed on the pair's id.
 RUN_FILES = RunFiles(KIND, (RowFile("grounded.jsonl", "id", commit=True),))
-VERDICTS = ("supported", "unsupported", "error")
+VERDICTS = ("supported", "unsupported", "unverified", "error")
 
 
 @dataclass
@@ -68,6 +68,7 @@ class PairsConfig(JobConfig):
     top_k: int | None = None
     language: str = "en"
     allow_special_tokens: bool = False
+    max_tokens: int | None = None
 
     PATHS = ("out", "profile", "probe")
 
@@ -83,6 +84,7 @@ class PairsConfig(JobConfig):
         check_threshold(self.threshold)
         check_number("--quantile", self.quantile, low=0.0, high=1.0, low_open=True, high_open=True)
         optional_count("--top-k", self.top_k)
+        optional_count("--max-tokens", self.max_tokens, low=MIN_PASS_TOKENS)
 
     def run_options(self) -> dict[str, Any]:
         """Every option that changes a row (compared on resume)."""
@@ -96,6 +98,7 @@ class PairsConfig(JobConfig):
             "top_k": self.top_k,
             "language": self.language,
             "allow_special_tokens": self.allow_special_tokens,
+            "max_tokens": self.max_tokens,
         }
 
 
@@ -113,7 +116,8 @@ class PairsResult(Outcome):
         counts = self.counts
         return [
             f"{sum(counts.values())} pairs: {counts['supported']} supported, "
-            f"{counts['unsupported']} unsupported, {counts['error']} not scored (see "
+            f"{counts['unsupported']} unsupported, {counts['unverified']} unverified, "
+            f"{counts['error']} not scored (see "
             f"{self.out / RUN_FILES.commit.name})"
         ]
 
@@ -154,12 +158,20 @@ class PairsJob(Job):
         except ValueError as err:  # recorded (e.g. longer than the model's window)
             row.update(verdict="error", error=f"{type(err).__name__}: {err}")
             return {RUN_FILES.commit.name: [row]}
-        row["verdict"] = "supported" if result.supported else "unsupported"
+        row["verdict"] = result.verdict
         row["score"], row["threshold"] = result.score, result.threshold
         row["unsupported"] = [
-            {"sentence": s.text, "start": s.start, "end": s.end, "score": s.score}
-            for s in result.sentences
-            if not s.supported
+            {
+                "sentence": s.text,
+                "start": s.start,
+                "end": s.end,
+                "score": s.score,
+                "weakest": None if s.weakest is None else s.weakest.text,
+            }
+            for s in result.unsupported
+        ]
+        row["unverified"] = [
+            {"sentence": s.text, "start": s.start, "end": s.end} for s in result.unverified
         ]
         if result.probe_score is not None:
             row["probe_score"] = result.probe_score

@@ -6,7 +6,7 @@
 
 :func:`run` refuses, before the model loads, an output folder of another command or a run
 made with other options; builds the items (FaithBench / SummEdits / labelled-pairs responses,
-or SQuAD v2 supporting-vs-unrelated pairs); loads the model and the grounder; runs the
+or SQuAD v2 supporting-vs-unrelated or copied-vs-changed pairs); loads the model and the grounder; runs the
 :class:`~rcstat.evaluation.grounding_bench.GroundingJob` through
 :func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summarize_run`).
 """
@@ -74,14 +74,20 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
     the ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`)."""
     from rcstat.capture import attention_layout
     from rcstat.data import load_dataset
-    from rcstat.evaluation.grounding_bench import GroundingBench, contrast_items, grounding_items
+    from rcstat.evaluation.grounding_bench import (
+        GroundingBench,
+        contrast_items,
+        grounding_items,
+        swap_items,
+    )
     from rcstat.grounding import Grounder
 
     out = config.out
     config.check_folder()
-    if config.dataset == "squad-contrast":
+    if config.dataset in ("squad-contrast", "squad-swaps"):
         loaded = load_dataset("squad_v2", config.data, limit=config.n)
-        items = contrast_items(loaded)  # type: ignore[arg-type]
+        pairs = contrast_items if config.dataset == "squad-contrast" else swap_items
+        items = pairs(loaded)  # type: ignore[arg-type]
     else:
         options = {"questionable": True} if config.questionable else {}
         loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
