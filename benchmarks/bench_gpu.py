@@ -167,8 +167,9 @@ def grounding_call(
     from rcstat.segments import segment_chat
 
     layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
-    values = np.random.default_rng(0).random((layers, heads))
-    profile = HeadProfile("llama-8b-random", values, threshold=0.5, quantile=0.2)
+    rng = np.random.default_rng(0)
+    values, copy = rng.random((layers, heads)), rng.random((layers, heads))
+    profile = HeadProfile("llama-8b-random", values, 0.5, 0.2, copy_values=copy)
     grounder = Grounder(model, tokenizer, profile=profile)
     context = " ".join(text_of(tokenizer, prompt, seed=3))
     response = " ".join(text_of(tokenizer, gen, seed=4))

@@ -77,8 +77,9 @@ def main() -> None:
     profile = shipped_profile("SmolLM2-135M-Instruct")
     layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
     if profile is None or profile.shape != (layers, heads):  # random shapes: any profile
-        values = torch.rand(layers, heads, generator=torch.Generator().manual_seed(0))
-        profile = HeadProfile("random", values.numpy(), threshold=0.5, quantile=0.1)
+        generator = torch.Generator().manual_seed(0)
+        values, copy = (torch.rand(layers, heads, generator=generator).numpy() for _ in "vc")
+        profile = HeadProfile("random", values, threshold=0.5, quantile=0.1, copy_values=copy)
     grounder = Grounder(model, tokenizer, profile=profile)
     examples = load_dataset("faithbench", args.data)
     step = max(1, len(examples) // args.n)  # spread over the slice's sources

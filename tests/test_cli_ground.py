@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any

@@ -39,10 +39,10 @@ from rcstat.grounding import (
     shipped_profile,
 )
 from rcstat.grounding.calibrate import build_profile
-from rcstat.grounding.swaps import swap_pairs
 from rcstat.grounding.grounder import feature_names
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.score import aggregate, bigram_overlap
+from rcstat.grounding.swaps import swap_pairs
 from rcstat.report.grounding_html import grounding_page, save_grounding_html
 from tests._tiny_models import reference_scores, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
@@ -887,7 +887,8 @@ def test_a_long_context_is_read_in_windows(tiny, profile) -> None:  # type: igno
     grounder = Grounder(model, tok, profile=profile, top_k=TOP_K)
     result = grounder.ground(context, RESPONSE, QUESTION)
     assert result.windows > 1 and result.finished and result.verdict in ("supported", "unsupported")
-    checked, windows = grounder._plan(context, RESPONSE, QUESTION)  # type: ignore[misc]
+    example = grounder.measurer.tokenize(context, RESPONSE, QUESTION)
+    checked, windows = grounder._plan(context, RESPONSE, example)  # type: ignore[misc]
     assert checked == RESPONSE and len(windows) == result.windows
     per_window = []
     for w in windows:

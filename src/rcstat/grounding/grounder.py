@@ -199,8 +199,16 @@ class Measurer:
         )
         self._softmax = softmax_params(model)
 
-    def measure(self, context: str, response: str, question: str | None = None) -> Measurement:
-        """Run the forward pass and return the raw per-token statistics (no scoring)."""
+    def measure(
+        self,
+        context: str,
+        response: str,
+        question: str | None = None,
+        *,
+        example: Segmented | None = None,
+    ) -> Measurement:
+        """Run the forward pass and return the raw per-token statistics (no scoring);
+        ``example``: the same texts already tokenised by :meth:`tokenize`."""
         for label, text in (("context", context), ("response", response)):
             if not isinstance(text, str):
                 raise TypeError(f"{label}: expected a str, got {type(text).__name__}")
@@ -209,13 +217,8 @@ class Measurer:
         if question is not None and (not isinstance(question, str) or not question.strip()):
             raise ValueError("question must be a non-empty string or None")
         instruction = DEFAULT_INSTRUCTION if question is None else question
-        example = segment_chat(
-            self.tokenizer,
-            context,
-            instruction,
-            response,
-            allow_special_tokens=self.allow_special_tokens,
-        )
+        if example is None:
+            example = self.tokenize(context, response, question)
         check_example(self.model, example)
         rows = ResponseRows(example.token_span("context"), example.token_span("answer"))
         units = split_sentences(example.part_text("answer"), language=self.language)
@@ -244,14 +247,14 @@ class Measurer:
         with torch.no_grad():
             prior_nll = self._nll(alone.to(device), rows.num_rows)
         layers = res.ordered()
-        features = torch.stack([r["features"].cpu() for r in layers], dim=1)  # [3, L, H, G]
-        per_key = torch.stack([r["support"].cpu() for r in layers]).sum(0)  # [U, C]: over heads
+        features = _gathered(layers, "features", dim=1)  # [3, L, H, G]
+        per_key = _gathered(layers, "support").sum(0)  # [U, C]: over heads
         c0 = rows.context[0]
         span_tokens = [example.token_span("context", s.start, s.end) for s in spans]
         totals = np.stack(
             [per_key[:, a - c0 : b - c0].mean(dim=1).numpy() for a, b in span_tokens], axis=1
         )  # [U, S]: e(p_i) = mean of the span's key-level values
-        copied_keys = torch.stack([r["copied"].cpu() for r in layers]).sum(0)  # [U, C]
+        copied_keys = _gathered(layers, "copied").sum(0)  # [U, C]
         copied = np.stack(
             [copied_keys[:, a - c0 : b - c0].sum(dim=1).numpy() for a, b in span_tokens], axis=1
         )  # [U, S]
@@ -262,9 +265,20 @@ class Measurer:
             units=units,
             spans=spans,
             support=eq10_normalize(totals)[0],
-            copy=torch.stack([r["copy"].cpu() for r in layers]).numpy(),
+            copy=_gathered(layers, "copy").numpy(),
             prior_nll=prior_nll,
             copied=copied,
+        )
+
+    def tokenize(self, context: str, response: str, question: str | None = None) -> Segmented:
+        """The example of one pass: the chat template around context and question (or
+        :data:`DEFAULT_INSTRUCTION`), the response teacher-forced after it."""
+        return segment_chat(
+            self.tokenizer,
+            context,
+            DEFAULT_INSTRUCTION if question is None else question,
+            response,
+            allow_special_tokens=self.allow_special_tokens,
         )
 
     def _nll(self, ids: torch.Tensor, rows: int) -> np.ndarray:
@@ -284,20 +298,21 @@ class Measurer:
         (c_lo, c_hi), (a_lo, a_hi) = example.parts["context"], example.parts["answer"]
         bounds = np.array(example.offsets, dtype=np.int64)  # [T, 2]
         said, source = bounds[slice(*rows.response)], bounds[slice(*rows.context)]  # [G|C, 2]
-        # the context's words, once: each lower-cased word -> the context tokens overlapping it
-        starts = source[:, 0]
-        keys: dict[str, list[int]] = {}
-        for word in _WORD.finditer(text, c_lo, c_hi):
-            first = int(np.searchsorted(source[:, 1], word.start(), side="right"))
-            last = int(np.searchsorted(starts, word.end(), side="left"))
-            keys.setdefault(word.group().lower(), []).extend(range(first, last))
-        match = np.zeros((len(said), len(source)), dtype=bool)
-        for word in _WORD.finditer(text, a_lo, a_hi):
-            found = keys.get(word.group().lower())
-            if found:
-                writes = (said[:, 0] < word.end()) & (said[:, 1] > word.start())  # [G]
-                match[np.ix_(writes, found)] = True
-        return torch.from_numpy(match)
+        # every word of the response, then the context's words among them: one id per word
+        ids: dict[str, int] = {}
+        said_words = [
+            (w.start(), w.end(), ids.setdefault(w.group().lower(), len(ids)))
+            for w in _WORD.finditer(text, a_lo, a_hi)
+        ]
+        source_words = [
+            (w.start(), w.end(), ids[key])
+            for w in _WORD.finditer(text, c_lo, c_hi)
+            if (key := w.group().lower()) in ids
+        ]
+        return torch.from_numpy(
+            (_overlaps(said, said_words, len(ids)) @ _overlaps(source, source_words, len(ids)).T)
+            > 0
+        )
 
 
 #: The options of :class:`Grounder` that a command's arguments or a job's config carry under
@@ -460,9 +475,10 @@ class Grounder:
         ValueError
             Empty texts, or a question too long to leave room for any context.
         """
-        plan = self._plan(context, response, question)
+        example = self.measurer.tokenize(context, response, question)
+        plan = self._plan(context, response, example)
         if plan is None:
-            return self.score(self.measurer.measure(context, response, question))
+            return self.score(self.measurer.measure(context, response, question, example=example))
         checked, windows = plan
         measured = [
             self.measurer.measure(context[w.start : w.end], checked, question) for w in windows
@@ -474,24 +490,14 @@ class Grounder:
         return self._combine([measured], [Window(0, len(measured.example.part_text("context")))])
 
     def _plan(
-        self, context: str, response: str, question: str | None
+        self, context: str, response: str, example: Segmented
     ) -> tuple[str, list[Window]] | None:
-        """None when the whole example fits ``max_tokens``; else the part of the response that
-        is checked (all of it unless it cannot fit beside :data:`MIN_CONTEXT_TOKENS` of
+        """None when the whole ``example`` fits ``max_tokens``; else the part of the response
+        that is checked (all of it unless it cannot fit beside :data:`MIN_CONTEXT_TOKENS` of
         context) and the context's windows."""
-        if self.max_tokens is None:
+        if self.max_tokens is None or example.seq_len <= self.max_tokens:
             return None
         tokenizer = self.measurer.tokenizer
-        instruction = DEFAULT_INSTRUCTION if question is None else question
-        example = segment_chat(
-            tokenizer,
-            context,
-            instruction,
-            response,
-            allow_special_tokens=self.measurer.allow_special_tokens,
-        )
-        if example.seq_len <= self.max_tokens:
-            return None
 
         def count(text: str) -> int:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -623,6 +629,26 @@ class Grounder:
             finished=len(checked) == len(response),
             windows=len(windows),
         )
+
+
+def _overlaps(tokens: np.ndarray, words: list[tuple[int, int, int]], count: int) -> np.ndarray:
+    """``[tokens, count]`` float32: 1 where a token (``[n, 2]`` offsets, in text order)
+    overlaps a word of that id (``words``: start, end, id)."""
+    out = np.zeros((len(tokens), count), dtype=np.float32)
+    if words:
+        spans = np.array(words, dtype=np.int64)  # [W, 3]
+        first = np.searchsorted(tokens[:, 1], spans[:, 0], side="right")  # ends > word start
+        last = np.searchsorted(tokens[:, 0], spans[:, 1], side="left")  # starts < word end
+        for lo, hi, word in zip(first, last, spans[:, 2], strict=True):
+            out[lo:hi, word] = 1.0
+    return out
+
+
+def _gathered(layers: list[dict[str, torch.Tensor]], key: str, dim: int = 0) -> torch.Tensor:
+    """The ``key`` output of every layer stacked on ``dim``, copied to the host once per
+    device (not once per layer: each copy waits for the device)."""
+    first = layers[0][key].device
+    return torch.stack([r[key].to(first, non_blocking=True) for r in layers], dim=dim).cpu()
 
 
 def _evidence(measured: Measurement, unit: int) -> tuple[TextSpan | None, float | None]:

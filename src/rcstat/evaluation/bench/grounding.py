@@ -6,8 +6,8 @@
 
 :func:`run` refuses, before the model loads, an output folder of another command or a run
 made with other options; builds the items (FaithBench / SummEdits / labelled-pairs responses,
-or SQuAD v2 supporting-vs-unrelated or copied-vs-changed pairs); loads the model and the grounder; runs the
-:class:`~rcstat.evaluation.grounding_bench.GroundingJob` through
+or SQuAD v2 supporting-vs-unrelated or copied-vs-changed pairs); loads the model and the
+grounder; runs the :class:`~rcstat.evaluation.grounding_bench.GroundingJob` through
 :func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summarize_run`).
 """
 
