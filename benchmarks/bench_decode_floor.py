@@ -28,12 +28,25 @@ many (``layers_distinct``).
 ``--ratio`` is the share evicted (kvpress' compression ratio): 0.5 keeps 50 %, 0.8 keeps 20 %.
 ``--check`` instead compares the split kernel and the padded reference with a float64 oracle
 on a few shapes and prints the errors.
+
+``--budget-gib G`` measures throughput at a memory budget instead: for each context (default
+32k) and ratio, as many sequences as fit ``G`` GiB of KV cache with the full cache
+(``⌊G / full bytes per sequence⌋``) and with the ragged cache (``⌊G / kept bytes per
+sequence⌋``, the packed layout's bytes: kept K/V rows plus the room of ``SLACK`` rows per
+segment, their int64 positions and the segment table), one whole decode step (``step``) timed at
+each of the two batch sizes, and the aggregate tokens/s ``batch / step time`` of each. Both
+caches are really allocated (one after the other, cycling fewer distinct layer caches where 32
+do not fit); ``--dry-run`` prints the batch sizes and bytes without CUDA::
+
+    python -m benchmarks.bench_decode_floor --budget-gib 40 --context 32768 --ratio 0.5 \\
+        --backend split --out docs/bench
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +64,14 @@ LAYERS, HEADS, KV_HEADS, DIM, HIDDEN, MLP = 32, 32, 8, 128, 4096, 14336
 PEAK_TBPS = {"h100": 3.35, "h200": 4.8}  # HBM3 / HBM3e, SXM
 BACKENDS = ("varlen", "split")
 TIMED_S = 0.5  # replays of one graph last about this long (at most --replays)
+SLACK = 64  # free rows per segment of the ragged cache after compression (RaggedCache's default)
+GIB = 2**30
+ENTRY_BYTES = 2 * DIM * 2  # one key + value row, bf16
+POSITION_BYTES = 8  # the int64 logical position of every allocated row of a packed layout
+SEGMENT_BYTES = 16  # seg_start + seg_len (int64) of one (sequence, KV head) segment
+WEIGHT_BYTES = 2 * HIDDEN * (HEADS * DIM + 2 * KV_HEADS * DIM + 2 * MLP + HEADS * DIM + MLP)
+CARD_GIB = {"h100": 78.0, "h200": 139.0}  # memory torch can use, for --dry-run's estimates
+BUILD_DENSE = 2.5  # a ragged layer's build: its dense copy (x2 in DynamicLayer's cat) + indices
 
 
 def graphed(step: Callable[[], None], replays: int) -> float:
@@ -117,19 +138,63 @@ class StepWeights:
         self.sink.add_(out.sum(0, keepdim=True))
 
 
+def fitting_layers(free: float, layer_bytes: float, build_bytes: float, fraction: float) -> int:
+    """How many distinct layer caches of ``layer_bytes`` fit in ``fraction`` of ``free`` bytes
+    with ``build_bytes`` on top (between 1 and :data:`LAYERS`)."""
+    return max(1, min(LAYERS, int((fraction * free - build_bytes) // layer_bytes)))
+
+
 def distinct_layers(batch: int, context: int, ratios: list[float], fraction: float) -> int:
     """How many layer caches fit: the full one plus the largest ragged one per layer, in
     ``fraction`` of the free memory, with one layer's build (a copy and its kept rows) on top."""
-    full = 2 * batch * KV_HEADS * context * DIM * 2  # bytes of one layer's K + V, bf16
+    full = batch * KV_HEADS * context * ENTRY_BYTES  # bytes of one layer's K + V, bf16
     kept = full * min(1.0, 1.25 * (1 - min(ratios)))  # the clamped shares keep a bit more
     free, _ = torch.cuda.mem_get_info()
-    budget = fraction * free - (full + kept)
-    return max(1, min(LAYERS, int(budget // (full + kept))))
+    return fitting_layers(free, full + kept, full + kept, fraction)
 
 
 def bandwidth(nbytes: float, ms: float) -> float:
     """TB/s of ``nbytes`` read in ``ms`` milliseconds."""
     return nbytes / (ms * 1e-3) / 1e12
+
+
+def full_step_times(
+    full: list[torch.Tensor],
+    calls: list[int],
+    query: torch.Tensor,
+    hidden: torch.Tensor,
+    weights: StepWeights,
+    replays: int,
+) -> dict[str, float]:
+    """Graph-replayed milliseconds of the full cache's attention (sdpa) and step."""
+
+    def attention() -> None:
+        for layer in calls:
+            kv = full[layer]
+            F.scaled_dot_product_attention(query, kv[0], kv[1], scale=DIM**-0.5, enable_gqa=True)
+
+    def step() -> None:  # the order of the products does not change the time
+        for _ in range(LAYERS):
+            weights.products(hidden)
+        attention()
+
+    return {
+        "attention_full_ms": graphed(attention, replays),
+        "step_full_ms": graphed(step, replays),
+    }
+
+
+def appended(cache: RaggedCache, layers: int, batch: int, device: torch.device) -> list[PackedKV]:
+    """Append one new token to each of the first ``layers`` layers of ``cache`` (as in a decode
+    step) and return their layouts."""
+    packed: list[PackedKV] = []
+    for layer in range(layers):
+        token = torch.randn(2, batch, KV_HEADS, 1, DIM, device=device, dtype=torch.bfloat16)
+        cache.layer(layer).update(token[0], token[1])
+        layout = cache.layer(layer).packed
+        assert layout is not None
+        packed.append(layout)
+    return packed
 
 
 def ragged_times(
@@ -173,18 +238,12 @@ def ragged_rows(
     backend; one row per backend."""
     query, hidden, weights = inputs
     batch, context = full[0].shape[1], full[0].shape[3]
-    device, dtype = full[0].device, full[0].dtype
-    cache = RaggedCache(slack=64)
+    device = full[0].device
+    cache = RaggedCache(slack=SLACK)
     for layer, kv in enumerate(full):
         cache.update(kv[0], kv[1], layer)
         cache.compress_layer(layer, kept_masks(batch, context, ratio, generator).to(device))
-    packed: list[PackedKV] = []
-    for layer in range(len(full)):  # the new token, appended as in a decode step
-        token = torch.randn(2, batch, KV_HEADS, 1, DIM, device=device, dtype=dtype)
-        cache.layer(layer).update(token[0], token[1])
-        layout = cache.layer(layer).packed
-        assert layout is not None
-        packed.append(layout)
+    packed = appended(cache, len(full), batch, device)
     full_bytes = sum(full[layer].numel() * full[layer].element_size() for layer in calls)
     ragged_bytes = sum(cache.layer(layer).physical_bytes() for layer in calls)
     rows = []
@@ -245,21 +304,7 @@ def measure(
         for _ in range(distinct)
     ]  # [k/v, batch, kv_head, T, D] per distinct layer
     calls = [layer % distinct for layer in range(LAYERS)]  # the cache each layer call reads
-
-    def full_attention() -> None:
-        for layer in calls:
-            kv = full[layer]
-            F.scaled_dot_product_attention(query, kv[0], kv[1], scale=DIM**-0.5, enable_gqa=True)
-
-    def full_step() -> None:  # the order of the products does not change the time
-        for _ in range(LAYERS):
-            weights.products(hidden)
-        full_attention()
-
-    full_times = {
-        "attention_full_ms": graphed(full_attention, replays),
-        "step_full_ms": graphed(full_step, replays),
-    }
+    full_times = full_step_times(full, calls, query, hidden, weights, replays)
     rows = []
     for ratio in ratios:
         inputs = (query, hidden, weights)
@@ -268,6 +313,180 @@ def measure(
         )
         torch.cuda.empty_cache()  # the ragged cache of this ratio is gone
     return rows
+
+
+# -- --budget-gib: aggregate tokens/s of the sequences that fit a KV budget ---------------------
+
+
+def full_sequence_bytes(context: int) -> int:
+    """Bytes of one sequence's full bf16 K/V cache over the 32 layers (128 KiB a token)."""
+    return LAYERS * KV_HEADS * context * ENTRY_BYTES
+
+
+def ragged_sequence_bytes(context: int, ratio: float, slack: int = SLACK) -> int:
+    """Bytes of one sequence's packed cache over the 32 layers at ``ratio`` evicted.
+
+    Each of its ``KV_HEADS`` segments a layer holds ``⌈(1 − ratio)·T⌉`` kept rows and ``slack``
+    rows of room (the first decoded token goes there), each a K/V row and an int64 position,
+    plus the segment's offset and length (see :class:`~rcstat.press.layout.PackedKV`).
+    """
+    kept = math.ceil(round((1 - ratio) * context, 6))  # 0.19999999999999996·T is 0.2·T
+    rows = kept + slack
+    return LAYERS * KV_HEADS * (rows * (ENTRY_BYTES + POSITION_BYTES) + SEGMENT_BYTES)
+
+
+def budget_plan(budget_gib: float, context: int, ratio: float) -> dict[str, Any]:
+    """The batch sizes that fit ``budget_gib`` GiB of KV cache, full and ragged, and their bytes.
+
+    Raises
+    ------
+    ValueError
+        If the budget does not hold one full sequence of ``context`` tokens.
+    """
+    budget = budget_gib * GIB
+    seq_full, seq_ragged = full_sequence_bytes(context), ragged_sequence_bytes(context, ratio)
+    batch_full, batch_ragged = int(budget // seq_full), int(budget // seq_ragged)
+    if batch_full < 1:
+        raise ValueError(
+            f"budget_gib={budget_gib} holds no full sequence of {context} tokens "
+            f"({seq_full / GIB:.2f} GiB each)"
+        )
+    return {
+        "context": context,
+        "ratio": ratio,
+        "budget_gib": budget_gib,
+        "batch_full": batch_full,
+        "batch_ragged": batch_ragged,
+        "seq_full_gib": seq_full / GIB,
+        "seq_ragged_gib": seq_ragged / GIB,
+        "kv_full_gib": batch_full * seq_full / GIB,
+        "kv_ragged_plan_gib": batch_ragged * seq_ragged / GIB,
+    }
+
+
+def budget_layers(plan: dict[str, Any], free_bytes: float, fraction: float) -> tuple[int, int]:
+    """Distinct layer caches that fit ``fraction`` of ``free_bytes``: full, then ragged (one
+    after the other; a ragged layer's build, :data:`BUILD_DENSE` dense layers, on top)."""
+    context, full_batch, ragged_batch = plan["context"], plan["batch_full"], plan["batch_ragged"]
+    full_layer = full_batch * KV_HEADS * context * ENTRY_BYTES
+    ragged_layer = plan["kv_ragged_plan_gib"] * GIB / LAYERS
+    build = BUILD_DENSE * ragged_batch * KV_HEADS * context * ENTRY_BYTES
+    return (
+        fitting_layers(free_bytes, full_layer, 0, fraction),
+        fitting_layers(free_bytes, ragged_layer, build, fraction),
+    )
+
+
+def layout_bytes(packed: PackedKV) -> int:
+    """Bytes a packed layout holds: K/V rows with their room, positions and segment table."""
+    tables = (packed.positions, packed.seg_start, packed.seg_len)
+    return packed.capacity * packed.entry_bytes + sum(t.numel() * t.element_size() for t in tables)
+
+
+def budget_rows(
+    plans: list[dict[str, Any]],
+    backends: list[str],
+    replays: int,
+    generator: torch.Generator,
+    weights: StepWeights,
+    fraction: float,
+    peak: float | None,
+    device: torch.device,
+) -> list[dict[str, Any]]:
+    """Rows of one context: the full cache at its budget batch timed once, then for each plan
+    (ratio) the ragged cache at its budget batch with each backend."""
+    dtype = torch.bfloat16
+    context, batch = plans[0]["context"], plans[0]["batch_full"]
+    distinct, _ = budget_layers(plans[0], torch.cuda.mem_get_info()[0], fraction)
+    full = [
+        torch.randn(2, batch, KV_HEADS, context, DIM, device=device, dtype=dtype)
+        for _ in range(distinct)
+    ]  # [k/v, batch, kv_head, T, D] per distinct layer
+    calls = [layer % distinct for layer in range(LAYERS)]
+    hidden = torch.randn(batch, HIDDEN, device=device, dtype=dtype)
+    query = torch.randn(batch, HEADS, 1, DIM, device=device, dtype=dtype)
+    full_times = full_step_times(full, calls, query, hidden, weights, replays)
+    del full
+    torch.cuda.empty_cache()  # the ragged caches take the budget next
+    rows = []
+    for plan in plans:
+        ragged_batch = plan["batch_ragged"]
+        _, distinct_ragged = budget_layers(plan, torch.cuda.mem_get_info()[0], fraction)
+        cache = RaggedCache(slack=SLACK)
+        for layer in range(distinct_ragged):
+            kv = torch.randn(2, ragged_batch, KV_HEADS, context, DIM, device=device, dtype=dtype)
+            cache.update(kv[0], kv[1], layer)  # a copy: the cache's first update concatenates
+            del kv
+            keep = kept_masks(ragged_batch, context, plan["ratio"], generator)
+            cache.compress_layer(layer, keep.to(device))
+        packed = appended(cache, distinct_ragged, ragged_batch, device)
+        ragged_calls = [layer % distinct_ragged for layer in range(LAYERS)]
+        hidden = torch.randn(ragged_batch, HIDDEN, device=device, dtype=dtype)
+        query = torch.randn(ragged_batch, HEADS, 1, DIM, device=device, dtype=dtype)
+        held = LAYERS * sum(layout_bytes(p) for p in packed) / len(packed)  # all 32 layers
+        live = sum(p.live for p in packed) / len(packed)  # [rows] per layer, new token included
+        for backend in backends:
+            times = full_times | ragged_times(
+                packed, ragged_calls, query, hidden, weights, backend, replays
+            )
+            full_tps = batch / (times["step_full_ms"] * 1e-3)
+            ragged_tps = ragged_batch / (times["step_ragged_ms"] * 1e-3)
+            full_read = batch * full_sequence_bytes(context)  # K/V bytes read per step
+            ragged_read = LAYERS * live * ENTRY_BYTES
+            ragged_tbps = bandwidth(ragged_read, times["attention_ragged_ms"])
+            row = {
+                **plan,
+                "kept": live / (ragged_batch * KV_HEADS * (context + 1)),
+                "backend": backend,
+                "layers_distinct_full": distinct,
+                "layers_distinct_ragged": distinct_ragged,
+                "kv_ragged_gib": held / GIB,
+                "within_budget": held <= plan["budget_gib"] * GIB,
+                **times,
+                "tokens_s_full": full_tps,
+                "tokens_s_ragged": ragged_tps,
+                "throughput_ratio": ragged_tps / full_tps,
+                "step_ratio": times["step_ragged_ms"] / times["step_full_ms"],
+                "full_tbps": bandwidth(full_read, times["attention_full_ms"]),
+                "ragged_tbps": ragged_tbps,
+                "peak_tbps": peak,
+                "ragged_of_peak": ragged_tbps / peak if peak else None,
+            }
+            rows.append(row)
+            print(
+                f"T={context} budget {plan['budget_gib']:g} GiB kept {row['kept']:.2f} "
+                f"{backend:>6}: full B={batch} ({row['kv_full_gib']:.1f} GiB) step "
+                f"{row['step_full_ms']:.2f} ms = {full_tps:.0f} tok/s; ragged B={ragged_batch} "
+                f"({row['kv_ragged_gib']:.1f} GiB) step {row['step_ragged_ms']:.2f} ms = "
+                f"{ragged_tps:.0f} tok/s; ragged / full {row['throughput_ratio']:.2f}× "
+                f"(layers distinct {distinct}/{distinct_ragged})",
+                flush=True,
+            )
+        del cache, packed
+        torch.cuda.empty_cache()  # the ragged cache of this ratio is gone
+    return rows
+
+
+def dry_run(budget_gib: float, contexts: list[int], ratios: list[float], fraction: float) -> None:
+    """Print the budget plans and the distinct layers each card would hold, without CUDA."""
+    for context in contexts:
+        for ratio in ratios:
+            plan = budget_plan(budget_gib, context, ratio)
+            cards = ", ".join(
+                "{} {}/{}".format(
+                    card, *budget_layers(plan, (gib - 1) * GIB - WEIGHT_BYTES, fraction)
+                )
+                for card, gib in CARD_GIB.items()
+            )
+            print(
+                f"T={context} budget {budget_gib:g} GiB ratio {ratio}: full "
+                f"{plan['seq_full_gib']:.3f} GiB/seq × {plan['batch_full']} = "
+                f"{plan['kv_full_gib']:.2f} GiB; ragged {plan['seq_ragged_gib']:.3f} GiB/seq × "
+                f"{plan['batch_ragged']} = {plan['kv_ragged_plan_gib']:.2f} GiB; sequences "
+                f"ragged / full {plan['batch_ragged'] / plan['batch_full']:.2f}×; layers "
+                f"distinct full/ragged: {cards} (weights {WEIGHT_BYTES / GIB:.2f} GiB)",
+                flush=True,
+            )
 
 
 # -- --check: the split kernel and the reference against float64 ---------------------------------
@@ -336,7 +555,7 @@ def names(text: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--context", type=ints, default=[4096, 16384, 65536, 131072])
+    parser.add_argument("--context", type=ints, default=None, help="default: 4k–128k; 32k")
     parser.add_argument("--batch", type=ints, default=[1, 8])
     parser.add_argument("--ratio", type=floats, default=[0.5, 0.8], help="share evicted")
     parser.add_argument("--backend", type=names, default=list(BACKENDS))
@@ -344,8 +563,25 @@ def main() -> None:
     parser.add_argument("--peak-tbps", type=float, default=None, help="default: by card name")
     parser.add_argument("--memory-fraction", type=float, default=0.8)
     parser.add_argument("--check", action="store_true", help="errors of split vs float64")
+    parser.add_argument(
+        "--budget-gib", type=float, default=None, help="tokens/s at this KV budget (GiB)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print --budget-gib's plan only")
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
+    budget = args.budget_gib is not None
+    if args.context is None:
+        args.context = [32768] if budget else [4096, 16384, 65536, 131072]
+    if args.dry_run and not budget:
+        parser.error("--dry-run needs --budget-gib")
+    if budget:
+        try:
+            plans = [[budget_plan(args.budget_gib, t, r) for r in args.ratio] for t in args.context]
+        except ValueError as error:
+            parser.error(str(error))
+    if args.dry_run:
+        dry_run(args.budget_gib, args.context, args.ratio, args.memory_fraction)
+        return
     if not torch.cuda.is_available():
         raise SystemExit("needs CUDA")
     card = device_label("cuda")
@@ -356,6 +592,22 @@ def main() -> None:
         return
     peak = args.peak_tbps if args.peak_tbps is not None else PEAK_TBPS.get(card)
     weights = StepWeights.make(torch.device("cuda"), torch.bfloat16)
+    if budget:
+        rows = []
+        for context_plans in plans:
+            rows += budget_rows(
+                context_plans,
+                args.backend,
+                args.replays,
+                generator,
+                weights,
+                args.memory_fraction,
+                peak,
+                torch.device("cuda"),
+            )
+        meta = machine("cuda") | {"peak_tbps": peak, "budget_gib": args.budget_gib}
+        write(args.out, f"decode_budget_{card}", rows, meta)
+        return
     rows = []
     for context in args.context:
         for batch in args.batch:

@@ -978,3 +978,45 @@ def test_grounder_reads_a_profile_file(tiny, profile, measured, grounding, tmp_p
         np.testing.assert_allclose(result.token_scores, grounding.token_scores, rtol=1e-6)
     with pytest.raises(FileNotFoundError):
         Grounder(model, tok, profile=tmp_path / "missing.json", top_k=TOP_K)
+
+
+# ------------------------------------------------------------------- the README's example
+
+
+@pytest.mark.slow
+def test_the_readmes_example_gives_the_verdicts_it_claims() -> None:
+    """The Eiffel example of the README, with the default model and its shipped profile: the
+    changed year is the failing word and the response is unsupported; with the right year
+    every sentence is supported, each with the context sentence it copies."""
+    from rcstat.models import load_model
+    from rcstat.models.gguf_cache import DefaultModelMissingError
+
+    try:
+        model, tok = load_model()
+    except DefaultModelMissingError as err:
+        pytest.skip(f"the default model is not available: {err}")
+    context = (
+        "The Eiffel Tower was finished in 1889. It is 330 metres tall. Gustave Eiffel's "
+        "company designed and built it."
+    )
+    grounder = Grounder(model, tok)
+    wrong = grounder.ground(
+        context,
+        "The tower was finished in 1925. It is 330 metres tall. It was built by Gustave "
+        "Eiffel's company.",
+    )
+    assert wrong.verdict == "unsupported"
+    assert [s.status for s in wrong.sentences] == ["unsupported", "supported", "supported"]
+    assert wrong.sentences[0].weakest.text == "1925"  # type: ignore[union-attr]
+    right = grounder.ground(
+        context,
+        "The tower was finished in 1889. It is 330 metres tall. It was built by Gustave "
+        "Eiffel's company.",
+    )
+    assert right.verdict == "supported"
+    evidence = [s.support.text for s in right.sentences]  # type: ignore[union-attr]
+    assert evidence == [
+        "The Eiffel Tower was finished in 1889.",
+        "It is 330 metres tall.",
+        "Gustave Eiffel's company designed and built it.",
+    ]
