@@ -22,7 +22,7 @@ import torch
 from benchmarks._common import device_label, interleaved, machine, write
 from benchmarks.bench_heads import build
 from rcstat.data import GroundingExample, load_dataset
-from rcstat.evaluation.grounding_bench import SUMMARY_INSTRUCTION
+from rcstat.evaluation.grounding_items import SUMMARY_INSTRUCTION
 from rcstat.grounding import Grounder, HeadProfile, shipped_profile
 from rcstat.segments import segment_chat
 

@@ -7,7 +7,8 @@ alternative (logistic regression on per-head features).
 """
 
 from rcstat.grounding.cross_validation import CrossValidation, cross_validate
-from rcstat.grounding.grounder import DEFAULT_INSTRUCTION, Grounder, Measurement, Measurer
+from rcstat.grounding.grounder import Grounder
+from rcstat.grounding.measure import DEFAULT_INSTRUCTION, Measurement, Measurer
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.profile import HeadProfile, shipped_profile
 from rcstat.grounding.result import Grounding, SentenceGrounding

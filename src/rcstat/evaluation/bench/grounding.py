@@ -74,12 +74,8 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
     the ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`)."""
     from rcstat.capture import attention_layout
     from rcstat.data import load_dataset
-    from rcstat.evaluation.grounding_bench import (
-        GroundingBench,
-        contrast_items,
-        grounding_items,
-        swap_items,
-    )
+    from rcstat.evaluation.grounding_bench import GroundingBench
+    from rcstat.evaluation.grounding_items import contrast_items, grounding_items, swap_items
     from rcstat.grounding import Grounder
 
     out = config.out
