@@ -73,12 +73,22 @@ def plan_windows(
     def fits(first: int, last: int) -> bool:
         return count(context[pieces[first].start : pieces[last].end]) <= room
 
+    def furthest(first: int) -> int:
+        """The last piece a window from ``first`` can hold: a galloping then a binary search
+        (a few tokenisations per window rather than one per sentence it holds)."""
+        fitting, step = first, 1
+        while fitting + step < len(pieces) and fits(first, fitting + step):
+            fitting, step = fitting + step, step * 2
+        failing = min(fitting + step, len(pieces))  # too long, or past the last piece
+        while failing - fitting > 1:
+            middle = (fitting + failing) // 2
+            fitting, failing = (middle, failing) if fits(first, middle) else (fitting, middle)
+        return fitting
+
     windows: list[Window] = []
     first = 0
     while first < len(pieces):
-        last = first  # the window holds pieces first..last
-        while last + 1 < len(pieces) and fits(first, last + 1):
-            last += 1
+        last = furthest(first)  # the window holds pieces first..last
         windows.append(Window(pieces[first].start, pieces[last].end))
         if last + 1 >= len(pieces):
             break
