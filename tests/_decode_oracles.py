@@ -84,3 +84,22 @@ def naive_attention(query: torch.Tensor, packed: PackedKV, scaling: float) -> to
             weights = torch.exp(scores - scores.max())
             out[b, 0, head] = weights @ values / weights.sum()
     return out
+
+
+def decode_logits(
+    model: torch.nn.Module,
+    cache: object,
+    question: torch.Tensor,
+    tokens: list[torch.Tensor],
+    steps: int,
+) -> torch.Tensor:
+    """The logits of ``question`` then ``steps`` decode steps on ``cache`` (inside whatever
+    attention context the caller set): greedy when ``tokens`` is empty (the tokens chosen are
+    appended to it), else forced to ``tokens``."""
+    forced = bool(tokens)
+    logits = [model(question, past_key_values=cache).logits]
+    for step in range(steps):
+        if not forced:
+            tokens.append(logits[-1][:, -1:].argmax(-1))
+        logits.append(model(tokens[step], past_key_values=cache).logits)
+    return torch.cat(logits, 1).float()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from rcstat.press import RaggedCache, packed_attention, ragged_attention
-from tests._decode_oracles import naive_attention, ragged_layout
+from tests._decode_oracles import decode_logits, naive_attention, ragged_layout
 from tests._tiny_models import tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,18 +371,12 @@ def test_auto_decodes_bf16_with_the_split_kernel(monkeypatch: pytest.MonkeyPatch
 
     def run(backend: Any, tokens: list[torch.Tensor]) -> torch.Tensor:
         """Question, then 12 decode steps (greedy when ``tokens`` is empty, else forced)."""
-        forced = bool(tokens)
         cache = RaggedCache(slack=4)
         model(ids, past_key_values=cache)
         for layer, keep in enumerate(keeps):
             cache.compress_layer(layer, keep.cuda())
         with ragged_attention(model, backend=backend):
-            steps = [model(question, past_key_values=cache).logits]
-            for step in range(12):
-                if not forced:
-                    tokens.append(steps[-1][:, -1:].argmax(-1))
-                steps.append(model(tokens[step], past_key_values=cache).logits)
-        return torch.cat(steps, 1).float()
+            return decode_logits(model, cache, question, tokens, 12)
 
     tokens: list[torch.Tensor] = []
     with torch.no_grad():

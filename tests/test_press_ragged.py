@@ -19,6 +19,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from rcstat.press import PackedKV, RaggedCache, packed_attention, ragged_attention
 from rcstat.press.attention import _varlen_kernel
+from tests._decode_oracles import decode_logits
 from tests._tiny_models import tiny_model
 
 ATOL = 1e-4
@@ -523,15 +524,9 @@ def test_model_on_cuda_uses_varlen_and_matches_reference(monkeypatch: pytest.Mon
 
     def run(backend: Any, tokens: list[torch.Tensor]) -> torch.Tensor:
         """Question, then 4 decoding steps (greedy when ``tokens`` is empty, else forced)."""
-        forced = bool(tokens)
         cache, _ = _prefill_ragged(model, ids, keeps, slack=2)
         with ragged_attention(model, backend=backend):
-            steps = [model(question, past_key_values=cache).logits]
-            for step in range(4):
-                if not forced:
-                    tokens.append(steps[-1][:, -1:].argmax(-1))
-                steps.append(model(tokens[step], past_key_values=cache).logits)
-        return torch.cat(steps, 1).float()
+            return decode_logits(model, cache, question, tokens, 4)
 
     tokens: list[torch.Tensor] = []
     with torch.no_grad():
