@@ -44,6 +44,7 @@ def ragged_layout(
         length=max(max_len, 1),
         max_len=max_len,
         appended=0,
+        padding_free=False,
     )
     for s in range(len(seg_len)):  # garbage in the room: masks, not zeros, must keep it out
         end = int(packed.seg_start[s + 1])

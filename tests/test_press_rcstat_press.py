@@ -306,6 +306,67 @@ def test_the_defaults_follow_the_mode() -> None:
     assert all(torch.equal(threshold.kept[i], per_layer.kept[i]) for i in range(3))
 
 
+# -- padded batches: each row scored on its own tokens, as if alone -------------------------
+
+PRESSES = {
+    "threshold": {"threshold": 1.0},
+    "off": {"threshold": 0.0},
+    "layer": {"compression_ratio": 0.5, "budget": "layer"},
+    "pooled": {"compression_ratio": 0.4, "budget": "pooled", "floor": 0.3, "sinks": 2},
+    "upper": {"compression_ratio": 0.4, "budget": "layer", "score": "upper", "group": "max"},
+}
+
+
+def _stored(cache: object, layer: int, row: int, kv_head: int, pad: int) -> list[int]:
+    """The positions (relative to the row's first real token) a segment stores."""
+    packed = cache.layer(layer).packed  # type: ignore[attr-defined]
+    segment = row * packed.kv_heads + kv_head
+    start, count = int(packed.seg_start[segment]), int(packed.seg_len[segment])
+    return (packed.positions[start : start + count] - pad).tolist()
+
+
+@pytest.mark.parametrize("name", sorted(PRESSES))
+def test_a_padded_batch_is_compressed_as_each_row_alone(name: str) -> None:
+    """Rows of 40, 29 and 20 tokens, left-padded: each row keeps exactly the entries it keeps
+    alone, no padding is stored, and the realized ratios are each row's own."""
+    from rcstat.press import RaggedCache, ragged_attention
+
+    model = tiny_model("qwen2")
+    lengths = (40, 29, 20)
+    rows = [_ids(n, seed=20 + n)[0] for n in lengths]
+    ids = torch.zeros(3, 40, dtype=torch.long)
+    mask = torch.zeros(3, 40, dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, 40 - row.numel() :], mask[b, 40 - row.numel() :] = row, 1
+    positions = (mask.cumsum(1) - 1).clamp_min(0)
+    batched, cache = RCStatPress(**PRESSES[name]), RaggedCache()  # type: ignore[arg-type]
+    with torch.no_grad(), batched(model), ragged_attention(model):
+        model(ids, attention_mask=mask, position_ids=positions, past_key_values=cache)
+    ratios = batched.head_ratios()  # [L, B, Hkv]
+    for b, row in enumerate(rows):
+        alone, solo_cache = RCStatPress(**PRESSES[name]), RaggedCache()  # type: ignore[arg-type]
+        with torch.no_grad(), alone(model), ragged_attention(model):
+            model(row[None], past_key_values=solo_cache)
+        for layer in range(3):
+            for head in range(2):
+                want = _stored(solo_cache, layer, 0, head, 0)
+                assert _stored(cache, layer, b, head, 40 - row.numel()) == want, (b, layer, head)
+        torch.testing.assert_close(ratios[:, b], alone.head_ratios()[:, 0], rtol=0, atol=1e-12)
+    for layer in range(3):
+        assert cache.layer(layer).packed.padding_free
+    kept = sum(float(k.sum()) for k in batched.kept.values())
+    assert batched.realized_ratio() == pytest.approx(1 - kept / (3 * 2 * sum(lengths)))
+
+
+def test_right_padding_is_refused() -> None:
+    model = tiny_model("llama")
+    mask = torch.ones(2, 24, dtype=torch.long)
+    mask[1, -4:] = 0
+    with torch.no_grad(), RCStatPress(compression_ratio=0.5)(model):
+        with pytest.raises(ValueError, match="left padding"):
+            model(_ids(24, 3).repeat(2, 1), attention_mask=mask, past_key_values=DynamicCache())
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("budget", ["layer", "pooled"])

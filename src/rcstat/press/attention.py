@@ -24,7 +24,7 @@ from transformers.masking_utils import sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.switch import switched_attention
-from rcstat.press.layout import _SESSION, Backend, PackedKV, _Session
+from rcstat.press.layout import _SESSION, Backend, PackedKV, Padding, _Session
 from rcstat.stats import triton_available
 
 IMPLEMENTATION = "rcstat_ragged"
@@ -322,10 +322,22 @@ def _attention(
         raise NotImplementedError("packed layers are inference-only (dropout > 0)")
     scale = scaling if scaling is not None else cast(float, module.scaling)
     assert session is not None
+    if _padding_only(attention_mask, packed, session.padding):
+        attention_mask = None  # the layer stores no padded entry: causal by position is exact
     out = packed_attention(
         query, packed, scaling=scale, mask=attention_mask, backend=session.backend
     )
     return out, None
+
+
+def _padding_only(mask: torch.Tensor | None, packed: PackedKV, padding: Padding | None) -> bool:
+    """Whether ``mask`` only hides padding that ``packed`` does not store: it is the mask the
+    mask function built for this pass (padding ∧ causal), the layer is padding-free, and the
+    pass's padded new tokens (not stored) precede its real ones in every row, so that
+    bottom-right causal alignment over the stored rows still holds."""
+    if mask is None or padding is None or mask is not padding.mask or not packed.padding_free:
+        return False
+    return all(row.index(True) + sum(row) == len(row) for row in padding.new if any(row))
 
 
 def _mask(**kwargs: Any) -> torch.Tensor | None:
@@ -338,9 +350,17 @@ def _mask(**kwargs: Any) -> torch.Tensor | None:
     attention_mask = kwargs.get("attention_mask")
     kv_length = int(kwargs["kv_length"])
     unpadded = attention_mask is None or bool(attention_mask[:, -kv_length:].all())
+    session = _SESSION.get()
+    if session is not None:
+        session.padding = None
     if unpadded and kwargs.get("allow_is_causal_skip", True):
         return None
-    return sdpa_mask(**kwargs)
+    mask = sdpa_mask(**kwargs)
+    if session is not None and not unpadded and mask is not None and attention_mask.dim() == 2:
+        columns = attention_mask[:, -kv_length:].bool()  # [B, kv_length]
+        new = columns[:, -mask.shape[-2] :].tolist()  # [B][q] host
+        session.padding = Padding(mask, columns, tuple(tuple(row) for row in new))
+    return mask
 
 
 @contextmanager

@@ -80,11 +80,14 @@ class RaggedLayer(DynamicLayer):
         return self.keys, self.values
 
     # -- compression and appends -------------------------------------------------------------
-    def compress(self, keep: torch.Tensor, slack: int) -> None:
+    def compress(self, keep: torch.Tensor, slack: int, real: torch.Tensor | None = None) -> None:
         """Keep only the entries where ``keep`` ``[batch, kv_heads, length]`` is True.
 
         ``keep`` is indexed by logical position. On a packed layer it selects among the entries
-        still stored (evicted ones stay evicted, whatever ``keep`` says about them).
+        still stored (evicted ones stay evicted, whatever ``keep`` says about them). ``real``
+        ``[batch, length]`` bool marks the unpadded positions: padded ones are evicted too and
+        the layer is then padding-free (see :class:`~rcstat.press.layout.PackedKV`); None
+        (padding unknown) keeps what ``keep`` says and makes no such promise.
         """
         packed = self.packed
         if packed is None:
@@ -95,6 +98,9 @@ class RaggedLayer(DynamicLayer):
             batch, kv_heads, length = packed.batch, packed.kv_heads, packed.length
             device = packed.keys.device
         _check_keep(keep, (batch, kv_heads, length), device)
+        if real is not None:
+            _check_real(real, (batch, length), device)
+            keep = keep & real.unsqueeze(1)
         segments = batch * kv_heads
         flat_keep = keep.reshape(segments, length)  # [S, T]
         if packed is None:
@@ -129,6 +135,7 @@ class RaggedLayer(DynamicLayer):
             length=length,
             max_len=int(seg_len.max()),
             appended=0,
+            padding_free=real is not None,
         )
         # drop the dense (or previous packed) tensors: the evicted entries are freed here
         self.keys, self.values = self.packed.keys, self.packed.values
@@ -163,10 +170,15 @@ class RaggedLayer(DynamicLayer):
                 length=packed.length,
                 max_len=packed.max_len,
                 appended=packed.appended,
+                padding_free=packed.padding_free,
             )
             self.packed = packed
             self.keys, self.values = packed.keys, packed.values
         segments = batch * kv_heads
+        stored = self._stored_new(packed, q_len)
+        if stored is not None:
+            self._append_real(packed, key_states, value_states, stored)
+            return packed
         dest = packed.seg_start[:-1] + packed.seg_len  # [S] first free row of each segment
         if q_len == 1:  # decoding: as few kernel launches as possible
             packed.positions.index_fill_(0, dest, packed.length)
@@ -183,6 +195,51 @@ class RaggedLayer(DynamicLayer):
         packed.max_len += q_len
         packed.appended += q_len
         return packed
+
+    @staticmethod
+    def _stored_new(packed: PackedKV, q_len: int) -> tuple[tuple[bool, ...], ...] | None:
+        """Which new tokens a padding-free layer stores, per batch row (host), when some of
+        them are padding; None when every new token is stored."""
+        session = _SESSION.get()
+        padding = session.padding if session is not None else None
+        if not packed.padding_free or padding is None:
+            return None
+        if len(padding.new) != packed.batch or any(len(row) != q_len for row in padding.new):
+            raise RuntimeError(
+                f"the forward pass's padding covers {len(padding.new)} rows × "
+                f"{len(padding.new[0]) if padding.new else 0} new tokens, the layer gets "
+                f"{packed.batch} × {q_len}"
+            )
+        return None if all(all(row) for row in padding.new) else padding.new
+
+    @staticmethod
+    def _append_real(
+        packed: PackedKV,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        stored: tuple[tuple[bool, ...], ...],
+    ) -> None:
+        """Append only the real (unpadded) new tokens of each batch row: segments grow by
+        their row's count, ``max_len`` and ``room`` move by ``q`` (bounds, see PackedKV)."""
+        _, kv_heads, q_len, dim = key_states.shape
+        device = packed.keys.device
+        real = torch.tensor(stored, dtype=torch.bool).repeat_interleave(kv_heads, 0)  # [S, q]
+        counts = real.sum(1)  # [S]
+        rank = real.cumsum(1) - 1  # [S, q] rank of each real token in its segment's new rows
+        source = real.view(-1).nonzero().squeeze(1)  # [N] rows of the [S·q] new states
+        segment = source // q_len
+        offsets = (rank.view(-1)[source]).to(device)  # [N]
+        source, segment = source.to(device), segment.to(device)
+        dest = packed.seg_start[segment] + packed.seg_len[segment] + offsets  # [N]
+        packed.positions.index_copy_(0, dest, packed.length + source % q_len)
+        packed.keys.index_copy_(0, dest, key_states.reshape(-1, dim).index_select(0, source))
+        packed.values.index_copy_(0, dest, value_states.reshape(-1, dim).index_select(0, source))
+        packed.seg_len += counts.to(device)
+        packed.length += q_len
+        packed.room -= q_len
+        packed.live += int(counts.sum())
+        packed.max_len += q_len
+        packed.appended += q_len
 
     # -- accounting --------------------------------------------------------------------------
     def kept_lengths(self) -> torch.Tensor:
@@ -224,6 +281,18 @@ def _check_keep(keep: torch.Tensor, shape: tuple[int, int, int], device: torch.d
         )
     if keep.device != device:
         raise ValueError(f"keep is on {keep.device}, the layer's cache is on {device}")
+
+
+def _check_real(real: torch.Tensor, shape: tuple[int, int], device: torch.device) -> None:
+    if not isinstance(real, torch.Tensor) or real.dtype != torch.bool:
+        raise TypeError(
+            f"the real positions must be a torch.bool tensor, got {getattr(real, 'dtype', real)!r}"
+        )
+    if tuple(real.shape) != shape or real.device != device:
+        raise ValueError(
+            f"attention_mask is {tuple(real.shape)} on {real.device}, expected "
+            f"[batch, length] = {shape} on {device}"
+        )
 
 
 class RaggedCache(DynamicCache):
@@ -299,7 +368,12 @@ class RaggedCache(DynamicCache):
         return keys, values
 
     def compress_layer(
-        self, layer_idx: int, keep: torch.Tensor, *, slack: int | None = None
+        self,
+        layer_idx: int,
+        keep: torch.Tensor,
+        *,
+        slack: int | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> None:
         """Replace layer ``layer_idx`` by its kept entries, packed per (batch, KV head).
 
@@ -312,6 +386,12 @@ class RaggedCache(DynamicCache):
             (batch, KV head). Batch rows may keep different numbers of entries.
         slack
             Free rows per segment (default: the cache's ``slack``).
+        attention_mask
+            ``[batch, length]`` (1/True = real token, 0/False = padding) of the cached
+            positions, for a padded batch: padded entries are evicted whatever ``keep`` says,
+            and the layer's decode steps then skip the padding mask (the split-KV kernel
+            serves them) and store no padded new token. None: the padding is unknown; a padded
+            batch then decodes through the masked reference path.
 
         Raises
         ------
@@ -323,7 +403,8 @@ class RaggedCache(DynamicCache):
         room = self.slack if slack is None else slack
         if not isinstance(room, int) or room < 0:
             raise ValueError(f"slack must be an int >= 0, got {room!r}")
-        self.layer(layer_idx).compress(keep, room)
+        real = None if attention_mask is None else attention_mask.bool()
+        self.layer(layer_idx).compress(keep, room, real)
 
     def is_packed(self, layer_idx: int) -> bool:
         """Whether layer ``layer_idx`` has been compressed."""

@@ -25,6 +25,9 @@ class PackedKV:
 
     Segment ``s`` occupies rows ``seg_start[s] .. seg_start[s+1]-1`` of ``keys``/``values``;
     its first ``seg_len[s]`` rows are live (original order), the rest is free room.
+    ``padding_free``: no row holds a padded position (the layer was compressed knowing the
+    batch's padding, and padded new tokens are not appended), so a padding mask adds nothing
+    to the causal rule and decode steps can skip it.
     """
 
     keys: torch.Tensor  # [capacity, dim], model dtype
@@ -35,10 +38,11 @@ class PackedKV:
     batch: int
     kv_heads: int
     length: int  # logical sequence length (prompt + appended tokens)
-    room: int  # free rows at the end of every segment (the same for all)
+    room: int  # free rows at the end of every segment, at least (the same bound for all)
     live: int  # sum(seg_len), kept on the host
-    max_len: int  # max(seg_len), kept on the host
+    max_len: int  # a bound on max(seg_len) (exact unless padded tokens were skipped), host
     appended: int = 0  # tokens appended since the layer was (last) compressed
+    padding_free: bool = False
 
     @property
     def capacity(self) -> int:
@@ -77,6 +81,7 @@ def _pack(
     length: int,
     max_len: int,
     appended: int,
+    padding_free: bool,
 ) -> PackedKV:
     """Copy the selected rows into a fresh packed layout with ``room`` free rows per segment.
 
@@ -114,7 +119,22 @@ def _pack(
         live=live,
         max_len=max_len,
         appended=appended,
+        padding_free=padding_free,
     )
+
+
+@dataclass(frozen=True)
+class Padding:
+    """The padding of the forward pass being run, as the mask function saw it.
+
+    ``mask`` is the 4D mask it returned (the packed layers recognise it by identity);
+    ``columns`` ``[batch, kv_length]`` bool marks the real (unpadded) logical positions;
+    ``new`` holds, per batch row on the host, which of the pass's ``q`` new tokens are real.
+    """
+
+    mask: torch.Tensor  # [batch, 1, q, kv_length] bool
+    columns: torch.Tensor  # [batch, kv_length] bool
+    new: tuple[tuple[bool, ...], ...]  # [batch][q]
 
 
 @dataclass
@@ -124,6 +144,8 @@ class _Session:
     backend: Backend
     # packed layouts published by RaggedCache.update, taken by the attention of the same layer
     pending: dict[int, PackedKV] = field(default_factory=dict)
+    # the current forward pass's padding (None: unpadded), set by the mask function
+    padding: Padding | None = None
 
 
 _SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(

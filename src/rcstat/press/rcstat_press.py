@@ -25,6 +25,7 @@ which keeps the memory).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -136,6 +137,7 @@ class RCStatPress(BasePress, RCStatOptions):
 
     kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
     lengths: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    real_lengths: list[int] = field(default_factory=list, init=False, repr=False)  # per row
     # pooled budget: each scored layer's (module, cache, relative scores) until the last one
     _pending: dict[int, tuple[nn.Module, Any, torch.Tensor]] = field(
         default_factory=dict, init=False, repr=False
@@ -161,33 +163,75 @@ class RCStatPress(BasePress, RCStatOptions):
         self.sinks = check_count("sinks", self.sinks, low=0)
 
     def relative(
-        self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
+        self,
+        module: nn.Module,
+        hidden_states: torch.Tensor,
+        keys: torch.Tensor,
+        kwargs: dict,
+        pads: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """``[batch, kv_heads, T - w]`` float64: each KV head's relative score of every
-        non-window prompt token, its group's query heads combined by :attr:`group`."""
+        non-window prompt token, its group's query heads combined by :attr:`group`.
+
+        ``pads`` gives each batch row's left padding: a row is scored on its own tokens only
+        (``θ`` is its own mean), exactly as if it were alone, and its padded positions score
+        ``−∞``."""
         batch, kv_heads, length, _ = keys.shape
+        pads = [0] * batch if pads is None else list(pads)
         window = self.window_size
-        if length <= window:
+        if length - max(pads) <= window:
             raise ValueError(
-                f"the prompt has {length} tokens but the window is {window}: nothing to "
-                "compress (use a smaller window_size or a longer context)"
+                f"the prompt has {length - max(pads)} tokens but the window is {window}: nothing "
+                "to compress (use a smaller window_size or a longer context)"
             )
         query = window_queries(module, hidden_states, window, kwargs)  # [B, Hq, w, D]
-        relative = relative_scores(grouped_scores(query, keys), self.score)  # [B, Hq, T - w]
+        scores = grouped_scores(query, keys)  # [B, Hq, w, T]
+        if any(pads):
+            relative = torch.full(
+                (batch, query.shape[1], length - window),
+                -torch.inf,
+                dtype=torch.float64,
+                device=keys.device,
+            )  # [B, Hq, T - w]
+            for b, pad in enumerate(pads):  # each row on its own tokens
+                relative[b, :, pad:] = relative_scores(scores[b : b + 1, ..., pad:], self.score)[0]
+        else:
+            relative = relative_scores(scores, self.score)  # [B, Hq, T - w]
         grouped = relative.view(batch, kv_heads, -1, length - window)
         per_kv = grouped.amax(2) if self.group == "max" else grouped.mean(2)
-        per_kv[..., : self.sinks] = torch.inf  # the sinks are kept by every rule
+        for b, pad in enumerate(pads):  # the sinks are kept by every rule
+            per_kv[b, :, pad : pad + self.sinks] = torch.inf
         return per_kv
 
-    def _lowest(self, scores: torch.Tensor, evict: int, protect: int = 0) -> torch.Tensor:
-        """``scores``' shape, bool: False at the ``evict`` lowest of each batch row, never at
+    def _lowest(
+        self,
+        scores: torch.Tensor,
+        evict: Sequence[int],
+        protect: int | Sequence[int] = 0,
+        pads: Sequence[int] | None = None,
+    ) -> torch.Tensor:
+        """``scores``' shape ``[batch, ..., C]``, bool: per batch row ``b``, False at its
+        ``pads[b]`` padded candidates and at the ``evict[b]`` lowest of the rest, never at the
+        ``protect[b]`` highest of a head (last axis)."""
+        batch = scores.shape[0]
+        pads = [0] * batch if pads is None else list(pads)
+        protects = [protect] * batch if isinstance(protect, int) else list(protect)
+        rows = []
+        for b in range(batch):
+            real = self._lowest_real(scores[b, ..., pads[b] :], evict[b], protects[b])
+            padded = real.new_zeros(*real.shape[:-1], pads[b])
+            rows.append(torch.cat([padded, real], -1))
+        return torch.stack(rows)
+
+    def _lowest_real(self, scores: torch.Tensor, evict: int, protect: int) -> torch.Tensor:
+        """One row's unpadded candidates ``[..., C]``: False at the ``evict`` lowest, never at
         the ``protect`` highest of a head (last axis)."""
         flat = scores
         if protect > 0:
             best = scores.topk(protect, dim=-1).indices
             flat = scores.scatter(-1, best, torch.inf)
-        flat = flat.reshape(scores.shape[0], -1)
-        heads = scores[0].numel() // scores.shape[-1]
+        flat = flat.reshape(-1)
+        heads = scores.numel() // scores.shape[-1]
         available = heads * max(scores.shape[-1] - max(protect, self.sinks), 0)
         if evict > available:
             raise ValueError(
@@ -210,37 +254,52 @@ class RCStatPress(BasePress, RCStatOptions):
         return keep
 
     def keep_mask(
-        self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
+        self,
+        module: nn.Module,
+        hidden_states: torch.Tensor,
+        keys: torch.Tensor,
+        kwargs: dict,
+        pads: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """``[batch, kv_heads, T]`` boolean: which prompt entries each KV head keeps (per
-        layer: threshold mode or ``budget="layer"``)."""
-        per_kv = self.relative(module, hidden_states, keys, kwargs)  # [B, Hkv, T - w]
+        layer: threshold mode or ``budget="layer"``); padded positions (``pads``: each row's
+        left padding) are never kept."""
+        pads = [0] * keys.shape[0] if pads is None else list(pads)
+        per_kv = self.relative(module, hidden_states, keys, kwargs, pads)  # [B, Hkv, T - w]
         if self.compression_ratio is None:
-            return self._full_keep(per_kv, per_kv > self.threshold if self.threshold > 0 else None)
-        evict = round(self.compression_ratio * keys.shape[1] * keys.shape[2])
-        return self._full_keep(per_kv, self._lowest(per_kv, evict))
+            if self.threshold > 0:
+                return self._full_keep(per_kv, per_kv > self.threshold)
+            return self._full_keep(per_kv, per_kv > -torch.inf if any(pads) else None)
+        kv_heads, length = keys.shape[1], keys.shape[2]
+        evict = [round(self.compression_ratio * kv_heads * (length - pad)) for pad in pads]
+        return self._full_keep(per_kv, self._lowest(per_kv, evict, pads=pads))
 
-    def _pooled_keeps(self) -> dict[int, torch.Tensor]:
+    def _pooled_keeps(self, pads: Sequence[int]) -> dict[int, torch.Tensor]:
         """Per pending layer, ``[B, Hkv, T]``: the pooled budget's evictions."""
         layers = sorted(self._pending)
         scores = torch.stack([self._pending[i][2] for i in layers], 1)  # [B, L, Hkv, T - w]
         length = scores.shape[-1] + self.window_size
         ratio = cast(float, self.compression_ratio)
-        evict = round(ratio * scores.shape[1] * scores.shape[2] * length)
-        protect = min(scores.shape[-1], math.ceil(self.floor * (1 - ratio) * scores.shape[-1]))
-        decided = self._lowest(scores, evict, protect)  # [B, L, Hkv, T - w]
+        entries = scores.shape[1] * scores.shape[2]  # per position of a row: L · Hkv
+        evict = [round(ratio * entries * (length - pad)) for pad in pads]
+        candidates = [scores.shape[-1] - pad for pad in pads]
+        protect = [min(c, math.ceil(self.floor * (1 - ratio) * c)) for c in candidates]
+        decided = self._lowest(scores, evict, protect, pads)  # [B, L, Hkv, T - w]
         return {
             layer: self._full_keep(scores[:, j], decided[:, j]) for j, layer in enumerate(layers)
         }
 
-    def _apply(self, layer: int, module: nn.Module, cache: Any, keep: torch.Tensor) -> None:
-        """Record ``keep`` ``[B, Hkv, T]`` for ``layer`` and evict through ``cache``."""
+    def _apply(
+        self, layer: int, module: nn.Module, cache: Any, keep: torch.Tensor, real: torch.Tensor
+    ) -> None:
+        """Record ``keep`` ``[B, Hkv, T]`` for ``layer`` and evict through ``cache``; ``real``
+        ``[B, T]`` marks the unpadded positions."""
         self.kept[layer] = keep.sum(-1)  # on the device: read back once, when asked
         self.lengths[layer] = keep.shape[-1]
         compress_layer = getattr(cache, "compress_layer", None)
         masked: tuple[torch.Tensor, ...] | None = None
         if compress_layer is not None:  # ragged cache: evicted entries are freed
-            compress_layer(layer, keep)
+            compress_layer(layer, keep, attention_mask=real)
         elif bool((~keep).any()):  # reference mode: kvpress masks them at decoding time
             masked = tuple((~keep).nonzero(as_tuple=True))
         cast(Any, module).masked_key_indices = masked  # read by kvpress's attention patch
@@ -254,25 +313,24 @@ class RCStatPress(BasePress, RCStatOptions):
         attentions: torch.Tensor,
         kwargs: dict,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if keys.shape[0] != 1:
-            raise ValueError(
-                f"RCStatPress compresses one sequence at a time (batch {keys.shape[0]}): "
-                "padded batches would score padding tokens"
-            )
+        real, pads = left_padding(kwargs.get("attention_mask"), keys.shape[0], keys.shape[2])
         layer: int = cast(Any, module).layer_idx
         if layer == 0:  # a new prefill: forget the previous one's statistics
             self.kept.clear()
             self.lengths.clear()
             self._pending.clear()
+            self.real_lengths = [keys.shape[2] - pad for pad in pads]
+        real = real.to(keys.device)
         cache = kwargs["past_key_values"]
         if self.budget == "layer" or self.compression_ratio is None:
-            self._apply(layer, module, cache, self.keep_mask(module, hidden_states, keys, kwargs))
+            keep = self.keep_mask(module, hidden_states, keys, kwargs, pads)
+            self._apply(layer, module, cache, keep, real)
             return keys, values
-        per_kv = self.relative(module, hidden_states, keys, kwargs)
+        per_kv = self.relative(module, hidden_states, keys, kwargs, pads)
         self._pending[layer] = (module, cache, per_kv)
         if layer == int(cast(Any, module).config.num_hidden_layers) - 1:  # every layer scored
-            for i, keep in self._pooled_keeps().items():
-                self._apply(i, self._pending[i][0], self._pending[i][1], keep)
+            for i, keep in self._pooled_keeps(pads).items():
+                self._apply(i, self._pending[i][0], self._pending[i][1], keep, real)
             self._pending.clear()
         return keys, values
 
@@ -295,20 +353,63 @@ class RCStatPress(BasePress, RCStatOptions):
         self.kept = {i: kept.cpu() for i, kept in self.kept.items()}  # one wait, not one a layer
         return sorted(self.kept)
 
+    def _row_lengths(self) -> torch.Tensor:
+        """``[batch, 1]`` float64: each row's unpadded prompt length."""
+        return torch.tensor(self.real_lengths, dtype=torch.float64).unsqueeze(1)
+
     def realized_ratio(self) -> float:
-        """Evicted / all KV entries of the compressed prompt over all layers and KV heads,
-        after the last prefill."""
+        """Evicted / all KV entries of the compressed prompt over all layers, KV heads and
+        batch rows (padding excluded), after the last prefill."""
         layers = self._check_compressed()
         kept = sum(float(self.kept[i].sum()) for i in layers)
-        total = sum(self.kept[i].numel() * self.lengths[i] for i in layers)
+        total = sum(self.kept[i].shape[1] * sum(self.real_lengths) for i in layers)
         return 1.0 - kept / total
 
     def layer_ratios(self) -> dict[int, float]:
-        """Realized ratio per layer."""
+        """Realized ratio per layer (over the batch's rows and KV heads)."""
         layers = self._check_compressed()
-        return {i: float(1 - self.kept[i].double().mean() / self.lengths[i]) for i in layers}
+        rows = self._row_lengths()
+        return {
+            i: float(1 - self.kept[i].double().sum() / (rows.sum() * self.kept[i].shape[1]))
+            for i in layers
+        }
 
     def head_ratios(self) -> torch.Tensor:
         """Realized ratio per layer and KV head, ``[layers, batch, kv_heads]`` float64."""
         layers = self._check_compressed()
-        return torch.stack([1 - self.kept[i].double() / self.lengths[i] for i in layers])
+        rows = self._row_lengths()
+        return torch.stack([1 - self.kept[i].double() / rows for i in layers])
+
+
+def left_padding(
+    mask: torch.Tensor | None, batch: int, length: int
+) -> tuple[torch.Tensor, list[int]]:
+    """The real (unpadded) positions ``[batch, length]`` bool and each row's left padding.
+
+    ``mask`` is the attention mask a layer receives: None (no padding), 2D ``[batch, ≥
+    length]`` (1 = real, flash-attention's form), or 4D ``[batch, 1, q, ≥ length]``, boolean
+    (True = attend, sdpa's) or additive float (0 = attend, eager's); its last query row shows
+    the padded columns. Padding must be on the left (``tokenizer.padding_side = "left"``).
+    """
+    if mask is None:
+        return torch.ones(batch, length, dtype=torch.bool), [0] * batch
+    if mask.dim() == 2:
+        real = mask[:, -length:].bool()
+    elif mask.dim() == 4:
+        last = mask[:, 0, -1, -length:]
+        real = last if last.dtype == torch.bool else last == 0
+    else:
+        raise ValueError(f"attention masks are 2D or 4D, got {tuple(mask.shape)}")
+    if tuple(real.shape) != (batch, length):
+        raise ValueError(
+            f"the attention mask covers {tuple(real.shape)}, expected {(batch, length)}"
+        )
+    pads = (~real).sum(1)  # [B]
+    left = torch.arange(length, device=real.device) >= pads.unsqueeze(1)  # [B, T]
+    pads_list = pads.tolist()
+    if not bool((left == real).all()):
+        raise ValueError(
+            "RCStatPress needs left padding (tokenizer.padding_side = 'left'): the attention "
+            "mask hides positions after real tokens"
+        )
+    return real, pads_list
