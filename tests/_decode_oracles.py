@@ -104,3 +104,51 @@ def decode_logits(
             tokens.append(logits[-1][:, -1:].argmax(-1))
         logits.append(model(tokens[step], past_key_values=cache).logits)
     return torch.cat(logits, 1).float()
+
+
+def padded_generate(
+    model: torch.nn.Module, rows: list[torch.Tensor], backend: str | None, steps: int
+) -> object:
+    """Greedy ``generate`` of a left-padded batch of ``rows`` (1-D ids of different lengths):
+    on a ``DynamicCache`` when ``backend`` is None, else on a ragged cache holding every real
+    prompt entry (told the padding, so it stores none) with ``ragged_attention(backend)``; every
+    step is then one query per head (the prompt but its last token is prefilled first)."""
+    from transformers import DynamicCache
+
+    from rcstat.generation import left_pad, padded_positions
+    from rcstat.press import RaggedCache, ragged_attention
+
+    ids, mask = left_pad(rows)
+    options: dict[str, object] = dict(
+        max_new_tokens=steps,
+        min_new_tokens=steps,
+        do_sample=False,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    with torch.no_grad():
+        if backend is None:
+            return model.generate(
+                ids, attention_mask=mask, past_key_values=DynamicCache(), **options
+            )
+        config = model.config
+        cache = RaggedCache(slack=3)  # repacks during the generation too
+        head = mask[:, :-1]
+        model(
+            ids[:, :-1],
+            attention_mask=head,
+            position_ids=padded_positions(head),
+            past_key_values=cache,
+        )
+        keep = torch.ones(
+            len(rows),
+            config.num_key_value_heads,
+            ids.shape[1] - 1,
+            dtype=torch.bool,
+            device=ids.device,
+        )
+        for layer in range(config.num_hidden_layers):
+            cache.compress_layer(layer, keep, attention_mask=head)
+        with ragged_attention(model, backend=backend):  # type: ignore[arg-type]
+            return model.generate(ids, attention_mask=mask, past_key_values=cache, **options)

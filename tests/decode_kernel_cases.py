@@ -25,7 +25,7 @@ from rcstat.press.decode_kernel import (
     split_decode_attention,
     split_plan,
 )
-from tests._decode_oracles import naive_attention, ragged_layout
+from tests._decode_oracles import naive_attention, padded_generate, ragged_layout
 from tests._tiny_models import tiny_model
 
 
@@ -173,4 +173,18 @@ def test_greedy_generation_with_nothing_evicted_equals_the_dense_cache() -> None
             got = model.generate(ids, past_key_values=cache, **options)
     assert torch.equal(got.sequences, want.sequences)
     for a, b in zip(want.logits, got.logits, strict=True):  # every step went through the kernel
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
+
+
+def test_a_padded_batch_decodes_through_the_kernel_like_the_dense_cache() -> None:
+    """Three prompts of 20, 13 and 6 tokens, left-padded: the padding-free packed layers take
+    every step without a mask (``backend="split"`` refuses masks), as the dense cache does."""
+    torch.set_num_threads(1)
+    model = tiny_model("llama")
+    gen = torch.Generator().manual_seed(2)
+    rows = [torch.randint(3, 600, (n,), generator=gen) for n in (20, 13, 6)]
+    want = padded_generate(model, rows, None, 6)
+    got = padded_generate(model, rows, "split", 6)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(want.logits, got.logits, strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-4)

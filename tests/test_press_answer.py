@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rcstat.press.answer import compress_and_answer
+from rcstat.press.answer import compress_and_answer, compress_and_answer_batch
 from rcstat.press.rcstat_press import RCStatPress
 from rcstat.report.console import format_bytes
 from tests._tiny_models import tiny_model
@@ -34,3 +34,50 @@ def test_format_bytes() -> None:
     assert format_bytes(10) == "10 B"
     assert format_bytes(1536) == "1.5 KiB"
     assert format_bytes(3 * 2**30) == "3.0 GiB"
+
+
+PAIRS = (
+    ("The dog slept in the garden. " * 6, "Where did the dog sleep?"),
+    ("Anna plays the violin and the piano every day. " * 3, "What does Anna play?"),
+    ("Rain fell. " * 4, "What fell?"),
+)
+
+
+@pytest.mark.parametrize("ratio", [None, 0.5])
+def test_a_batch_answers_and_reports_as_each_pair_alone(ratio: float | None) -> None:
+    """Contexts and questions of different lengths in one batch: each row's answer, ratios and
+    bytes equal the pair's own :func:`compress_and_answer`."""
+    model, tokenizer = tiny_model("llama"), make_tiny_tokenizer()
+
+    def press() -> RCStatPress:
+        return RCStatPress(threshold=1.0, compression_ratio=ratio, budget="layer")
+
+    batch = compress_and_answer_batch(
+        model,
+        tokenizer,
+        [c for c, _ in PAIRS],
+        [q for _, q in PAIRS],
+        press(),
+        max_new_tokens=6,
+        slack=4,
+    )
+    assert len({report.context_tokens for report in batch}) == 3
+    for (context, question), got in zip(PAIRS, batch, strict=True):
+        want = compress_and_answer(
+            model, tokenizer, context, question, press(), max_new_tokens=6, slack=4
+        )
+        assert got.answer == want.answer and got.finished == want.finished
+        assert got.context_tokens == want.context_tokens
+        assert got.ratio == pytest.approx(want.ratio, abs=1e-12)
+        assert got.layer_ratios == pytest.approx(want.layer_ratios, abs=1e-12)
+        for got_layer, want_layer in zip(got.head_ratios, want.head_ratios, strict=True):
+            assert got_layer == pytest.approx(want_layer, abs=1e-12)
+        assert (got.dense_bytes, got.live_bytes) == (want.dense_bytes, want.live_bytes)
+        assert got.live_bytes < got.allocated_bytes
+
+
+def test_a_batch_needs_one_question_per_context() -> None:
+    with pytest.raises(ValueError, match="one question per context"):
+        compress_and_answer_batch(
+            tiny_model("llama"), make_tiny_tokenizer(), ["a b c"], [], RCStatPress()
+        )

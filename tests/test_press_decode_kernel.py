@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from rcstat.press import RaggedCache, packed_attention, ragged_attention
-from tests._decode_oracles import decode_logits, naive_attention, ragged_layout
+from tests._decode_oracles import decode_logits, naive_attention, padded_generate, ragged_layout
 from tests._tiny_models import tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -385,3 +385,38 @@ def test_auto_decodes_bf16_with_the_split_kernel(monkeypatch: pytest.MonkeyPatch
         slow = run("reference", tokens)
     assert len(calls) == 2 * 12
     torch.testing.assert_close(fast, slow, rtol=0, atol=5e-2)
+
+
+@pytest.mark.parametrize("arch", ["llama", "llama64"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_padded_batch_decodes_through_the_kernel(
+    arch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prompts of 40, 27 and 9 tokens, left-padded: float32 ``"split"`` (which refuses masks)
+    generates the dense cache's tokens; bf16 ``"auto"`` sends every step to the kernel and
+    follows the masked reference."""
+    import rcstat.press.decode_kernel as kernel
+
+    calls = []
+    original = kernel.split_decode_attention
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "split_decode_attention", spy)
+    model = copy.deepcopy(tiny_model("llama") if arch == "llama" else _llama64()).cuda()
+    gen = torch.Generator().manual_seed(3)
+    rows = [torch.randint(3, 600, (n,), generator=gen).cuda() for n in (40, 27, 9)]
+    want = padded_generate(model, rows, None, 12)
+    got = padded_generate(model, rows, "split", 12)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(want.logits, got.logits, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
+    calls.clear()
+    model = model.to(torch.bfloat16)
+    fast = padded_generate(model, rows, "auto", 12)
+    assert len(calls) == model.config.num_hidden_layers * 12  # every layer, every step
+    slow = padded_generate(model, rows, "reference", 12)
+    torch.testing.assert_close(fast.logits[0], slow.logits[0], rtol=0, atol=5e-2)

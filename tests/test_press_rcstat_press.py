@@ -358,6 +358,29 @@ def test_a_padded_batch_is_compressed_as_each_row_alone(name: str) -> None:
     assert batched.realized_ratio() == pytest.approx(1 - kept / (3 * 2 * sum(lengths)))
 
 
+@pytest.mark.parametrize("budget", ["layer", "pooled"])
+def test_generate_on_a_padded_batch_equals_each_row_alone(budget: str) -> None:
+    """``model.generate`` with the press and a ragged cache on a left-padded batch: every row's
+    greedy tokens are its own, alone."""
+    from rcstat.generation import left_pad
+    from rcstat.press import RaggedCache, ragged_attention
+
+    model = tiny_model("llama")
+    rows = [_ids(n, seed=30 + n)[0] for n in (30, 22, 17)]
+    options = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0}
+
+    def generate(ids: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        press = RCStatPress(compression_ratio=0.4, budget=budget)  # type: ignore[arg-type]
+        with torch.no_grad(), press(model), ragged_attention(model):
+            return model.generate(ids, past_key_values=RaggedCache(slack=2), **kwargs, **options)
+
+    ids, mask = left_pad(rows)
+    batched = generate(ids, attention_mask=mask)[:, ids.shape[1] :]
+    for b, row in enumerate(rows):
+        alone = generate(row[None])[0, row.numel() :]
+        assert batched[b].tolist() == alone.tolist(), b
+
+
 def test_right_padding_is_refused() -> None:
     model = tiny_model("llama")
     mask = torch.ones(2, 24, dtype=torch.long)

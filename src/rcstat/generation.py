@@ -11,6 +11,7 @@ is never shown as a complete one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -29,7 +30,10 @@ __all__ = [
     "check_max_new_tokens",
     "generate_answer",
     "greedy",
+    "greedy_batch",
     "input_device",
+    "left_pad",
+    "padded_positions",
     "stop_token_ids",
 ]
 
@@ -79,8 +83,28 @@ def stop_token_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
     return frozenset(int(t) for t in stops if t is not None)
 
 
-def _positions(start: int, count: int, device: torch.device) -> torch.Tensor:
-    return torch.arange(start, start + count, device=device).unsqueeze(0)  # [1, count]
+def left_pad(
+    parts: Sequence[torch.Tensor], device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack 1-D token id tensors right-aligned: ``(ids [B, W], mask [B, W])``, the padding
+    (id 0, mask 0) on the left as decoder-only generation wants it."""
+    if not parts or any(p.dim() != 1 or p.numel() == 0 for p in parts):
+        raise ValueError("left_pad needs one or more non-empty 1-D id tensors")
+    width = max(int(p.numel()) for p in parts)
+    device = parts[0].device if device is None else device
+    ids = torch.zeros(len(parts), width, dtype=torch.long, device=device)
+    mask = torch.zeros(len(parts), width, dtype=torch.long, device=device)
+    for row, part in enumerate(parts):
+        ids[row, width - part.numel() :] = part
+        mask[row, width - part.numel() :] = 1
+    return ids, mask
+
+
+def padded_positions(mask: torch.Tensor, starts: Sequence[int] | None = None) -> torch.Tensor:
+    """``[B, W]`` position ids of a left-padded block: row ``b``'s real tokens count from
+    ``starts[b]`` (0 by default); padded slots repeat the first real position."""
+    offsets = torch.tensor(starts or [0] * mask.shape[0], device=mask.device).unsqueeze(1)
+    return offsets + (mask.cumsum(1) - 1).clamp_min(0)
 
 
 def greedy(
@@ -98,26 +122,64 @@ def greedy(
     pipeline does. At most ``steps`` tokens are generated; the stop token that ends the
     generation is not included.
     """
+    return greedy_batch(model, cache, [prompt[0]], steps, stops, [start])[0]
+
+
+def greedy_batch(
+    model: torch.nn.Module,
+    cache: Any,
+    prompts: Sequence[torch.Tensor],
+    steps: int,
+    stops: frozenset[int] | set[int],
+    starts: Sequence[int],
+    cached_mask: torch.Tensor | None = None,
+) -> list[Generated]:
+    """Greedy continuations of a batch of ``prompts`` (1-D ids, any lengths) on ``cache``.
+
+    Row ``b``'s prompt continues the sequence in the cache's row ``b`` from logical position
+    ``starts[b]``. ``cached_mask`` ``[B, K]`` marks the real positions of what the cache holds
+    (None: no padding there). The prompts are left-padded into one block; a finished row is
+    fed its last token until every row has stopped, and its further outputs are dropped.
+    """
     check_max_new_tokens(steps)
-    out: list[int] = []
-    device = prompt.device
+    batch = len(prompts)
+    if len(starts) != batch or (cached_mask is not None and cached_mask.shape[0] != batch):
+        raise ValueError(f"{batch} prompts need {batch} starts and cached-mask rows")
+    ids, mask = left_pad(prompts)
+    padded = cached_mask is not None or bool((mask == 0).any())
+    full = torch.cat([cached_mask.to(mask), mask], 1) if cached_mask is not None else mask
+    lengths = torch.tensor([int(p.numel()) for p in prompts], device=ids.device)
+    position = torch.tensor(starts, device=ids.device) + lengths  # [B] next position
+    out: list[list[int]] = [[] for _ in range(batch)]
+    finished = [False] * batch
     with torch.no_grad():
-        positions = _positions(start, prompt.shape[1], device)
-        logits = model(prompt, past_key_values=cache, position_ids=positions).logits
-        position = start + prompt.shape[1]
+        logits = model(
+            ids,
+            past_key_values=cache,
+            position_ids=padded_positions(mask, starts),
+            **({"attention_mask": full} if padded else {}),
+        ).logits
         for step_index in range(steps):
-            token = int(logits[0, -1].argmax())
-            if token in stops:
-                return Generated(out, finished=True)
-            out.append(token)
-            if step_index == steps - 1:
+            tokens = logits[:, -1].argmax(-1)  # [B]
+            for row, token in enumerate(tokens.tolist()):
+                if finished[row]:
+                    continue
+                if token in stops:
+                    finished[row] = True
+                else:
+                    out[row].append(token)
+            if all(finished) or step_index == steps - 1:
                 break
-            step = torch.tensor([[token]], device=device)
+            if padded:
+                full = torch.cat([full, full.new_ones(batch, 1)], 1)
             logits = model(
-                step, past_key_values=cache, position_ids=_positions(position, 1, device)
+                tokens.unsqueeze(1),
+                past_key_values=cache,
+                position_ids=position.unsqueeze(1),
+                **({"attention_mask": full} if padded else {}),
             ).logits
-            position += 1
-    return Generated(out, finished=False)
+            position = position + 1
+    return [Generated(ids_, finished=done) for ids_, done in zip(out, finished, strict=True)]
 
 
 def generate_answer(

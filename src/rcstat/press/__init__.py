@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         PromptSplit,
         answer_full,
         compress_and_answer,
+        compress_and_answer_batch,
         split_prompt,
     )
     from rcstat.press.attention import packed_attention, ragged_attention
@@ -34,6 +35,7 @@ __all__ = [
     "RaggedLayer",
     "answer_full",
     "compress_and_answer",
+    "compress_and_answer_batch",
     "make_press",
     "packed_attention",
     "ragged_attention",
@@ -44,6 +46,7 @@ _HOMES = {
     "CompressionReport": "rcstat.press.answer",
     "answer_full": "rcstat.press.answer",
     "compress_and_answer": "rcstat.press.answer",
+    "compress_and_answer_batch": "rcstat.press.answer",
     "PromptSplit": "rcstat.press.answer",
     "split_prompt": "rcstat.press.answer",
     "PackedKV": "rcstat.press.layout",

@@ -14,6 +14,7 @@ spare room for appended tokens). :func:`answer_full` gives the full-cache answer
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import DynamicCache
 
-from rcstat.generation import Generated, greedy, input_device, stop_token_ids
+from rcstat.generation import (
+    Generated,
+    greedy,
+    greedy_batch,
+    input_device,
+    left_pad,
+    padded_positions,
+    stop_token_ids,
+)
 from rcstat.press.attention import ragged_attention
 from rcstat.press.cache import RaggedCache
 from rcstat.segments import segment_chat
@@ -37,6 +46,7 @@ __all__ = [
     "answer_on_cache",
     "attention_for",
     "compress_and_answer",
+    "compress_and_answer_batch",
     "prefill",
     "split_context_question",
     "split_prompt",
@@ -211,3 +221,82 @@ def compress_and_answer(
         live_bytes=live,
         allocated_bytes=allocated,
     )
+
+
+def compress_and_answer_batch(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[str],
+    questions: Sequence[str],
+    press: RCStatPress,
+    *,
+    max_new_tokens: int = 64,
+    slack: int = 64,
+    allow_special_tokens: bool = False,
+    placement: str = "context",
+) -> list[CompressionReport]:
+    """:func:`compress_and_answer` for several (context, question) pairs in one batch.
+
+    The compressed parts are left-padded into one prefill; the press scores each row on its
+    own tokens and evicts the padding, so every row keeps what it would keep alone. The
+    questions follow, left-padded after the compressed contexts (the cache stores none of that
+    padding), and the rows are decoded together; on CUDA the decode steps run the split-KV
+    kernel. Each report is its row's own: answer, ratios and bytes.
+    """
+    if len(contexts) != len(questions) or not contexts:
+        raise ValueError(
+            f"got {len(contexts)} contexts and {len(questions)} questions: give one question "
+            "per context, at least one pair"
+        )
+    splits = [
+        _split_on_device(model, tokenizer, c, q, allow_special_tokens, placement)
+        for c, q in zip(contexts, questions, strict=True)
+    ]
+    ids, mask = left_pad([split.compressed[0] for split in splits])
+    cache = RaggedCache(slack=slack)
+    with torch.no_grad(), press(model), ragged_attention(model):
+        model(ids, attention_mask=mask, position_ids=padded_positions(mask), past_key_values=cache)
+    lengths = [int(split.compressed.shape[1]) for split in splits]
+    memory = [_row_bytes(cache, row, length) for row, length in enumerate(lengths)]
+    heads = press.head_ratios()  # [layers, batch, kv_heads]
+    stops = stop_token_ids(model, tokenizer)
+    with ragged_attention(model):
+        answers = greedy_batch(
+            model, cache, [split.rest[0] for split in splits], max_new_tokens, stops, lengths, mask
+        )
+    return [
+        CompressionReport(
+            answer=tokenizer.decode(generated.ids, skip_special_tokens=True),
+            finished=generated.finished,
+            context_tokens=lengths[row],
+            ratio=press.realized_ratio(row),
+            layer_ratios=press.layer_ratios(row),
+            head_ratios=heads[:, row].tolist(),
+            dense_bytes=memory[row][0],
+            live_bytes=memory[row][1],
+            allocated_bytes=memory[row][2],
+        )
+        for row, generated in enumerate(answers)
+    ]
+
+
+def _row_bytes(cache: RaggedCache, row: int, length: int) -> tuple[int, int, int]:
+    """Batch row ``row``'s key/value bytes over the cache's layers: its full cache of
+    ``length`` positions, its live entries, and its allocated rows (live + room)."""
+    dense = live = allocated = 0
+    for index in range(len(cache.layers)):
+        layer = cache.layer(index)
+        packed = layer.packed
+        if packed is None:
+            keys, _ = layer._dense()
+            per_row = keys[row].numel() * 2 * keys.element_size()
+            dense, live, allocated = dense + per_row, live + per_row, allocated + per_row
+            continue
+        segments = slice(row * packed.kv_heads, (row + 1) * packed.kv_heads + 1)
+        starts = packed.seg_start[segments]
+        dense += packed.kv_heads * length * packed.entry_bytes
+        live += int(packed.seg_len[row * packed.kv_heads : (row + 1) * packed.kv_heads].sum()) * (
+            packed.entry_bytes
+        )
+        allocated += int(starts[-1] - starts[0]) * packed.entry_bytes
+    return dense, live, allocated

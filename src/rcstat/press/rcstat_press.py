@@ -347,38 +347,44 @@ class RCStatPress(BasePress, RCStatOptions):
         self.compress(module, hidden_states, keys, values, output[1], kwargs)
         return output
 
-    def _check_compressed(self) -> list[int]:
+    def _check_compressed(self, row: int | None = None) -> tuple[list[int], slice]:
+        """The compressed layers, and the batch rows asked for (one, or all when None)."""
         if not self.kept:
             raise RuntimeError("no prefill has been compressed yet")
         self.kept = {i: kept.cpu() for i, kept in self.kept.items()}  # one wait, not one a layer
-        return sorted(self.kept)
+        rows = len(self.real_lengths)
+        if row is None:
+            return sorted(self.kept), slice(None)
+        if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < rows:
+            raise ValueError(f"row must be an int in [0, {rows}), got {row!r}")
+        return sorted(self.kept), slice(row, row + 1)
 
-    def _row_lengths(self) -> torch.Tensor:
-        """``[batch, 1]`` float64: each row's unpadded prompt length."""
-        return torch.tensor(self.real_lengths, dtype=torch.float64).unsqueeze(1)
+    def _row_lengths(self, rows: slice) -> torch.Tensor:
+        """``[batch, 1]`` float64: each selected row's unpadded prompt length."""
+        return torch.tensor(self.real_lengths[rows], dtype=torch.float64).unsqueeze(1)
 
-    def realized_ratio(self) -> float:
-        """Evicted / all KV entries of the compressed prompt over all layers, KV heads and
-        batch rows (padding excluded), after the last prefill."""
-        layers = self._check_compressed()
-        kept = sum(float(self.kept[i].sum()) for i in layers)
-        total = sum(self.kept[i].shape[1] * sum(self.real_lengths) for i in layers)
+    def realized_ratio(self, row: int | None = None) -> float:
+        """Evicted / all KV entries of the compressed prompt over all layers and KV heads,
+        after the last prefill: of batch row ``row``, or of every row (padding excluded)."""
+        layers, rows = self._check_compressed(row)
+        kept = sum(float(self.kept[i][rows].sum()) for i in layers)
+        total = sum(self.kept[i].shape[1] * sum(self.real_lengths[rows]) for i in layers)
         return 1.0 - kept / total
 
-    def layer_ratios(self) -> dict[int, float]:
-        """Realized ratio per layer (over the batch's rows and KV heads)."""
-        layers = self._check_compressed()
-        rows = self._row_lengths()
+    def layer_ratios(self, row: int | None = None) -> dict[int, float]:
+        """Realized ratio per layer (of batch row ``row``, or over every row and KV head)."""
+        layers, rows = self._check_compressed(row)
+        total = self._row_lengths(rows).sum()
         return {
-            i: float(1 - self.kept[i].double().sum() / (rows.sum() * self.kept[i].shape[1]))
+            i: float(1 - self.kept[i][rows].double().sum() / (total * self.kept[i].shape[1]))
             for i in layers
         }
 
     def head_ratios(self) -> torch.Tensor:
         """Realized ratio per layer and KV head, ``[layers, batch, kv_heads]`` float64."""
-        layers = self._check_compressed()
-        rows = self._row_lengths()
-        return torch.stack([1 - self.kept[i].double() / rows for i in layers])
+        layers, rows = self._check_compressed()
+        lengths = self._row_lengths(rows)
+        return torch.stack([1 - self.kept[i].double() / lengths for i in layers])
 
 
 def left_padding(
