@@ -394,8 +394,8 @@ def test_a_padded_batch_decodes_through_the_kernel(
     arch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Prompts of 40, 27 and 9 tokens, left-padded: float32 ``"split"`` (which refuses masks)
-    generates the dense cache's tokens; bf16 ``"auto"`` sends every step to the kernel and
-    follows the masked reference."""
+    generates the dense cache's tokens; in bf16 at head dim 64, ``"auto"`` sends every step to
+    the kernel and follows the reference."""
     import rcstat.press.decode_kernel as kernel
 
     calls = []
@@ -414,6 +414,8 @@ def test_a_padded_batch_decodes_through_the_kernel(
     assert torch.equal(got.sequences, want.sequences)
     for a, b in zip(want.logits, got.logits, strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
+    if arch == "llama":  # head dim 16: "auto" keeps such heads off the kernel
+        return
     calls.clear()
     model = model.to(torch.bfloat16)
     fast = padded_generate(model, rows, "auto", 12)

@@ -1,0 +1,169 @@
+"""``model.generate`` end to end: tokens/s and peak memory with the full cache and the ragged one.
+
+A random-weight model of Llama-3.1-8B's shapes (32 layers, 32 query / 8 KV heads, head dim
+128, vocabulary 128,256, bfloat16) on one GPU. For each ``--context`` and ``--batch``, a random
+prompt is prefilled (chunked, through the base model: no prompt logits) into
+
+- ``full``: a ``DynamicCache`` holding every entry, or
+- ``ragged``: a :class:`~rcstat.press.cache.RaggedCache` that then keeps ``1 − ratio`` of
+  each layer's entries, a different share per (sequence, KV head)
+  (``bench_decode_floor.kept_masks``; the press's own choice of entries does not change the
+  bytes or the kernel's work), decoded inside :func:`~rcstat.press.ragged_attention` with the
+  default backend (``"auto"``: the split-KV kernel for decode steps);
+
+then ``model.generate`` (greedy, exactly ``--new-tokens`` tokens, eager transformers) continues
+it. Per row: the generate time, tokens/s (``batch · new tokens / time``), the KV bytes after
+the prefill, and the peak memory torch allocated during ``generate`` (weights included), the
+ratios ragged / full on the ``ratio`` rows. Eager ``generate`` spends milliseconds of Python a
+step, so at batch 1 the step is not bound by the cache (``bench_decode_floor`` times the step at
+its floor).
+
+    python -m benchmarks.bench_generate --context 32768 --batch 1,8 --ratio 0.5 --out docs/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from benchmarks._common import device_label, ints, machine, write
+from benchmarks.bench_decode_floor import floats, kept_masks
+from rcstat.press import RaggedCache, ragged_attention
+
+CHUNK = 4096  # prefill chunk (keeps the prefill's activations small at long contexts)
+
+
+def llama8b(device: torch.device) -> LlamaForCausalLM:
+    """Llama-3.1-8B's shapes with random weights, bfloat16, on ``device``."""
+    config = LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+    )
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    model.set_attn_implementation("sdpa")
+    return model.eval()
+
+
+def prefill(model: LlamaForCausalLM, ids: torch.Tensor, cache: Any) -> None:
+    """Run ``ids`` ``[B, T]`` into ``cache`` in chunks of :data:`CHUNK`, without logits."""
+    with torch.no_grad():
+        for start in range(0, ids.shape[1], CHUNK):
+            model.model(ids[:, start : start + CHUNK], past_key_values=cache, use_cache=True)
+
+
+def kv_bytes(cache: Any) -> int:
+    if isinstance(cache, RaggedCache):
+        return cache.allocated_bytes()
+    return sum(layer.keys.numel() * 2 * layer.keys.element_size() for layer in cache.layers)
+
+
+def generate_row(
+    model: LlamaForCausalLM,
+    ids: torch.Tensor,
+    ratio: float | None,
+    new_tokens: int,
+    generator: torch.Generator,
+) -> dict[str, Any]:
+    """Prefill all but the last prompt token, compress (``ratio`` not None), then time
+    ``generate`` of ``new_tokens``; the cache is freed before returning."""
+    batch, context = ids.shape
+    cache: Any = DynamicCache() if ratio is None else RaggedCache()
+    prefill(model, ids[:, :-1], cache)
+    if ratio is not None:
+        for layer in range(model.config.num_hidden_layers):
+            keep = kept_masks(batch, context - 1, ratio, generator).to(ids.device)
+            cache.compress_layer(layer, keep)
+    torch.cuda.empty_cache()
+    held = kv_bytes(cache)
+    options: dict[str, Any] = {
+        "max_new_tokens": new_tokens,
+        "min_new_tokens": new_tokens,
+        "do_sample": False,
+        "pad_token_id": 0,
+    }
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    with torch.no_grad():
+        if ratio is None:
+            out = model.generate(ids, past_key_values=cache, **options)
+        else:
+            with ragged_attention(model):
+                out = model.generate(ids, past_key_values=cache, **options)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    assert out.shape == (batch, context + new_tokens)
+    peak = torch.cuda.max_memory_allocated()
+    del cache, out
+    torch.cuda.empty_cache()
+    return {
+        "context": context,
+        "batch": batch,
+        "cache": "full" if ratio is None else "ragged",
+        "ratio": ratio,
+        "new_tokens": new_tokens,
+        "seconds": seconds,
+        "tokens_per_s": batch * new_tokens / seconds,
+        "ms_per_step": 1e3 * seconds / new_tokens,
+        "kv_gib": held / 2**30,
+        "peak_gib": peak / 2**30,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--context", type=ints, default=[32768])
+    parser.add_argument("--batch", type=ints, default=[1, 8])
+    parser.add_argument("--ratio", type=floats, default=[0.5], help="share evicted")
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs CUDA")
+    device = torch.device("cuda")
+    model = llama8b(device)
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for context in args.context:
+        for batch in args.batch:
+            ids = torch.randint(0, model.config.vocab_size, (batch, context), generator=generator)
+            ids = ids.to(device)
+            generate_row(model, ids[:, :1024], None, 4, generator)  # warm-up (kernels, graphs)
+            full = generate_row(model, ids, None, args.new_tokens, generator)
+            rows.append(full)
+            for ratio in args.ratio:
+                generate_row(model, ids[:, :1024], ratio, 4, generator)
+                row = generate_row(model, ids, ratio, args.new_tokens, generator)
+                row["speed_ratio"] = row["tokens_per_s"] / full["tokens_per_s"]
+                row["kv_ratio"] = row["kv_gib"] / full["kv_gib"]
+                row["peak_ratio"] = row["peak_gib"] / full["peak_gib"]
+                rows.append(row)
+            for row in rows[-1 - len(args.ratio) :]:
+                print(
+                    f"T={context} B={batch} {row['cache']:>6} {row['ratio'] or 0:.1f}: "
+                    f"{row['tokens_per_s']:.1f} tok/s ({row['ms_per_step']:.2f} ms/step), "
+                    f"KV {row['kv_gib']:.2f} GiB, peak {row['peak_gib']:.2f} GiB",
+                    flush=True,
+                )
+    write(args.out, f"generate_{device_label('cuda')}", rows, machine("cuda"))
+
+
+if __name__ == "__main__":
+    main()
