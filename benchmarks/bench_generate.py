@@ -162,7 +162,8 @@ def main() -> None:
                     f"KV {row['kv_gib']:.2f} GiB, peak {row['peak_gib']:.2f} GiB",
                     flush=True,
                 )
-    write(args.out, f"generate_{device_label('cuda')}", rows, machine("cuda"))
+            # written after every (context, batch): a long run cut short keeps what it measured
+            write(args.out, f"generate_{device_label('cuda')}", rows, machine("cuda"))
 
 
 if __name__ == "__main__":
