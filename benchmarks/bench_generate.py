@@ -102,11 +102,13 @@ def generate_row(
     torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     with torch.no_grad():
+        # an explicit mask: generate would take every pad_token_id in the prompt for padding
+        mask = torch.ones_like(ids)
         if ratio is None:
-            out = model.generate(ids, past_key_values=cache, **options)
+            out = model.generate(ids, attention_mask=mask, past_key_values=cache, **options)
         else:
             with ragged_attention(model):
-                out = model.generate(ids, past_key_values=cache, **options)
+                out = model.generate(ids, attention_mask=mask, past_key_values=cache, **options)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     assert out.shape == (batch, context + new_tokens)
@@ -143,7 +145,7 @@ def main() -> None:
     rows = []
     for context in args.context:
         for batch in args.batch:
-            ids = torch.randint(0, model.config.vocab_size, (batch, context), generator=generator)
+            ids = torch.randint(1, model.config.vocab_size, (batch, context), generator=generator)
             ids = ids.to(device)
             generate_row(model, ids[:, :1024], None, 4, generator)  # warm-up (kernels, graphs)
             full = generate_row(model, ids, None, args.new_tokens, generator)
