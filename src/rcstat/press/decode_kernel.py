@@ -403,9 +403,9 @@ def _split_kernel(
         tl.debug_barrier()
         arrived = tl.atomic_add(arrivals_ptr + segment, 1, sem="acq_rel")
         if arrived == splits - 1:  # every split of the segment has written its partials
-            for group_head in tl.static_range(GROUP):
+            for head in tl.static_range(GROUP):
                 _merge(
-                    max_ptr, sum_ptr, acc_ptr, out_ptr, segment, group_head, length, chunk, splits,
+                    max_ptr, sum_ptr, acc_ptr, out_ptr, segment, head, length, chunk, splits,
                     GROUP, DIM, BLOCK_D, SPLIT_TILE,
                 )  # fmt: skip
             tl.atomic_xchg(arrivals_ptr + segment, 0)
