@@ -10,8 +10,7 @@ bfloat16) is recorded as one CUDA graph and replayed:
   :func:`~rcstat.press.attention.packed_attention` over a ragged cache that kept ``1 − ratio``
   of the entries with a different share per (sequence, KV head), with each ``--backend``
   (``varlen``: torch's varlen flash attention, one program per segment; ``split``: the
-  split-KV Triton kernel of ``rcstat.press.decode_kernel``, whose last program of a segment
-  merges its chunks; ``split2``: the same with the merge as a second kernel);
+  split-KV Triton kernel of ``rcstat.press.decode_kernel``);
 - ``step``: the same plus the layer's weight products for the batch's tokens (q/k/v/o
   projections and the gated MLP, 218 M parameters a layer, read from memory every layer as in
   a real step) — the floor of a decode step, which the KV cache shares with the weights.
@@ -63,7 +62,7 @@ from rcstat.press.layout import PackedKV
 
 LAYERS, HEADS, KV_HEADS, DIM, HIDDEN, MLP = 32, 32, 8, 128, 4096, 14336
 PEAK_TBPS = {"h100": 3.35, "h200": 4.8}  # HBM3 / HBM3e, SXM
-BACKENDS = ("varlen", "split", "split2")  # split2: the split kernel with a second merge kernel
+BACKENDS = ("varlen", "split")
 TIMED_S = 0.5  # replays of one graph last about this long (at most --replays)
 SLACK = 64  # free rows per segment of the ragged cache after compression (RaggedCache's default)
 GIB = 2**30
@@ -209,16 +208,9 @@ def ragged_times(
 ) -> dict[str, float]:
     """Graph-replayed milliseconds of the ragged attention and step with ``backend``."""
 
-    from rcstat.press.decode_kernel import kernel_config, split_decode_attention
-
-    two = dataclasses.replace(kernel_config(DIM), fused=False)
-
     def attention() -> None:
         for layer in calls:
-            if backend == "split2":
-                split_decode_attention(query, packed[layer], DIM**-0.5, config=two)
-            else:
-                packed_attention(query, packed[layer], scaling=DIM**-0.5, backend=backend)
+            packed_attention(query, packed[layer], scaling=DIM**-0.5, backend=backend)
 
     def step() -> None:
         for _ in range(LAYERS):

@@ -72,21 +72,17 @@ def test_split_kernel_equals_the_reference_and_a_softmax_loop(
     assert torch.equal(got[:, 0][~live], torch.zeros_like(got[:, 0][~live]))
 
 
-@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("block_n", [16, 64])
 @pytest.mark.parametrize("group", [1, 3, 4])
 @pytest.mark.parametrize("pv", ["half2", "tf32x3", "tf32", "half", "fma"])
-def test_every_launch_config_equals_a_softmax_loop(
-    pv: PV, group: int, block_n: int, fused: bool
-) -> None:
-    """Each ``p·v`` variant (fp32 inputs: exact products whatever the variant), tile size, plan
-    aim (``waves``) and merge (the last program of a segment, or a second kernel); ``fma`` pads
-    the group to a power of two only (3 → 4, 1 → 1)."""
+def test_every_launch_config_equals_a_softmax_loop(pv: PV, group: int, block_n: int) -> None:
+    """Each ``p·v`` variant (fp32 inputs: exact products whatever the variant), tile size and
+    plan aim (``waves``); ``fma`` pads the group to a power of two only (3 → 4, 1 → 1)."""
     gen = torch.Generator().manual_seed(block_n + group)
     batch, kv_heads, dim = 2, 2, 64
     packed = ragged_layout(_lengths(batch * kv_heads, gen, 150), 3, dim, gen, kv_heads=kv_heads)
     query = torch.randn(batch, kv_heads * group, 1, dim, generator=gen)
-    config = KernelConfig(block_n=block_n, num_warps=2, num_stages=1, pv=pv, waves=2, fused=fused)
+    config = KernelConfig(block_n=block_n, num_warps=2, num_stages=1, pv=pv, waves=2)
     plan = split_plan(batch * kv_heads, packed.max_len + packed.room, dim, 4, config=config)
     assert plan.block_n == block_n and plan.splits > 1
     got = split_decode_attention(query, packed, 0.125, config=config)
@@ -192,21 +188,3 @@ def test_a_padded_batch_decodes_through_the_kernel_like_the_dense_cache() -> Non
     assert torch.equal(got.sequences, want.sequences)
     for a, b in zip(want.logits, got.logits, strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
-
-
-def test_the_fused_merge_leaves_its_counters_at_zero() -> None:
-    """Every segment's arrival counter is back at zero after a call (the next call, or a graph
-    replay, starts from zero), also for empty segments and more segments than before."""
-    from rcstat.press import decode_kernel
-
-    gen = torch.Generator().manual_seed(7)
-    for segments in (4, 96):
-        packed = ragged_layout(_lengths(segments, gen, 90), 2, 64, gen, kv_heads=2)
-        query = torch.randn(segments // 2, 4, 1, 64, generator=gen)
-        for _ in range(2):
-            got = split_decode_attention(query, packed, 0.125)
-            torch.testing.assert_close(
-                got.double(), naive_attention(query, packed, 0.125), rtol=1e-5, atol=1e-5
-            )
-        counters = decode_kernel._ARRIVALS[query.device]
-        assert counters.numel() >= segments and not counters.any()

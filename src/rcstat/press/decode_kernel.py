@@ -10,12 +10,9 @@ each (batch, KV head) segment one program, so a batch-1 step of an 8-KV-head mod
    heads of the segment's KV head (GQA), and keeps the online-softmax state in fp32 (running
    max ``m``, sum ``l``, unnormalised accumulator ``acc``); it writes partials
    ``[S, splits, group]`` (``m``, ``l``) and ``[S, splits, group, dim]`` (``acc``);
-2. the merge of the live splits of each head, ``out = Σ_i 2^(m_i − M) acc_i / Σ_i 2^(m_i −
-   M) l_i`` with ``M = max_i m_i``, into the output in the query's dtype (zeros for an empty
-   segment): by default done by the last program of each segment to finish (it counts the
-   arrivals in an int32 counter per segment, acquire-release, and resets it), so a step is one
-   launch; with ``KernelConfig(fused=False)`` by a second kernel, :func:`_combine_kernel`, grid
-   ``(segments, group)``. Both sum in the same order and give the same bits.
+2. :func:`_combine_kernel`, grid ``(segments, group)``: merges the live splits of a head,
+   ``out = Σ_i 2^(m_i − M) acc_i / Σ_i 2^(m_i − M) l_i`` with ``M = max_i m_i``, into the
+   output in the query's dtype (zeros for an empty segment).
 
 The split plan (:func:`split_plan`) is made from host integers only: the number of segments,
 the row bound ``max_len + room`` of the layout (every live row of a segment lies below it, and
@@ -80,9 +77,6 @@ class KernelConfig:
         group padded to a power of two only (tensor-core tiles pad it to 16 rows).
     waves
         Programs per SM the split plan aims at (``segments · splits ≈ waves · sms``).
-    fused
-        Whether the last program of a segment to finish merges its splits (an arrival counter
-        per segment, reset by that program; one launch a step), or a second kernel does.
     """
 
     block_n: int
@@ -90,7 +84,6 @@ class KernelConfig:
     num_stages: int = _STAGES
     pv: PV = "auto"
     waves: int = _WAVES
-    fused: bool = True
 
     def for_dtype(self, dtype: torch.dtype) -> KernelConfig:
         """This config with ``pv="auto"`` resolved for values of ``dtype``."""
@@ -130,7 +123,7 @@ def kernel_config(dim: int) -> KernelConfig:
     Examples
     --------
     >>> kernel_config(128)
-    KernelConfig(block_n=64, num_warps=4, num_stages=3, pv='auto', waves=4, fused=True)
+    KernelConfig(block_n=64, num_warps=4, num_stages=3, pv='auto', waves=4)
     """
     return KernelConfig(block_n=_tile_rows(dim))
 
@@ -247,8 +240,6 @@ def split_decode_attention(
         part_max,
         part_sum,
         part_acc,
-        _arrivals(device, segments),
-        out,
         scaling * _LOG2E,
         packed.kv_heads,
         query.stride(0),
@@ -266,41 +257,24 @@ def split_decode_attention(
         QK_PRECISION="ieee" if exact else "tf32x3",
         PV_PRECISION=pv_precision,
         PV=config.pv,
-        FUSED=config.fused,
-        SPLIT_TILE=_SPLIT_TILE,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
-    if not config.fused:
-        _combine_kernel[(segments, group)](
-            part_max,
-            part_sum,
-            part_acc,
-            packed.seg_len,
-            out,
-            plan.chunk,
-            plan.splits,
-            GROUP=group,
-            DIM=dim,
-            BLOCK_D=block_d,
-            SPLIT_TILE=_SPLIT_TILE,
-            num_warps=4,
-        )
+    _combine_kernel[(segments, group)](
+        part_max,
+        part_sum,
+        part_acc,
+        packed.seg_len,
+        out,
+        plan.chunk,
+        plan.splits,
+        GROUP=group,
+        DIM=dim,
+        BLOCK_D=block_d,
+        SPLIT_TILE=_SPLIT_TILE,
+        num_warps=4,
+    )
     return out
-
-
-_ARRIVALS: dict[torch.device, torch.Tensor] = {}
-
-
-def _arrivals(device: torch.device, segments: int) -> torch.Tensor:
-    """The fused merge's arrival counters, ``[>= segments]`` int32, zero between calls (the
-    last program of a segment resets its own); one buffer per device, grown when needed.
-    Calls on one device must not overlap (one stream at a time)."""
-    counters = _ARRIVALS.get(device)
-    if counters is None or counters.numel() < segments:
-        counters = torch.zeros(max(segments, 64), dtype=torch.int32, device=device)
-        _ARRIVALS[device] = counters
-    return counters
 
 
 @triton.jit
@@ -313,8 +287,6 @@ def _split_kernel(
     max_ptr,
     sum_ptr,
     acc_ptr,
-    arrivals_ptr,
-    out_ptr,
     qk_scale,
     kv_heads,
     stride_qb,
@@ -332,16 +304,11 @@ def _split_kernel(
     QK_PRECISION: tl.constexpr,
     PV_PRECISION: tl.constexpr,
     PV: tl.constexpr,
-    FUSED: tl.constexpr,
-    SPLIT_TILE: tl.constexpr,
 ):
     """Online softmax of one chunk of one segment, for the ``GROUP`` heads reading it.
 
     Scores are kept in base 2: ``qk_scale = scaling · log2(e)``, so ``2^(x·qk_scale) =
-    e^(x·scaling)``. ``PV`` is :attr:`KernelConfig.pv`. ``FUSED``: after writing its partials,
-    a program counts itself in at ``arrivals[segment]`` (acquire-release, after a barrier so
-    that every thread's stores come first); the last of the ``splits`` merges the segment's
-    heads into ``out`` and resets the counter."""
+    e^(x·scaling)``. ``PV`` is :attr:`KernelConfig.pv`."""
     segment = tl.program_id(0)
     split = tl.program_id(1)
     g = tl.arange(0, BLOCK_G)
@@ -399,16 +366,6 @@ def _split_kernel(
     tl.store(max_ptr + part, m, mask=g_ok)
     tl.store(sum_ptr + part, total, mask=g_ok)
     tl.store(acc_ptr + part[:, None] * DIM + d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
-    if FUSED:
-        tl.debug_barrier()
-        arrived = tl.atomic_add(arrivals_ptr + segment, 1, sem="acq_rel")
-        if arrived == splits - 1:  # every split of the segment has written its partials
-            for head in tl.static_range(GROUP):
-                _merge(
-                    max_ptr, sum_ptr, acc_ptr, out_ptr, segment, head, length, chunk, splits,
-                    GROUP, DIM, BLOCK_D, SPLIT_TILE,
-                )  # fmt: skip
-            tl.atomic_xchg(arrivals_ptr + segment, 0)
 
 
 @triton.jit
@@ -428,34 +385,9 @@ def _combine_kernel(
     """Merge the live splits of one (segment, group head) and write its output row."""
     segment = tl.program_id(0)
     g = tl.program_id(1)
-    length = tl.load(seg_len_ptr + segment).to(tl.int32)
-    _merge(
-        max_ptr, sum_ptr, acc_ptr, out_ptr, segment, g, length, chunk, splits,
-        GROUP, DIM, BLOCK_D, SPLIT_TILE,
-    )  # fmt: skip
-
-
-@triton.jit
-def _merge(
-    max_ptr,
-    sum_ptr,
-    acc_ptr,
-    out_ptr,
-    segment,
-    g,
-    length,
-    chunk,
-    splits,
-    GROUP: tl.constexpr,
-    DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    SPLIT_TILE: tl.constexpr,
-):
-    """``out = Σ_i 2^(m_i − M) acc_i / Σ_i 2^(m_i − M) l_i`` over the splits of head ``g`` of
-    ``segment`` that saw a row (zeros when none did). The partials are read from L2
-    (``.cg``): in the fused kernel other SMs wrote them."""
     d = tl.arange(0, BLOCK_D)
     d_ok = d < DIM
+    length = tl.load(seg_len_ptr + segment).to(tl.int32)
     live = (length + chunk - 1) // chunk  # splits that saw at least one row
     m = tl.max(tl.full([SPLIT_TILE], _NEG, tl.float32), 0)  # fp32 scalar
     total = tl.sum(tl.zeros([SPLIT_TILE], tl.float32), 0)
@@ -465,13 +397,10 @@ def _merge(
         split = first + i
         ok = split < live
         part = (segment * splits + split) * GROUP + g  # [SPLIT_TILE]
-        m_i = tl.load(max_ptr + part, mask=ok, other=_NEG, cache_modifier=".cg")
-        l_i = tl.load(sum_ptr + part, mask=ok, other=0.0, cache_modifier=".cg")
+        m_i = tl.load(max_ptr + part, mask=ok, other=_NEG)
+        l_i = tl.load(sum_ptr + part, mask=ok, other=0.0)
         a_i = tl.load(
-            acc_ptr + part[:, None] * DIM + d[None, :],
-            mask=ok[:, None] & d_ok[None, :],
-            other=0.0,
-            cache_modifier=".cg",
+            acc_ptr + part[:, None] * DIM + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0
         )
         m_new = tl.maximum(m, tl.max(m_i, 0))
         alpha = tl.exp2(m - m_new)
