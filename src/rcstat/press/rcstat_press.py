@@ -138,6 +138,10 @@ class RCStatPress(BasePress, RCStatOptions):
     kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
     lengths: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     real_lengths: list[int] = field(default_factory=list, init=False, repr=False)  # per row
+    # the current prefill's (mask, (batch, length, device), real positions, left padding)
+    _padding_read: tuple[Any, tuple[Any, ...], torch.Tensor, list[int]] | None = field(
+        default=None, init=False, repr=False
+    )
     # pooled budget: each scored layer's (module, cache, relative scores) until the last one
     _pending: dict[int, tuple[nn.Module, Any, torch.Tensor]] = field(
         default_factory=dict, init=False, repr=False
@@ -313,14 +317,15 @@ class RCStatPress(BasePress, RCStatOptions):
         attentions: torch.Tensor,
         kwargs: dict,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        real, pads = left_padding(kwargs.get("attention_mask"), keys.shape[0], keys.shape[2])
         layer: int = cast(Any, module).layer_idx
+        real, pads = self._padding(kwargs.get("attention_mask"), keys)
         if layer == 0:  # a new prefill: forget the previous one's statistics
             self.kept.clear()
             self.lengths.clear()
             self._pending.clear()
             self.real_lengths = [keys.shape[2] - pad for pad in pads]
-        real = real.to(keys.device)
+        if layer == int(cast(Any, module).config.num_hidden_layers) - 1:
+            self._padding_read = None  # let the prefill's mask go
         cache = kwargs["past_key_values"]
         if self.budget == "layer" or self.compression_ratio is None:
             keep = self.keep_mask(module, hidden_states, keys, kwargs, pads)
@@ -333,6 +338,20 @@ class RCStatPress(BasePress, RCStatOptions):
                 self._apply(i, self._pending[i][0], self._pending[i][1], keep, real)
             self._pending.clear()
         return keys, values
+
+    def _padding(
+        self, mask: torch.Tensor | None, keys: torch.Tensor
+    ) -> tuple[torch.Tensor, list[int]]:
+        """:func:`left_padding` of the layer's mask, the real positions on the keys' device:
+        read once a prefill (every layer gets the same mask object), not once a layer."""
+        shape = (keys.shape[0], keys.shape[2], keys.device)
+        read = self._padding_read
+        if read is not None and read[0] is mask and read[1] == shape:
+            return read[2], read[3]
+        real, pads = left_padding(mask, keys.shape[0], keys.shape[2])
+        real = real.to(keys.device)
+        self._padding_read = (mask, shape, real, pads)
+        return real, pads
 
     def forward_hook(self, module: nn.Module, input: Any, kwargs: dict, output: Any) -> Any:
         """kvpress's hook, except that the (ragged) cache is updated by :meth:`compress`."""
