@@ -67,13 +67,18 @@ FMA_MAX_BLOCK = 64
 REL_TOL, ULP, ATOL = 2e-3, 2.0**-7, 1e-4  # tests/test_press_decode_kernel.py, bf16
 
 
-def coarse_grid() -> list[KernelConfig]:
-    """Round 1: ``pv`` × ``block_n`` × ``num_warps`` at the default stages and waves."""
+def coarse_grid(
+    pvs: tuple[PV, ...] = PVS, waves: tuple[int, ...] | None = None
+) -> list[KernelConfig]:
+    """Round 1: ``pv`` × ``block_n`` × ``num_warps`` (× ``waves`` when given) at the default
+    stages (and waves)."""
     from rcstat.press.decode_kernel import KernelConfig
 
     return [
-        KernelConfig(block_n=block, num_warps=warps, pv=pv)
-        for pv, block, warps in itertools.product(PVS, BLOCKS, WARPS)
+        KernelConfig(
+            block_n=block, num_warps=warps, pv=pv, **({} if wave is None else {"waves": wave})
+        )
+        for pv, block, warps, wave in itertools.product(pvs, BLOCKS, WARPS, waves or (None,))
         if pv != "fma" or block <= FMA_MAX_BLOCK
     ]
 
@@ -322,6 +327,14 @@ def summary(rows: list[dict[str, Any]], batches: list[int], peak: float | None) 
             print(f"({skipped} configs skipped: see the error column of the CSV)")
 
 
+def pv_names(text: str) -> list[str]:
+    chosen = [v for v in text.split(",") if v]
+    known = ("half2", *PVS)
+    if not chosen or set(chosen) - set(known):
+        raise argparse.ArgumentTypeError(f"--pv takes some of {known}, got {text!r}")
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=65536)
@@ -333,6 +346,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=200.0, help="no new config after")
     parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
     parser.add_argument("--peak-tbps", type=float, default=None, help="default: by card name")
+    parser.add_argument("--pv", type=pv_names, default=list(PVS), help="p·v variants of round 1")
+    parser.add_argument("--waves", type=ints, default=None, help="also sweep waves in round 1")
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -361,7 +376,8 @@ def main() -> None:
     results: dict[KernelConfig, list[dict[str, Any]]] = {}
     skipped = 0
     default = kernel_config(DIM)
-    coarse = [default] + [c for c in coarse_grid() if c != default]
+    grid_waves = None if args.waves is None else tuple(args.waves)
+    coarse = [default] + [c for c in coarse_grid(tuple(args.pv), grid_waves) if c != default]
     for round_name, grid in (("coarse", coarse), ("refine", None)):
         if grid is None:
             ranked = sorted(results, key=lambda c: score(results[c]))
