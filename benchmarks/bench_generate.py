@@ -24,6 +24,7 @@ its floor).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -129,12 +130,44 @@ def generate_row(
     }
 
 
+def profile_steps(model: LlamaForCausalLM, ids: torch.Tensor, ratio: float | None) -> None:
+    """Print where a few decode steps' time goes: the top CUDA kernels and the CPU total."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch, context = ids.shape
+    cache: Any = DynamicCache() if ratio is None else RaggedCache()
+    prefill(model, ids[:, :-1], cache)
+    if ratio is not None:
+        generator = torch.Generator().manual_seed(1)
+        for layer in range(model.config.num_hidden_layers):
+            keep = kept_masks(batch, context - 1, ratio, generator).to(ids.device)
+            cache.compress_layer(layer, keep)
+    session = ragged_attention(model) if ratio is not None else contextlib.nullcontext()
+    token = ids[:, -1:]
+    with torch.no_grad(), session:
+        for step in range(5):  # 2 warm-up steps, 3 profiled
+            if step == 2:
+                torch.cuda.synchronize()
+                profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                profiler.__enter__()
+            logits = model(token, past_key_values=cache).logits
+            token = logits[:, -1:].argmax(-1)
+        torch.cuda.synchronize()
+        profiler.__exit__(None, None, None)
+    name = "full" if ratio is None else f"ragged {ratio}"
+    print(f"== T={context} B={batch} {name}: 3 steps ==", flush=True)
+    print(profiler.key_averages().table(sort_by="cuda_time_total", row_limit=8), flush=True)
+    del cache
+    torch.cuda.empty_cache()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=ints, default=[32768])
     parser.add_argument("--batch", type=ints, default=[1, 8])
     parser.add_argument("--ratio", type=floats, default=[0.5], help="share evicted")
     parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--profile", action="store_true", help="profile 3 steps of each cache")
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -142,6 +175,15 @@ def main() -> None:
     device = torch.device("cuda")
     model = llama8b(device)
     generator = torch.Generator().manual_seed(0)
+    if args.profile:
+        for context in args.context:
+            for batch in args.batch:
+                ids = torch.randint(
+                    1, model.config.vocab_size, (batch, context), generator=generator
+                )
+                for ratio in (None, *args.ratio):
+                    profile_steps(model, ids.to(device), ratio)
+        return
     rows = []
     for context in args.context:
         for batch in args.batch:
