@@ -348,8 +348,7 @@ class RCStatPress(BasePress, RCStatOptions):
         read = self._padding_read
         if read is not None and read[0] is mask and read[1] == shape:
             return read[2], read[3]
-        real, pads = left_padding(mask, keys.shape[0], keys.shape[2])
-        real = real.to(keys.device)
+        real, pads = left_padding(mask, keys.shape[0], keys.shape[2], device=keys.device)
         self._padding_read = (mask, shape, real, pads)
         return real, pads
 
@@ -407,9 +406,10 @@ class RCStatPress(BasePress, RCStatOptions):
 
 
 def left_padding(
-    mask: torch.Tensor | None, batch: int, length: int
+    mask: torch.Tensor | None, batch: int, length: int, *, device: torch.device | None = None
 ) -> tuple[torch.Tensor, list[int]]:
-    """The real (unpadded) positions ``[batch, length]`` bool and each row's left padding.
+    """The real (unpadded) positions ``[batch, length]`` bool (on ``device``, by default the
+    mask's) and each row's left padding.
 
     ``mask`` is the attention mask a layer receives: None (no padding), 2D ``[batch, ≥
     length]`` (1 = real, flash-attention's form), or 4D ``[batch, 1, q, ≥ length]``, boolean
@@ -417,7 +417,7 @@ def left_padding(
     the padded columns. Padding must be on the left (``tokenizer.padding_side = "left"``).
     """
     if mask is None:
-        return torch.ones(batch, length, dtype=torch.bool), [0] * batch
+        return torch.ones(batch, length, dtype=torch.bool, device=device), [0] * batch
     if mask.dim() == 2:
         real = mask[:, -length:].bool()
     elif mask.dim() == 4:
@@ -437,4 +437,4 @@ def left_padding(
             "RCStatPress needs left padding (tokenizer.padding_side = 'left'): the attention "
             "mask hides positions after real tokens"
         )
-    return real, pads_list
+    return real.to(device or real.device), pads_list
