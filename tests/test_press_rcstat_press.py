@@ -381,6 +381,27 @@ def test_generate_on_a_padded_batch_equals_each_row_alone(budget: str) -> None:
         assert batched[b].tolist() == alone.tolist(), b
 
 
+def test_left_padding_reads_every_mask_form() -> None:
+    """None, 2D (flash), 4D boolean (sdpa) and 4D additive (eager) masks of one padding."""
+    from rcstat.press.rcstat_press import left_padding
+
+    real = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]], dtype=torch.bool)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    sdpa = causal[None, None] & real[:, None, None, :]  # [2, 1, 5, 5]
+    eager = torch.where(sdpa, 0.0, torch.finfo(torch.float32).min)
+    for mask in (real.long(), sdpa, eager):
+        got, pads = left_padding(mask, 2, 5)
+        assert torch.equal(got, real) and pads == [0, 2]
+    got, pads = left_padding(None, 2, 5)
+    assert bool(got.all()) and pads == [0, 0]
+    holes = real.clone()
+    holes[0, 2] = False
+    with pytest.raises(ValueError, match="left padding"):
+        left_padding(holes, 2, 5)
+    with pytest.raises(ValueError, match="covers"):
+        left_padding(real[:1], 2, 5)
+
+
 def test_right_padding_is_refused() -> None:
     model = tiny_model("llama")
     mask = torch.ones(2, 24, dtype=torch.long)
