@@ -30,36 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, LlamaForCausalLM
 
-from benchmarks._common import device_label, ints, machine, write
+from benchmarks._common import device_label, ints, llama_8b, machine, write
 from benchmarks.bench_decode_floor import floats, kept_masks
 from rcstat.press import RaggedCache, ragged_attention
 
 CHUNK = 4096  # prefill chunk (keeps the prefill's activations small at long contexts)
-
-
-def llama8b(device: torch.device) -> LlamaForCausalLM:
-    """Llama-3.1-8B's shapes with random weights, bfloat16, on ``device``."""
-    config = LlamaConfig(
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        vocab_size=128256,
-        max_position_embeddings=131072,
-        rope_theta=500000.0,
-    )
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device(device):
-            model = LlamaForCausalLM(config)
-    finally:
-        torch.set_default_dtype(default)
-    model.set_attn_implementation("sdpa")
-    return model.eval()
 
 
 def prefill(model: LlamaForCausalLM, ids: torch.Tensor, cache: Any) -> None:
@@ -173,7 +150,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("needs CUDA")
     device = torch.device("cuda")
-    model = llama8b(device)
+    model = llama_8b("cuda")
     generator = torch.Generator().manual_seed(0)
     if args.profile:
         for context in args.context:

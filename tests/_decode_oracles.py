@@ -5,6 +5,7 @@ on a GPU)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 
@@ -106,6 +107,18 @@ def decode_logits(
     return torch.cat(logits, 1).float()
 
 
+def greedy_options(steps: int) -> dict[str, Any]:
+    """``generate`` keywords: exactly ``steps`` greedy tokens, with every step's logits."""
+    return {
+        "max_new_tokens": steps,
+        "min_new_tokens": steps,
+        "do_sample": False,
+        "pad_token_id": 0,
+        "return_dict_in_generate": True,
+        "output_logits": True,
+    }
+
+
 def padded_generate(
     model: torch.nn.Module, rows: list[torch.Tensor], backend: str | None, steps: int
 ) -> object:
@@ -119,14 +132,7 @@ def padded_generate(
     from rcstat.press import RaggedCache, ragged_attention
 
     ids, mask = left_pad(rows)
-    options: dict[str, object] = dict(
-        max_new_tokens=steps,
-        min_new_tokens=steps,
-        do_sample=False,
-        pad_token_id=0,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
+    options = greedy_options(steps)
     with torch.no_grad():
         if backend is None:
             return model.generate(

@@ -25,7 +25,7 @@ from rcstat.press.decode_kernel import (
     split_decode_attention,
     split_plan,
 )
-from tests._decode_oracles import naive_attention, padded_generate, ragged_layout
+from tests._decode_oracles import greedy_options, naive_attention, padded_generate, ragged_layout
 from tests._tiny_models import tiny_model
 
 
@@ -155,14 +155,7 @@ def test_greedy_generation_with_nothing_evicted_equals_the_dense_cache() -> None
     torch.set_num_threads(1)
     model = tiny_model("llama")
     ids = torch.randint(0, 600, (1, 20), generator=torch.Generator().manual_seed(1))
-    options: dict[str, Any] = dict(
-        max_new_tokens=8,
-        min_new_tokens=8,
-        do_sample=False,
-        pad_token_id=0,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
+    options: dict[str, Any] = greedy_options(8)
     with torch.no_grad():
         want = model.generate(ids, past_key_values=DynamicCache(), **options)
         cache = RaggedCache(slack=3)  # 8 steps: repacks too

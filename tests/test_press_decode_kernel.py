@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from rcstat.press import RaggedCache, packed_attention, ragged_attention
-from tests._decode_oracles import decode_logits, naive_attention, padded_generate, ragged_layout
+from tests._decode_oracles import (
+    decode_logits,
+    greedy_options,
+    naive_attention,
+    padded_generate,
+    ragged_layout,
+)
 from tests._tiny_models import tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,14 +315,7 @@ def _llama64() -> LlamaForCausalLM:
 
 
 def _generate(model: Any, ids: torch.Tensor, backend: Any | None, steps: int) -> Any:
-    options: dict[str, Any] = dict(
-        max_new_tokens=steps,
-        min_new_tokens=steps,
-        do_sample=False,
-        pad_token_id=0,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
+    options: dict[str, Any] = greedy_options(steps)
     if backend is None:
         return model.generate(ids, past_key_values=DynamicCache(), **options)
     layers, kv_heads = model.config.num_hidden_layers, model.config.num_key_value_heads

@@ -19,7 +19,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from rcstat.press import PackedKV, RaggedCache, packed_attention, ragged_attention
 from rcstat.press.attention import _varlen_kernel
-from tests._decode_oracles import decode_logits
+from tests._decode_oracles import decode_logits, greedy_options
 from tests._tiny_models import tiny_model
 
 ATOL = 1e-4
@@ -138,14 +138,7 @@ def test_full_keep_decoding_equals_dynamic_cache(arch: str) -> None:
 def test_full_keep_generate_equals_dynamic_cache(arch: str) -> None:
     model = tiny_model(arch)
     ids = torch.randint(0, 600, (1, 20), generator=torch.Generator().manual_seed(1))
-    options: dict[str, Any] = dict(
-        max_new_tokens=10,
-        min_new_tokens=10,
-        do_sample=False,
-        pad_token_id=0,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
+    options: dict[str, Any] = greedy_options(10)
     keeps = {layer: torch.ones(1, 2, 19, dtype=torch.bool) for layer in range(3)}
     with torch.no_grad():
         want = model.generate(ids, past_key_values=DynamicCache(), **options)
