@@ -14,6 +14,7 @@ import functools
 import importlib.util
 import inspect
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -335,7 +336,7 @@ def _padding_only(mask: torch.Tensor | None, packed: PackedKV, padding: Padding 
     mask function built for this pass (padding ∧ causal), the layer is padding-free, and the
     pass's padded new tokens (not stored) precede its real ones in every row, so that
     bottom-right causal alignment over the stored rows still holds."""
-    if mask is None or padding is None or mask is not padding.mask or not packed.padding_free:
+    if mask is None or padding is None or mask is not padding.mask() or not packed.padding_free:
         return False
     return all(row.index(True) + sum(row) == len(row) for row in padding.new if any(row))
 
@@ -357,9 +358,8 @@ def _mask(**kwargs: Any) -> torch.Tensor | None:
         return None
     mask = sdpa_mask(**kwargs)
     if session is not None and not unpadded and mask is not None and attention_mask.dim() == 2:
-        columns = attention_mask[:, -kv_length:].bool()  # [B, kv_length]
-        new = columns[:, -mask.shape[-2] :].tolist()  # [B][q] host
-        session.padding = Padding(mask, columns, tuple(tuple(row) for row in new))
+        new = attention_mask[:, -mask.shape[-2] :].bool().tolist()  # [B][q] host
+        session.padding = Padding(weakref.ref(mask), tuple(tuple(row) for row in new))
     return mask
 
 

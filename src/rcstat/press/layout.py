@@ -11,6 +11,7 @@ updates it and the attention function of the same layer takes it back. See
 from __future__ import annotations
 
 import contextvars
+import weakref
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -127,13 +128,12 @@ def _pack(
 class Padding:
     """The padding of the forward pass being run, as the mask function saw it.
 
-    ``mask`` is the 4D mask it returned (the packed layers recognise it by identity);
-    ``columns`` ``[batch, kv_length]`` bool marks the real (unpadded) logical positions;
-    ``new`` holds, per batch row on the host, which of the pass's ``q`` new tokens are real.
+    ``mask`` refers (weakly: the session does not keep a prompt's mask alive) to the 4D mask
+    it returned, which the packed layers recognise by identity; ``new`` holds, per batch row
+    on the host, which of the pass's ``q`` new tokens are real.
     """
 
-    mask: torch.Tensor  # [batch, 1, q, kv_length] bool
-    columns: torch.Tensor  # [batch, kv_length] bool
+    mask: weakref.ref[torch.Tensor]  # [batch, 1, q, kv_length] bool
     new: tuple[tuple[bool, ...], ...]  # [batch][q]
 
 
