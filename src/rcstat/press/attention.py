@@ -357,7 +357,13 @@ def _mask(**kwargs: Any) -> torch.Tensor | None:
     if unpadded and kwargs.get("allow_is_causal_skip", True):
         return None
     mask = sdpa_mask(**kwargs)
-    if session is not None and not unpadded and mask is not None and attention_mask.dim() == 2:
+    if (
+        session is not None
+        and attention_mask is not None
+        and attention_mask.dim() == 2
+        and not unpadded
+        and mask is not None
+    ):
         new = attention_mask[:, -mask.shape[-2] :].bool().tolist()  # [B][q] host
         session.padding = Padding(weakref.ref(mask), tuple(tuple(row) for row in new))
     return mask
