@@ -149,3 +149,59 @@ def test_question_placement_is_the_flag_and_placement_its_old_spelling(command: 
         sub = sub._subparsers._group_actions[0].choices[command[1]]  # type: ignore[union-attr]
     text = " ".join(sub.format_help().split())
     assert "--question-placement {context,question}, --placement {context,question}" in text
+
+
+def test_a_questions_file_is_answered_in_one_batch_as_each_alone(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--questions-file``: questions of different lengths in one padded batch; each answer and
+    ratio equal the one ``compress_and_answer`` gives that question alone."""
+    from rcstat.press.answer import compress_and_answer
+
+    context = "The cat sat on the warm mat near the door. " * 4
+    questions = ["Where did the cat sit?", "What was warm?", "Near which thing was the mat?"]
+    path = tmp_path / "questions.txt"
+    path.write_text("\n".join([questions[0], "", *questions[1:]]) + "\n", encoding="utf-8")
+    argv = ["compress", "--model", str(model_dir), "--context", context]
+    code = cli.main(
+        [*argv, "--questions-file", str(path), "--ratio", "0.5", "--max-new-tokens", "4"]
+    )
+    assert code == 0
+    out = _flat(capsys.readouterr().out)
+    assert "3 questions answered in one batch" in out
+    model, tok = load_model(model_dir)
+    for index, question in enumerate(questions, 1):
+        alone = compress_and_answer(
+            model, tok, context, question, RCStatPress(compression_ratio=0.5), max_new_tokens=4
+        )
+        assert f"question {index}: {question}" in out
+        assert f"answer (compressed cache): {alone.answer!r}" in out
+        assert f"│ {index} │ {alone.ratio:.3f} │" in out
+
+
+def test_a_questions_file_is_checked(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty, two = tmp_path / "empty.txt", tmp_path / "two.txt"
+    empty.write_text("\n \n", encoding="utf-8")
+    two.write_text("Where?\nWhat?\n", encoding="utf-8")
+    argv = ["compress", "--model", str(model_dir), "--context", "a b c d e f g h i j k l"]
+    cases = [
+        (["--questions-file", str(empty)], "holds no question"),
+        (["--questions-file", str(empty), "--question", "q?"], "not both"),
+        (["--questions-file", str(tmp_path / "missing.txt")], "cannot read --questions-file"),
+        (
+            [
+                "--questions-file",
+                str(two),
+                "--window",
+                "question",
+                "--question-placement",
+                "question",
+            ],
+            "one at a time",
+        ),
+    ]
+    for extra, message in cases:
+        assert cli.main([*argv, *extra]) == 2
+        assert message in capsys.readouterr().err

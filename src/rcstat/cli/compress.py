@@ -17,6 +17,7 @@ from rcstat.cli._common import (
     console,
     int_list,
     load_model_quietly,
+    read_file_option,
     read_texts,
     step,
 )
@@ -43,6 +44,13 @@ def register(sub: Any) -> None:
         "rcstat[press] extra.",
     )
     add_text_options(co, (("context", "context text"), ("question", "question text")))
+    co.add_argument(
+        "--questions-file",
+        default=None,
+        metavar="PATH",
+        help="several questions on the context, one a line, answered in one batch (the "
+        "padded batch decodes like each question alone)",
+    )
     co.add_argument(
         "--threshold",
         type=float,
@@ -83,11 +91,24 @@ class CompressArgs:
     floor: float = knob_default("floor")
     sinks: int = 0
     question_placement: str = "context"
+    questions: tuple[str, ...] = ()  # --questions-file: answered in one batch
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> CompressArgs:
         texts = read_texts(ns, ["context", "question"])
         context, question = texts["context"], texts["question"]
+        if ns.questions_file == "-" and ns.context_file == "-":
+            raise ValueError(
+                "only one option can read standard input: --context-file or --questions-file"
+            )
+        questions = _questions(ns.questions_file, question is not None)
+        if questions:
+            question = questions[0]
+            if ns.window == QUESTION_WINDOW:
+                raise ValueError(
+                    "--window question makes each question its own window: answer them one "
+                    "at a time with --question"
+                )
         if context is None or question is None:
             raise ValueError("compress needs --context (or --context-file) and --question")
         ratio = ns.ratio
@@ -120,7 +141,23 @@ class CompressArgs:
             floor=check_number("--floor", ns.floor, low=0, high=1),
             sinks=int_list("--sinks", [ns.sinks], low=0)[0],
             question_placement=ns.question_placement,
+            questions=questions,
         )
+
+
+def _questions(path: str | None, single: bool) -> tuple[str, ...]:
+    """The non-empty lines of ``--questions-file`` (none without it)."""
+    if path is None:
+        return ()
+    if single:
+        raise ValueError("give --question (one) or --questions-file (several), not both")
+    questions = tuple(
+        line.strip() for line in read_file_option("--questions-file", path).splitlines()
+    )
+    questions = tuple(q for q in questions if q)
+    if not questions:
+        raise ValueError(f"--questions-file {path} holds no question (one a line)")
+    return questions
 
 
 def run(args: CompressArgs) -> int:
@@ -145,6 +182,8 @@ def run(args: CompressArgs) -> int:
         sinks=args.sinks,
     )
     model, tokenizer = load_model_quietly(args.model, args.devices)
+    if args.questions:
+        return _run_batch(args, press, model, tokenizer)
     with step("compressing the context and answering…"):
         report = compress_and_answer(
             model,
@@ -188,6 +227,57 @@ def run(args: CompressArgs) -> int:
         f"({report.live_bytes / report.dense_bytes:.1%}; allocated with spare room "
         f"{format_bytes(report.allocated_bytes)})"
     )
+    return 0
+
+
+def _run_batch(args: CompressArgs, press: Any, model: Any, tokenizer: Any) -> int:
+    """``--questions-file``: every question on the context in one batch; per question the
+    answer (and the full cache's, unless ``--no-full``), then each row's ratio and memory."""
+    from rcstat.evaluation.metrics import rouge_f1
+    from rcstat.press.answer import answer_full, compress_and_answer_batch
+    from rcstat.report.console import format_bytes
+
+    count = len(args.questions)
+    with step(f"compressing the context and answering {count} questions in one batch…"):
+        reports = compress_and_answer_batch(
+            model,
+            tokenizer,
+            [args.context] * count,
+            list(args.questions),
+            press,
+            max_new_tokens=args.max_new_tokens,
+            allow_special_tokens=args.allow_special_tokens,
+            placement=args.question_placement,
+        )
+    table = Table(title=f"{count} questions answered in one batch")
+    for column in ("#", "ratio", "KV full → live", "ROUGE-L vs full"):
+        table.add_column(column, justify="right")
+    for index, (question, report) in enumerate(zip(args.questions, reports, strict=True), 1):
+        console.print(escape(f"question {index}: {question}"))
+        console.print(
+            escape(answer_line("answer (compressed cache)", report.answer, report.finished))
+        )
+        agreement = "-"
+        if args.full:
+            full = answer_full(
+                model,
+                tokenizer,
+                args.context,
+                question,
+                max_new_tokens=args.max_new_tokens,
+                allow_special_tokens=args.allow_special_tokens,
+                placement=args.question_placement,
+            )
+            text = tokenizer.decode(full.ids, skip_special_tokens=True)
+            console.print(escape(answer_line("answer (full cache)      ", text, full.finished)))
+            agreement = f"{rouge_f1(report.answer, [text])['rougeL']:.3f}"
+        table.add_row(
+            str(index),
+            f"{report.ratio:.3f}",
+            f"{format_bytes(report.dense_bytes)} → {format_bytes(report.live_bytes)}",
+            agreement,
+        )
+    console.print(table)
     return 0
 
 
