@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -32,6 +33,17 @@ _COMMON = dict(
 )
 
 ARCHITECTURES = ("llama", "qwen2", "mistral", "gemma2")
+
+
+def one_thread() -> Iterator[None]:
+    """Intra-op threads only add contention on tiny models (seconds instead of ms per test
+    on a loaded 2-core machine): a module's tests run with one (a module-scoped fixture)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @cache

@@ -34,6 +34,22 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = "tests/decode_kernel_cases.py"
 
 
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The query shape of every call of the split kernel (CUDA tests)."""
+    import rcstat.press.decode_kernel as kernel
+
+    calls: list[Any] = []
+    original = kernel.split_decode_attention
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "split_decode_attention", spy)
+    return calls
+
+
 def test_kernel_cases_under_the_interpreter_match_the_oracles() -> None:
     pytest.importorskip("triton")
     env = os.environ | {"TRITON_INTERPRET": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
@@ -346,20 +362,10 @@ def test_greedy_generation_with_nothing_evicted_equals_the_dense_cache(arch: str
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_auto_decodes_bf16_with_the_split_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_decodes_bf16_with_the_split_kernel(kernel_calls: list[Any]) -> None:
     """On CUDA in bf16 with half the prompt evicted, ``"auto"`` sends every decode step to the
     split kernel (the question, a continuation, to varlen) and the logits follow the padded
     reference fed the same tokens."""
-    import rcstat.press.decode_kernel as kernel
-
-    calls = []
-    original = kernel.split_decode_attention
-
-    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
-        calls.append(args[0].shape)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(kernel, "split_decode_attention", spy)
     model = copy.deepcopy(_llama64()).to("cuda", torch.bfloat16)
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(0, 600, (2, 200), generator=gen).cuda()
@@ -380,31 +386,19 @@ def test_auto_decodes_bf16_with_the_split_kernel(monkeypatch: pytest.MonkeyPatch
     tokens: list[torch.Tensor] = []
     with torch.no_grad():
         fast = run("auto", tokens)
-        assert len(calls) == 2 * 12  # every layer at every decode step
+        assert len(kernel_calls) == 2 * 12  # every layer at every decode step
         slow = run("reference", tokens)
-    assert len(calls) == 2 * 12
+    assert len(kernel_calls) == 2 * 12
     torch.testing.assert_close(fast, slow, rtol=0, atol=5e-2)
 
 
 @pytest.mark.parametrize("arch", ["llama", "llama64"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_a_padded_batch_decodes_through_the_kernel(
-    arch: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_padded_batch_decodes_through_the_kernel(arch: str, kernel_calls: list[Any]) -> None:
     """Prompts of 40, 27 and 9 tokens, left-padded: float32 ``"split"`` (which refuses masks)
     generates the dense cache's tokens; in bf16 at head dim 64, ``"auto"`` sends every step to
     the kernel and follows the reference."""
-    import rcstat.press.decode_kernel as kernel
-
-    calls = []
-    original = kernel.split_decode_attention
-
-    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
-        calls.append(args[0].shape)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(kernel, "split_decode_attention", spy)
     model = copy.deepcopy(tiny_model("llama") if arch == "llama" else _llama64()).cuda()
     gen = torch.Generator().manual_seed(3)
     rows = [torch.randint(3, 600, (n,), generator=gen).cuda() for n in (40, 27, 9)]
@@ -415,9 +409,9 @@ def test_a_padded_batch_decodes_through_the_kernel(
         torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
     if arch == "llama":  # head dim 16: "auto" keeps such heads off the kernel
         return
-    calls.clear()
+    kernel_calls.clear()
     model = model.to(torch.bfloat16)
     fast = padded_generate(model, rows, "auto", 12)
-    assert len(calls) == model.config.num_hidden_layers * 12  # every layer, every step
+    assert len(kernel_calls) == model.config.num_hidden_layers * 12  # every layer, every step
     slow = padded_generate(model, rows, "reference", 12)
     torch.testing.assert_close(fast.logits[0], slow.logits[0], rtol=0, atol=5e-2)

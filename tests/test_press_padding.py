@@ -4,7 +4,6 @@ like each sequence alone, without storing padding and without a mask on the pack
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 
 import rcstat.press.attention as attention_module
 from rcstat.press import RaggedCache, ragged_attention
-from tests._tiny_models import tiny_model
+from tests._tiny_models import one_thread, tiny_model
 
 ATOL = 1e-4
 PROMPTS = (16, 11, 7)  # real prompt lengths of the batch's rows (left-padded to 16)
@@ -20,14 +19,7 @@ QUESTIONS = (3, 5, 1)  # real continuation lengths (left-padded to 5: padding in
 STEPS = 6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+_one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 
 
 def _rows(seed: int, kv_heads: int, layers: int) -> list[dict[str, Any]]:

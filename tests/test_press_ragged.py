@@ -20,22 +20,13 @@ from transformers.masking_utils import AttentionMaskInterface
 from rcstat.press import PackedKV, RaggedCache, packed_attention, ragged_attention
 from rcstat.press.attention import _varlen_kernel
 from tests._decode_oracles import decode_logits, greedy_options
-from tests._tiny_models import tiny_model
+from tests._tiny_models import one_thread, tiny_model
 
 ATOL = 1e-4
 _MASKED = "rcstat_test_masked"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny models: intra-op threads only add contention (seconds instead of ms per test on a
-    loaded 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+_one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 
 
 # -- the oracle: dense cache, eager attention, evicted (kv head, key) entries masked out --------
