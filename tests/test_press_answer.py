@@ -81,3 +81,14 @@ def test_a_batch_needs_one_question_per_context() -> None:
         compress_and_answer_batch(
             tiny_model("llama"), make_tiny_tokenizer(), ["a b c"], [], RCStatPress()
         )
+
+
+def test_full_cache_answers_in_a_batch_equal_each_alone() -> None:
+    from rcstat.press.answer import answer_full, answer_full_batch
+
+    model, tokenizer = tiny_model("qwen2"), make_tiny_tokenizer()
+    contexts, questions = [c for c, _ in PAIRS], [q for _, q in PAIRS]
+    batch = answer_full_batch(model, tokenizer, contexts, questions, max_new_tokens=6)
+    for context, question, got in zip(contexts, questions, batch, strict=True):
+        want = answer_full(model, tokenizer, context, question, max_new_tokens=6)
+        assert got == want

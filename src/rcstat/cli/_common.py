@@ -144,6 +144,15 @@ def read_file_option(option: str, path: str) -> str:
         raise ValueError(f"cannot read {option} {path}: {err}") from err
 
 
+def read_lines_option(option: str, path: str, what: str) -> tuple[str, ...]:
+    """The non-empty, stripped lines of ``path`` (``-``: standard input), at least one."""
+    lines = tuple(line.strip() for line in read_file_option(option, path).splitlines())
+    kept = tuple(line for line in lines if line)
+    if not kept:
+        raise ValueError(f"{option} {path} holds no {what} (one a line)")
+    return kept
+
+
 @contextmanager
 def step(message: str) -> Iterator[None]:
     """Show ``message`` while the block runs: a spinner on a terminal, a plain line (with the

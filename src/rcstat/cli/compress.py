@@ -17,7 +17,7 @@ from rcstat.cli._common import (
     console,
     int_list,
     load_model_quietly,
-    read_file_option,
+    read_lines_option,
     read_texts,
     step,
 )
@@ -151,13 +151,7 @@ def _questions(path: str | None, single: bool) -> tuple[str, ...]:
         return ()
     if single:
         raise ValueError("give --question (one) or --questions-file (several), not both")
-    questions = tuple(
-        line.strip() for line in read_file_option("--questions-file", path).splitlines()
-    )
-    questions = tuple(q for q in questions if q)
-    if not questions:
-        raise ValueError(f"--questions-file {path} holds no question (one a line)")
-    return questions
+    return read_lines_option("--questions-file", path, "question")
 
 
 def run(args: CompressArgs) -> int:
@@ -165,10 +159,13 @@ def run(args: CompressArgs) -> int:
     from rcstat.press.extra import require_kvpress
 
     require_kvpress("rcstat compress")
-    from rcstat.evaluation.metrics import rouge_f1
-    from rcstat.press.answer import answer_full, compress_and_answer
+    from rcstat.press.answer import (
+        answer_full_batch,
+        compress_and_answer,
+        compress_and_answer_batch,
+    )
     from rcstat.press.rcstat_press import RCStatPress
-    from rcstat.report.console import format_bytes
+    from rcstat.report.console import compression_table, format_bytes, kv_memory_line
 
     question_window = args.window == QUESTION_WINDOW
     press = RCStatPress(
@@ -182,103 +179,68 @@ def run(args: CompressArgs) -> int:
         sinks=args.sinks,
     )
     model, tokenizer = load_model_quietly(args.model, args.devices)
-    if args.questions:
-        return _run_batch(args, press, model, tokenizer)
-    with step("compressing the context and answering…"):
-        report = compress_and_answer(
-            model,
-            tokenizer,
-            args.context,
-            args.question,
-            press,
-            max_new_tokens=args.max_new_tokens,
-            allow_special_tokens=args.allow_special_tokens,
-            placement=args.question_placement,
-            question_window=question_window,
-        )
-    console.print(escape(answer_line("answer (compressed cache)", report.answer, report.finished)))
+    questions = list(args.questions) or [args.question]
+    contexts = [args.context] * len(questions)
+    options: dict[str, Any] = {
+        "max_new_tokens": args.max_new_tokens,
+        "allow_special_tokens": args.allow_special_tokens,
+        "placement": args.question_placement,
+    }
+    with step(f"compressing the context and answering {len(questions)} question(s)…"):
+        if args.questions:  # one padded batch
+            reports = compress_and_answer_batch(
+                model, tokenizer, contexts, questions, press, **options
+            )
+        else:
+            single = compress_and_answer(
+                model, tokenizer, args.context, args.question, press,
+                question_window=question_window, **options,
+            )  # fmt: skip
+            reports = [single]
+    fulls: list[Any] = [None] * len(questions)
     if args.full:
         with step("answering with the full cache for comparison…"):
-            full = answer_full(
-                model,
-                tokenizer,
-                args.context,
-                args.question,
-                max_new_tokens=args.max_new_tokens,
-                allow_special_tokens=args.allow_special_tokens,
-                placement=args.question_placement,
-            )
-        full_text = tokenizer.decode(full.ids, skip_special_tokens=True)
-        console.print(escape(answer_line("answer (full cache)      ", full_text, full.finished)))
-        agreement = rouge_f1(report.answer, [full_text])["rougeL"]
-        note = "" if agreement == 1.0 else "  [yellow]the answers differ[/yellow]"
-        console.print(f"agreement with the full cache: ROUGE-L {agreement:.3f}{note}")
-    table = Table(title=f"realized compression ratio per layer (global {report.ratio:.3f})")
-    table.add_column("layer", justify="right")
-    table.add_column("ratio", justify="right")
-    table.add_column("per KV head", justify="left")
-    for layer, ratio in report.layer_ratios.items():
-        heads = " ".join(f"{r:.2f}" for r in report.head_ratios[layer])
-        table.add_row(str(layer), f"{ratio:.3f}", heads)
-    console.print(table)
-    console.print(
-        f"KV cache of the {report.context_tokens}-token context: full "
-        f"{format_bytes(report.dense_bytes)} → live {format_bytes(report.live_bytes)} "
-        f"({report.live_bytes / report.dense_bytes:.1%}; allocated with spare room "
-        f"{format_bytes(report.allocated_bytes)})"
-    )
-    return 0
-
-
-def _run_batch(args: CompressArgs, press: Any, model: Any, tokenizer: Any) -> int:
-    """``--questions-file``: every question on the context in one batch; per question the
-    answer (and the full cache's, unless ``--no-full``), then each row's ratio and memory."""
-    from rcstat.evaluation.metrics import rouge_f1
-    from rcstat.press.answer import answer_full, compress_and_answer_batch
-    from rcstat.report.console import format_bytes
-
-    count = len(args.questions)
-    with step(f"compressing the context and answering {count} questions in one batch…"):
-        reports = compress_and_answer_batch(
-            model,
-            tokenizer,
-            [args.context] * count,
-            list(args.questions),
-            press,
-            max_new_tokens=args.max_new_tokens,
-            allow_special_tokens=args.allow_special_tokens,
-            placement=args.question_placement,
+            fulls = answer_full_batch(model, tokenizer, contexts, questions, **options)
+    agreements = [
+        _print_answers(index, question, report, full, tokenizer, several=bool(args.questions))
+        for index, (question, report, full) in enumerate(
+            zip(questions, reports, fulls, strict=True), 1
         )
-    table = Table(title=f"{count} questions answered in one batch")
+    ]
+    if not args.questions:
+        console.print(compression_table(reports[0]))
+        console.print(kv_memory_line(reports[0]))
+        return 0
+    table = Table(title=f"{len(questions)} questions answered in one batch")
     for column in ("#", "ratio", "KV full → live", "ROUGE-L vs full"):
         table.add_column(column, justify="right")
-    for index, (question, report) in enumerate(zip(args.questions, reports, strict=True), 1):
-        console.print(escape(f"question {index}: {question}"))
-        console.print(
-            escape(answer_line("answer (compressed cache)", report.answer, report.finished))
-        )
-        agreement = "-"
-        if args.full:
-            full = answer_full(
-                model,
-                tokenizer,
-                args.context,
-                question,
-                max_new_tokens=args.max_new_tokens,
-                allow_special_tokens=args.allow_special_tokens,
-                placement=args.question_placement,
-            )
-            text = tokenizer.decode(full.ids, skip_special_tokens=True)
-            console.print(escape(answer_line("answer (full cache)      ", text, full.finished)))
-            agreement = f"{rouge_f1(report.answer, [text])['rougeL']:.3f}"
-        table.add_row(
-            str(index),
-            f"{report.ratio:.3f}",
-            f"{format_bytes(report.dense_bytes)} → {format_bytes(report.live_bytes)}",
-            agreement,
-        )
+    for index, (report, agreement) in enumerate(zip(reports, agreements, strict=True), 1):
+        memory = f"{format_bytes(report.dense_bytes)} → {format_bytes(report.live_bytes)}"
+        score = "-" if agreement is None else f"{agreement:.3f}"
+        table.add_row(str(index), f"{report.ratio:.3f}", memory, score)
     console.print(table)
     return 0
+
+
+def _print_answers(
+    index: int, question: str, report: Any, full: Any, tokenizer: Any, *, several: bool
+) -> float | None:
+    """Print one question's compressed answer and, when ``full`` is given, the full cache's
+    and their agreement (ROUGE-L, returned)."""
+    from rcstat.evaluation.metrics import rouge_f1
+
+    if several:
+        console.print(escape(f"question {index}: {question}"))
+    console.print(escape(answer_line("answer (compressed cache)", report.answer, report.finished)))
+    if full is None:
+        return None
+    text = tokenizer.decode(full.ids, skip_special_tokens=True)
+    console.print(escape(answer_line("answer (full cache)      ", text, full.finished)))
+    agreement = float(rouge_f1(report.answer, [text])["rougeL"])
+    if not several:
+        note = "" if agreement == 1.0 else "  [yellow]the answers differ[/yellow]"
+        console.print(f"agreement with the full cache: ROUGE-L {agreement:.3f}{note}")
+    return agreement
 
 
 #: The checked arguments of ``rcstat compress``.

@@ -43,6 +43,7 @@ __all__ = [
     "CompressionReport",
     "PromptSplit",
     "answer_full",
+    "answer_full_batch",
     "answer_on_cache",
     "attention_for",
     "compress_and_answer",
@@ -243,27 +244,13 @@ def compress_and_answer_batch(
     padding), and the rows are decoded together; on CUDA the decode steps run the split-KV
     kernel. Each report is its row's own: answer, ratios and bytes.
     """
-    if len(contexts) != len(questions) or not contexts:
-        raise ValueError(
-            f"got {len(contexts)} contexts and {len(questions)} questions: give one question "
-            "per context, at least one pair"
-        )
-    splits = [
-        _split_on_device(model, tokenizer, c, q, allow_special_tokens, placement)
-        for c, q in zip(contexts, questions, strict=True)
-    ]
-    ids, mask = left_pad([split.compressed[0] for split in splits])
+    splits = _batch_splits(model, tokenizer, contexts, questions, allow_special_tokens, placement)
     cache = RaggedCache(slack=slack)
-    with torch.no_grad(), press(model), ragged_attention(model):
-        model(ids, attention_mask=mask, position_ids=padded_positions(mask), past_key_values=cache)
+    mask = _prefill_batch(model, splits, press, cache)
     lengths = [int(split.compressed.shape[1]) for split in splits]
     memory = [_row_bytes(cache, row, length) for row, length in enumerate(lengths)]
     heads = press.head_ratios()  # [layers, batch, kv_heads]
-    stops = stop_token_ids(model, tokenizer)
-    with ragged_attention(model):
-        answers = greedy_batch(
-            model, cache, [split.rest[0] for split in splits], max_new_tokens, stops, lengths, mask
-        )
+    answers = _answer_batch(model, tokenizer, splits, cache, mask, max_new_tokens)
     return [
         CompressionReport(
             answer=tokenizer.decode(generated.ids, skip_special_tokens=True),
@@ -278,6 +265,71 @@ def compress_and_answer_batch(
         )
         for row, generated in enumerate(answers)
     ]
+
+
+def answer_full_batch(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[str],
+    questions: Sequence[str],
+    *,
+    max_new_tokens: int = 64,
+    allow_special_tokens: bool = False,
+    placement: str = "context",
+) -> list[Generated]:
+    """The full-cache answers of several pairs in one batch: :func:`answer_full` of each."""
+    splits = _batch_splits(model, tokenizer, contexts, questions, allow_special_tokens, placement)
+    cache = DynamicCache()
+    mask = _prefill_batch(model, splits, None, cache)
+    return _answer_batch(model, tokenizer, splits, cache, mask, max_new_tokens)
+
+
+def _batch_splits(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[str],
+    questions: Sequence[str],
+    allow_special_tokens: bool,
+    placement: str,
+) -> list[PromptSplit]:
+    if len(contexts) != len(questions) or not contexts:
+        raise ValueError(
+            f"got {len(contexts)} contexts and {len(questions)} questions: give one question "
+            "per context, at least one pair"
+        )
+    return [
+        _split_on_device(model, tokenizer, c, q, allow_special_tokens, placement)
+        for c, q in zip(contexts, questions, strict=True)
+    ]
+
+
+def _prefill_batch(
+    model: Any, splits: Sequence[PromptSplit], press: Any, cache: Any
+) -> torch.Tensor:
+    """Prefill the left-padded compressed parts into ``cache`` (through ``press`` unless
+    None); their padding mask ``[B, M]``."""
+    ids, mask = left_pad([split.compressed[0] for split in splits])
+    pressing = press(model) if press is not None else nullcontext()
+    with torch.no_grad(), pressing, attention_for(model, cache):
+        model(ids, attention_mask=mask, position_ids=padded_positions(mask), past_key_values=cache)
+    return mask
+
+
+def _answer_batch(
+    model: Any,
+    tokenizer: Any,
+    splits: Sequence[PromptSplit],
+    cache: Any,
+    mask: torch.Tensor,
+    max_new_tokens: int,
+) -> list[Generated]:
+    """Every row's greedy answer after its rest of the prompt, on the prefilled ``cache``."""
+    lengths = [int(split.compressed.shape[1]) for split in splits]
+    stops = stop_token_ids(model, tokenizer)
+    with attention_for(model, cache):
+        return greedy_batch(
+            model, cache, [split.rest[0] for split in splits], max_new_tokens, stops, lengths, mask
+        )
 
 
 def _row_bytes(cache: RaggedCache, row: int, length: int) -> tuple[int, int, int]:
