@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         CompressionReport,
         PromptSplit,
         answer_full,
+        answer_full_batch,
         compress_and_answer,
         compress_and_answer_batch,
         split_prompt,
@@ -34,6 +35,7 @@ __all__ = [
     "RaggedCache",
     "RaggedLayer",
     "answer_full",
+    "answer_full_batch",
     "compress_and_answer",
     "compress_and_answer_batch",
     "make_press",
@@ -45,6 +47,7 @@ __all__ = [
 _HOMES = {
     "CompressionReport": "rcstat.press.answer",
     "answer_full": "rcstat.press.answer",
+    "answer_full_batch": "rcstat.press.answer",
     "compress_and_answer": "rcstat.press.answer",
     "compress_and_answer_batch": "rcstat.press.answer",
     "PromptSplit": "rcstat.press.answer",
