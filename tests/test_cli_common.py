@@ -87,6 +87,22 @@ def test_a_folder_of_another_command_is_refused(tmp_path: Path) -> None:
         claim_output_folder(out, "heads")
 
 
+def test_a_folder_being_claimed_by_another_shard_is_not_foreign(tmp_path: Path) -> None:
+    """The processes of one torchrun claim the folder together: one may see the other's marker
+    while it is being written (its temporary file), which is not a foreign file."""
+    out = tmp_path / "dp"
+    out.mkdir()
+    in_flight = out / ".rcstat-output.json.k3j2h1.tmp"
+    in_flight.write_text('{"comm')
+    claim_output_folder(out, "heads")
+    in_flight.unlink()
+    claim_output_folder(out, "heads")  # the marker is there now: the same command's folder
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.tmp").write_text("mine")
+    with pytest.raises(ValueError, match="not written by rcstat"):
+        claim_output_folder(tmp_path / "foreign", "heads")
+
+
 def test_a_file_as_out_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "file"
     out.write_text("x")

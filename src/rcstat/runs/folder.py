@@ -37,7 +37,7 @@ def check_output_folder(out: Path, command: str) -> None:
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder")
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir() or all(_claiming(entry) for entry in out.iterdir()):
         return
     marker = _read_marker(out)
     if marker is None:
@@ -50,6 +50,13 @@ def check_output_folder(out: Path, command: str) -> None:
             f"--out {out} holds the output of `rcstat {marker.get('command')}`, not of "
             f"`rcstat {command}`; choose another folder"
         )
+
+
+def _claiming(entry: Path) -> bool:
+    """Whether ``entry`` is the marker being written by another process claiming the folder
+    (the temporary file of :func:`~rcstat.files.write_atomic`): the processes of one
+    data-parallel run claim its folder at the same time."""
+    return entry.name.startswith(f"{OUTPUT_MARKER}.") and entry.name.endswith(".tmp")
 
 
 def _read_marker(out: Path) -> dict[str, Any] | None:
