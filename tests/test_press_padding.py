@@ -185,3 +185,27 @@ def test_compress_layer_checks_the_attention_mask() -> None:
     with pytest.raises(ValueError, match=r"no entry for \(batch, kv_head\) \[\(1, 0\), \(1, 1\)\]"):
         cache.compress_layer(0, keep, attention_mask=only_padding)
     assert not cache.is_packed(0)  # a refused compression changes nothing
+
+
+def test_a_pass_with_its_own_mask_after_a_padded_one_stores_every_token() -> None:
+    """A padded pass's record does not outlive it: a later pass with a caller's 4D mask stores
+    its token in every row and leaves the layer to the masked path from then on."""
+    model = tiny_model("llama")
+    rows = _rows(seed=3, kv_heads=2, layers=3)
+    ids, mask = _left_pad([r["prompt"] for r in rows])
+    cache = RaggedCache(slack=4)
+    with torch.no_grad(), ragged_attention(model, backend="reference"):
+        model(ids, attention_mask=mask, position_ids=_positions(mask), past_key_values=cache)
+        for layer in range(3):
+            keep = torch.ones(3, 2, ids.shape[1], dtype=torch.bool)
+            cache.compress_layer(layer, keep, attention_mask=mask)
+        full = torch.cat([mask, torch.ones(3, 1, dtype=torch.long)], 1)
+        step = torch.full((3, 1), 7)
+        model(
+            step, attention_mask=full, position_ids=_positions(full)[:, -1:], past_key_values=cache
+        )
+        before = cache.kept_lengths(0).clone()
+        custom = torch.cat([full, torch.ones(3, 1, dtype=torch.long)], 1).bool()[:, None, None, :]
+        model(step, attention_mask=custom, past_key_values=cache)
+    assert torch.equal(cache.kept_lengths(0), before + 1)
+    assert not cache.layer(0).packed.padding_free

@@ -204,6 +204,9 @@ class RaggedLayer(DynamicLayer):
         padding = session.padding if session is not None else None
         if not packed.padding_free or padding is None:
             return None
+        if padding.mask() is None:  # the record outlived its pass: this pass brought its own
+            packed.padding_free = False  # mask (a caller's 4D one); store all, mask from now on
+            return None
         if len(padding.new) != packed.batch or any(len(row) != q_len for row in padding.new):
             raise RuntimeError(
                 f"the forward pass's padding covers {len(padding.new)} rows × "
