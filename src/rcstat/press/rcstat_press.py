@@ -203,7 +203,7 @@ class RCStatPress(BasePress, RCStatOptions):
             relative = relative_scores(scores, self.score)  # [B, Hq, T - w]
         grouped = relative.view(batch, kv_heads, -1, length - window)
         per_kv = grouped.amax(2) if self.group == "max" else grouped.mean(2)
-        for b, pad in enumerate(pads):  # the sinks are kept by every rule
+        for b, pad in enumerate(pads if self.sinks else []):  # the sinks are kept by every rule
             per_kv[b, :, pad : pad + self.sinks] = torch.inf
         return per_kv
 
@@ -223,8 +223,9 @@ class RCStatPress(BasePress, RCStatOptions):
         rows = []
         for b in range(batch):
             real = self._lowest_real(scores[b, ..., pads[b] :], evict[b], protects[b])
-            padded = real.new_zeros(*real.shape[:-1], pads[b])
-            rows.append(torch.cat([padded, real], -1))
+            if pads[b]:
+                real = torch.cat([real.new_zeros(*real.shape[:-1], pads[b]), real], -1)
+            rows.append(real)
         return torch.stack(rows)
 
     def _lowest_real(self, scores: torch.Tensor, evict: int, protect: int) -> torch.Tensor:
