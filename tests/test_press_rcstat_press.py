@@ -402,6 +402,33 @@ def test_left_padding_reads_every_mask_form() -> None:
         left_padding(real[:1], 2, 5)
 
 
+@pytest.mark.parametrize("budget", ["layer", "pooled"])
+def test_masked_indices_are_the_ragged_caches_evictions(budget: str) -> None:
+    """kvpress's masking mode masks exactly the entries the ragged cache drops, layer by layer
+    (the indices of all layers are read back together); a later ragged prefill leaves no
+    indices behind."""
+    from rcstat.press import RaggedCache, ragged_attention
+
+    model = tiny_model("llama")
+    ids = _ids(40, 11).repeat(2, 1)
+    ids[1] = _ids(40, 12)[0]
+    masked = RCStatPress(compression_ratio=0.5, budget=budget)  # type: ignore[arg-type]
+    with torch.no_grad(), masked(model):
+        model(ids, past_key_values=DynamicCache())
+    indices = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+    ragged, cache = RCStatPress(compression_ratio=0.5, budget=budget), RaggedCache()  # type: ignore[arg-type]
+    with torch.no_grad(), ragged(model), ragged_attention(model):
+        model(ids, past_key_values=cache)
+    for layer, found in enumerate(indices):
+        evicted = {tuple(map(int, entry)) for entry in zip(*found, strict=True)}
+        stored = {
+            (b, h, t) for b in range(2) for h in range(2) for t in _stored(cache, layer, b, h, 0)
+        }
+        everything = {(b, h, t) for b in range(2) for h in range(2) for t in range(40)}
+        assert evicted == everything - stored, layer
+        assert model.model.layers[layer].self_attn.masked_key_indices is None
+
+
 def test_right_padding_is_refused() -> None:
     model = tiny_model("llama")
     mask = torch.ones(2, 24, dtype=torch.long)

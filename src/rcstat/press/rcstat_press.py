@@ -295,19 +295,32 @@ class RCStatPress(BasePress, RCStatOptions):
         }
 
     def _apply(
-        self, layer: int, module: nn.Module, cache: Any, keep: torch.Tensor, real: torch.Tensor
+        self, keeps: dict[int, tuple[nn.Module, Any, torch.Tensor]], real: torch.Tensor
     ) -> None:
-        """Record ``keep`` ``[B, Hkv, T]`` for ``layer`` and evict through ``cache``; ``real``
-        ``[B, T]`` marks the unpadded positions."""
-        self.kept[layer] = keep.sum(-1)  # on the device: read back once, when asked
-        self.lengths[layer] = keep.shape[-1]
-        compress_layer = getattr(cache, "compress_layer", None)
-        masked: tuple[torch.Tensor, ...] | None = None
-        if compress_layer is not None:  # ragged cache: evicted entries are freed
-            compress_layer(layer, keep, attention_mask=real)
-        elif bool((~keep).any()):  # reference mode: kvpress masks them at decoding time
-            masked = tuple((~keep).nonzero(as_tuple=True))
-        cast(Any, module).masked_key_indices = masked  # read by kvpress's attention patch
+        """Record each layer's ``keep`` ``[B, Hkv, T]`` (``keeps[layer] = (module, cache,
+        keep)``) and evict through its cache; ``real`` ``[B, T]`` marks the unpadded positions.
+
+        With a ragged cache the entries are freed. Otherwise kvpress's attention patch masks
+        ``module.masked_key_indices`` at decoding time: the evicted indices of all the layers
+        are found together, one host read for the whole call (not two per layer)."""
+        masked: list[int] = []
+        for layer, (module, cache, keep) in keeps.items():
+            self.kept[layer] = keep.sum(-1)  # on the device: read back once, when asked
+            self.lengths[layer] = keep.shape[-1]
+            cast(Any, module).masked_key_indices = None  # read by kvpress's attention patch
+            compress_layer = getattr(cache, "compress_layer", None)
+            if compress_layer is not None:  # ragged cache: evicted entries are freed
+                compress_layer(layer, keep, attention_mask=real)
+            else:
+                masked.append(layer)
+        if not masked:
+            return
+        evicted = torch.stack([~keeps[layer][2] for layer in masked])  # [L, B, Hkv, T]
+        found = evicted.nonzero()  # [N, 4]: layer, batch, head, position
+        counts = torch.bincount(found[:, 0], minlength=len(masked)).tolist()
+        for layer, indices, count in zip(masked, found.split(counts), counts, strict=True):
+            if count:
+                cast(Any, keeps[layer][0]).masked_key_indices = tuple(indices[:, 1:].unbind(1))
 
     def compress(
         self,
@@ -330,13 +343,13 @@ class RCStatPress(BasePress, RCStatOptions):
         cache = kwargs["past_key_values"]
         if self.budget == "layer" or self.compression_ratio is None:
             keep = self.keep_mask(module, hidden_states, keys, kwargs, pads)
-            self._apply(layer, module, cache, keep, real)
+            self._apply({layer: (module, cache, keep)}, real)
             return keys, values
         per_kv = self.relative(module, hidden_states, keys, kwargs, pads)
         self._pending[layer] = (module, cache, per_kv)
         if layer == int(cast(Any, module).config.num_hidden_layers) - 1:  # every layer scored
-            for i, keep in self._pooled_keeps(pads).items():
-                self._apply(i, self._pending[i][0], self._pending[i][1], keep, real)
+            keeps = self._pooled_keeps(pads)
+            self._apply({i: (*self._pending[i][:2], keep) for i, keep in keeps.items()}, real)
             self._pending.clear()
         return keys, values
 
