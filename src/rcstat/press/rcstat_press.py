@@ -302,7 +302,7 @@ class RCStatPress(BasePress, RCStatOptions):
 
         With a ragged cache the entries are freed. Otherwise kvpress's attention patch masks
         ``module.masked_key_indices`` at decoding time: the evicted indices of all the layers
-        are found together, one host read for the whole call (not two per layer)."""
+        are found together: two host reads for the whole call, not two per layer."""
         masked: list[int] = []
         for layer, (module, cache, keep) in keeps.items():
             self.kept[layer] = keep.sum(-1)  # on the device: read back once, when asked
