@@ -136,7 +136,6 @@ class RCStatPress(BasePress, RCStatOptions):
     """
 
     kept: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)  # [B, Hkv]
-    lengths: dict[int, int] = field(default_factory=dict, init=False, repr=False)
     real_lengths: list[int] = field(default_factory=list, init=False, repr=False)  # per row
     # the current prefill's (mask, (batch, length, device), real positions, left padding)
     _padding_read: tuple[Any, tuple[Any, ...], torch.Tensor, list[int]] | None = field(
@@ -306,7 +305,6 @@ class RCStatPress(BasePress, RCStatOptions):
         masked: list[int] = []
         for layer, (module, cache, keep) in keeps.items():
             self.kept[layer] = keep.sum(-1)  # on the device: read back once, when asked
-            self.lengths[layer] = keep.shape[-1]
             cast(Any, module).masked_key_indices = None  # read by kvpress's attention patch
             compress_layer = getattr(cache, "compress_layer", None)
             if compress_layer is not None:  # ragged cache: evicted entries are freed
@@ -335,7 +333,6 @@ class RCStatPress(BasePress, RCStatOptions):
         real, pads = self._padding(kwargs.get("attention_mask"), keys)
         if layer == 0:  # a new prefill: forget the previous one's statistics
             self.kept.clear()
-            self.lengths.clear()
             self._pending.clear()
             self.real_lengths = [keys.shape[2] - pad for pad in pads]
         if layer == int(cast(Any, module).config.num_hidden_layers) - 1:
