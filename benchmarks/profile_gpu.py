@@ -1,6 +1,7 @@
 """Where one GPU call of rcstat spends its time: torch.profiler tables (CUDA kernels by total
 time, CPU operators by self time) and the top Python functions (cProfile), for one part of
-``bench_gpu`` at one configuration.
+``bench_gpu`` at one configuration (``press``: one prefill with ``RCStatPress`` at ratio 0.5
+into a ``DynamicCache``, the masking mode SnapKV is measured in; needs kvpress).
 
     python -m benchmarks.profile_gpu --part attribution --prompt 8192 --gen 256
 """
@@ -24,7 +25,7 @@ from rcstat.segments import Segmented
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--part", default="analyze", choices=["analyze", "attribution", "grounding"]
+        "--part", default="analyze", choices=["analyze", "attribution", "grounding", "press"]
     )
     parser.add_argument("--prompt", type=int, default=8192)
     parser.add_argument("--gen", type=int, default=256)
@@ -42,6 +43,19 @@ def main() -> None:
 
         def run() -> None:
             analyze_segmented(model, example)
+
+    elif args.part == "press":
+        from transformers import DynamicCache
+
+        from rcstat.press.rcstat_press import RCStatPress
+
+        press = RCStatPress(compression_ratio=0.5)
+        ids = torch.randint(0, 32000, (1, args.prompt), generator=torch.Generator().manual_seed(5))
+        ids = ids.cuda()
+
+        def run() -> None:
+            with torch.no_grad(), press(model):
+                model(ids, past_key_values=DynamicCache())
 
     else:
         from transformers import AutoTokenizer

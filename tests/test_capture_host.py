@@ -1,11 +1,11 @@
-"""HostStack: per-layer results gathered into one preallocated host tensor."""
+"""HostStack and stack_on_host: per-layer results gathered on the host."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rcstat.capture.host import HostStack
+from rcstat.capture.host import HostStack, stack_on_host
 
 
 def test_layers_land_in_their_slices_in_any_order() -> None:
@@ -29,3 +29,15 @@ def test_a_wrong_shape_is_an_error() -> None:
     stack = HostStack([0], (3,), torch.float32, pinned=False)
     with pytest.raises(RuntimeError):
         stack.put(0, torch.zeros(4))
+
+
+def test_stack_on_host_equals_stacking_each_value() -> None:
+    values = [torch.arange(6, dtype=torch.float64).view(2, 3) * k for k in range(4)]
+    got = stack_on_host(values)
+    assert got.device.type == "cpu" and got.shape == (4, 2, 3)
+    torch.testing.assert_close(got, torch.stack([v.clone() for v in values]))
+
+
+def test_stack_on_host_of_nothing_is_an_error() -> None:
+    with pytest.raises(ValueError, match="values is empty"):
+        stack_on_host([])

@@ -265,6 +265,17 @@ def test_host_stack_copies_from_cuda_asynchronously() -> None:
     torch.testing.assert_close(result[1] - result[0], torch.ones(1000))
 
 
+def test_stack_on_host_keeps_the_order_across_devices() -> None:
+    """Values on two devices (the host and a GPU, as a model split across cards gives them)
+    come back in their own order, each device copied once."""
+    from rcstat.capture.host import stack_on_host
+
+    values = [torch.full((3,), float(k), device="cuda" if k % 2 else "cpu") for k in range(5)]
+    got = stack_on_host(values)
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got[:, 0], torch.arange(5, dtype=torch.float32))
+
+
 @needs_triton
 def test_units_key_expected_on_cuda_equals_cpu() -> None:
     from rcstat.stats import unit_rows, units_key_expected

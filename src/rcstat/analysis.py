@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from rcstat.capture import attention_layout, capture_scores
+from rcstat.capture.host import stack_on_host
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_TAU
 from rcstat.generation import (
@@ -251,7 +252,7 @@ def analyze_segmented(
     per_layer = result.ordered()
 
     def stacked(name: str) -> np.ndarray:
-        return torch.stack([r[name].cpu() for r in per_layer]).numpy()  # [layers, heads]
+        return stack_on_host([r[name] for r in per_layer]).numpy()  # [layers, heads]
 
     return HeadAnalysis(
         expected=stacked("expected"),

@@ -41,7 +41,7 @@ from rcstat.attribution.spans import (
     split_sentences,
 )
 from rcstat.capture import attention_layout, capture_scores, softmax_params
-from rcstat.capture.host import HostStack
+from rcstat.capture.host import HostStack, stack_on_host
 from rcstat.defaults import DEFAULT_TOP_K, default_span_score, resolve_span_score
 from rcstat.generation import check_example, check_max_new_tokens, generate_answer, input_device
 from rcstat.segments import Segmented, segment_chat
@@ -302,8 +302,8 @@ class Attributor:
         ):
             self.model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
         layers = result.ordered()
-        ranking = torch.stack([r["rank"].cpu() for r in layers], dim=1).numpy()  # [4, L, H]
-        attention = torch.stack([r["attention"].cpu() for r in layers]).sum(dim=0)  # [U, m]
+        ranking = stack_on_host([r["rank"] for r in layers]).transpose(0, 1).numpy()  # [4, L, H]
+        attention = stack_on_host([r["attention"] for r in layers]).sum(dim=0)  # [U, m]
         heads = layout.num_layers * layout.num_heads
         token_texts = example.token_texts("context")
         if candidates is None:

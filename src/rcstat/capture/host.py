@@ -49,6 +49,25 @@ class HostStack:
         return self._values
 
 
+def stack_on_host(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack(values)`` on the host, with one device-to-host copy per device.
+
+    Per-layer results (one small tensor a layer, on the layer's device) are stacked where
+    they are and copied once: a copy per layer would cost a transfer and a wait each.
+    """
+    if not values:
+        raise ValueError("nothing to stack: values is empty")
+    where: dict[torch.device, list[int]] = {}
+    for index, value in enumerate(values):
+        where.setdefault(value.device, []).append(index)
+    if len(where) == 1:
+        return torch.stack(list(values)).cpu()
+    out = torch.empty((len(values), *values[0].shape), dtype=values[0].dtype)
+    for indices in where.values():
+        out[indices] = torch.stack([values[i] for i in indices]).cpu()
+    return out
+
+
 def upload(values: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``values`` (a small host tensor, e.g. indices) on ``device`` without waiting for it.
 

@@ -25,6 +25,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.architecture import UnsupportedModelError, attention_layout
 from rcstat.capture.graphs import GraphedCalls
+from rcstat.capture.host import stack_on_host
 from rcstat.capture.switch import current_implementation, switched_attention
 
 IMPLEMENTATION = "rcstat"
@@ -287,7 +288,7 @@ def _raise_if_not_finite(session: _Session) -> None:
     """Raise if a captured layer had NaN / inf scores (its reducer output is meaningless)."""
     if not session.flags:
         return
-    flags = torch.stack([flag.cpu() for _, flag in session.flags])  # one sync per device
+    flags = stack_on_host([flag for _, flag in session.flags])  # one copy per device
     if not bool(flags.all()):
         layer = session.flags[int((~flags).nonzero()[0])][0]
         session.result.per_layer.clear()

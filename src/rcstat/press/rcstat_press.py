@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from rcstat.capture import grouped_scores
+from rcstat.capture.host import stack_on_host
 from rcstat.checks import check_count, check_number
 from rcstat.press.extra import require_kvpress
 from rcstat.press.options import BUDGETS, GROUP_RULES, SCORES, RCStatOptions, TokenScore
@@ -380,7 +381,8 @@ class RCStatPress(BasePress, RCStatOptions):
         """The compressed layers, and the batch rows asked for (one, or all when None)."""
         if not self.kept:
             raise RuntimeError("no prefill has been compressed yet")
-        self.kept = {i: kept.cpu() for i, kept in self.kept.items()}  # one wait, not one a layer
+        layers = sorted(self.kept)  # one copy per device, not one a layer
+        self.kept = dict(zip(layers, stack_on_host([self.kept[i] for i in layers]), strict=True))
         rows = len(self.real_lengths)
         if row is None:
             return sorted(self.kept), slice(None)

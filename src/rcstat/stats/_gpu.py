@@ -121,11 +121,14 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
     if width < _TABLE_FROM:
         return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, None, 32)
     bits = min(width.bit_length() + 2, 16)
-    buckets = _keys(ys) >> (32 - bits)  # [R, M] ascending
+    buckets = _keys(ys) >> (32 - bits)  # [R, M]
     if inside is not None:
         buckets = torch.where(inside, buckets, 1 << bits)  # padding above every bucket
-    edges = torch.arange((1 << bits) + 1, device=y.device).expand(ys.shape[0], -1)
-    table = torch.searchsorted(buckets, edges.contiguous()).to(torch.int32)
+    # table[r, b] = #{bucket < b}: each sample counted at b = bucket + 1, then running sums
+    # (one pass over the samples and one over the table; no search per table entry)
+    counts = torch.zeros(ys.shape[0], (1 << bits) + 2, dtype=torch.int32, device=y.device)
+    counts.scatter_add_(1, buckets + 1, torch.ones_like(buckets, dtype=torch.int32))
+    table = counts[:, : (1 << bits) + 1].cumsum(-1, dtype=torch.int32)  # [R, 2^bits + 1]
     return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, table, 32 - bits)
 
 
