@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+import rcstat.press.rcstat_press as press_module
 from rcstat.press.rcstat_press import RCStatPress, relative_scores
 from tests._reference import eq9_relative
 from tests._tiny_models import reference_scores, tiny_model
@@ -436,6 +437,66 @@ def test_right_padding_is_refused() -> None:
     with torch.no_grad(), RCStatPress(compression_ratio=0.5)(model):
         with pytest.raises(ValueError, match="left padding"):
             model(_ids(24, 3).repeat(2, 1), attention_mask=mask, past_key_values=DynamicCache())
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"threshold": 1.0}, {"compression_ratio": 0.5, "budget": "layer"}, {"compression_ratio": 0.5}],
+)
+def test_non_finite_scores_are_an_error_naming_the_layer(options: dict) -> None:
+    """A layer whose queries overflow raises (the check is read once, after the last layer);
+    the pooled budget evicts nothing then. Called on its own, ``relative`` raises at once."""
+    model = copy.deepcopy(tiny_model("llama"))
+    with torch.no_grad():
+        model.model.layers[1].self_attn.q_proj.weight[0, 0] = float("nan")
+    press = RCStatPress(window_size=8, **options)
+    with torch.no_grad(), press(model), pytest.raises(ValueError, match="layer 1: .* NaN or inf"):
+        model(_ids(40, 2), past_key_values=DynamicCache())
+    if options.get("budget") != "layer" and "compression_ratio" in options:
+        assert all(layer.self_attn.masked_key_indices is None for layer in model.model.layers)
+        assert not press.kept
+
+
+def test_the_prefill_is_recognised_once_a_forward_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kvpress reads the cache positions from the device at every layer; the press reads them
+    once a pass (prefill and each decoding step), compresses the prefill only, and reads again
+    when the same positions tensor was changed in place."""
+    reads: list[int] = []
+    ends_at = press_module._ends_at
+
+    def counted(position: torch.Tensor, length: int) -> bool:
+        reads.append(length)
+        return ends_at(position, length)
+
+    monkeypatch.setattr(press_module, "_ends_at", counted)
+    model = tiny_model("llama")
+    press = RCStatPress(compression_ratio=0.5, window_size=8)
+    cache = DynamicCache()
+    with torch.no_grad(), press(model):
+        model(_ids(40, 2), past_key_values=cache)
+        kept = {i: k.clone() for i, k in press.kept.items()}
+        for step in range(3):  # decoding: one read a step, nothing compressed
+            model(_ids(1, 10 + step), past_key_values=cache)
+    assert reads == [40, 1, 1, 1]
+    assert all(torch.equal(press.kept[i], kept[i]) for i in kept)
+    position = torch.arange(4)
+    hidden = torch.zeros(1, 4, 8)
+    assert press._prefilling({"cache_position": position, "hidden_states": hidden}, False)
+    position += 10  # in place: a later pass reusing the tensor is read again
+    assert not press._prefilling({"cache_position": position, "hidden_states": hidden}, False)
+    assert len(reads) == 6
+
+
+def test_inference_mode_prefills_like_no_grad() -> None:
+    """Inference tensors have no version counter: the press still compresses the same."""
+    model = tiny_model("llama")
+    runs = []
+    for mode in (torch.no_grad, torch.inference_mode):
+        press = RCStatPress(compression_ratio=0.5, window_size=8)
+        with mode(), press(model):
+            model(_ids(40, 2), past_key_values=DynamicCache())
+        runs.append(press.kept)
+    assert all(torch.equal(runs[0][i], runs[1][i]) for i in runs[0])
 
 
 @pytest.mark.gpu

@@ -25,6 +25,7 @@ which keeps the memory).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -41,7 +42,7 @@ from rcstat.stats import expected_rc_shared, rc_statistics, self_samples
 
 require_kvpress()
 from kvpress import BasePress  # noqa: E402
-from kvpress.utils import get_prerope_query_states  # noqa: E402
+from kvpress.utils import extract_keys_and_values, get_prerope_query_states  # noqa: E402
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -59,7 +60,9 @@ def window_queries(
     return query * cos + _rotate_half(query) * sin
 
 
-def relative_scores(scores: torch.Tensor, score: TokenScore = "expected") -> torch.Tensor:
+def relative_scores(
+    scores: torch.Tensor, score: TokenScore = "expected", *, check_finite: bool = True
+) -> torch.Tensor:
     """RC of every non-window prompt token relative to the mean, ``s_i / θ`` (paper eq. 9).
 
     Parameters
@@ -71,6 +74,8 @@ def relative_scores(scores: torch.Tensor, score: TokenScore = "expected") -> tor
         ``"expected"``: ``s_i = E(X({i}, ĝ), Y(ĝ, ĝ))``, whose mean over ``i`` is
         ``θ = E(X(p ∖ ĝ, ĝ), Y(ĝ, ĝ))``; ``"upper"``: ``s_i = A(X({i}, ĝ), Y(ĝ, ĝ))``, the
         overlap-area upper bound (eq. 4), and ``θ`` its mean over ``i``.
+    check_finite
+        Raise on NaN / inf scores (one synchronisation). Unchecked, the caller checks them.
 
     Returns
     -------
@@ -81,10 +86,10 @@ def relative_scores(scores: torch.Tensor, score: TokenScore = "expected") -> tor
     y = self_samples(scores, length - window)  # [B, H, w(w+1)/2]: Y(ĝ, ĝ), key <= query
     x = scores[..., : length - window].transpose(-1, -2)  # [B, H, T - w, w]: X({i}, ĝ)
     if score == "expected":
-        s = expected_rc_shared(x, y)  # [B, H, T - w]
+        s = expected_rc_shared(x, y, check_finite=check_finite)  # [B, H, T - w]
     else:
         shared = y.unsqueeze(-2).expand(*x.shape[:-1], y.shape[-1])  # [B, H, T - w, w(w+1)/2]
-        s = rc_statistics(x, shared, lower=False).upper  # [B, H, T - w]
+        s = rc_statistics(x, shared, lower=False, check_finite=check_finite).upper
     theta = s.mean(-1, keepdim=True)  # [B, H, 1]
     return torch.where(theta > 0, s / theta.clamp_min(torch.finfo(s.dtype).tiny), 0.0)
 
@@ -142,6 +147,12 @@ class RCStatPress(BasePress, RCStatOptions):
     _padding_read: tuple[Any, tuple[Any, ...], torch.Tensor, list[int]] | None = field(
         default=None, init=False, repr=False
     )
+    # the current forward pass's cache positions (by weak reference), their version, the
+    # query length and whether the pass is the prefill: read from the device once a pass
+    _prefill_read: tuple[Any, int, int, bool] | None = field(default=None, init=False, repr=False)
+    # per scored layer of the current prefill, "its window's scores are finite" on the device:
+    # read once, when the last layer has been scored
+    _finite: list[tuple[int, torch.Tensor]] = field(default_factory=list, init=False, repr=False)
     # pooled budget: each scored layer's (module, cache, relative scores) until the last one
     _pending: dict[int, tuple[nn.Module, Any, torch.Tensor]] = field(
         default_factory=dict, init=False, repr=False
@@ -173,13 +184,16 @@ class RCStatPress(BasePress, RCStatOptions):
         keys: torch.Tensor,
         kwargs: dict,
         pads: Sequence[int] | None = None,
+        finite: list[tuple[int, torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         """``[batch, kv_heads, T - w]`` float64: each KV head's relative score of every
         non-window prompt token, its group's query heads combined by :attr:`group`.
 
         ``pads`` gives each batch row's left padding: a row is scored on its own tokens only
         (``θ`` is its own mean), exactly as if it were alone, and its padded positions score
-        ``−∞``."""
+        ``−∞``. NaN or inf scores raise ``ValueError``; with a ``finite`` list the check is
+        left to the caller instead: ``(layer, flag)`` is appended, ``flag`` a boolean tensor
+        on the device (no synchronisation)."""
         batch, kv_heads, length, _ = keys.shape
         pads = [0] * batch if pads is None else list(pads)
         window = self.window_size
@@ -190,6 +204,12 @@ class RCStatPress(BasePress, RCStatOptions):
             )
         query = window_queries(module, hidden_states, window, kwargs)  # [B, Hq, w, D]
         scores = grouped_scores(query, keys)  # [B, Hq, w, T]
+        ok = torch.stack([torch.isfinite(scores[b, ..., pad:]).all() for b, pad in enumerate(pads)])
+        layer = int(cast(Any, module).layer_idx)
+        if finite is None:
+            _raise_if_not_finite([(layer, ok.all())])
+        else:
+            finite.append((layer, ok.all()))
         if any(pads):
             relative = torch.full(
                 (batch, query.shape[1], length - window),
@@ -198,9 +218,10 @@ class RCStatPress(BasePress, RCStatOptions):
                 device=keys.device,
             )  # [B, Hq, T - w]
             for b, pad in enumerate(pads):  # each row on its own tokens
-                relative[b, :, pad:] = relative_scores(scores[b : b + 1, ..., pad:], self.score)[0]
+                row = scores[b : b + 1, ..., pad:]
+                relative[b, :, pad:] = relative_scores(row, self.score, check_finite=False)[0]
         else:
-            relative = relative_scores(scores, self.score)  # [B, Hq, T - w]
+            relative = relative_scores(scores, self.score, check_finite=False)  # [B, Hq, T - w]
         grouped = relative.view(batch, kv_heads, -1, length - window)
         per_kv = grouped.amax(2) if self.group == "max" else grouped.mean(2)
         for b, pad in enumerate(pads if self.sinks else []):  # the sinks are kept by every rule
@@ -265,12 +286,13 @@ class RCStatPress(BasePress, RCStatOptions):
         keys: torch.Tensor,
         kwargs: dict,
         pads: Sequence[int] | None = None,
+        finite: list[tuple[int, torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         """``[batch, kv_heads, T]`` boolean: which prompt entries each KV head keeps (per
         layer: threshold mode or ``budget="layer"``); padded positions (``pads``: each row's
-        left padding) are never kept."""
+        left padding) are never kept; ``finite`` as in :meth:`relative`."""
         pads = [0] * keys.shape[0] if pads is None else list(pads)
-        per_kv = self.relative(module, hidden_states, keys, kwargs, pads)  # [B, Hkv, T - w]
+        per_kv = self.relative(module, hidden_states, keys, kwargs, pads, finite)  # [B, Hkv, T-w]
         if self.compression_ratio is None:
             if self.threshold > 0:
                 return self._full_keep(per_kv, per_kv > self.threshold)
@@ -331,25 +353,36 @@ class RCStatPress(BasePress, RCStatOptions):
         kwargs: dict,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         layer: int = cast(Any, module).layer_idx
+        last = layer == int(cast(Any, module).config.num_hidden_layers) - 1
         real, pads = self._padding(kwargs.get("attention_mask"), keys)
         if layer == 0:  # a new prefill: forget the previous one's statistics
             self.kept.clear()
             self._pending.clear()
+            self._finite.clear()
             self.real_lengths = [keys.shape[2] - pad for pad in pads]
-        if layer == int(cast(Any, module).config.num_hidden_layers) - 1:
+        if last:
             self._padding_read = None  # let the prefill's mask go
         cache = kwargs["past_key_values"]
         if self.budget == "layer" or self.compression_ratio is None:
-            keep = self.keep_mask(module, hidden_states, keys, kwargs, pads)
+            keep = self.keep_mask(module, hidden_states, keys, kwargs, pads, self._finite)
             self._apply({layer: (module, cache, keep)}, real)
+            if last:
+                self._check_finite()
             return keys, values
-        per_kv = self.relative(module, hidden_states, keys, kwargs, pads)
+        per_kv = self.relative(module, hidden_states, keys, kwargs, pads, self._finite)
         self._pending[layer] = (module, cache, per_kv)
-        if layer == int(cast(Any, module).config.num_hidden_layers) - 1:  # every layer scored
+        if last:  # every layer scored: check the scores, then evict
+            self._check_finite()
             keeps = self._pooled_keeps(pads)
             self._apply({i: (*self._pending[i][:2], keep) for i, keep in keeps.items()}, real)
             self._pending.clear()
         return keys, values
+
+    def _check_finite(self) -> None:
+        """Raise if a layer of this prefill had NaN / inf scores (one read for all layers)."""
+        flags, self._finite = self._finite, []
+        if flags:
+            _raise_if_not_finite(flags)
 
     def _padding(
         self, mask: torch.Tensor | None, keys: torch.Tensor
@@ -364,17 +397,38 @@ class RCStatPress(BasePress, RCStatOptions):
         self._padding_read = (mask, shape, real, pads)
         return real, pads
 
+    def _prefilling(self, kwargs: dict, last: bool) -> bool:
+        """Whether this forward pass is the prefill (kvpress's rule: its cache positions end at
+        its own length). Every layer of a pass gets the same positions tensor, so the device
+        is read once a pass, not once a layer: the verdict is kept from the first layer to the
+        ``last`` and reused only for the same tensor, unchanged since (its version)."""
+        position = kwargs["cache_position"]
+        length = int(kwargs["hidden_states"].shape[1])
+        version = _version(position)
+        read = self._prefill_read
+        if last:
+            self._prefill_read = None  # the next pass reads its own
+        if read is not None and read[0]() is position and read[1:3] == (version, length):
+            return bool(read[3])
+        prefilling = _ends_at(position, length)
+        if not last:
+            self._prefill_read = (weakref.ref(position), version, length, prefilling)
+        return prefilling
+
     def forward_hook(self, module: nn.Module, input: Any, kwargs: dict, output: Any) -> Any:
-        """kvpress's hook, except that the (ragged) cache is updated by :meth:`compress`."""
+        """kvpress's hook, except that the prefill is recognised once a forward pass and the
+        cache is not written back: :meth:`compress` evicts through a ragged cache or records
+        the indices kvpress's attention patch masks, and leaves the stored keys as they are."""
+        layer = int(cast(Any, module).layer_idx)
+        last = layer == int(cast(Any, module).config.num_hidden_layers) - 1
+        if not self._prefilling(kwargs, last):
+            return output
         cache = kwargs["past_key_values"]
         if getattr(cache, "compress_layer", None) is None:
-            return super().forward_hook(module, input, kwargs, output)
-        hidden_states = kwargs["hidden_states"]
-        position = kwargs["cache_position"]
-        if int(position[-1]) + 1 != hidden_states.shape[1]:  # not the prefill
-            return output
-        keys, values = cache.layers[module.layer_idx].keys, cache.layers[module.layer_idx].values
-        self.compress(module, hidden_states, keys, values, output[1], kwargs)
+            keys, values = extract_keys_and_values(cache, layer)
+        else:
+            keys, values = cache.layers[layer].keys, cache.layers[layer].values
+        self.compress(module, kwargs["hidden_states"], keys, values, output[1], kwargs)
         return output
 
     def _check_compressed(self, row: int | None = None) -> tuple[list[int], slice]:
@@ -416,6 +470,31 @@ class RCStatPress(BasePress, RCStatOptions):
         layers, rows = self._check_compressed()
         lengths = self._row_lengths(rows)
         return torch.stack([1 - self.kept[i].double() / lengths for i in layers])
+
+
+def _ends_at(position: torch.Tensor, length: int) -> bool:
+    """Whether the cache positions of a pass end at its own length (a read of the device)."""
+    return int(position[-1]) + 1 == length
+
+
+def _version(tensor: torch.Tensor) -> int:
+    """``tensor``'s version counter (bumped by every in-place change); -1 for an inference
+    tensor, which has none (one pass's layers still share the verdict, see ``_prefilling``)."""
+    try:
+        return int(tensor._version)
+    except RuntimeError:
+        return -1
+
+
+def _raise_if_not_finite(flags: Sequence[tuple[int, torch.Tensor]]) -> None:
+    """Raise ``ValueError`` naming the first layer whose flag (a boolean tensor) is False."""
+    ok = stack_on_host([flag for _, flag in flags])
+    if not bool(ok.all()):
+        layer = flags[int((~ok).nonzero()[0])][0]
+        raise ValueError(
+            f"layer {layer}: the window's attention scores contain NaN or inf; the model's "
+            "activations overflowed (try float32 or a shorter input)"
+        )
 
 
 def left_padding(
