@@ -450,7 +450,7 @@ def test_non_finite_scores_are_an_error_naming_the_layer(options: dict) -> None:
     with torch.no_grad():
         model.model.layers[1].self_attn.q_proj.weight[0, 0] = float("nan")
     press = RCStatPress(window_size=8, **options)
-    with torch.no_grad(), press(model), pytest.raises(ValueError, match="layer 1: .* NaN or inf"):
+    with torch.no_grad(), press(model), pytest.raises(ValueError, match=r"layer 1: .* NaN or inf"):
         model(_ids(40, 2), past_key_values=DynamicCache())
     if options.get("budget") != "layer" and "compression_ratio" in options:
         assert all(layer.self_attn.masked_key_indices is None for layer in model.model.layers)
@@ -497,6 +497,35 @@ def test_inference_mode_prefills_like_no_grad() -> None:
             model(_ids(40, 2), past_key_values=DynamicCache())
         runs.append(press.kept)
     assert all(torch.equal(runs[0][i], runs[1][i]) for i in runs[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("budget", ["layer", "pooled"])
+def test_the_scoring_graph_replays_the_eager_scores(
+    budget: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU the layers' scoring replays as a CUDA graph (recorded at the second layer):
+    the kept entries equal those of an eager scoring, bit for bit."""
+    model = copy.deepcopy(tiny_model("llama")).cuda()
+    ids = _ids(60, 5).cuda()
+    replays: list[int] = []
+    replay = torch.cuda.CUDAGraph.replay
+
+    def counted(graph: torch.cuda.CUDAGraph) -> None:
+        replays.append(1)
+        replay(graph)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
+    graphed = RCStatPress(compression_ratio=0.5, budget=budget)  # type: ignore[arg-type]
+    eager = RCStatPress(compression_ratio=0.5, budget=budget)  # type: ignore[arg-type]
+    monkeypatch.setattr(eager, "_graphs", lambda key, fn, *inputs: fn(*inputs))
+    for press in (graphed, eager):
+        with torch.no_grad(), press(model):
+            model(ids, past_key_values=DynamicCache())
+    layers = model.config.num_hidden_layers
+    assert len(replays) == layers - 1  # layer 0 eager, the others from the graph
+    assert all(torch.equal(graphed.kept[i], eager.kept[i]) for i in range(layers))
 
 
 @pytest.mark.gpu

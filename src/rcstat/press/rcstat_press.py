@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from rcstat.capture import grouped_scores
+from rcstat.capture.graphs import GraphedCalls
 from rcstat.capture.host import stack_on_host
 from rcstat.checks import check_count, check_number
 from rcstat.press.extra import require_kvpress
@@ -153,6 +154,10 @@ class RCStatPress(BasePress, RCStatOptions):
     # per scored layer of the current prefill, "its window's scores are finite" on the device:
     # read once, when the last layer has been scored
     _finite: list[tuple[int, torch.Tensor]] = field(default_factory=list, init=False, repr=False)
+    # a prefill's scoring graphs (CUDA), freed after its last layer
+    _graphs: GraphedCalls = field(
+        default_factory=GraphedCalls, init=False, repr=False, compare=False
+    )
     # pooled budget: each scored layer's (module, cache, relative scores) until the last one
     _pending: dict[int, tuple[nn.Module, Any, torch.Tensor]] = field(
         default_factory=dict, init=False, repr=False
@@ -203,30 +208,47 @@ class RCStatPress(BasePress, RCStatOptions):
                 "to compress (use a smaller window_size or a longer context)"
             )
         query = window_queries(module, hidden_states, window, kwargs)  # [B, Hq, w, D]
-        scores = grouped_scores(query, keys)  # [B, Hq, w, T]
-        ok = torch.stack([torch.isfinite(scores[b, ..., pad:]).all() for b, pad in enumerate(pads)])
         layer = int(cast(Any, module).layer_idx)
-        if finite is None:
-            _raise_if_not_finite([(layer, ok.all())])
+        if finite is not None and keys.is_cuda and not any(pads):
+            # a prefill's layers share shapes: the scoring replays as one CUDA graph
+            key = ("relative", self.score)
+            relative, ok = self._graphs(key, self._window_relative, query, keys)
+            finite.append((layer, ok))
         else:
-            finite.append((layer, ok.all()))
-        if any(pads):
-            relative = torch.full(
-                (batch, query.shape[1], length - window),
-                -torch.inf,
-                dtype=torch.float64,
-                device=keys.device,
-            )  # [B, Hq, T - w]
-            for b, pad in enumerate(pads):  # each row on its own tokens
-                row = scores[b : b + 1, ..., pad:]
-                relative[b, :, pad:] = relative_scores(row, self.score, check_finite=False)[0]
-        else:
-            relative = relative_scores(scores, self.score, check_finite=False)  # [B, Hq, T - w]
+            relative, ok = self._window_relative(query, keys, pads)
+            if finite is None:
+                _raise_if_not_finite([(layer, ok)])
+            else:
+                finite.append((layer, ok))
         grouped = relative.view(batch, kv_heads, -1, length - window)
         per_kv = grouped.amax(2) if self.group == "max" else grouped.mean(2)
         for b, pad in enumerate(pads if self.sinks else []):  # the sinks are kept by every rule
             per_kv[b, :, pad : pad + self.sinks] = torch.inf
         return per_kv
+
+    def _window_relative(
+        self, query: torch.Tensor, keys: torch.Tensor, pads: Sequence[int] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``relative_scores`` of the window's queries ``[B, Hq, w, D]`` against ``keys``
+        ``[B, Hkv, T, D]``, each row on its own tokens (``−∞`` at its ``pads`` padded
+        positions), and whether every real score is finite (a boolean tensor; nothing here
+        waits for the device)."""
+        batch, length, window = keys.shape[0], keys.shape[2], query.shape[2]
+        pads = [0] * batch if pads is None else list(pads)
+        scores = grouped_scores(query, keys)  # [B, Hq, w, T]
+        ok = torch.stack([torch.isfinite(scores[b, ..., pad:]).all() for b, pad in enumerate(pads)])
+        if not any(pads):
+            return relative_scores(scores, self.score, check_finite=False), ok.all()
+        relative = torch.full(
+            (batch, query.shape[1], length - window),
+            -torch.inf,
+            dtype=torch.float64,
+            device=keys.device,
+        )  # [B, Hq, T - w]
+        for b, pad in enumerate(pads):  # each row on its own tokens
+            row = scores[b : b + 1, ..., pad:]
+            relative[b, :, pad:] = relative_scores(row, self.score, check_finite=False)[0]
+        return relative, ok.all()
 
     def _lowest(
         self,
@@ -359,6 +381,7 @@ class RCStatPress(BasePress, RCStatOptions):
             self.kept.clear()
             self._pending.clear()
             self._finite.clear()
+            self._graphs.close()
             self.real_lengths = [keys.shape[2] - pad for pad in pads]
         if last:
             self._padding_read = None  # let the prefill's mask go
@@ -367,19 +390,21 @@ class RCStatPress(BasePress, RCStatOptions):
             keep = self.keep_mask(module, hidden_states, keys, kwargs, pads, self._finite)
             self._apply({layer: (module, cache, keep)}, real)
             if last:
-                self._check_finite()
+                self._scored_all()
             return keys, values
         per_kv = self.relative(module, hidden_states, keys, kwargs, pads, self._finite)
         self._pending[layer] = (module, cache, per_kv)
         if last:  # every layer scored: check the scores, then evict
-            self._check_finite()
+            self._scored_all()
             keeps = self._pooled_keeps(pads)
             self._apply({i: (*self._pending[i][:2], keep) for i, keep in keeps.items()}, real)
             self._pending.clear()
         return keys, values
 
-    def _check_finite(self) -> None:
-        """Raise if a layer of this prefill had NaN / inf scores (one read for all layers)."""
+    def _scored_all(self) -> None:
+        """The prefill's last layer is scored: free the scoring graphs (their outputs were
+        copied) and raise if a layer had NaN / inf scores (one read for all layers)."""
+        self._graphs.close()
         flags, self._finite = self._finite, []
         if flags:
             _raise_if_not_finite(flags)
