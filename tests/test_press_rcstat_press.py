@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import torch
 from transformers import DynamicCache
 
 import rcstat.press.rcstat_press as press_module
+from rcstat.capture.graphs import GraphedCalls
 from rcstat.press.rcstat_press import RCStatPress, relative_scores
 from tests._reference import eq9_relative
 from tests._tiny_models import reference_scores, tiny_model
@@ -499,6 +501,13 @@ def test_inference_mode_prefills_like_no_grad() -> None:
     assert all(torch.equal(runs[0][i], runs[1][i]) for i in runs[0])
 
 
+class _EagerCalls(GraphedCalls):
+    """GraphedCalls that never records a graph."""
+
+    def __call__(self, key: Any, fn: Any, *inputs: torch.Tensor) -> Any:
+        return fn(*inputs)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("budget", ["layer", "pooled"])
@@ -519,7 +528,7 @@ def test_the_scoring_graph_replays_the_eager_scores(
     monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
     graphed = RCStatPress(compression_ratio=0.5, budget=budget)  # type: ignore[arg-type]
     eager = RCStatPress(compression_ratio=0.5, budget=budget)  # type: ignore[arg-type]
-    monkeypatch.setattr(eager, "_graphs", lambda key, fn, *inputs: fn(*inputs))
+    monkeypatch.setattr(eager, "_graphs", _EagerCalls())
     for press in (graphed, eager):
         with torch.no_grad(), press(model):
             model(ids, past_key_values=DynamicCache())
