@@ -162,7 +162,8 @@ def _attention(
             )
             # a model split across GPUs: the layer's own device is the current one (kernels,
             # graphs and copies launch there)
-            on_device = torch.cuda.device(query.device) if query.is_cuda else nullcontext()
+            switch = query.is_cuda and query.device.index != torch.cuda.current_device()
+            on_device = torch.cuda.device(query.device) if switch else nullcontext()
             with torch.no_grad(), on_device:
                 if graph_key is None:
                     output, finite = reduce(rows, key)

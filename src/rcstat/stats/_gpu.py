@@ -213,7 +213,9 @@ def on_device(device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """Make ``device`` the current CUDA device: Triton launches on the current device, and a
     model split across GPUs hands each layer's block over on the layer's own (nothing to do
     for the CPU tensors of the interpreter)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    if device.type != "cuda" or device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()  # already current: no switch (host time a launch)
+    return torch.cuda.device(device)
 
 
 def _next_pow2(value: int) -> int:
