@@ -252,17 +252,6 @@ def test_analysis_with_graphs_equals_eager_layers() -> None:
         np.testing.assert_array_equal(getattr(graphed, field), getattr(eager, field))
 
 
-def test_a_held_host_stack_comes_to_the_host_once() -> None:
-    from rcstat.capture.host import HostStack
-
-    stack = HostStack([0, 1], (1000,), torch.float32, pinned=True, hold_bytes=1 << 20)
-    for layer in (0, 1):
-        stack.put(layer, torch.arange(1000, device="cuda", dtype=torch.float32) + layer)
-    result = stack.result()
-    assert result.device.type == "cpu"
-    torch.testing.assert_close(result[1] - result[0], torch.ones(1000))
-
-
 def test_host_stack_copies_from_cuda_asynchronously() -> None:
     from rcstat.capture.host import HostStack
 

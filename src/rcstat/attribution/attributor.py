@@ -51,10 +51,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Attributor"]
 
-# the per-key results of a pass stay on the GPU up to this size and come to the host in one
-# copy at its end; larger ones stream to pinned host memory layer by layer (HostStack)
-HOLD_BYTES = 64 << 20
-
 
 class Attributor:
     """Attribute answer units to context spans with the top-k RC heads (paper eq. 10).
@@ -285,12 +281,8 @@ class Attributor:
         layer_ids = range(layout.num_layers)
         units, pinned = len(unit_tokens), device.type == "cuda"
         shape = (units, layout.num_heads)
-        token_scores = HostStack(
-            layer_ids, (*shape, last - first), torch.float32, pinned, HOLD_BYTES
-        )
-        per_head = HostStack(
-            layer_ids, (*shape, len(span_tokens)), torch.float64, pinned, HOLD_BYTES
-        )
+        token_scores = HostStack(layer_ids, (*shape, last - first), torch.float32, pinned)
+        per_head = HostStack(layer_ids, (*shape, len(span_tokens)), torch.float64, pinned)
 
         def sink(layer: int, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             """The results that grow with the input go to the host as each layer ends."""

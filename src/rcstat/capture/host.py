@@ -4,14 +4,11 @@ A reducer's output stays on the layer's device; results that grow with the input
 attribution's per-key RC of every head: layers × heads × units × keys) are better copied to
 the host as each layer finishes than stacked at the end. :class:`HostStack` preallocates the
 ``[layers, ...]`` host tensor (pinned on CUDA) and copies each layer into its slice on a side
-stream, so the copies overlap the next layers' work and nothing is stacked on the CPU. A stack
-small enough (``hold_bytes``) stays on the device instead and comes to the host in one copy at
-the end: on short inputs the per-layer copies cost more host time than they save.
+stream, so the copies overlap the next layers' work and nothing is stacked on the CPU.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -21,45 +18,24 @@ class HostStack:
     """``[len(layers), *shape]`` host tensor filled one layer at a time (see module doc)."""
 
     def __init__(
-        self,
-        layers: Sequence[int],
-        shape: Sequence[int],
-        dtype: torch.dtype,
-        pinned: bool,
-        hold_bytes: int = 0,
+        self, layers: Sequence[int], shape: Sequence[int], dtype: torch.dtype, pinned: bool
     ) -> None:
         self._index = {layer: i for i, layer in enumerate(layers)}
-        self._shape, self._dtype = tuple(shape), dtype
-        size = len(layers) * math.prod(self._shape) * dtype.itemsize
-        # held: each layer's value is kept where it is until result() (None: streamed)
-        self._held: dict[int, torch.Tensor] | None = {} if size <= hold_bytes else None
-        self._values = (
-            None
-            if self._held is not None
-            else torch.empty((len(layers), *shape), dtype=dtype, pin_memory=pinned)
-        )
+        self._values = torch.empty((len(layers), *shape), dtype=dtype, pin_memory=pinned)
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._filled: set[int] = set()
 
     def put(self, layer: int, value: torch.Tensor) -> None:
         """Copy ``value`` (any device, the slice's shape) into ``layer``'s slice."""
-        index = self._index[layer]
-        if self._held is not None:
-            if tuple(value.shape) != self._shape:
-                raise RuntimeError(
-                    f"layer {layer}'s value has shape {tuple(value.shape)}, expected {self._shape}"
-                )
-            self._held[index] = value.to(self._dtype, copy=True)
-        elif not value.is_cuda:
-            assert self._values is not None
-            self._values[index].copy_(value)
+        target = self._values[self._index[layer]]
+        if not value.is_cuda:
+            target.copy_(value)
         else:
-            assert self._values is not None
             device = value.device
             stream = self._streams.setdefault(device, torch.cuda.Stream(device))
             stream.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(stream):
-                self._values[index].copy_(value, non_blocking=True)
+                target.copy_(value, non_blocking=True)
             value.record_stream(stream)  # not reused before the copy is done
         self._filled.add(layer)
 
@@ -68,11 +44,8 @@ class HostStack:
         missing = sorted(set(self._index) - self._filled)
         if missing:
             raise RuntimeError(f"layers {missing} were never reduced")
-        if self._held is not None:
-            return stack_on_host([self._held[i] for i in range(len(self._index))])
         for stream in self._streams.values():
             stream.synchronize()
-        assert self._values is not None
         return self._values
 
 
