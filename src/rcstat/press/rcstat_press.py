@@ -213,13 +213,12 @@ class RCStatPress(BasePress, RCStatOptions):
             # a prefill's layers share shapes: the scoring replays as one CUDA graph
             key = ("relative", self.score)
             relative, ok = self._graphs(key, self._window_relative, query, keys)
-            finite.append((layer, ok))
         else:
             relative, ok = self._window_relative(query, keys, pads)
-            if finite is None:
-                _raise_if_not_finite([(layer, ok)])
-            else:
-                finite.append((layer, ok))
+        if finite is None:
+            _raise_if_not_finite([(layer, ok)])
+        else:
+            finite.append((layer, ok))
         grouped = relative.view(batch, kv_heads, -1, length - window)
         per_kv = grouped.amax(2) if self.group == "max" else grouped.mean(2)
         for b, pad in enumerate(pads if self.sinks else []):  # the sinks are kept by every rule
