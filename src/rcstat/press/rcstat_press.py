@@ -459,8 +459,10 @@ class RCStatPress(BasePress, RCStatOptions):
         """The compressed layers, and the batch rows asked for (one, or all when None)."""
         if not self.kept:
             raise RuntimeError("no prefill has been compressed yet")
-        layers = sorted(self.kept)  # one copy per device, not one a layer
-        self.kept = dict(zip(layers, stack_on_host([self.kept[i] for i in layers]), strict=True))
+        layers = sorted(self.kept)
+        if any(kept.device.type != "cpu" for kept in self.kept.values()):  # once a prefill
+            counts = stack_on_host([self.kept[i] for i in layers])  # one copy per device
+            self.kept = dict(zip(layers, counts, strict=True))
         rows = len(self.real_lengths)
         if row is None:
             return sorted(self.kept), slice(None)
