@@ -111,6 +111,22 @@ def test_triton_statistics_equal_the_cpu_float64_reference(
 
 
 @needs_triton
+@pytest.mark.parametrize("kind", ["random", "bf16"])
+def test_the_sampled_bracket_settles_the_crossing_of_every_head(kind: str) -> None:
+    """On blocks like the scores (sink keys, bf16 values) a sample's bracket holds every
+    head's crossing: the radix selection over the whole block is not needed. (Scores rounded
+    to integers tie so heavily that a few heads fall back to it; the reference test above
+    checks that their values stay exact.)"""
+    from rcstat.stats import _gpu
+    from rcstat.stats.blocks import self_samples
+
+    block = _scores(32, 64, 2048, kind)
+    samples = _gpu.prepared_self(self_samples(block, 2048), None)
+    _, done = _gpu._bracketed(block[..., :2048], samples.ys, samples.count)
+    assert bool(done.all())
+
+
+@needs_triton
 @pytest.mark.parametrize("kind", ["random", "ties"])
 def test_triton_shared_statistics_equal_the_cpu_reference(kind: str) -> None:
     """Per-key E of a unit (attribution, press: a transposed view of the block) and the

@@ -83,23 +83,55 @@ def test_shared_expected_per_group_matches_pairwise() -> None:
             assert float(got[head, key]) == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
-def test_crossing_is_the_minimiser_of_the_split_objective() -> None:
-    """``t*`` minimises ``E(X - t)⁺ + E(t - Y)⁺`` over every sample value (brute force)."""
-    block = _block(5, 4, 30, seed=5, ties=True)
-    x, y = block[:, :, :30], _self(block, 30)
-    samples = _gpu.prepared_self(y, None)
-    t = _gpu.crossing(x, samples.ys, samples.count)  # [H]
-    for head in range(5):
-        xs, yv = x[head].double().numpy().ravel(), y[head].double().numpy()
+def _minimises_the_split_objective(x: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> None:
+    """``t[r]`` is a sample value minimising ``E(X - t)⁺ + E(t - Y)⁺`` (brute force)."""
+    for row in range(x.shape[0]):
+        xs, yv = x[row].double().numpy().ravel(), y[row].double().numpy()
         candidates = np.concatenate([xs, yv])
         objective = [
             np.maximum(xs - c, 0).mean() + np.maximum(c - yv, 0).mean() for c in candidates
         ]
-        assert float(t[head]) in set(candidates.tolist())
-        chosen = (
-            np.maximum(xs - float(t[head]), 0).mean() + np.maximum(float(t[head]) - yv, 0).mean()
-        )
+        assert float(t[row]) in set(candidates.tolist())
+        value = float(t[row])
+        chosen = np.maximum(xs - value, 0).mean() + np.maximum(value - yv, 0).mean()
         assert chosen == pytest.approx(min(objective), rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("path", ["radix", "bracket", "narrow bracket"])
+@pytest.mark.parametrize("ties", [False, True])
+def test_crossing_is_the_minimiser_of_the_split_objective(
+    path: str, ties: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways to the crossing point: the radix selection, and a bracket from a sample of
+    ``x`` (narrowed to a few values, so that most rows fall back to the radix selection)."""
+    if path != "radix":
+        monkeypatch.setattr(_gpu, "_SAMPLED_FROM", 1)
+        monkeypatch.setattr(_gpu, "_SAMPLES", 16)
+    if path == "narrow bracket":
+        monkeypatch.setattr(_gpu, "_SIGMAS", 0.0)
+    block = _block(5, 4, 30, seed=5, ties=ties)
+    x, y = block[:, :, :30], _self(block, 30)
+    samples = _gpu.prepared_self(y, None)
+    t = _gpu.crossing(x, samples.ys, samples.count)  # [H]
+    _minimises_the_split_objective(x, y, t)
+
+
+def test_the_bracket_settles_ordinary_rows_and_only_exact_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On smooth data every row is settled by the bracket; with a bracket too narrow to hold
+    the crossing some rows are not, and the settled ones are still exact."""
+    monkeypatch.setattr(_gpu, "_SAMPLES", 64)
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(6, 40, 50, generator=gen) - torch.linspace(-2, 2, 6)[:, None, None]
+    y = torch.randn(6, 300, generator=gen)
+    samples = _gpu.prepared_self(y, None)
+    for sigmas in (4.0, 0.0):
+        monkeypatch.setattr(_gpu, "_SIGMAS", sigmas)
+        t, done = _gpu._bracketed(x, samples.ys, samples.count)
+        assert bool(done.all()) if sigmas else not bool(done.all())
+        settled = done.bool()
+        _minimises_the_split_objective(x[settled], y[settled], t[settled])
 
 
 def test_keys_sort_like_the_values() -> None:
@@ -138,18 +170,45 @@ def test_property_equal_to_the_cpu_kernel(x: np.ndarray, y: np.ndarray) -> None:
 
 
 def test_bucket_table_counts_the_samples_below_each_bucket() -> None:
-    """``table[r, b]`` = #{y : top bits of key(y) < b}, by brute force."""
+    """``table[r, b]`` = #{valid y : s(y) < b}, by brute force, with ``s`` never decreasing
+    in the value and the valid samples inside ``[1, B + 1]``."""
     y = torch.tensor([[-3.0, -0.5, 0.0, 0.25, 0.3, 7.0, 1e30], [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]])
     valid = torch.ones_like(y, dtype=torch.bool)
     valid[0, -1] = False
     samples = _gpu.prepared_self(y, valid)
     if samples.table is None:
         pytest.skip("no table when the sets are searched whole")
-    bits = 32 - samples.bucket_shift
+    width = samples.buckets + 3
     for row in range(2):
-        keys = _gpu._keys(y[row][valid[row]]) >> samples.bucket_shift
-        want = torch.tensor([int((keys < b).sum()) for b in range(2**bits + 1)])
+        inside = y[row][valid[row]]
+        s = _gpu.bucket_of(
+            inside[None], samples.low[row : row + 1], samples.scale[row : row + 1], samples.buckets
+        )[0]
+        assert int(s.min()) >= 1 and int(s.max()) <= samples.buckets + 1
+        order = torch.argsort(inside)
+        assert bool((s[order][1:] >= s[order][:-1]).all())
+        want = torch.tensor([int((s < b).sum()) for b in range(width)])
         torch.testing.assert_close(samples.table[row].long(), want)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    values=arrays(np.float32, st.integers(2, 40), elements=st.floats(width=32, allow_nan=False)),
+    low=st.floats(-1e6, 1e6, width=32),
+    span=st.floats(0, 1e6, width=32),
+)
+def test_property_buckets_never_decrease_and_stay_in_range(
+    values: np.ndarray, low: float, span: float
+) -> None:
+    """The kernels compare a value only with the samples of its own bucket: that is exact
+    only if ``s`` never decreases with the value, for any origin and scale."""
+    scale = torch.tensor([min(64 / span, 1e30) if span > 0 else 0.0], dtype=torch.float32)
+    v = torch.sort(torch.from_numpy(values)).values[None]
+    s = _gpu.bucket_of(v, torch.tensor([low], dtype=torch.float32), scale, 64)[0]
+    assert bool((s[1:] >= s[:-1]).all())
+    assert int(s.min()) >= 0 and int(s.max()) <= 65
+    with_nan = _gpu.bucket_of(torch.tensor([[float("nan")]]), v[:, :1], scale, 64)
+    assert 0 <= int(with_nan) <= 65
 
 
 def test_dense_buckets_fall_back_to_a_full_search() -> None:
@@ -174,3 +233,67 @@ def test_units_key_expected_kernel_path_equals_the_reference(
     monkeypatch.setattr(_gpu, "available", lambda *tensors: True)
     got = units_key_expected(block, rows, (2, 18))
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_row_cumsum_in_pieces_equals_one_scan() -> None:
+    """Long rows are scanned in pieces; the sums are those of one scan (int32 exactly)."""
+    gen = torch.Generator().manual_seed(9)
+    counts = torch.randint(0, 5, (3, 5000), generator=gen, dtype=torch.int32)
+    torch.testing.assert_close(
+        _gpu._row_cumsum(counts, torch.int32), counts.cumsum(-1, dtype=torch.int32), rtol=0, atol=0
+    )
+    values = torch.randn(2, 4099, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(
+        _gpu._row_cumsum(values, torch.float64), values.cumsum(-1), rtol=1e-12, atol=1e-12
+    )
+
+
+def test_a_large_concentrated_self_set_ranks_exactly() -> None:
+    """A few thousand self samples, most in a narrow peak and a few far out (the buckets are
+    equal in value, so the peak's buckets are crowded): E equals the pairwise sum."""
+    gen = torch.Generator().manual_seed(10)
+    y = torch.randn(2, 3000, generator=gen) * 0.01
+    y[:, :5] = torch.tensor([-500.0, -40.0, 30.0, 800.0, 1e4])
+    x = torch.randn(2, 1, 400, 1, generator=gen) * 0.02
+    x[:, 0, :3, 0] = torch.tensor([-1e3, 0.0, 2e4])
+    got = _gpu.shared_expected(x, y, None)[:, 0]
+    for row in range(2):
+        want = naive_expected_rc(x[row].double().numpy().ravel(), y[row].double().numpy())
+        assert float(got[row]) == pytest.approx(want, rel=1e-12)
+
+
+def _strided_case(size: int, rest: float) -> torch.Tensor:
+    """``x [1, 1, size]``: ``0, 1, 2, ...`` at the positions the bracket's sample reads,
+    ``rest`` elsewhere."""
+    x = torch.full((1, 1, size), rest)
+    sampled = x[0, 0, :: _gpu._sample_step(size)]
+    sampled.copy_(torch.arange(float(sampled.numel())))
+    return x
+
+
+@pytest.mark.parametrize(
+    "case", ["sample above the crossing", "sample below the crossing", "bracket overflows"]
+)
+def test_a_misleading_sample_leaves_the_row_to_the_radix_selection(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bracket settles a row only when the weight at its low end falls short and every
+    ``x`` inside was kept; otherwise the crossing still comes out exact."""
+    monkeypatch.setattr(_gpu, "_SAMPLED_FROM", 1)
+    monkeypatch.setattr(_gpu, "_SIGMAS", 0.0)  # a bracket of a few sample values
+    if case == "sample above the crossing":  # the sample misses the many low x
+        monkeypatch.setattr(_gpu, "_SAMPLES", 16)
+        x = _strided_case(144, -1000.0)
+        y = torch.arange(16.0)[None]
+    elif case == "sample below the crossing":  # the sample misses the many high x
+        monkeypatch.setattr(_gpu, "_SAMPLES", 16)
+        x = _strided_case(144, 1000.0)
+        y = torch.arange(16.0)[None]
+    else:  # hundreds of x between two neighbouring sample values
+        monkeypatch.setattr(_gpu, "_SAMPLES", 64)
+        x = _strided_case(576, 31.5)
+        y = torch.cat([torch.arange(53.0), torch.full((40,), 33.0)])[None]
+    samples = _gpu.prepared_self(y, None)
+    _, done = _gpu._bracketed(x, samples.ys, samples.count)
+    assert not bool(done[0])
+    _minimises_the_split_objective(x, y, _gpu.crossing(x, samples.ys, samples.count))

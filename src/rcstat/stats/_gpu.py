@@ -7,9 +7,11 @@ differs from the CPU path (docs/benchmarks.md has the measurements):
 
 - the big cross set ``x`` is read in place, never copied and never sorted: each sample is
   ranked within the sorted self samples ``y`` (:func:`rank_sums`; for large ``y`` a table of
-  radix-key buckets narrows each search), which gives ``E`` exactly (paper eq. 6);
-- the upper bound ``A`` (eq. 4) comes from one crossing point per row, found by a four-pass
-  radix selection (:func:`crossing`), plus a sum riding on the ranking pass;
+  equal value buckets narrows each search), which gives ``E`` exactly (paper eq. 6);
+- the upper bound ``A`` (eq. 4) comes from one crossing point per row (:func:`crossing`),
+  plus a sum riding on the ranking pass: for large sets a sorted sample of ``x`` brackets
+  the point and one pass collects the few ``x`` inside, among which it is found exactly;
+  rows the bracket cannot settle, and small sets, take a four-pass radix selection;
 - the lower bound ``a`` (eq. 5) needs the whole order of ``x`` and is left to the sorting
   kernel: callers ask for it explicitly;
 - nothing waits for the device: no boolean-mask indexing, no ``.item()``; a NaN or inf
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +35,11 @@ _ENV = "RCSTAT_TRITON"
 _DIGITS = 256  # 8-bit radix digits
 _TILE = 1024  # samples per program
 _TABLE_FROM = 1024  # self sets at least this large get a bucket table
+_PIECE = 1024  # row cumsums in pieces of this many entries
+_SAMPLED_FROM = 1 << 16  # cross sets at least this large bracket their crossing by a sample
+_SAMPLES = 4096  # at most this many cross samples a row for the bracket
+_SIGMAS = 4.0  # the bracket's half-width, in standard deviations of a sample count
+_MAX_SCALE = 1e30  # buckets per unit of value: (v − low)·scale stays finite for finite v
 
 
 @functools.cache
@@ -89,18 +97,53 @@ class SelfSamples:
     count: torch.Tensor  # [R] int32 valid samples
     prefix: torch.Tensor  # [R, M + 1] float64 sums of the c smallest centred values
     center: torch.Tensor  # [R] float64 mean of the valid samples
-    table: torch.Tensor | None  # [R, 2^bits + 1] int32 samples in the key buckets below b
-    bucket_shift: int  # 32 - bits
+    table: torch.Tensor | None  # [R, B + 3] int32 valid samples in the buckets below b
+    low: torch.Tensor  # [R] float32 smallest valid sample (the buckets' origin)
+    scale: torch.Tensor  # [R] float32 buckets per unit of value
+    buckets: int  # B
+
+
+def bucket_of(
+    values: torch.Tensor, low: torch.Tensor, scale: torch.Tensor, buckets: int
+) -> torch.Tensor:
+    """The bucket ``s(v) = clamp(floor((v − low)·scale), −1, B) + 1`` in ``[0, B + 1]`` of
+    float32 ``values`` ``[R, N]`` (int64; the kernels' ``_bucket``, same float32 operations).
+
+    ``s`` never decreases as ``v`` grows, so a sample in a lower bucket is smaller and one in a
+    higher bucket larger: a value is compared only with the samples of its own bucket. Any
+    input, NaN included, lands in range (an infinite value over a zero scale goes to the end
+    its sign says).
+    """
+    above = values.float() - low[:, None]
+    raw = (above * scale[:, None]).floor()
+    raw = torch.where(raw.isnan(), torch.where(above > 0, float(buckets), -1.0), raw)  # ±inf·0
+    return raw.clamp(-1.0, float(buckets)).long() + 1
+
+
+def _row_cumsum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Running sums along the rows of ``values`` ``[R, N]``, ``dtype``.
+
+    A scan of a few long rows runs one block a row; the rows are cut in pieces of ``_PIECE``,
+    scanned side by side, and each piece then adds the total of the pieces before it.
+    """
+    rows, width = values.shape
+    if width <= 2 * _PIECE:
+        return values.cumsum(-1, dtype=dtype)
+    pieces = torch.nn.functional.pad(values, (0, -width % _PIECE)).view(rows, -1, _PIECE)
+    inner = pieces.cumsum(-1, dtype=dtype)  # [R, P, piece]
+    before = inner[..., -1].cumsum(-1, dtype=dtype) - inner[..., -1]  # [R, P]
+    return (inner + before[..., None]).view(rows, -1)[:, :width]
 
 
 @torch.no_grad()
 def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
-    """Sort the self samples of each row once and index them by the top bits of their keys.
+    """Sort the self samples of each row once and index them by value buckets.
 
     ``center`` is subtracted for precision. For sets of at least ``_TABLE_FROM`` samples,
-    ``table[r, b]`` counts the samples whose radix key's top ``bits`` are below ``b``, with
-    ``2^bits`` about four times the set size (at most 16 bits), so that a cross sample is
-    searched only among the few samples of its bucket; smaller sets are searched whole.
+    the range ``[low, high]`` of the valid samples is cut in ``B`` equal buckets (``B`` about
+    four times the set size, at most ``2^16``; :func:`bucket_of`) and ``table[r, b]`` counts
+    the samples in buckets below ``b``, so that a cross sample is searched only among the few
+    samples of its bucket; smaller sets are searched whole.
     """
     y32 = y.float()
     width = y.shape[-1]
@@ -117,19 +160,26 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
     centred = ys.double() - center[:, None]
     if inside is not None:
         centred = torch.where(inside, centred, 0.0)
-    prefix = torch.nn.functional.pad(centred.cumsum(-1), (1, 0))  # [R, M + 1]
+    prefix = torch.nn.functional.pad(_row_cumsum(centred, torch.float64), (1, 0))  # [R, M + 1]
+    low = ys[:, 0].contiguous()  # the kernels index it by row
     if width < _TABLE_FROM:
-        return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, None, 32)
-    bits = min(width.bit_length() + 2, 16)
-    buckets = _keys(ys) >> (32 - bits)  # [R, M]
+        none = torch.zeros_like(low)
+        return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, None, none, none, 0)
+    buckets = 1 << min(width.bit_length() + 2, 16)
+    last = (count.long() - 1).clamp_min(0)[:, None]
+    span = (ys.gather(1, last)[:, 0] - low).clamp_min(0.0)  # [R]; NaN stays NaN
+    scale = torch.where(span > 0, buckets / span, 0.0).clamp_max(_MAX_SCALE)
+    bucket = bucket_of(ys, low, scale, buckets)  # [R, M] in [1, B + 1]
     if inside is not None:
-        buckets = torch.where(inside, buckets, 1 << bits)  # padding above every bucket
-    # table[r, b] = #{bucket < b}: each sample counted at b = bucket + 1, then running sums
+        bucket = torch.where(inside, bucket, buckets + 2)  # padding above every bucket
+    # table[r, b] = #{s < b}: each sample counted at b = s + 1, then running sums
     # (one pass over the samples and one over the table; no search per table entry)
-    counts = torch.zeros(ys.shape[0], (1 << bits) + 2, dtype=torch.int32, device=y.device)
-    counts.scatter_add_(1, buckets + 1, torch.ones_like(buckets, dtype=torch.int32))
-    table = counts[:, : (1 << bits) + 1].cumsum(-1, dtype=torch.int32)  # [R, 2^bits + 1]
-    return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, table, 32 - bits)
+    counts = torch.zeros(ys.shape[0], buckets + 4, dtype=torch.int32, device=y.device)
+    counts.scatter_add_(1, bucket + 1, torch.ones_like(bucket, dtype=torch.int32))
+    table = _row_cumsum(counts[:, : buckets + 3], torch.int32)  # [R, B + 3]
+    return SelfSamples(
+        ys.contiguous(), count, prefix.contiguous(), center, table, low, scale, buckets
+    )
 
 
 _MAX_ROWS = 65535  # CUDA's limit on the second grid axis
@@ -191,7 +241,9 @@ def ragged_rank_sums(
                 samples.ys.stride(0),
                 samples.ys if samples.table is None else samples.table[part],
                 0 if samples.table is None else samples.table.stride(0),
-                samples.bucket_shift,
+                samples.low[part],
+                samples.scale[part],
+                samples.buckets,
                 samples.count[part],
                 samples.prefix[part],
                 samples.prefix.stride(0),
@@ -240,25 +292,51 @@ def crossing(x: torch.Tensor, ys: torch.Tensor, count: torch.Tensor) -> torch.Te
     """Per row the smallest sample value ``t`` with ``F_x(t) + F_y(t) >= 1``, ``[R]`` float32.
 
     ``x`` is a dense (strided) view ``[R, A, B]``; ``ys [R, M]`` the sorted self samples with
-    ``count`` valid ones. A radix selection over the keys of ``x`` and ``y`` weighted by the
-    other set's size (``m·#{x <= t} + n·#{y <= t} >= n·m``), 8 bits per pass, two kernels
-    per pass and no work on the host.
+    ``count`` valid ones. Large cross sets take :func:`_bracketed`: a sorted sample of ``x``
+    brackets ``t``, one pass collects the few ``x`` inside, and ``t`` is found among them
+    exactly. Rows it cannot settle, and small sets, take :func:`_radix_crossing`.
+    """
+    rows = x.shape[0]
+    if x.shape[1] * x.shape[2] < _SAMPLED_FROM:
+        split = torch.empty(rows, dtype=torch.float32, device=x.device)
+        return _radix_crossing(x, ys, count, split, None)
+    split, done = _bracketed(x, ys, count)
+    return _radix_crossing(x, ys, count, split, done)
+
+
+def _radix_crossing(
+    x: torch.Tensor,
+    ys: torch.Tensor,
+    count: torch.Tensor,
+    split: torch.Tensor,
+    done: torch.Tensor | None,
+    below: torch.Tensor | None = None,
+    size: int | None = None,
+) -> torch.Tensor:
+    """:func:`crossing` by a radix selection over the keys of ``x`` and ``y`` weighted by the
+    other set's size (``m·#{x <= t} + n·#{y <= t} >= n·m``), 8 bits per pass, two kernels per
+    pass and no work on the host. Writes ``split`` where ``done`` (int8 ``[R]``) is 0.
+
+    ``x`` may be part of a set of ``size`` values of which ``below`` (int64 ``[R]``) lie
+    under every value of ``x`` (the bracket's collected values).
     """
     from rcstat.stats._triton import _radix_histogram_kernel, _radix_select_kernel
 
     rows, width_a, width_b = x.shape
-    n = width_a * width_b
+    n = width_a * width_b if size is None else size
     prefix = torch.zeros(rows, dtype=torch.long, device=x.device)  # [R] key bits chosen
-    below = torch.zeros(rows, dtype=torch.long, device=x.device)  # #{x < prefix range}
-    split = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if below is None:  # #{x < prefix range}
+        below = torch.zeros(rows, dtype=torch.long, device=x.device)
     hist = torch.zeros(rows, _DIGITS, dtype=torch.int32, device=x.device)
-    tile = _tile(n)
-    chunks = 1 << min(4, max(0, (n // (tile * 32)).bit_length() - 1))  # >= 32 programs a row
+    held = width_a * width_b  # values of x
+    tile = _tile(held)
+    chunks = 1 << min(4, max(0, (held // (tile * 32)).bit_length() - 1))  # >= 32 programs a row
     steps = max(1, ys.shape[-1].bit_length())
+    skip = done if done is not None else split  # not read without SKIP
     with on_device(x.device):
         for shift in (24, 16, 8, 0):
             high_mask = (1 << 32) - (1 << (shift + 8)) if shift < 24 else 0
-            _radix_histogram_kernel[(rows, -(-n // (tile * chunks)))](
+            _radix_histogram_kernel[(rows, -(-held // (tile * chunks)))](
                 x,
                 *x.stride(),
                 width_a,
@@ -267,8 +345,10 @@ def crossing(x: torch.Tensor, ys: torch.Tensor, count: torch.Tensor) -> torch.Te
                 hist,
                 shift,
                 _int32(high_mask),
+                skip,
                 BLOCK_N=tile,
                 CHUNKS=chunks,
+                SKIP=done is not None,
             )
             _radix_select_kernel[(rows,)](
                 hist,
@@ -280,10 +360,85 @@ def crossing(x: torch.Tensor, ys: torch.Tensor, count: torch.Tensor) -> torch.Te
                 below,
                 split,
                 shift,
+                skip,
                 STEPS=steps,
                 LAST=shift == 0,
+                SKIP=done is not None,
             )
     return split
+
+
+def _sample_step(size: int) -> int:
+    """An odd step that samples at most ``_SAMPLES`` of ``size`` values (a sort of at most
+    4096 values a row runs in shared memory)."""
+    return (size // _SAMPLES + 1) | 1
+
+
+@functools.lru_cache(maxsize=64)
+def _sample_index(size: int, width_b: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """``(a, b)`` of every ``step``-th of ``size`` samples laid out ``[A, width_b]``, with an odd
+    ``step`` so that the sample meets every column (the keys of a block) alike."""
+    flat = torch.arange(0, size, _sample_step(size))
+    return (flat // width_b).to(device), (flat % width_b).to(device)
+
+
+def _bracketed(
+    x: torch.Tensor, ys: torch.Tensor, count: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(t, done)``: the crossing of the rows it settles (``done`` int8 ``[R]`` set), exactly.
+
+    1. A sample of ``k`` values of ``x`` is sorted; where its empirical weight first reaches
+       ``n·m`` gives an index ``i``; the bracket is ``(low, high]`` = the sample values
+       ``_SIGMAS`` standard deviations of a count (``√k / 2``) either side.
+    2. One pass counts the ``x <= low`` and collects the ``x`` inside the bracket.
+    3. The radix selection runs over the collected ``x`` (and every ``y``), starting from the
+       count below ``low``: inside the bracket its weights are exact.
+
+    A row is settled when the weight at ``low`` falls short of ``n·m``, every ``x`` of the
+    bracket was kept and the selected value is at most ``high``: then it is ``t``. The others
+    (a sample far from the whole, heavy ties) are left to the radix selection over all ``x``.
+    """
+    from rcstat.stats._triton import _bracket_kernel
+
+    rows, width_a, width_b = x.shape
+    n = width_a * width_b
+    index_a, index_b = _sample_index(n, width_b, x.device)
+    k = index_a.shape[0]
+    sample = torch.sort(x[:, index_a, index_b].float(), dim=-1).values  # [R, k]
+    m = count.long()  # [R]
+    y_le = torch.searchsorted(ys, sample, right=True).clamp_max(m[:, None])  # #{y <= v}
+    ranks = torch.arange(1, k + 1, device=x.device)  # sample values <= the i-th
+    first = ((ranks * m[:, None] + k * y_le) < k * m[:, None]).sum(-1)  # [R]
+    half = int(_SIGMAS * math.sqrt(k) / 2) + 2
+    ends = torch.stack([first - half, first + half], -1)  # [R, 2]
+    edge = sample.gather(1, ends.clamp(0, k - 1))
+    low = torch.where(ends[:, 0] >= 0, edge[:, 0], -torch.inf).contiguous()
+    high = torch.where(ends[:, 1] < k, edge[:, 1], torch.inf).contiguous()
+    step = _sample_step(n)
+    capacity = min(n, (2 * half + 8 + int(6 * math.sqrt(2 * half))) * step)
+    below = torch.zeros(rows, dtype=torch.int32, device=x.device)
+    total = torch.zeros(rows, dtype=torch.int32, device=x.device)
+    inside = torch.full((rows, capacity), torch.inf, device=x.device)  # +inf: never selected
+    tile = _tile(n)
+    with on_device(x.device):
+        _bracket_kernel[(rows, -(-n // tile))](
+            x,
+            *x.stride(),
+            width_a,
+            width_b,
+            low,
+            high,
+            below,
+            total,
+            inside,
+            capacity,
+            BLOCK_N=tile,
+        )
+    split = torch.empty(rows, dtype=torch.float32, device=x.device)
+    found = _radix_crossing(inside[:, None], ys, count, split, None, below.long(), n)
+    at_low = torch.searchsorted(ys, low[:, None], right=True)[:, 0].clamp_max(m)
+    done = (found <= high) & (total <= capacity) & (m * below.long() + n * at_low < n * m)
+    return found, done.to(torch.int8)
 
 
 def self_sums(

@@ -1,6 +1,6 @@
 """Triton kernels for RC statistics of dense cross samples on CUDA (optional; see ``_gpu``).
 
-Two kernels, both reading the cross samples ``x`` in place through their strides (a
+Kernels reading the cross samples ``x`` in place through their strides (a
 generation block's first ``m`` columns, a press window's transposed scores) so that no copy
 of the big sample set is made:
 
@@ -10,6 +10,8 @@ of the big sample set is made:
   pass adds ``Σ x`` (the mean gap, and an exact finiteness check: a float64 sum of float32
   values is finite iff every value is) and, given a split point ``t``, ``Σ max(x − t, 0)``
   (the upper bound, below). Values are centred and accumulated in float64.
+- ``bracket``: counts the ``x`` at or below a row's low value and appends those between its
+  low and high values to a buffer (one atomic add a tile reserves the slots).
 - ``radix_histogram``: one digit of a radix selection. Floats map to unsigned keys that sort
   like the values; for the rows' current key prefix, the kernel counts the ``x`` of each
   next 8-bit digit (a histogram per program, added to the row's with atomics).
@@ -17,8 +19,10 @@ of the big sample set is made:
 The upper bound ``A = ∫ min(F_y, 1 − F_x) dt`` (Theorem 3.6, eq. 4) equals
 ``min_t E(X − t)⁺ + E(t − Y)⁺``; the minimum is reached at the smallest sample value ``t*``
 with ``F_x(t*) + F_y(t*) >= 1`` (the derivative ``F_x + F_y − 1`` changes sign there). Four
-radix passes find ``t*`` exactly (a weighted selection over ``x`` and ``y``); ``Σ (x − t*)⁺``
-then rides on the ``rank_sums`` pass. ``x`` is never sorted.
+radix passes find ``t*`` exactly (a weighted selection over ``x`` and ``y``); for large sets
+``bracket`` first collects the ``x`` between two values of a sample that bracket ``t*``, so
+that the radix passes run only for rows the bracket misses. ``Σ (x − t*)⁺`` then rides on the
+``rank_sums`` pass. ``x`` is never sorted.
 """
 
 from __future__ import annotations
@@ -35,6 +39,17 @@ def _key(values):
 
 
 @triton.jit
+def _bucket(values, low, scale, buckets):
+    """``clamp(floor((v − low)·scale), −1, B) + 1`` as int32 (``_gpu.bucket_of``, the same
+    float32 operations; NaN lands in range)."""
+    above = values - low
+    raw = tl.floor(above * scale)
+    raw = tl.where(raw == raw, raw, tl.where(above > 0, buckets * 1.0, -1.0))  # NaN: ±inf·0
+    raw = tl.minimum(tl.maximum(raw, -1.0), buckets * 1.0)
+    return raw.to(tl.int32) + 1
+
+
+@triton.jit
 def _rank_sums_kernel(
     x_ptr,
     row_base_ptr,
@@ -48,7 +63,9 @@ def _rank_sums_kernel(
     ys_stride,
     table_ptr,
     table_stride,
-    bucket_shift,
+    low_ptr,
+    scale_ptr,
+    buckets,
     count_ptr,
     prefix_ptr,
     prefix_stride,
@@ -90,8 +107,8 @@ def _rank_sums_kernel(
         + b[None, :].to(tl.int64) * stride_b
     )
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    if TABLE:  # the y whose keys share x's top bits lie in [table[b], table[b + 1])
-        bucket = (_key(x) >> bucket_shift) & ((1 << (32 - bucket_shift)) - 1)
+    if TABLE:  # the y of x's bucket lie in [table[s], table[s + 1])
+        bucket = _bucket(x, tl.load(low_ptr + row), tl.load(scale_ptr + row), buckets)
         table_row = table_ptr + row.to(tl.int64) * table_stride + bucket
         lo = tl.load(table_row, mask=mask, other=0)
         hi = tl.load(table_row + 1, mask=mask, other=0)
@@ -136,14 +153,19 @@ def _radix_histogram_kernel(
     hist_ptr,
     shift,
     high_mask,
+    done_ptr,
     BLOCK_N: tl.constexpr,
     CHUNKS: tl.constexpr,
+    SKIP: tl.constexpr,
 ):
     """Add to ``hist[r, d]`` the ``x`` of row ``r`` whose key matches the row's prefix
     (``prefix_ptr``, int64) on the bits of ``high_mask`` and has digit
     ``d = (key >> shift) & 255``; each program counts ``CHUNKS`` tiles before one atomic
-    add per digit."""
+    add per digit. With ``SKIP``, rows whose ``done`` flag is set are left alone."""
     row = tl.program_id(0)
+    if SKIP:
+        if tl.load(done_ptr + row) != 0:
+            return
     prefix = tl.load(prefix_ptr + row).to(tl.int32)  # the low 32 bits
     counts = tl.zeros([256], dtype=tl.int32)
     for chunk in tl.static_range(CHUNKS):
@@ -171,13 +193,19 @@ def _radix_select_kernel(
     below_ptr,
     split_ptr,
     shift,
+    done_ptr,
     STEPS: tl.constexpr,
     LAST: tl.constexpr,
+    SKIP: tl.constexpr,
 ):
     """Choose row ``r``'s next digit: the first whose weight ``m·#{x <= end} + n·#{y <= end}``
     reaches ``n·m`` (``end`` = the digit's last key); update the prefix and the count of
-    ``x`` below it, clear the histogram; after the last digit write the value to ``split``."""
+    ``x`` below it, clear the histogram; after the last digit write the value to ``split``
+    (with ``SKIP``, not for rows whose ``done`` flag is set)."""
     row = tl.program_id(0)
+    if SKIP:
+        if tl.load(done_ptr + row) != 0:
+            return
     digits = tl.arange(0, 256)
     hist = tl.load(hist_ptr + row * 256 + digits).to(tl.int64)
     prefix = tl.load(prefix_ptr + row)
@@ -204,3 +232,39 @@ def _radix_select_kernel(
         signed = (prefix - 2147483648).to(tl.int32)
         bits = signed ^ ((signed >> 31) & 0x7FFFFFFF)
         tl.store(split_ptr + row, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _bracket_kernel(
+    x_ptr,
+    stride_r,
+    stride_a,
+    stride_b,
+    width_a,
+    width_b,
+    low_ptr,
+    high_ptr,
+    below_ptr,
+    total_ptr,
+    out_ptr,
+    capacity,
+    BLOCK_N: tl.constexpr,
+):
+    """One tile of row ``r``: count the ``x <= low[r]`` into ``below[r]`` and append the
+    ``x`` in ``(low[r], high[r]]`` to ``out[r, :capacity]`` (slots reserved with one atomic
+    add a tile on ``total[r]``, which counts every such ``x``, kept or not)."""
+    row = tl.program_id(0)
+    es = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    a = es // width_b
+    b = es - a * width_b
+    mask = es < width_a * width_b
+    offsets = row.to(tl.int64) * stride_r + a.to(tl.int64) * stride_a + b.to(tl.int64) * stride_b
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    low = tl.load(low_ptr + row)
+    inside = mask & (x > low) & (x <= tl.load(high_ptr + row))
+    tl.atomic_add(below_ptr + row, tl.sum((mask & (x <= low)).to(tl.int32), 0), sem="relaxed")
+    ones = inside.to(tl.int32)
+    start = tl.atomic_add(total_ptr + row, tl.sum(ones, 0), sem="relaxed")
+    slot = start + tl.cumsum(ones, 0) - 1
+    keep = inside & (slot < capacity)
+    tl.store(out_ptr + row.to(tl.int64) * capacity + slot, x, mask=keep)
