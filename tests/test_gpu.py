@@ -93,7 +93,7 @@ def _scores(heads: int, gen: int, prompt: int, kind: str) -> torch.Tensor:
 
 
 @needs_triton
-@pytest.mark.parametrize("prompt,gen", [(2048, 64), (8192, 16), (512, 256)])
+@pytest.mark.parametrize("prompt,gen", [(2048, 64), (8192, 16), (512, 256), (2048, 256)])
 @pytest.mark.parametrize("kind", ["random", "ties", "bf16"])
 def test_triton_statistics_equal_the_cpu_float64_reference(
     prompt: int, gen: int, kind: str

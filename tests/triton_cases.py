@@ -238,11 +238,11 @@ def test_units_key_expected_kernel_path_equals_the_reference(
 def test_row_cumsum_in_pieces_equals_one_scan() -> None:
     """Long rows are scanned in pieces; the sums are those of one scan (int32 exactly)."""
     gen = torch.Generator().manual_seed(9)
-    counts = torch.randint(0, 5, (3, 5000), generator=gen, dtype=torch.int32)
+    counts = torch.randint(0, 5, (3, 9000), generator=gen, dtype=torch.int32)
     torch.testing.assert_close(
         _gpu._row_cumsum(counts, torch.int32), counts.cumsum(-1, dtype=torch.int32), rtol=0, atol=0
     )
-    values = torch.randn(2, 4099, generator=gen, dtype=torch.float64)
+    values = torch.randn(2, 9217, generator=gen, dtype=torch.float64)
     torch.testing.assert_close(
         _gpu._row_cumsum(values, torch.float64), values.cumsum(-1), rtol=1e-12, atol=1e-12
     )

@@ -36,7 +36,7 @@ _DIGITS = 256  # 8-bit radix digits
 _TILE = 1024  # samples per program
 _TABLE_FROM = 1024  # self sets at least this large get a bucket table
 _PIECE = 1024  # row cumsums in pieces of this many entries
-_SAMPLED_FROM = 1 << 16  # cross sets at least this large bracket their crossing by a sample
+_SAMPLED_FROM = 1 << 19  # cross sets at least this large bracket their crossing by a sample
 _SAMPLES = 4096  # at most this many cross samples a row for the bracket
 _SIGMAS = 4.0  # the bracket's half-width, in standard deviations of a sample count
 _MAX_SCALE = 1e30  # buckets per unit of value: (v − low)·scale stays finite for finite v
@@ -127,7 +127,7 @@ def _row_cumsum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     scanned side by side, and each piece then adds the total of the pieces before it.
     """
     rows, width = values.shape
-    if width <= 2 * _PIECE:
+    if width <= 8 * _PIECE:  # a few pieces: one scan launches less
         return values.cumsum(-1, dtype=dtype)
     pieces = torch.nn.functional.pad(values, (0, -width % _PIECE)).view(rows, -1, _PIECE)
     inner = pieces.cumsum(-1, dtype=dtype)  # [R, P, piece]
