@@ -55,7 +55,13 @@ def test_block_expected_and_upper_match_pairwise_and_algorithm1(ties: bool) -> N
         assert float(gap[head]) == pytest.approx(xs.mean() - ys.mean(), rel=1e-12, abs=1e-12)
 
 
-def test_ragged_self_samples_match_the_reference() -> None:
+@pytest.mark.parametrize("bracket", [False, True])
+def test_ragged_self_samples_match_the_reference(
+    bracket: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if bracket:  # the crossing point from a sample's bracket, self sets padded
+        monkeypatch.setattr(_gpu, "_SAMPLED_FROM", 1)
+        monkeypatch.setattr(_gpu, "_SAMPLES", 32)
     block = _block(4, 7, 31, seed=2, ties=True)
     x, y = block[:, :, :31], _self(block, 31)
     valid = torch.rand(y.shape, generator=torch.Generator().manual_seed(3)) < 0.5

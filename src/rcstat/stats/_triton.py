@@ -142,6 +142,20 @@ def _rank_sums_kernel(
 
 
 @triton.jit
+def _row_tile(
+    x_ptr, row, tile, stride_r, stride_a, stride_b, width_a, width_b, BLOCK_N: tl.constexpr
+):
+    """``(x, mask)``: tile ``tile`` of row ``row``'s ``width_a·width_b`` samples (row-major
+    over the ``a`` and ``b`` axes, read through the strides) as float32, 0 past the end."""
+    es = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    a = es // width_b
+    b = es - a * width_b
+    mask = es < width_a * width_b
+    offsets = row.to(tl.int64) * stride_r + a.to(tl.int64) * stride_a + b.to(tl.int64) * stride_b
+    return tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32), mask
+
+
+@triton.jit
 def _radix_histogram_kernel(
     x_ptr,
     stride_r,
@@ -169,14 +183,11 @@ def _radix_histogram_kernel(
     prefix = tl.load(prefix_ptr + row).to(tl.int32)  # the low 32 bits
     counts = tl.zeros([256], dtype=tl.int32)
     for chunk in tl.static_range(CHUNKS):
-        es = (tl.program_id(1) * CHUNKS + chunk) * BLOCK_N + tl.arange(0, BLOCK_N)
-        a = es // width_b
-        b = es - a * width_b
-        mask = es < width_a * width_b
-        offsets = (
-            row.to(tl.int64) * stride_r + a.to(tl.int64) * stride_a + b.to(tl.int64) * stride_b
+        tile = tl.program_id(1) * CHUNKS + chunk
+        x, mask = _row_tile(
+            x_ptr, row, tile, stride_r, stride_a, stride_b, width_a, width_b, BLOCK_N
         )
-        key = _key(tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32))
+        key = _key(x)
         match = mask & (((key ^ prefix) & high_mask) == 0)
         counts += tl.histogram((key >> shift) & 255, 256, mask=match)  # [256]
     tl.atomic_add(hist_ptr + row * 256 + tl.arange(0, 256), counts, sem="relaxed")
@@ -254,12 +265,9 @@ def _bracket_kernel(
     ``x`` in ``(low[r], high[r]]`` to ``out[r, :capacity]`` (slots reserved with one atomic
     add a tile on ``total[r]``, which counts every such ``x``, kept or not)."""
     row = tl.program_id(0)
-    es = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    a = es // width_b
-    b = es - a * width_b
-    mask = es < width_a * width_b
-    offsets = row.to(tl.int64) * stride_r + a.to(tl.int64) * stride_a + b.to(tl.int64) * stride_b
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    x, mask = _row_tile(
+        x_ptr, row, tl.program_id(1), stride_r, stride_a, stride_b, width_a, width_b, BLOCK_N
+    )
     low = tl.load(low_ptr + row)
     inside = mask & (x > low) & (x <= tl.load(high_ptr + row))
     tl.atomic_add(below_ptr + row, tl.sum((mask & (x <= low)).to(tl.int32), 0), sem="relaxed")
