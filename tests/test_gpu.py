@@ -78,10 +78,10 @@ def test_analyze_on_cuda_equals_cpu() -> None:
 needs_triton = pytest.mark.skipif(not triton_available("cuda"), reason="needs Triton")
 
 
-def _scores(heads: int, gen: int, prompt: int, kind: str) -> torch.Tensor:
+def _scores(heads: int, gen: int, prompt: int, kind: str, seed: int = 0) -> torch.Tensor:
     """A generation block of raw scores ``[H, g, m + g]`` on the GPU: random with the spread of
     real heads, integer-valued (many ties) or rounded to bfloat16."""
-    gen_ = torch.Generator().manual_seed(prompt + gen)
+    gen_ = torch.Generator().manual_seed(prompt + gen + 7919 * seed)
     scale = torch.rand(heads, 1, 1, generator=gen_) * 60 + 1
     block = torch.randn(heads, gen, prompt + gen, generator=gen_) * scale
     block[:, :, :7] += 200.0  # attention-sink-like keys
@@ -150,9 +150,11 @@ def test_triton_path_never_waits_for_the_device() -> None:
     block = _scores(32, 64, 2048, "random")
     cross = block[:, :8, :2048].transpose(1, 2)
     y = self_samples(block, 2048)
+    large = _scores(8, 256, 2048, "random")  # 2^19 cross samples a head: the bracket
 
     def run() -> None:
         block_statistics(block, 2048, check_finite=False, lower=False)
+        block_statistics(large, 2048, check_finite=False, lower=False)
         expected_rc_shared(cross, y, check_finite=False)
 
     run()  # compiles the kernels and caches the gather index
@@ -254,6 +256,27 @@ def test_graphed_calls_replay_what_eager_computes() -> None:
         torch.testing.assert_close(calls("s", syncs, x), x * 3)
     calls.close()
     assert not calls._graphs
+
+
+@needs_triton
+def test_statistics_with_the_bracket_replay_as_a_graph() -> None:
+    """The crossing point's bracket (sort, collection, selection) is captured, not left to
+    eager calls, and its replays give the eager values."""
+    from rcstat.capture.graphs import GraphedCalls
+
+    calls = GraphedCalls()
+
+    def stats(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = block_statistics(block, 2048, check_finite=False, lower=False)
+        return out.expected, out.upper
+
+    for seed in range(3):  # eager, captured, replayed
+        block = _scores(8, 256, 2048, "random", seed=seed)
+        got, want = calls("stats", stats, block), stats(block)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    assert all(graph is not None for graph in calls._graphs.values()) and calls._graphs
+    calls.close()
 
 
 def test_analysis_with_graphs_equals_eager_layers() -> None:
