@@ -14,11 +14,14 @@ import os
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from rcstat.stats import _gpu, rc_statistics
+from rcstat.stats._triton import _key
 from tests._reference import algorithm1, naive_expected_rc
 
 
@@ -140,11 +143,20 @@ def test_the_bracket_settles_ordinary_rows_and_only_exact_ones(
         _minimises_the_split_objective(x[settled], y[settled], t[settled])
 
 
+@triton.jit
+def _keys_of(values_ptr, out_ptr, N: tl.constexpr) -> None:
+    index = tl.arange(0, N)
+    tl.store(out_ptr + index, _key(tl.load(values_ptr + index)))
+
+
 def test_keys_sort_like_the_values() -> None:
+    """The kernels' radix key of a float32 (int32 bits read as unsigned) sorts like it."""
     values = torch.tensor([-np.inf, -3e38, -1.0, -1e-45, -0.0, 0.0, 1e-45, 2.0, 3e38, np.inf])
-    keys = _gpu._keys(values)
-    assert bool((keys[1:] >= keys[:-1]).all()) and keys.min() >= 0 and keys.max() < 2**32
-    assert len(set(keys.tolist())) == len(values)  # -0.0 and 0.0 apart, nothing merged
+    values = torch.cat([values, torch.zeros(6)])  # a power of two; the zeros are not compared
+    out = torch.zeros(16, dtype=torch.int32)
+    _keys_of[(1,)](values, out, N=16)
+    keys = out[:10].long() % 2**32  # the unsigned keys
+    assert bool((keys[1:] > keys[:-1]).all())  # -0.0 and 0.0 apart, nothing merged
 
 
 def test_non_finite_samples_make_the_sums_non_finite() -> None:

@@ -275,14 +275,6 @@ def _next_pow2(value: int) -> int:
     return 1 << max(0, value - 1).bit_length()
 
 
-def _keys(values: torch.Tensor) -> torch.Tensor:
-    """Unsigned radix keys (int64 in ``[0, 2³²)``) that sort like the float32 ``values`` (the
-    kernels' ``_key``)."""
-    bits = values.float().view(torch.int32).long()
-    flipped = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order
-    return flipped + (1 << 31)
-
-
 def _int32(value: int) -> int:
     """A 32-bit pattern as the signed int Triton passes as ``i32``."""
     return value - (1 << 32) if value >= 1 << 31 else value
