@@ -74,7 +74,7 @@ CARD_GIB = {"h100": 78.0, "h200": 139.0}  # memory torch can use, for --dry-run'
 BUILD_DENSE = 2.5  # a ragged layer's build: its dense copy (x2 in DynamicLayer's cat) + indices
 
 
-def graphed(step: Callable[[], None], replays: int) -> float:
+def graphed(step: Callable[[], object], replays: int) -> float:
     """Mean milliseconds of one replay of ``step`` recorded as a CUDA graph (as many replays as
     fit in :data:`TIMED_S`, between 3 and ``replays``)."""
     stream = torch.cuda.Stream()
