@@ -94,9 +94,10 @@ def refine_grid(best: list[KernelConfig], done: set[KernelConfig]) -> list[Kerne
 
 
 def label(config: KernelConfig) -> str:
+    layout = {None: "", True: " list", False: " seg"}[config.work_list]
     return (
         f"{config.pv:>6} n{config.block_n:<3} w{config.num_warps} s{config.num_stages} "
-        f"x{config.waves}"
+        f"x{config.waves or '-'}{layout}"
     )
 
 
@@ -126,6 +127,11 @@ class Case:
     def rows(self) -> int:
         """The plan's row bound: the longest segment plus the room, over the layers."""
         return max(p.max_len + p.room for p in self.packed)
+
+    @property
+    def capacity(self) -> int:
+        """The plan's bound on all rows of a layer, over the layers."""
+        return max(p.capacity for p in self.packed)
 
 
 def exact_output(query: torch.Tensor, packed: PackedKV) -> torch.Tensor:
@@ -197,7 +203,7 @@ def sdpa_ms(case: Case, replays: int) -> float:
 def plan_of(case: Case, config: KernelConfig, sms: int) -> SplitPlan:
     from rcstat.press.decode_kernel import split_plan
 
-    return split_plan(case.segments, case.rows, DIM, sms, config=config)
+    return split_plan(case.segments, case.rows, case.capacity, DIM, sms, config=config)
 
 
 def check(case: Case, plan: SplitPlan, config: KernelConfig) -> dict[str, Any]:
@@ -271,7 +277,8 @@ def measure(
             **dataclasses.asdict(config),
             "splits": plan.splits,
             "chunk": plan.chunk,
-            "programs": case.segments * plan.splits,
+            "plan_work_list": plan.work_list,
+            "programs": plan.splits if plan.work_list else case.segments * plan.splits,
         }
         try:
             row |= check(case, plan, config)
@@ -294,7 +301,7 @@ def measure(
         flag = "" if row["ok"] else f"  FAILS the check (rel {row['rel_error']:.1e})"
         print(
             f"B={case.batch} {label(config)}: {ms * 1e3:7.1f} µs {tbps:5.2f} TB/s{of_peak} "
-            f"{row['ratio']:.2f}× sdpa, {plan.splits} splits{flag}",
+            f"{row['ratio']:.2f}× sdpa, {row['programs']} programs{flag}",
             flush=True,
         )
     return rows
@@ -315,12 +322,16 @@ def summary(rows: list[dict[str, Any]], batches: list[int], peak: float | None) 
         skipped = sum(1 for r in rows if r["batch"] == batch and "error" in r)
         sdpa = timed[0]["sdpa_ms"] if timed else math.nan
         print(f"\n== batch {batch}: sdpa (full cache) {sdpa * 1e3:.1f} µs per layer ==")
-        print("    pv block warps stages waves splits      µs   TB/s  of peak  ×sdpa  rel err  ok")
+        print(
+            "    pv block warps stages waves  list programs      µs   TB/s  of peak  ×sdpa  "
+            "rel err  ok"
+        )
         for r in timed:
             of_peak = f"{r['of_peak']:7.0%}" if peak else "      -"
             print(
                 f"{r['pv']:>6} {r['block_n']:5} {r['num_warps']:5} {r['num_stages']:6} "
-                f"{r['waves']:5} {r['splits']:6} {r['ms'] * 1e3:7.1f} {r['tbps']:6.2f} "
+                f"{r['waves'] or '-':>5} {'yes' if r['plan_work_list'] else 'no':>5} "
+                f"{r['programs']:8} {r['ms'] * 1e3:7.1f} {r['tbps']:6.2f} "
                 f"{of_peak}  {r['ratio']:5.2f}  {r['rel_error']:.1e}  {'yes' if r['ok'] else 'NO'}"
             )
         if skipped:

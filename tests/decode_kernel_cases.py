@@ -22,6 +22,7 @@ from rcstat.press.decode_kernel import (
     PV,
     KernelConfig,
     SplitPlan,
+    list_bound,
     split_decode_attention,
     split_plan,
 )
@@ -42,11 +43,23 @@ def _lengths(segments: int, gen: torch.Generator, longest: int) -> list[int]:
     return lengths
 
 
-PLANS = {
+PLANS: dict[str, tuple[int, int, int] | None] = {  # chunk, block_n, spare programs
     "default": None,  # split_plan with 4 "SMs": a few splits per segment
-    "one split": SplitPlan(splits=1, chunk=96, block_n=32),
-    "chunks mid-tile": SplitPlan(splits=9, chunk=11, block_n=16),
+    "one split": (96, 32, 0),
+    "chunks mid-tile": (11, 16, 0),
+    "work list": (16, 16, 0),
+    "work list, chunks mid-tile": (11, 16, 5),  # 5 programs past the last chunk
+    "work list, one chunk per segment": (96, 32, 0),
 }
+
+
+def _plan(name: str, segments: int, capacity: int) -> SplitPlan | None:
+    if PLANS[name] is None:
+        return None
+    chunk, block_n, spare = PLANS[name]  # type: ignore[misc]
+    if name.startswith("work list"):
+        return SplitPlan(list_bound(segments, capacity, chunk) + spare, chunk, block_n, True)
+    return SplitPlan(-(-96 // chunk), chunk, block_n)  # 96 >= the longest segment + room
 
 
 @pytest.mark.parametrize("plan", list(PLANS))
@@ -60,7 +73,9 @@ def test_split_kernel_equals_the_reference_and_a_softmax_loop(
     packed = ragged_layout(_lengths(batch * kv_heads, gen, 90), room, dim, gen, kv_heads=kv_heads)
     query = torch.randn(batch, kv_heads * group, 1, dim, generator=gen)
     scaling = dim**-0.5
-    got = split_decode_attention(query, packed, scaling, PLANS[plan])
+    got = split_decode_attention(
+        query, packed, scaling, _plan(plan, batch * kv_heads, packed.capacity)
+    )
     assert got.shape == (batch, 1, kv_heads * group, dim) and got.dtype == torch.float32
     assert not got.isnan().any()  # empty segments give zeros
     torch.testing.assert_close(
@@ -72,19 +87,23 @@ def test_split_kernel_equals_the_reference_and_a_softmax_loop(
     assert torch.equal(got[:, 0][~live], torch.zeros_like(got[:, 0][~live]))
 
 
+@pytest.mark.parametrize("work_list", [False, True])
 @pytest.mark.parametrize("block_n", [16, 64])
 @pytest.mark.parametrize("group", [1, 3, 4])
 @pytest.mark.parametrize("pv", ["half2", "tf32x3", "tf32", "half", "fma"])
-def test_every_launch_config_equals_a_softmax_loop(pv: PV, group: int, block_n: int) -> None:
-    """Each ``p·v`` variant (fp32 inputs: exact products whatever the variant), tile size and
-    plan aim (``waves``); ``fma`` pads the group to a power of two only (3 → 4, 1 → 1)."""
+def test_every_launch_config_equals_a_softmax_loop(
+    pv: PV, group: int, block_n: int, work_list: bool
+) -> None:
+    """Each ``p·v`` variant (fp32 inputs: exact products whatever the variant), tile size, plan
+    aim (``waves``) and layout; ``fma`` pads the group to a power of two only (3 → 4, 1 → 1)."""
     gen = torch.Generator().manual_seed(block_n + group)
     batch, kv_heads, dim = 2, 2, 64
     packed = ragged_layout(_lengths(batch * kv_heads, gen, 150), 3, dim, gen, kv_heads=kv_heads)
     query = torch.randn(batch, kv_heads * group, 1, dim, generator=gen)
-    config = KernelConfig(block_n=block_n, num_warps=2, num_stages=1, pv=pv, waves=2)
-    plan = split_plan(batch * kv_heads, packed.max_len + packed.room, dim, 4, config=config)
-    assert plan.block_n == block_n and plan.splits > 1
+    config = KernelConfig(block_n, 2, 1, pv=pv, waves=2, work_list=work_list)
+    rows, capacity = packed.max_len + packed.room, packed.capacity
+    plan = split_plan(batch * kv_heads, rows, capacity, dim, 4, config=config)
+    assert plan.block_n == block_n and plan.splits > 1 and plan.work_list == work_list
     got = split_decode_attention(query, packed, 0.125, config=config)
     torch.testing.assert_close(
         got.double(), naive_attention(query, packed, 0.125), rtol=1e-5, atol=1e-5
@@ -118,8 +137,19 @@ def test_query_read_through_its_strides() -> None:
 
 def test_a_plan_that_misses_rows_is_refused() -> None:
     packed = ragged_layout([5, 40], 3, 64, torch.Generator().manual_seed(4), kv_heads=1)
+    query = torch.randn(2, 1, 1, 64)
     with pytest.raises(ValueError, match="does not cover"):
-        split_decode_attention(torch.randn(2, 1, 1, 64), packed, 0.125, SplitPlan(2, 16, 16))
+        split_decode_attention(query, packed, 0.125, SplitPlan(2, 16, 16))
+    # 51 rows in all: chunks of 16 need up to ceil(51 / 16) + 1 = 5 programs
+    assert list_bound(2, packed.capacity, 16) == 5
+    with pytest.raises(ValueError, match="does not cover"):
+        split_decode_attention(query, packed, 0.125, SplitPlan(4, 16, 16, work_list=True))
+    with pytest.raises(ValueError, match="does not cover"):
+        split_decode_attention(query, packed, 0.125, SplitPlan(9, 0, 16, work_list=True))
+    got = split_decode_attention(query, packed, 0.125, SplitPlan(5, 16, 16, work_list=True))
+    torch.testing.assert_close(
+        got.double(), naive_attention(query, packed, 0.125), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_in_place_appends_keep_the_plan_until_the_repack() -> None:
@@ -141,13 +171,16 @@ def test_in_place_appends_keep_the_plan_until_the_repack() -> None:
         packed = layer.packed
         assert packed is not None
         query = torch.randn(batch, kv_heads * group, 1, dim, generator=gen)
-        bounds.append(packed.max_len + packed.room)
-        plans.append(split_plan(batch * kv_heads, bounds[-1], dim, 4))
+        bounds.append((packed.max_len + packed.room, packed.capacity))
+        for work_list in (False, True):
+            config = KernelConfig(64, work_list=work_list)
+            plans.append(split_plan(batch * kv_heads, *bounds[-1], dim, 4, config=config))
         got = packed_attention(query, packed, scaling=0.125, backend="split")
         want = naive_attention(query, packed, 0.125)
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
-    assert bounds[0] == bounds[1] == bounds[2] < bounds[3]  # the room doubles at the repack
-    assert plans[0] == plans[1] == plans[2]
+    assert bounds[0] == bounds[1] == bounds[2] != bounds[3]  # the room doubles at the repack
+    assert bounds[2][0] < bounds[3][0] and bounds[2][1] < bounds[3][1]
+    assert plans[0:2] == plans[2:4] == plans[4:6]
 
 
 def test_greedy_generation_with_nothing_evicted_equals_the_dense_cache() -> None:

@@ -117,11 +117,15 @@ def test_the_split_plan_takes_host_integers_only() -> None:
     from rcstat.press.decode_kernel import split_plan
 
     with pytest.raises(TypeError, match="rows must be a host int"):
-        split_plan(8, torch.tensor(4096), 128, 132)  # type: ignore[arg-type]
+        split_plan(8, torch.tensor(4096), 9000, 128, 132)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="capacity must be a host int"):
+        split_plan(8, 4096, torch.tensor(9000), 128, 132)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="segments must be a host int"):
-        split_plan(torch.tensor(8), 4096, 128, 132)  # type: ignore[arg-type]
+        split_plan(torch.tensor(8), 4096, 9000, 128, 132)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="sms must be >= 1"):
-        split_plan(8, 4096, 128, 0)
+        split_plan(8, 4096, 9000, 128, 0)
+    with pytest.raises(ValueError, match="capacity must be >= 0"):
+        split_plan(8, 4096, -1, 128, 132)
 
 
 @given(
@@ -136,7 +140,10 @@ def test_the_split_plan_covers_every_row_and_fills_the_device(
     pytest.importorskip("triton")
     from rcstat.press.decode_kernel import _MAX_SPLITS, _WAVES, split_plan
 
-    plan = split_plan(segments, rows, dim, sms)
+    plan = split_plan(segments, rows, segments * rows, dim, sms)
+    assert plan.work_list == (4 * segments <= sms)  # few segments: a work list
+    if plan.work_list:
+        return  # its own test below
     assert plan.splits * plan.chunk >= rows  # every live row is read
     assert plan.chunk % plan.block_n == 0 and plan.chunk >= plan.block_n
     assert rows == 0 or (plan.splits - 1) * plan.chunk < rows  # no split past the bound
@@ -151,14 +158,17 @@ def test_the_default_config_is_the_launch_of_a_head_dim() -> None:
     pytest.importorskip("triton")
     from rcstat.press.decode_kernel import KernelConfig, kernel_config, split_plan
 
-    assert kernel_config(64) == KernelConfig(block_n=128, num_warps=4, num_stages=3, waves=4)
+    assert kernel_config(64) == KernelConfig(block_n=128, num_warps=4, num_stages=3)
     assert kernel_config(128).block_n == 64 and kernel_config(256).block_n == 32
     assert kernel_config(128).pv == "auto"
     assert kernel_config(128).for_dtype(torch.bfloat16).pv == "half2"
     assert kernel_config(128).for_dtype(torch.float16).pv == "half2"
     for dim in (64, 128, 256):
-        plan = split_plan(8, 65_600, dim, 132)
-        assert plan == split_plan(8, 65_600, dim, 132, config=kernel_config(dim))
+        for segments in (8, 64):
+            plan = split_plan(segments, 12_000, 65_600, dim, 132)
+            config = kernel_config(dim)
+            assert plan == split_plan(segments, 12_000, 65_600, dim, 132, config=config)
+            assert plan.work_list == (segments == 8)
     for bad in (
         dict(block_n=48),
         dict(block_n=8),
@@ -184,9 +194,9 @@ def test_a_plan_from_any_config_covers_every_row_and_aims_at_its_waves(
     pytest.importorskip("triton")
     from rcstat.press.decode_kernel import _MAX_SPLITS, KernelConfig, split_plan
 
-    config = KernelConfig(block_n=block_n, waves=waves)
-    plan = split_plan(segments, rows, 128, sms, config=config)
-    assert plan.block_n == block_n
+    config = KernelConfig(block_n=block_n, waves=waves, work_list=False)
+    plan = split_plan(segments, rows, segments * rows, 128, sms, config=config)
+    assert plan.block_n == block_n and not plan.work_list
     assert plan.splits * plan.chunk >= rows
     assert plan.chunk % block_n == 0 and plan.chunk >= block_n
     assert rows == 0 or (plan.splits - 1) * plan.chunk < rows
@@ -194,6 +204,34 @@ def test_a_plan_from_any_config_covers_every_row_and_aims_at_its_waves(
     tiles = -(-rows // block_n)
     floor = min(waves * sms, segments * _MAX_SPLITS, segments * tiles)
     assert floor <= 2 * segments * plan.splits <= 2 * (waves * sms + segments)
+
+
+@given(
+    lengths=st.lists(st.integers(0, 5000), min_size=1, max_size=64),
+    room=st.integers(0, 300),
+    block_n=st.sampled_from([16, 64, 128]),
+    waves=st.sampled_from([None, 1, 2, 4]),
+    sms=st.integers(1, 200),
+)
+def test_a_work_list_has_a_program_for_every_chunk_and_about_waves_per_sm(
+    lengths: list[int], room: int, block_n: int, waves: int | None, sms: int
+) -> None:
+    """The plan is made from the capacity (live rows + room of every segment) before any token
+    is appended; the chunks of the lengths at any later step (each segment grown by at most its
+    room) fit in its programs, counted here one segment at a time."""
+    pytest.importorskip("triton")
+    from rcstat.press.decode_kernel import KernelConfig, split_plan
+
+    segments, capacity = len(lengths), sum(lengths) + len(lengths) * room
+    config = KernelConfig(block_n=block_n, waves=waves, work_list=True)
+    plan = split_plan(segments, max(lengths) + room, capacity, 128, sms, config=config)
+    assert plan.work_list and plan.block_n == block_n and plan.chunk % 16 == 0
+    full = sum(-(-(n + room) // plan.chunk) for n in lengths)  # every room filled
+    assert sum(-(-n // plan.chunk) for n in lengths) <= full <= plan.splits
+    slots = (1 if waves is None else waves) * sms
+    assert plan.splits <= slots + segments - 1  # at most one short chunk per segment beyond
+    if capacity >= 16 * slots:  # chunks as short as the capacity allows
+        assert -(-capacity // plan.chunk) >= slots // 2
 
 
 # -- CUDA --------------------------------------------------------------------------------------
@@ -208,7 +246,7 @@ def _lengths(segments: int, longest: int, gen: torch.Generator) -> list[int]:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("dim", [64, 128, 256])
 @pytest.mark.parametrize("group", [1, 4, 8])
-@pytest.mark.parametrize("splits", ["plan", "one"])
+@pytest.mark.parametrize("splits", ["plan", "one", "per segment"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_half_precision_on_cuda_within_2e_3_of_float64(
@@ -217,15 +255,17 @@ def test_half_precision_on_cuda_within_2e_3_of_float64(
     """Relative error ``‖out − r(oracle)‖ / ‖oracle‖ <= 2e-3``, with ``r`` the rounding to the
     output dtype (rounding alone costs bf16 ~1.7e-3 against the exact oracle), and every element
     within one unit in the last place of it."""
-    from rcstat.press.decode_kernel import SplitPlan, split_decode_attention
+    from rcstat.press.decode_kernel import KernelConfig, SplitPlan, split_decode_attention
 
     gen = torch.Generator().manual_seed(dim * group)
     batch, kv_heads = 2, 4
     lengths = _lengths(batch * kv_heads, 3000, gen)
     packed = ragged_layout(lengths, 7, dim, gen, kv_heads=kv_heads, dtype=dtype, device="cuda")
     query = torch.randn(batch, kv_heads * group, 1, dim, generator=gen).to("cuda", dtype)
-    plan = None if splits == "plan" else SplitPlan(1, 3072, 64 if dim < 256 else 32)
-    got = split_decode_attention(query, packed, dim**-0.5, plan).cpu()
+    block_n = 64 if dim < 256 else 32
+    plan = SplitPlan(1, 3072, block_n) if splits == "one" else None  # "plan": a work list here
+    config = KernelConfig(block_n, work_list=False) if splits == "per segment" else None
+    got = split_decode_attention(query, packed, dim**-0.5, plan, config=config).cpu()
     want = naive_attention(query, packed, dim**-0.5)
     rounded = want.to(dtype).double()
     assert (got.double() - rounded).norm() <= 2e-3 * want.norm()
@@ -256,11 +296,20 @@ def _token(gen: torch.Generator, dtype: torch.dtype, heads: int = 8) -> torch.Te
     return torch.randn(2, heads, 1, 128, generator=gen).to("cuda", dtype)
 
 
+@pytest.mark.parametrize("work_list", [True, False])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_graph_replay_of_later_steps_equals_eager() -> None:
+def test_graph_replay_of_later_steps_equals_eager(work_list: bool) -> None:
     """A graph recorded at one step replays the next ones (appended in place, no repack): the
-    plan depends on ``max_len + room`` only, the kernels read ``seg_len`` on the device."""
+    plan depends on ``max_len + room`` and the capacity only, the kernels read ``seg_len`` on the
+    device. Both layouts of the plan; the work list's chunks grow in number as tokens come."""
+    from rcstat.press.decode_kernel import KernelConfig, split_decode_attention
+
+    config = KernelConfig(block_n=64, work_list=work_list)
+
+    def attend(query: torch.Tensor, packed: Any) -> torch.Tensor:
+        return split_decode_attention(query, packed, 128**-0.5, config=config)
+
     dtype = torch.bfloat16
     cache, gen = _decode_layer(dtype, slack=16)
     layer = cache.layer(0)
@@ -271,18 +320,20 @@ def test_graph_replay_of_later_steps_equals_eager() -> None:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        packed_attention(query, packed, scaling=128**-0.5, backend="split")  # compiles
+        attend(query, packed)  # compiles
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = packed_attention(query, packed, scaling=128**-0.5, backend="split")
+        out = attend(query, packed)
     for _ in range(10):
         layer.update(_token(gen, dtype), _token(gen, dtype))
         assert layer.packed is packed  # in place
         query.copy_(_token(gen, dtype, heads=32))
         graph.replay()
-        eager = packed_attention(query, packed, scaling=128**-0.5, backend="split")
-        assert torch.equal(out, eager)
+        assert torch.equal(out, attend(query, packed))
+        if work_list:  # the default plan here (16 segments)
+            eager = packed_attention(query, packed, scaling=128**-0.5, backend="split")
+            assert torch.equal(out, eager)
         reference = packed_attention(query, packed, scaling=128**-0.5, backend="reference")
         torch.testing.assert_close(out, reference, rtol=2e-2, atol=2e-3)
 

@@ -1,26 +1,41 @@
 """Split-KV ("flash-decoding") attention of one new token over a packed ragged layer (Triton).
 
 The decode step of a compressed layer reads each kept key/value row once; what limits it is
-how many streaming multiprocessors read at the same time. torch's varlen flash attention gives
-each (batch, KV head) segment one program, so a batch-1 step of an 8-KV-head model keeps 8 of
-~132 SMs busy. Here every segment is cut into ``splits`` contiguous chunks of rows:
+how many streaming multiprocessors read at the same time, and whether they read about as much.
+torch's varlen flash attention gives each (batch, KV head) segment one program, so a batch-1
+step of an 8-KV-head model keeps 8 of ~132 SMs busy. Here the live rows are cut into chunks:
 
-1. :func:`_split_kernel`, grid ``(segments, splits)``: a program streams its chunk of one
-   segment's live rows in tiles of ``BLOCK_N``, each tile loaded once for all ``group`` query
-   heads of the segment's KV head (GQA), and keeps the online-softmax state in fp32 (running
-   max ``m``, sum ``l``, unnormalised accumulator ``acc``); it writes partials
-   ``[S, splits, group]`` (``m``, ``l``) and ``[S, splits, group, dim]`` (``acc``);
-2. :func:`_combine_kernel`, grid ``(segments, group)``: merges the live splits of a head,
+1. :func:`_split_kernel` gives each program one chunk of one segment's live rows. It streams
+   the chunk in tiles of ``BLOCK_N``, each tile loaded once for all ``group`` query heads of
+   the segment's KV head (GQA), and keeps the online-softmax state in fp32 (running max ``m``,
+   sum ``l``, unnormalised accumulator ``acc``); it writes partials ``[items, group]``
+   (``m``, ``l``) and ``[items, group, dim]`` (``acc``). The chunks are laid out one of two ways
+   (:class:`SplitPlan`):
+
+   - *per segment* (many segments): grid ``(segments, splits)``, chunk ``i`` of every segment
+     is rows ``[i·chunk, (i + 1)·chunk)``, the item ``segment · splits + i``; chunks past a
+     segment's end return at once;
+   - *a work list* (few segments, e.g. batch 1): the chunks of every segment, segment after
+     segment, are the items of a 1-D grid; a program finds its segment from a running sum of
+     ``ceil(len / chunk)``. Segments of unequal length (the head-wise budget) then give every
+     program about the same rows, where a per-segment grid would leave SMs idle beside the
+     longest segment's chunks;
+2. :func:`_combine_kernel`, grid ``(segments, group)``: merges the chunks of a head,
    ``out = Σ_i 2^(m_i − M) acc_i / Σ_i 2^(m_i − M) l_i`` with ``M = max_i m_i``, into the
    output in the query's dtype (zeros for an empty segment).
 
+On cards with programmatic dependent launch (compute capability 9+), the two kernels are
+launched with it: the merge is scheduled while the split kernel runs and waits for it on the
+device (``griddepcontrol.wait``), so the gap between two launches is hidden; each kernel waits
+before its first read, so the results are those of a plain launch.
+
 The split plan (:func:`split_plan`) is made from host integers only: the number of segments,
-the row bound ``max_len + room`` of the layout (every live row of a segment lies below it, and
-it does not change while tokens are appended in place: ``max_len`` grows by one as ``room``
-shrinks by one, see ``cache.py``), the head dim and the SM count (read once per device). The
-kernels read the live lengths ``seg_len`` on the device, so a step neither waits for the device
-nor changes shape between repacks, and a CUDA graph recorded after a repack replays every
-later step until the next one. See ``docs/press.md``.
+the row bound ``max_len + room`` of every segment and the capacity of the layout (every live
+row lies below these, and they do not change while tokens are appended in place: ``max_len``
+grows by one as ``room`` shrinks by one, see ``cache.py``), the head dim and the SM count (read
+once per device). The kernels read the live lengths ``seg_len`` on the device, so a step
+neither waits for the device nor changes shape between repacks, and a CUDA graph recorded after
+a repack replays every later step until the next one. See ``docs/press.md``.
 
 The launch knobs (rows per tile, warps, software-pipeline stages, how ``p·v`` is multiplied,
 programs per SM) are a :class:`KernelConfig`; :func:`kernel_config` gives the default of a head
@@ -45,7 +60,10 @@ from rcstat.press.layout import PackedKV
 _LOG2E = 1.4426950408889634
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity": NEG − NEG = 0, never NaN
 _SPLIT_TILE = 32  # splits merged per iteration of the combine kernel
-_WAVES = 4  # programs per SM the plan aims at (measured best on H200: docs/benchmarks.md)
+_WAVES = 4  # programs per SM of a per-segment plan (measured best on H200: docs/benchmarks.md)
+_LIST_WAVES = 1  # programs per SM of a work list (measured best on H100: docs/benchmarks.md)
+_LIST_SEGMENTS = 4  # a work list when segments · this <= SMs
+_CHUNK_ROWS = 16  # a work list's chunks are a multiple of this many rows
 _MAX_SPLITS = 512
 _STAGES = 3  # Triton's default software-pipeline depth on CUDA
 
@@ -76,14 +94,23 @@ class KernelConfig:
         ``"fma"`` no tensor cores: ``q·k`` and ``p·v`` as fp32 broadcast products and sums, the
         group padded to a power of two only (tensor-core tiles pad it to 16 rows).
     waves
-        Programs per SM the split plan aims at (``segments · splits ≈ waves · sms``).
+        Programs per SM the split plan aims at; ``None`` (the default): 4 for a per-segment
+        plan, 1 for a work list.
+    work_list
+        Cut the rows as a work list (``True``) or per segment (``False``); ``None`` (the
+        default): a work list when the segments fill at most a quarter of the SMs.
+    pdl
+        Launch with programmatic dependent launch where the card has it (compute capability
+        9+; elsewhere, and under Triton's interpreter, a plain launch).
     """
 
     block_n: int
     num_warps: int = 4
     num_stages: int = _STAGES
     pv: PV = "auto"
-    waves: int = _WAVES
+    waves: int | None = None
+    work_list: bool | None = None
+    pdl: bool = True
 
     def for_dtype(self, dtype: torch.dtype) -> KernelConfig:
         """This config with ``pv="auto"`` resolved for values of ``dtype``."""
@@ -94,7 +121,7 @@ class KernelConfig:
             raise ValueError(f"block_n must be a power of two >= 16, got {self.block_n}")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
-        if self.num_stages < 1 or self.waves < 1:
+        if self.num_stages < 1 or (self.waves is not None and self.waves < 1):
             raise ValueError(f"num_stages and waves must be >= 1, got {self}")
         if self.pv not in get_args(PV):
             raise ValueError(f"pv must be one of {get_args(PV)}, got {self.pv!r}")
@@ -102,12 +129,16 @@ class KernelConfig:
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """How the rows of every segment are cut: ``splits`` chunks of ``chunk`` rows, read in
-    tiles of ``block_n`` rows. ``splits · chunk`` covers the row bound of the layout."""
+    """How the live rows are cut: chunks of ``chunk`` rows, read in tiles of ``block_n`` rows.
+
+    Per segment (``work_list=False``): ``splits`` chunks per segment, ``splits · chunk``
+    covering the row bound of every segment. A work list: ``splits`` programs, at least the
+    number of chunks of all segments together, ``ceil(capacity / chunk) + segments``."""
 
     splits: int
     chunk: int
     block_n: int
+    work_list: bool = False
 
 
 def _tile_rows(dim: int) -> int:
@@ -118,18 +149,37 @@ def _tile_rows(dim: int) -> int:
 def kernel_config(dim: int) -> KernelConfig:
     """The default launch knobs for head dim ``dim``: tiles of about 16 KiB of fp16/bf16 keys
     (128 rows at dim 64, 64 at 128, 32 at 256), 4 warps, 3 stages, ``p·v`` by dtype
-    (``"auto"``), 4 programs per SM (the best of a sweep on an H200, docs/benchmarks.md).
+    (``"auto"``), the plan's layout and programs per SM by the number of segments (a work list
+    at one program per SM for few segments, the best on an H100; per segment at 4 programs per
+    SM otherwise, the best of a sweep on an H200; docs/benchmarks.md), programmatic dependent
+    launch where the card has it.
 
     Examples
     --------
-    >>> kernel_config(128)
-    KernelConfig(block_n=64, num_warps=4, num_stages=3, pv='auto', waves=4)
+    >>> config = kernel_config(128)
+    >>> config.block_n, config.num_warps, config.num_stages, config.pv
+    (64, 4, 3, 'auto')
+    >>> config.waves, config.work_list, config.pdl  # chosen with the plan, on the card
+    (None, None, True)
     """
     return KernelConfig(block_n=_tile_rows(dim))
 
 
+def list_bound(segments: int, capacity: int, chunk: int) -> int:
+    """The most chunks of ``chunk`` rows that ``segments`` segments holding at most
+    ``capacity`` rows together can have: ``Σ ceil(len_s / chunk) <= ceil(Σ len_s / chunk) +
+    segments − 1`` (each segment's last chunk may be short)."""
+    return max(1, -(-capacity // chunk) + segments - 1)
+
+
 def split_plan(
-    segments: int, rows: int, dim: int, sms: int, *, config: KernelConfig | None = None
+    segments: int,
+    rows: int,
+    capacity: int,
+    dim: int,
+    sms: int,
+    *,
+    config: KernelConfig | None = None,
 ) -> SplitPlan:
     """The split plan of a decode step, from host integers only (no tensor, no device read).
 
@@ -140,39 +190,73 @@ def split_plan(
     rows
         A bound on every segment's live length that holds until the next repack:
         ``packed.max_len + packed.room``.
+    capacity
+        A bound on the live rows of all segments together that holds until the next repack:
+        ``packed.capacity``.
     dim
         Head dim.
     sms
         Streaming multiprocessors of the device.
     config
-        Launch knobs (``block_n``, ``waves``); :func:`kernel_config` of ``dim`` by default.
+        Launch knobs (``block_n``, ``waves``, ``work_list``); :func:`kernel_config` of ``dim``
+        by default.
 
     Returns
     -------
     SplitPlan
-        ``splits`` such that ``segments · splits`` is about ``waves · sms`` programs (at most
-        :data:`_MAX_SPLITS`, and no chunk shorter than one tile); ``chunk`` a multiple of the
-        tile that covers ``rows`` in ``splits`` chunks.
+        Per segment: ``splits`` such that ``segments · splits`` is about ``waves · sms``
+        programs (at most :data:`_MAX_SPLITS`, and no chunk shorter than one tile), ``chunk`` a
+        multiple of the tile that covers ``rows`` in ``splits`` chunks. A work list: ``chunk``
+        the capacity cut into ``waves · sms`` parts (a multiple of 16 rows), ``splits`` the
+        bound :func:`list_bound` on the chunks.
 
     Examples
     --------
-    >>> split_plan(8, 65_600, 128, 132)  # batch 1, 8 KV heads, 64k kept rows, an H100
-    SplitPlan(splits=65, chunk=1024, block_n=64)
-    >>> split_plan(64, 65_600, 128, 132).splits  # batch 8: fewer splits per segment
-    9
+    >>> split_plan(8, 12_000, 65_600, 128, 132)  # batch 1, 8 KV heads, 64k kept rows, an H100
+    SplitPlan(splits=136, chunk=512, block_n=64, work_list=True)
+    >>> split_plan(64, 12_000, 524_800, 128, 132)  # batch 8: per segment, fewer splits
+    SplitPlan(splits=9, chunk=1344, block_n=64, work_list=False)
     """
-    for name, value in (("segments", segments), ("rows", rows), ("dim", dim), ("sms", sms)):
+    for name, value in (
+        ("segments", segments),
+        ("rows", rows),
+        ("capacity", capacity),
+        ("dim", dim),
+        ("sms", sms),
+    ):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be a host int, got {type(value).__name__}")
-        if value < (0 if name == "rows" else 1):
-            raise ValueError(f"{name} must be >= {0 if name == 'rows' else 1}, got {value}")
+        least = 0 if name in ("rows", "capacity") else 1
+        if value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value}")
     config = kernel_config(dim) if config is None else config
     block_n = config.block_n
+    listed = segments * _LIST_SEGMENTS <= sms if config.work_list is None else config.work_list
+    if listed:
+        slots = (_LIST_WAVES if config.waves is None else config.waves) * sms
+        chunk = max(1, -(-capacity // (slots * _CHUNK_ROWS))) * _CHUNK_ROWS
+        return SplitPlan(list_bound(segments, capacity, chunk), chunk, block_n, work_list=True)
+    waves = _WAVES if config.waves is None else config.waves
     tiles = max(1, -(-rows // block_n))  # tiles of the longest segment
-    wanted = max(1, min(_MAX_SPLITS, -(-config.waves * sms // segments), tiles))
+    wanted = max(1, min(_MAX_SPLITS, -(-waves * sms // segments), tiles))
     chunk = -(-tiles // wanted) * block_n
     splits = max(1, -(-rows // chunk))
     return SplitPlan(splits=splits, chunk=chunk, block_n=block_n)
+
+
+def _covers(plan: SplitPlan, segments: int, rows: int, capacity: int) -> bool:
+    """Whether ``plan`` reads every live row of a layout with these bounds."""
+    if plan.chunk < 1:
+        return False
+    if plan.work_list:
+        return plan.splits >= list_bound(segments, capacity, plan.chunk)
+    return plan.splits * plan.chunk >= rows
+
+
+@functools.cache
+def _has_pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch: CUDA compute capability 9+ (read once)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 @functools.cache
@@ -211,19 +295,25 @@ def split_decode_attention(
     if packed.keys.stride(1) != 1 or packed.values.stride(1) != 1:
         raise ValueError("the packed keys/values must be row-major [capacity, dim]")
     rows = packed.max_len + packed.room
+    capacity = packed.capacity
     if plan is None:
-        plan = split_plan(segments, rows, dim, _sm_count(packed.keys.device), config=config)
-    elif plan.splits * plan.chunk < rows:
-        raise ValueError(f"{plan} does not cover the layout's {rows} rows per segment")
+        sms = _sm_count(packed.keys.device)
+        plan = split_plan(segments, rows, capacity, dim, sms, config=config)
+    elif not _covers(plan, segments, rows, capacity):
+        raise ValueError(
+            f"{plan} does not cover the layout's {rows} rows per segment, {capacity} in all "
+            f"({segments} segments)"
+        )
     if config is None:
         config = replace(kernel_config(dim), block_n=plan.block_n)
     elif config.block_n != plan.block_n:
         raise ValueError(f"{config} and {plan} disagree on block_n")
     config = config.for_dtype(query.dtype)
     device = query.device
-    part_max = torch.empty(segments, plan.splits, group, device=device, dtype=torch.float32)
-    part_sum = torch.empty_like(part_max)  # [S, splits, G]
-    part_acc = torch.empty(segments, plan.splits, group, dim, device=device, dtype=torch.float32)
+    items = plan.splits if plan.work_list else segments * plan.splits
+    part_max = torch.empty(items, group, device=device, dtype=torch.float32)
+    part_sum = torch.empty_like(part_max)  # [items, G]
+    part_acc = torch.empty(items, group, dim, device=device, dtype=torch.float32)
     out = torch.empty(batch, 1, heads, dim, device=device, dtype=query.dtype)  # [B, 1, H, D]
     block_d = max(16, triton.next_power_of_2(dim))
     # fp32 inputs: exact products whatever config.pv; half inputs: q·k on fp16/bf16 tensor
@@ -231,7 +321,9 @@ def split_decode_attention(
     exact = query.dtype == torch.float32
     pv_precision = "ieee" if exact or config.pv in ("half", "half2", "fma") else config.pv
     tensor_cores = config.pv != "fma"  # tl.dot needs >= 16 rows: the group is padded to 16
-    _split_kernel[(segments, plan.splits)](
+    pdl = config.pdl and _has_pdl(device)
+    grid = (plan.splits,) if plan.work_list else (segments, plan.splits)
+    _split_kernel[grid](
         query,
         packed.keys,
         packed.values,
@@ -249,6 +341,7 @@ def split_decode_attention(
         packed.values.stride(0),
         plan.chunk,
         plan.splits,
+        segments,
         GROUP=group,
         BLOCK_G=max(16 if tensor_cores else 1, triton.next_power_of_2(group)),
         DIM=dim,
@@ -257,8 +350,12 @@ def split_decode_attention(
         QK_PRECISION="ieee" if exact else "tf32x3",
         PV_PRECISION=pv_precision,
         PV=config.pv,
+        WORK_LIST=plan.work_list,
+        BLOCK_S=triton.next_power_of_2(segments),
+        PDL=pdl,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        launch_pdl=pdl,
     )
     _combine_kernel[(segments, group)](
         part_max,
@@ -268,13 +365,34 @@ def split_decode_attention(
         out,
         plan.chunk,
         plan.splits,
+        segments,
         GROUP=group,
         DIM=dim,
         BLOCK_D=block_d,
         SPLIT_TILE=_SPLIT_TILE,
+        WORK_LIST=plan.work_list,
+        BLOCK_S=triton.next_power_of_2(segments),
+        PDL=pdl,
         num_warps=4,
+        launch_pdl=pdl,
     )
     return out
+
+
+@triton.jit
+def _list_items(seg_len_ptr, segments, chunk, BLOCK_S: tl.constexpr):
+    """A work list's chunks of each segment, ``ceil(len / chunk)``, and the first item of each
+    (an exclusive running sum): two ``[BLOCK_S]`` int32 (0 past the last segment)."""
+    s = tl.arange(0, BLOCK_S)
+    lengths = tl.load(seg_len_ptr + s, mask=s < segments, other=0).to(tl.int32)
+    chunks = (lengths + chunk - 1) // chunk
+    return chunks, tl.cumsum(chunks, 0) - chunks
+
+
+@triton.jit
+def _pick(values, index, BLOCK_S: tl.constexpr):
+    """``values[index]`` of a ``[BLOCK_S]`` vector, as a scalar."""
+    return tl.sum(tl.where(tl.arange(0, BLOCK_S) == index, values, 0), 0)
 
 
 @triton.jit
@@ -296,6 +414,7 @@ def _split_kernel(
     stride_v,
     chunk,
     splits,
+    segments,
     GROUP: tl.constexpr,
     BLOCK_G: tl.constexpr,
     DIM: tl.constexpr,
@@ -304,13 +423,29 @@ def _split_kernel(
     QK_PRECISION: tl.constexpr,
     PV_PRECISION: tl.constexpr,
     PV: tl.constexpr,
+    WORK_LIST: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Online softmax of one chunk of one segment, for the ``GROUP`` heads reading it.
 
     Scores are kept in base 2: ``qk_scale = scaling · log2(e)``, so ``2^(x·qk_scale) =
-    e^(x·scaling)``. ``PV`` is :attr:`KernelConfig.pv`."""
-    segment = tl.program_id(0)
-    split = tl.program_id(1)
+    e^(x·scaling)``. ``PV`` is :attr:`KernelConfig.pv`; ``WORK_LIST`` the plan's layout (a 1-D
+    grid of work items, or ``(segments, splits)``)."""
+    if PDL:  # the merge may be scheduled now; read nothing before the previous kernel is done
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    if WORK_LIST:
+        item = tl.program_id(0)
+        chunks, firsts = _list_items(seg_len_ptr, segments, chunk, BLOCK_S)
+        segment = tl.sum((firsts + chunks <= item).to(tl.int32), 0)  # the first reaching past
+        if segment >= segments:  # past the last chunk of this step
+            return
+        lo = (item - _pick(firsts, segment, BLOCK_S)) * chunk
+    else:
+        segment = tl.program_id(0)
+        item = segment * splits + tl.program_id(1)
+        lo = tl.program_id(1) * chunk
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
     g_ok = g < GROUP
@@ -325,9 +460,7 @@ def _split_kernel(
     if PV == "fma":
         q = q.to(tl.float32)
     start = tl.load(seg_start_ptr + segment)  # int64 first row of the segment
-    length = tl.load(seg_len_ptr + segment).to(tl.int32)
-    lo = split * chunk
-    hi = tl.minimum(lo + chunk, length)
+    hi = tl.minimum(lo + chunk, tl.load(seg_len_ptr + segment).to(tl.int32))
     m = tl.full([BLOCK_G], _NEG, tl.float32)
     total = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
@@ -362,7 +495,7 @@ def _split_kernel(
         acc = acc * alpha[:, None] + pv  # [G, D]
         total = total * alpha + tl.sum(p, 1)
         m = m_new
-    part = (segment * splits + split) * GROUP + g  # [BLOCK_G] index into [S, splits, G]
+    part = item * GROUP + g  # [BLOCK_G] index into [items, G]
     tl.store(max_ptr + part, m, mask=g_ok)
     tl.store(sum_ptr + part, total, mask=g_ok)
     tl.store(acc_ptr + part[:, None] * DIM + d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
@@ -377,18 +510,29 @@ def _combine_kernel(
     out_ptr,
     chunk,
     splits,
+    segments,
     GROUP: tl.constexpr,
     DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     SPLIT_TILE: tl.constexpr,
+    WORK_LIST: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr,
 ):
-    """Merge the live splits of one (segment, group head) and write its output row."""
+    """Merge the chunks of one (segment, group head) and write its output row."""
+    if PDL:  # the split kernel's partials are complete and visible after this
+        tl.extra.cuda.gdc_wait()
     segment = tl.program_id(0)
     g = tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
     d_ok = d < DIM
-    length = tl.load(seg_len_ptr + segment).to(tl.int32)
-    live = (length + chunk - 1) // chunk  # splits that saw at least one row
+    if WORK_LIST:  # the segment's chunks are items first .. first + live − 1
+        chunks, firsts = _list_items(seg_len_ptr, segments, chunk, BLOCK_S)
+        live = _pick(chunks, segment, BLOCK_S)
+        base = _pick(firsts, segment, BLOCK_S)
+    else:  # chunks that saw at least one row
+        live = (tl.load(seg_len_ptr + segment).to(tl.int32) + chunk - 1) // chunk
+        base = segment * splits
     m = tl.max(tl.full([SPLIT_TILE], _NEG, tl.float32), 0)  # fp32 scalar
     total = tl.sum(tl.zeros([SPLIT_TILE], tl.float32), 0)
     acc = tl.zeros([BLOCK_D], tl.float32)
@@ -396,7 +540,7 @@ def _combine_kernel(
     for first in range(0, live, SPLIT_TILE):
         split = first + i
         ok = split < live
-        part = (segment * splits + split) * GROUP + g  # [SPLIT_TILE]
+        part = (base + split) * GROUP + g  # [SPLIT_TILE]
         m_i = tl.load(max_ptr + part, mask=ok, other=_NEG)
         l_i = tl.load(sum_ptr + part, mask=ok, other=0.0)
         a_i = tl.load(
