@@ -322,6 +322,7 @@ def split_decode_attention(
     pv_precision = "ieee" if exact or config.pv in ("half", "half2", "fma") else config.pv
     tensor_cores = config.pv != "fma"  # tl.dot needs >= 16 rows: the group is padded to 16
     pdl = config.pdl and _has_pdl(device)
+    block_s = triton.next_power_of_2(segments) if plan.work_list else 1  # unused per segment
     grid = (plan.splits,) if plan.work_list else (segments, plan.splits)
     _split_kernel[grid](
         query,
@@ -351,7 +352,7 @@ def split_decode_attention(
         PV_PRECISION=pv_precision,
         PV=config.pv,
         WORK_LIST=plan.work_list,
-        BLOCK_S=triton.next_power_of_2(segments),
+        BLOCK_S=block_s,
         PDL=pdl,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
@@ -371,7 +372,7 @@ def split_decode_attention(
         BLOCK_D=block_d,
         SPLIT_TILE=_SPLIT_TILE,
         WORK_LIST=plan.work_list,
-        BLOCK_S=triton.next_power_of_2(segments),
+        BLOCK_S=block_s,
         PDL=pdl,
         num_warps=4,
         launch_pdl=pdl,
