@@ -4,7 +4,8 @@ Question answering (KV-cache compression, head analysis) → :class:`QAExample`:
 :func:`load_squad_v2`, :func:`load_qmsum`, :func:`load_2wiki`. Attribution →
 :class:`AttributionExample` with :class:`AttributedSpan` units: :func:`load_quotesum`,
 :func:`load_verigran`. Grounding → :class:`GroundingExample` with :class:`LabeledSpan` spans:
-:func:`load_faithbench`, :func:`load_summedits` (a file, or a folder of files), and users' own
+:func:`load_faithbench`, :func:`load_summedits`, :func:`load_ragtruth` (a file, or a folder of
+files), and users' own
 labelled pairs :func:`load_labelled_pairs`; unlabelled pairs for ``rcstat ground --pairs``
 → :class:`ResponsePair` (:func:`load_pairs`).
 :func:`load_dataset` dispatches by name; :func:`default_path` finds the developer slice under
@@ -30,6 +31,7 @@ from rcstat.data.markup import MarkedSpan, MarkupError, parse_span_markup
 from rcstat.data.pairs import ResponsePair, load_labelled_pairs, load_pairs
 from rcstat.data.qmsum import fit_turns, load_qmsum
 from rcstat.data.quotesum import load_quotesum
+from rcstat.data.ragtruth import load_ragtruth
 from rcstat.data.records import DatasetFormatError, find_shared_data
 from rcstat.data.registry import DATASETS, default_path, load_dataset
 from rcstat.data.squad import load_squad_v2
@@ -58,6 +60,7 @@ __all__ = [
     "load_pairs",
     "load_qmsum",
     "load_quotesum",
+    "load_ragtruth",
     "load_squad_v2",
     "load_summedits",
     "load_verigran",

@@ -18,6 +18,7 @@ from rcstat.data.faithbench import load_faithbench
 from rcstat.data.pairs import LABELLED_FORMAT, load_labelled_pairs
 from rcstat.data.qmsum import load_qmsum
 from rcstat.data.quotesum import load_quotesum
+from rcstat.data.ragtruth import load_ragtruth
 from rcstat.data.records import DatasetFormatError, find_shared_data
 from rcstat.data.squad import load_squad_v2
 from rcstat.data.summedits import load_summedits
@@ -99,6 +100,15 @@ DATASETS: dict[str, DatasetInfo] = {
         ".json",
         "grounding",
         "SummEdits JSON (summedits_<domain>.json, or a folder of them)",
+        folder=True,
+    ),
+    "ragtruth": DatasetInfo(
+        load_ragtruth,
+        "ragtruth",
+        ".jsonl",
+        "grounding",
+        "RAGTruth JSON lines (ragtruth_<task>.jsonl, a folder of them, or the RAGTruth release "
+        "folder with response.jsonl and source_info.jsonl)",
         folder=True,
     ),
     "jsonl": DatasetInfo(
@@ -196,7 +206,7 @@ def load_dataset(
     ----------
     name : str
         ``"squad_v2"``, ``"qmsum"``, ``"2wiki"``, ``"quotesum"``, ``"verigran"``,
-        ``"faithbench"``, ``"summedits"`` or ``"jsonl"`` (users' labelled pairs, no default
+        ``"faithbench"``, ``"summedits"``, ``"ragtruth"`` or ``"jsonl"`` (users' labelled pairs, no default
         slice: :mod:`rcstat.data.pairs`) (also ``"squad"``, ``"2wikimultihopqa"``,
         ``"veri_gran"``; case and ``-``/``_`` ignored).
     path : str or Path, optional
@@ -207,14 +217,16 @@ def load_dataset(
         Return at most this many examples.
     **options
         Passed to the dataset's loader (``include_unanswerable``, ``context``,
-        ``allow_missing_answer``, ``answer``, ``questionable``).
+        ``allow_missing_answer``, ``answer``, ``questionable``, RAGTruth's ``task`` and
+        ``split``).
 
     Returns
     -------
     list of QAExample, AttributionExample or GroundingExample
         See :func:`load_squad_v2`, :func:`load_qmsum`, :func:`load_2wiki`,
         :func:`load_quotesum`, :func:`load_verigran`, :func:`load_faithbench`,
-        :func:`load_summedits`, :func:`~rcstat.data.pairs.load_labelled_pairs`.
+        :func:`load_summedits`, :func:`~rcstat.data.ragtruth.load_ragtruth`,
+        :func:`~rcstat.data.pairs.load_labelled_pairs`.
 
     Raises
     ------
