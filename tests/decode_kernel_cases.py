@@ -111,6 +111,39 @@ def test_every_launch_config_equals_a_softmax_loop(
     assert torch.equal(got, split_decode_attention(query, packed, 0.125, plan, config=config))
 
 
+@pytest.mark.parametrize("work_list", [False, True])
+def test_more_than_32_chunks_of_one_segment_merge_with_rescaling(work_list: bool) -> None:
+    """One segment of 1,100 rows in chunks of 16: 69 chunks, so the merge reads them in three
+    tiles of 32 (``_SPLIT_TILE``). Keys lined up with the query in the second and the third
+    tile raise the running maximum twice: the sum and the accumulator of the tiles before
+    must be rescaled to the new maximum, or the output is far from the softmax loop's."""
+    gen = torch.Generator().manual_seed(11)
+    dim, group, length, room, chunk = 64, 2, 1100, 3, 16
+    packed = ragged_layout([length], room, dim, gen, kv_heads=1)
+    query = torch.randn(1, group, 1, dim, generator=gen)
+    direction = query[0, :, 0].sum(0) / query[0, :, 0].sum(0).norm()  # both heads score it high
+    start = int(packed.seg_start[0])
+    for row, size in ((40 * chunk + 5, 3.0), (length - 7, 5.0)):  # tile 2, then tile 3
+        packed.keys[start + row] = size * direction * dim**0.5
+    chunks = -(-length // chunk)
+    assert chunks > 2 * 32
+    rows = packed.max_len + packed.room
+    if work_list:
+        plan = SplitPlan(list_bound(1, packed.capacity, chunk), chunk, chunk, True)
+    else:
+        plan = SplitPlan(-(-rows // chunk), chunk, chunk)
+    scaling = dim**-0.5
+    got = split_decode_attention(query, packed, scaling, plan)
+    want = naive_attention(query, packed, scaling)
+    weights = torch.softmax(
+        packed.keys[start : start + length].double() @ query[0, :, 0].double().T * scaling, 0
+    )
+    assert (weights[: 32 * chunk].max(0).values < weights.max(0).values).all()  # later maxima
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    ref = _reference_attention(query, packed, scaling, None)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_a_config_that_disagrees_with_the_plan_is_refused() -> None:
     packed = ragged_layout([5, 40], 3, 64, torch.Generator().manual_seed(6), kv_heads=1)
     with pytest.raises(ValueError, match="disagree on block_n"):

@@ -210,6 +210,34 @@ def test_ground_json_is_the_only_stdout_and_the_status_is_the_verdict(  # type: 
     assert "response score" not in captured.err and "results written to" in captured.err
 
 
+TOO_LONG_RESPONSE = " ".join(f"The bridge number {i} was built in 1889." for i in range(40))
+
+
+def test_ground_exits_3_when_part_of_the_response_is_unverified(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, capsys
+) -> None:
+    """A response too long for the pass is checked up to where it fits: with no checked
+    sentence unsupported (threshold 0) the verdict is unverified and the exit status 3, with
+    the table or --json; an unsupported checked sentence (threshold 1) still exits 1."""
+    texts = ["--context", CONTEXT, "--response", TOO_LONG_RESPONSE, "--question", QUESTION]
+    budget = ["--max-tokens", "256"]
+    out = tmp_path / "out"
+    assert _ground(model_dir, profiles[0], out, *texts, *budget, "--threshold", "0") == 3
+    result = Grounding.load(out / "ground.json")
+    assert result.verdict == "unverified" and not result.finished
+    assert result.unverified and not result.unsupported
+    page = (out / "ground.html").read_text(encoding="utf-8")
+    assert 'data-verdict="unverified"' in page and 'data-verdict="unsupported"' not in page
+    capsys.readouterr()
+    code = _ground(model_dir, profiles[0], out, *texts, *budget, "--threshold", "0", "--json")
+    assert code == 3
+    document = json.loads(capsys.readouterr().out)
+    assert document["verdict"] == "unverified"
+    assert "unverified" in {s["verdict"] for s in document["sentences"]}
+    assert _ground(model_dir, profiles[0], out, *texts, *budget, "--threshold", "1") == 1
+    assert Grounding.load(out / "ground.json").verdict == "unsupported"
+
+
 def test_ground_table_shows_whole_sentences_and_evidence(  # type: ignore[no-untyped-def]
     model_dir, profiles, tmp_path, capsys
 ) -> None:

@@ -353,6 +353,56 @@ def test_a_changed_number_is_the_weakest_word_and_flagged(tiny, profile) -> None
     assert ok.score > bad.score
 
 
+def test_a_sentence_is_as_weak_as_its_first_word(tiny, profile, measured) -> None:  # type: ignore[no-untyped-def]
+    """Every word of a sentence counts, its first too: without copy weight a word scores
+    exp(−ΣNLL) over its tokens, so a surprising first word is its sentence's weakest word and
+    sets the sentence's score."""
+    model, tok = tiny
+    grounder = Grounder(model, tok, profile=profile, top_k=TOP_K)
+    spans = measured.token_spans()
+    offsets = _sentence_offsets(RESPONSE, RESPONSE_SENTENCES)
+    for u, (start, _) in enumerate(offsets):
+        word = re.compile(r"\w+").search(RESPONSE, start)
+        assert word is not None and word.start() == start  # the sentence opens with a word
+        hit = [j for j, (a, b) in enumerate(spans) if a < word.end() and b > word.start()]
+        assert hit
+        nll = np.full(measured.nll.shape, 0.01)
+        nll[hit] = 3.0
+        changed = dataclasses.replace(measured, nll=nll, copy=np.zeros_like(measured.copy))
+        result = grounder.score(changed)
+        sentence = result.sentences[u]
+        assert sentence.score == pytest.approx(math.exp(-3.0 * len(hit)), rel=1e-12)
+        assert sentence.weakest == TextSpan(word.start(), word.end(), word.group())
+        other = result.sentences[1 - u]
+        assert other.score > 0.5 and other.weakest is not None
+        assert other.weakest.start != word.start()
+        assert result.score == pytest.approx(math.exp(-3.0 * len(hit)), rel=1e-12)
+
+
+def test_a_score_exactly_at_the_threshold_is_supported(tiny, profile, measured) -> None:  # type: ignore[no-untyped-def]
+    """``score >= threshold`` is supported, for a sentence and for the response: a threshold
+    equal to the weakest sentence's score flags nothing; one float above it flags that one."""
+    model, tok = tiny
+    first = Grounder(model, tok, profile=profile, top_k=TOP_K).score(measured)
+    weakest = min(first.sentences, key=lambda s: s.score)
+    at = weakest.score
+    assert first.score == at and all(s.score > 0 for s in first.sentences)
+    result = Grounder(model, tok, profile=profile, threshold=at, top_k=TOP_K).score(measured)
+    assert result.threshold == at and result.score == at
+    assert [s.score for s in result.sentences] == [s.score for s in first.sentences]
+    assert all(s.supported and s.status == "supported" for s in result.sentences)
+    assert result.verdict == "supported" and result.supported and not result.unsupported
+    above = float(np.nextafter(at, 2.0))
+    flagged = Grounder(model, tok, profile=profile, threshold=above, top_k=TOP_K).score(measured)
+    assert [s.supported for s in flagged.sentences] == [s.score >= above for s in first.sentences]
+    assert [s.text for s in flagged.unsupported] == [weakest.text]
+    assert flagged.verdict == "unsupported" and not flagged.supported
+    # the response verdict alone, on a result built by hand
+    hand = dataclasses.replace(first, threshold=at)
+    assert hand.verdict == "supported"
+    assert dataclasses.replace(first, threshold=above).verdict == "unsupported"
+
+
 def test_threshold_override_flags_sentences(tiny, profile, grounding) -> None:  # type: ignore[no-untyped-def]
     model, tok = tiny
     low, high = sorted(s.score for s in grounding.sentences)
@@ -907,6 +957,106 @@ def test_a_long_context_is_read_in_windows(tiny, profile) -> None:  # type: igno
     assert small.ground(context, RESPONSE, QUESTION).windows > result.windows
 
 
+LONG_FILLER = " ".join(f"The river number {i} flows through the city." for i in range(60))
+
+
+def _room_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ``room`` of every call of ``plan_windows`` made by the grounder."""
+    from rcstat.grounding import grounder as module
+
+    rooms: list[int] = []
+    plan = module.plan_windows
+
+    def spy(context: str, room: int, count: Any, **options: Any) -> Any:
+        rooms.append(room)
+        return plan(context, room, count, **options)
+
+    monkeypatch.setattr(module, "plan_windows", spy)
+    return rooms
+
+
+@pytest.mark.parametrize("case", ["long context", "long response"])
+def test_windows_keep_the_margin_free(tiny, profile, monkeypatch, case) -> None:  # type: ignore[no-untyped-def]
+    """The room of a window is the pass's budget less every token that is not context (the
+    template, the question, the checked response) less the margin kept for tokens that merge
+    differently at a window's boundaries; every window's context fits that room."""
+    from rcstat.grounding.grounder import _MARGIN
+
+    assert _MARGIN > 0
+    model, tok = tiny
+    rooms = _room_spy(monkeypatch)
+    if case == "long context":
+        context, response, budget = LONG_FILLER + " " + CONTEXT, RESPONSE, 256
+    else:
+        context = CONTEXT
+        response = " ".join(f"The bridge number {i} was built in 1889." for i in range(40))
+        budget = 256
+    grounder = Grounder(model, tok, profile=profile, top_k=TOP_K, max_tokens=budget)
+    example = grounder.measurer.tokenize(context, response, QUESTION)
+    assert example.seq_len > budget
+    checked, windows = grounder._plan(context, response, example)  # type: ignore[misc]
+    assert (checked == response) == (case == "long context")
+    (room,) = rooms
+
+    def count(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    (c_lo, c_hi), (a_lo, a_hi) = example.parts["context"], example.parts["answer"]
+    inside = [(a, b) for a, b in example.offsets if c_lo <= a and b <= c_hi and b > a]
+    said = [(a, b) for a, b in example.offsets if a_lo <= a and b <= a_hi and b > a]
+    fixed = example.seq_len - len(inside) - len(said)  # template and question
+    assert room == budget - fixed - count(checked) - _MARGIN
+    assert all(count(context[w.start : w.end]) <= room for w in windows)
+
+
+def test_the_best_window_gives_the_baselines_features_and_probe(tiny, profile) -> None:  # type: ignore[no-untyped-def]
+    """A context read in windows: the baselines, the per-head features and the probe's score
+    come from the window whose weakest word scores highest, not from the first one."""
+    model, tok = tiny
+    rng = np.random.default_rng(3)
+    names = feature_names(LAYERS, HEADS)
+    x = rng.normal(size=(40, len(names)))
+    y = np.arange(40) % 2 == 0
+    x[:, 7] += 2.0 * y
+    probe = GroundingProbe.fit(
+        x, y, np.arange(40) // 2, feature_names=names, max_features=(3,), Cs=(1.0,)
+    )
+    context = LONG_FILLER + " " + CONTEXT
+    grounder = Grounder(model, tok, profile=profile, probe=probe, top_k=TOP_K)
+    result = grounder.ground(context, RESPONSE, QUESTION)
+    example = grounder.measurer.tokenize(context, RESPONSE, QUESTION)
+    _, windows = grounder._plan(context, RESPONSE, example)  # type: ignore[misc]
+    assert len(windows) == result.windows > 1
+    measured = [
+        grounder.measurer.measure(context[w.start : w.end], RESPONSE, QUESTION) for w in windows
+    ]
+    weakest = [min(v for *_, v in _word_oracle(m, grounder.copy_heads)) for m in measured]
+    best = int(np.argmax(weakest))
+    assert best != 0 and weakest[best] > weakest[0]
+    m, text = measured[best], context[windows[best].start : windows[best].end]
+    said = re.findall(r"\w+", RESPONSE.lower())
+    known = set(itertools.pairwise(re.findall(r"\w+", text.lower())))
+    overlap = sum(p in known for p in itertools.pairwise(said)) / (len(said) - 1)
+    assert result.baselines == pytest.approx(
+        {
+            "lookback": m.features[1].mean(),
+            "attention_score": m.features[2].mean(),
+            "neg_nll": -m.nll.mean(),
+            "overlap": overlap,
+        },
+        rel=1e-9,
+    )
+    assert set(result.head_features) == {"rc", "lookback", "attention_score"}
+    for i, name in enumerate(("rc", "lookback", "attention_score")):
+        low = np.quantile(m.features[i], DEFAULT_GROUNDING_QUANTILE, axis=-1)
+        np.testing.assert_allclose(result.head_features[name], low, rtol=1e-9)
+    vector = np.quantile(m.features, DEFAULT_GROUNDING_QUANTILE, axis=-1).ravel()
+    want = float(probe.predict_proba(vector[None])[0])
+    assert result.probe_score == pytest.approx(want, rel=1e-12)
+    first = float(probe.predict_proba(measured[0].head_vector()[None])[0])
+    assert first != pytest.approx(want, rel=1e-6)  # the first window would tell otherwise
+
+
 def test_a_response_too_long_for_the_window_is_partly_unverified(tiny, profile) -> None:  # type: ignore[no-untyped-def]
     model, tok = tiny
     sentences = [f"The bridge number {i} was built in 1889." for i in range(40)]
@@ -918,6 +1068,12 @@ def test_a_response_too_long_for_the_window_is_partly_unverified(tiny, profile) 
     unverified = result.unverified
     assert verified and unverified
     assert [s.text for s in result.sentences] == sentences
+    # every sentence, checked or not, points at its own characters of the response
+    offsets = _sentence_offsets(response, sentences)
+    assert [(s.start, s.end) for s in result.sentences] == offsets
+    assert all(response[s.start : s.end] == s.text for s in result.sentences)
+    assert unverified[0].start > verified[-1].end
+    assert all(s.tokens == (len(result.token_texts),) * 2 for s in unverified)
     assert all(math.isnan(s.score) and not s.supported for s in unverified)
     assert all(s.status == "unverified" for s in unverified)
     assert result.verdict in ("unsupported", "unverified") and not result.supported

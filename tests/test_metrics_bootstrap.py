@@ -4,8 +4,9 @@ recording which examples each resample saw."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from rcstat.metrics.bootstrap import bootstrap_interval
+from rcstat.metrics.bootstrap import Metric, bootstrap_interval
 from rcstat.metrics.detector import evaluate
 from rcstat.metrics.ranking import auc_pr, auroc
 from tests._metrics_oracles import recorder, separated
@@ -25,6 +26,59 @@ def test_bootstrap_interval_degenerate_when_every_resample_agrees() -> None:
     scores, labels = np.array([0.9, 0.8, 0.7, 0.2, 0.1]), np.array([1, 1, 1, 0, 0])
     assert bootstrap_interval(auroc, scores, labels, n_resamples=100) == (1.0, 1.0)
     assert bootstrap_interval(lambda s, y: 0.3, scores, labels, n_resamples=20) == (0.3, 0.3)
+
+
+def _counting() -> tuple[list[float], Metric]:
+    """A metric whose value on the k-th resample it sees is k (0, 1, 2, …)."""
+    values: list[float] = []
+
+    def metric(scores: np.ndarray, labels: np.ndarray) -> float:
+        values.append(float(len(values)))
+        return values[-1]
+
+    return values, metric
+
+
+@pytest.mark.parametrize(
+    ("level", "interval"),
+    [
+        # the values 0 … 99: the p quantile (linear) lies at 99 · p
+        (0.95, (2.475, 96.525)),  # 99 · 0.025, 99 · 0.975
+        (0.9, (4.95, 94.05)),
+        (0.5, (24.75, 74.25)),
+    ],
+)
+def test_bootstrap_interval_is_at_the_percentiles_of_its_level(
+    level: float, interval: tuple[float, float]
+) -> None:
+    """Known by hand: a metric worth 0, 1, …, 99 on the 100 resamples (none single-class)."""
+    labels = np.arange(40) % 2 == 0
+    scores = np.linspace(0.0, 1.0, 40)
+    values, metric = _counting()
+    got = bootstrap_interval(metric, scores, labels, n_resamples=100, level=level)
+    assert values == [float(k) for k in range(100)]
+    assert got == pytest.approx(interval, rel=1e-12)
+
+
+def test_bootstrap_interval_is_the_numpy_percentiles_of_the_resampled_metric() -> None:
+    """The interval of a real statistic: ``numpy.percentile`` of the values the metric took on
+    the resamples (recorded as it returned them), at ``50 ∓ 50 · level``."""
+    scores, labels = separated(n=60)
+    returned: list[float] = []
+
+    def recording_auroc(s: np.ndarray, y: np.ndarray) -> float:
+        returned.append(auroc(s, y))
+        return returned[-1]
+
+    for level in (0.95, 0.8):
+        returned.clear()
+        low, high = bootstrap_interval(
+            recording_auroc, scores, labels, n_resamples=400, seed=3, level=level
+        )
+        assert len(returned) == 400 and len(set(returned)) > 50
+        want = np.percentile(returned, [50 - 50 * level, 50 + 50 * level])
+        assert (low, high) == pytest.approx(tuple(want), rel=1e-12)
+        assert low < np.median(returned) < high
 
 
 def test_bootstrap_interval_is_seeded() -> None:

@@ -13,6 +13,7 @@ presses keys, reads computed styles and layout boxes, and writes what it saw int
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import json
 import math
@@ -147,6 +148,7 @@ class _Parsed(PageReader):
         self.segments: list[dict[str, Any]] = []  # start, end, classes, text
         self.facts: dict[str, str] = {}
         self.verdict = ""
+        self.note = ""
         self.warning = ""
         self.baselines: list[list[str]] = []
         self.legend_swatches: list[set[str]] = []
@@ -191,6 +193,8 @@ class _Parsed(PageReader):
             return "fact"
         if a.get("id") == "verdict":
             return "verdict"
+        if a.get("id") == "verdict-note":
+            return "note"
         if a.get("id") == "cut-warning":
             return "warning"
         if "baselines" in roles and tag == "tr":
@@ -231,6 +235,8 @@ class _Parsed(PageReader):
             self.facts[list(self.facts)[-1]] += data
         elif role == "verdict":
             self.verdict += data
+        elif role == "note":
+            self.note += data
         elif role == "warning":
             self.warning += data
         elif role == "cell":
@@ -366,6 +372,57 @@ def test_header_of_a_finished_supported_response_without_probe():
     assert parsed.baselines == []
     nan = _Parsed(grounding_page(_grounding(score=math.nan)))
     assert nan.verdict == "no score" and nan.facts["score"] == "n/a"
+
+
+def _unverified() -> Grounding:
+    """Sentences 0–2 checked and supported, sentence 3 past the cut: verdict unverified."""
+    g = _grounding()
+    s = g.sentences
+    g.sentences = [
+        s[0],
+        s[1],
+        dataclasses.replace(s[2], score=0.62, supported=True),
+        dataclasses.replace(
+            s[3], score=math.nan, supported=False, support=None, support_share=None,
+            verified=False,
+        ),
+    ]  # fmt: skip
+    g.score = 0.58
+    assert g.verdict == "unverified" and not g.supported and not g.unsupported
+    return g
+
+
+def test_an_unverified_response_says_so_not_unsupported():
+    """Verdict "unverified" (no checked sentence unsupported, part of the response not checked):
+    its own badge, style and line in the header; the sentence past the cut is marked unverified,
+    never unsupported, in the response, the counts, the legend and the page's data."""
+    page = grounding_page(_unverified())
+    parsed = _Parsed(page)
+    assert parsed.verdict == "? unverified" and "unsupported" not in parsed.verdict
+    assert 'class="verdict unverified" id="verdict" data-verdict="unverified"' in page
+    assert ".verdict.unverified{" in page and ".badge.unverified{" in page  # its own style
+    assert "part of the response could not be checked" in " ".join(parsed.note.split())
+    assert "1 sentence past the cut" in parsed.note
+    assert parsed.facts["sentences"] == "4 · 0 unsupported · 1 unverified"
+    assert "· 1 unverified" in page and "· 0 unsupported" not in page.split("</header>")[1]
+    statuses = ["supported"] * 3 + ["unverified"]
+    assert [s["attrs"]["data-status"] for s in parsed.sentences] == statuses
+    assert [s["attrs"]["data-supported"] for s in parsed.sentences] == ["true"] * 3 + ["false"]
+    assert [s["badge"] for s in parsed.sentences] == ["", "", "", "unverified"]
+    assert "unverified" in parsed.sentences[3]["classes"]
+    assert not any("unsupported" in s["classes"] for s in parsed.sentences)
+    assert "not checked" in parsed.legend_text
+    data = json.loads(parsed.blob)
+    assert [s["status"] for s in data["sentences"]] == statuses
+    # the same sentence checked and below the threshold: unsupported, as before
+    g = _unverified()
+    g.sentences[3] = dataclasses.replace(g.sentences[3], score=0.2, verified=True)
+    g.score = 0.2
+    assert g.verdict == "unsupported"
+    parsed = _Parsed(grounding_page(g))
+    assert parsed.verdict == "⚠ unsupported" and parsed.note == ""
+    assert [s["badge"] for s in parsed.sentences] == ["", "", "", "⚠ unsupported"]
+    assert "not checked" not in parsed.legend_text
 
 
 def test_legend_has_every_bin_nan_and_the_markers():

@@ -127,6 +127,41 @@ def test_shards_merge_into_the_single_process_files(tmp_path: Path, count: int) 
         assert (out / name).read_bytes() == (single / name).read_bytes()
 
 
+@dataclass
+class PerExample(Toy):
+    """Example ``i`` (text ``t``) is ``len(t)`` items ``<k>/<j>``: items and examples differ."""
+
+    def items(self) -> list[Item]:
+        return [
+            Item(f"{k}/{j}", f"h-{t}-{j}", i, t)
+            for i, (k, t) in enumerate(self.texts.items())
+            for j in range(len(t))
+        ]
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_shards_take_whole_examples_round_robin(tmp_path: Path, count: int) -> None:
+    """Several items per example: shard ``i`` of ``count`` holds every item of the examples
+    ``i, i + count, …`` and no other; the parts merge into the single-process files."""
+    texts = {"k0": "aaa", "k1": "b", "k2": "cc", "k3": "ddd", "k4": "ee", "k5": "f"}
+    keys = {k: [f"{k}/{j}" for j in range(len(t))] for k, t in texts.items()}
+    model = torch.nn.Linear(2, 2)
+    for i in range(count):
+        job = PerExample(texts, model=model)
+        done = run_job(job, None, shard=Shard(i, count, source="--shard"), progress=False)
+        want = [key for e, k in enumerate(texts) if e % count == i for key in keys[k]]
+        assert [item.key for item in done.items] == want
+        assert job.ran == want
+    single = tmp_path / "single"
+    run_job(PerExample(texts, model=model), single, progress=False)
+    out = tmp_path / "dp"
+    for i in range(count):
+        run_job(PerExample(texts, model=model), out, shard=Shard(i, count, source="--shard"),
+                progress=False)  # fmt: skip
+    for name in ("cells.csv", "log.jsonl"):
+        assert (out / name).read_bytes() == (single / name).read_bytes()
+
+
 def test_without_a_folder_the_rows_come_back() -> None:
     done = run_job(Toy({"a": "x", "b": "y"}, fail={"b"}), None, progress=False)
     assert done.folder is None and done.errors == {"b": "ValueError: no"}

@@ -2,7 +2,9 @@
 
 The page has a header (the verdict, the response's score against the threshold, the model,
 the probe's score, a warning when the response was cut at the model's window, the same-pass
-baselines), a legend, and the response beside its context.
+baselines), a legend, and the response beside its context. The verdict is the result's
+(``supported``, ``unsupported`` or ``unverified``): an unverified response — no checked
+sentence unsupported, but part of it not checked — has its own badge and a line that says so.
 
 * Every response token is a ``<span>`` coloured by its grounding score on a diverging scale
   (red = unsupported, yellow, green = supported): class ``g0`` .. ``g9`` for the
@@ -11,7 +13,10 @@ baselines), a legend, and the response beside its context.
 * The tokens of each sentence sit inside one focusable ``<span class="sent">``; tokens outside
   every sentence (whitespace between sentences) sit between them. An unsupported sentence has
   the class ``unsupported`` and ``data-supported="false"``, a dashed red outline and a
-  "⚠ unsupported" badge.
+  "⚠ unsupported" badge; a sentence that could not be checked (past the cut of a response too
+  long for the model's window) has the class ``unverified``, ``data-supported="false"``, a
+  dotted amber outline and an "unverified" badge. Each sentence carries its status in
+  ``data-status``.
 * The context is shown once, cut at the boundaries of every supporting span into pieces
   (``<span class="seg" data-start data-end>``), so each span is a run of whole pieces. A click
   on a sentence (or Enter / Space while it has focus) marks the pieces of its support (class
@@ -75,6 +80,12 @@ _WHITE_TEXT = frozenset({0, 1, 9})  # bins dark enough for white text (contrast 
 _NAN_COLOUR = "#d0d7de"
 _DATA_ID = "rcstat-grounding-data"
 _CUT = "the response was cut at the model's window"
+_UNVERIFIED_BADGE = '<span class="badge unverified">unverified</span>'
+_UNVERIFIED_KEY = (
+    '<span class="key"><span class="mk sent unverified">sentence</span>'
+    f"{_UNVERIFIED_BADGE}sentence not checked (past the cut of a response too long for the "
+    "model's window)</span>"
+)
 
 _STYLE = (
     """
@@ -91,6 +102,8 @@ white-space:nowrap}
 .verdict.ok{background:var(--ok-bg);color:var(--ok);border:1px solid #4ac26b}
 .verdict.bad{background:var(--bad-bg);color:var(--bad);border:1px solid #ff8182}
 .verdict.none{background:var(--soft);color:var(--muted);border:1px solid var(--line)}
+.verdict.unverified{background:var(--warn-bg);color:var(--warn);border:1px solid #d4a72c}
+.verdict-note{margin:6px 0 0;color:var(--warn)}
 dl.facts{display:flex;flex-wrap:wrap;gap:2px 22px;margin:0}
 dl.facts>div{display:flex;gap:6px;align-items:baseline;min-width:0}
 dl.facts dt,dl.qa dt{color:var(--muted);font-weight:600}
@@ -124,6 +137,7 @@ background:var(--fg)}
 .legend .key i.gx{width:18px;height:12px;border:1px solid var(--line)}
 .legend .mk{display:inline-block;padding:0 4px;border-radius:2px;color:var(--fg);line-height:16px}
 .legend .mk.sent.unsupported{outline:2px dashed var(--bad);outline-offset:1px;margin:0 4px}
+.legend .mk.sent.unverified{outline:2px dotted var(--warn);outline-offset:1px;margin:0 4px}
 .legend .mk.hl{background:var(--hl);box-shadow:0 2px 0 #bf8700}
 .layout{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:14px;align-items:start}
 .card{border:1px solid var(--line);border-radius:8px;display:flex;flex-direction:column;
@@ -137,11 +151,13 @@ overflow-wrap:anywhere;font-size:15px;line-height:1.9}
 -webkit-box-decoration-break:clone}
 .resp .sent:hover{box-shadow:0 0 0 1px #8c959f}
 .resp .sent.unsupported{outline:2px dashed var(--bad);outline-offset:1px}
+.resp .sent.unverified{outline:2px dotted var(--warn);outline-offset:1px}
 .resp .sent.active{box-shadow:0 0 0 3px rgba(9,105,218,.55)}
 .resp .sent:focus-visible{outline:2px solid var(--accent);outline-offset:2px}
 .badge{display:inline-block;font-size:11px;line-height:16px;padding:0 6px;margin:0 2px 0 4px;
 border-radius:8px;font-weight:600;white-space:nowrap;vertical-align:1px;user-select:none;
 background:var(--bad);color:#fff}
+.badge.unverified{background:var(--warn)}
 .detail{flex:none;padding:8px 12px;border-bottom:1px solid var(--line);min-height:3.2em}
 .detail p{margin:0}
 .detail .hint{color:var(--muted)}
@@ -149,6 +165,7 @@ background:var(--bad);color:#fff}
 .detail .pill{font-size:11px;line-height:16px;padding:0 6px;border-radius:8px;font-weight:600}
 .detail .pill.ok{background:var(--ok-bg);color:var(--ok)}
 .detail .pill.bad{background:var(--bad-bg);color:var(--bad)}
+.detail .pill.unverified{background:var(--warn-bg);color:var(--warn)}
 .detail blockquote{margin:4px 0;padding:0 0 0 8px;border-left:3px solid var(--line);
 white-space:pre-wrap;overflow-wrap:anywhere;max-height:6em;overflow:auto}
 .detail dl{display:flex;flex-wrap:wrap;gap:2px 18px;margin:0}
@@ -201,8 +218,9 @@ _SCRIPT = page_script(
     });
     var head = el("p", "d-head");
     head.appendChild(el("b", "", "Sentence " + (i + 1)));
-    head.appendChild(el("span", "pill " + (s.supported ? "ok" : "bad"),
-      s.supported ? "supported" : "\\u26a0 unsupported"));
+    var pill = s.status === "supported" ? ["ok", "supported"] :
+      s.status === "unverified" ? ["unverified", "unverified"] : ["bad", "\\u26a0 unsupported"];
+    head.appendChild(el("span", "pill " + pill[0], pill[1]));
     var dl = el("dl");
     fact(dl, "Score", "d-score", s.score + " (threshold " + data.threshold + ")");
     var parts = [head, el("blockquote", "d-text", s.text), dl];
@@ -256,8 +274,8 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
         The result, e.g. a :class:`rcstat.grounding.Grounding` (read through
         :class:`~rcstat.report.grounding_view.GroundingView`: ``context``, ``question``,
         ``response``, ``token_texts``, ``token_scores``, ``sentences``, ``score``,
-        ``threshold``, ``supported``, ``baselines``, ``probe_score``, ``method``, ``model``,
-        ``finished``).
+        ``threshold``, ``supported``, ``verdict``, ``baselines``, ``probe_score``, ``method``,
+        ``model``, ``finished``).
     title
         The page's title.
 
@@ -284,8 +302,9 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
     >>> from types import SimpleNamespace
     >>> g = SimpleNamespace(context="Cats purr.", question="", response="Cats purr.",
     ...     token_texts=["Cats", " purr", "."], token_scores=np.array([0.92, 0.15, np.nan]),
-    ...     sentences=[], score=float("nan"), threshold=0.5, supported=False, baselines={},
-    ...     probe_score=None, method={}, model="m", finished=True)
+    ...     sentences=[], score=float("nan"), threshold=0.5, supported=False,
+    ...     verdict="unverified", baselines={}, probe_score=None, method={}, model="m",
+    ...     finished=True)
     >>> page = grounding_page(g)
     >>> '<span class="tok g9" title="score 0.920">Cats</span>' in page
     True
@@ -306,23 +325,30 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
                 "text": s.text,
                 "score": _score(float(s.score)),
                 "supported": bool(s.supported),
+                "status": str(s.status),
                 "support": _offsets(s.support),
                 "share": "n/a" if s.support_share is None else _share(float(s.support_share)),
             }
             for s in sentences
         ],
     }
-    n_unsupported = sum(not s.supported for s in sentences)
+    n_unsupported = sum(s.status == "unsupported" for s in sentences)
+    n_unverified = sum(s.status == "unverified" for s in sentences)
+    flagged = "".join(
+        f" · {n} {what}"
+        for n, what in ((n_unsupported, "unsupported"), (n_unverified, "unverified"))
+        if n
+    )
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{_esc(title)}</title><style>{_STYLE}{_palette_css()}</style></head>"
         '<body><main id="rcstat-grounding">'
-        f"{_render_header(g, title, score, threshold, len(sentences), n_unsupported)}"
-        f"{_render_legend(threshold)}"
+        f"{_render_header(g, title, score, threshold, sentences)}"
+        f"{_render_legend(threshold, unverified=n_unverified > 0)}"
         '<div class="layout"><section class="card"><h2>Response <span class="what">· '
-        f"{_count(len(tokens), 'token')} · {_count(len(sentences), 'sentence')}"
-        f"{f' · {n_unsupported} unsupported' if n_unsupported else ''}</span></h2>"
+        f"{_count(len(tokens), 'token')} · {_count(len(sentences), 'sentence')}{flagged}"
+        "</span></h2>"
         '<div class="pane resp" id="response">'
         f"{_render_response(tokens, scores, sentences)}</div></section>"
         '<section class="card"><h2>Context <span class="what">· '
@@ -392,10 +418,24 @@ def _palette_css() -> str:
 
 
 def _render_header(
-    g: GroundingView, title: str, score: float, threshold: float, n: int, n_unsupported: int
+    g: GroundingView, title: str, score: float, threshold: float, sentences: Sequence[SentenceView]
 ) -> str:
+    n_unsupported = sum(s.status == "unsupported" for s in sentences)
+    n_unverified = sum(s.status == "unverified" for s in sentences)
+    note = ""
     if math.isnan(score):
         verdict = '<span class="verdict none" id="verdict" data-verdict="none">no score</span>'
+    elif g.verdict == "unverified":
+        verdict = (
+            '<span class="verdict unverified" id="verdict" data-verdict="unverified">'
+            "? unverified</span>"
+        )
+        past = f" ({_count(n_unverified, 'sentence')} past the cut)" if n_unverified else ""
+        note = (
+            '<p class="verdict-note" id="verdict-note"><b>Unverified:</b> no checked sentence '
+            f"scores below the threshold, but part of the response could not be checked{past}."
+            "</p>"
+        )
     elif g.supported:
         verdict = (
             '<span class="verdict ok" id="verdict" data-verdict="supported">✓ supported</span>'
@@ -404,10 +444,13 @@ def _render_header(
         verdict = (
             '<span class="verdict bad" id="verdict" data-verdict="unsupported">⚠ unsupported</span>'
         )
+    counted = f"{len(sentences)} · {n_unsupported} unsupported"
+    if n_unverified:
+        counted += f" · {n_unverified} unverified"
     facts = [
         ("score", "Score", _score(score)),
         ("threshold", "Threshold", _score(threshold)),
-        ("sentences", "Sentences", f"{n} · {n_unsupported} unsupported"),
+        ("sentences", "Sentences", counted),
         ("model", "Model", g.model or "unknown"),
     ]
     if g.probe_score is not None:
@@ -440,11 +483,11 @@ def _render_header(
     more = f'<div class="extras">{"".join(extras)}</div>' if extras else ""
     return (
         f"<header><h1><span>{_esc(title)}</span>{verdict}</h1>"
-        f'<dl class="facts">{dl}</dl>{warning}{question}{more}</header>'
+        f'<dl class="facts">{dl}</dl>{note}{warning}{question}{more}</header>'
     )
 
 
-def _render_legend(threshold: float) -> str:
+def _render_legend(threshold: float, *, unverified: bool = False) -> str:
     swatches = "".join(
         f'<i class="g{b}" title="{b / BINS:.1f}–{(b + 1) / BINS:.1f}"></i>' for b in range(BINS)
     )
@@ -464,6 +507,7 @@ def _render_legend(threshold: float) -> str:
         '<span class="key"><span class="mk sent unsupported">sentence</span>'
         '<span class="badge">⚠ unsupported</span>sentence score below the threshold '
         f"{_esc(_score(threshold))}</span>"
+        f"{_UNVERIFIED_KEY if unverified else ''}"
         '<span class="key"><span class="mk hl">span</span>context span supporting the '
         "selected sentence</span></div>"
     )
@@ -490,11 +534,16 @@ def _render_response(
     for i, s in enumerate(sentences):
         first, last = s.tokens
         parts.append(toks(cursor, first))
-        supported = bool(s.supported)
-        badge = "" if supported else '<span class="badge">⚠ unsupported</span>'
+        supported, status = bool(s.supported), str(s.status)
+        if status == "unverified":
+            cls, badge = " unverified", _UNVERIFIED_BADGE
+        elif supported:
+            cls, badge = "", ""
+        else:
+            cls, badge = " unsupported", '<span class="badge">⚠ unsupported</span>'
         parts.append(
-            f'<span class="sent{"" if supported else " unsupported"}" id="sent-{i}" '
-            f'data-sentence="{i}" data-supported="{"true" if supported else "false"}" '
+            f'<span class="sent{cls}" id="sent-{i}" data-sentence="{i}" '
+            f'data-supported="{"true" if supported else "false"}" data-status="{_esc(status)}" '
             f'tabindex="0" role="button" aria-pressed="false" aria-controls="detail">'
             f"{toks(first, last)}{badge}</span>"
         )

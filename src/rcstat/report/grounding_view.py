@@ -42,6 +42,11 @@ class SentenceView(Protocol):
     @property
     def supported(self) -> bool: ...
     @property
+    def status(self) -> str:
+        """``"supported"``, ``"unsupported"`` or ``"unverified"`` (not checked: past the cut
+        of a response too long for the model's window)."""
+
+    @property
     def support(self) -> SpanView | None:
         """The supporting context span, None when no span gets any weight."""
 
@@ -68,6 +73,11 @@ class GroundingView(Protocol):
     def sentences(self) -> Sequence[SentenceView]: ...
     @property
     def supported(self) -> bool: ...
+    @property
+    def verdict(self) -> str:
+        """``"supported"``, ``"unsupported"`` or ``"unverified"`` (no checked sentence is
+        unsupported, but part of the response could not be checked)."""
+
     @property
     def baselines(self) -> Mapping[str, float]: ...
     @property
