@@ -130,7 +130,7 @@ def load_ragtruth(
                 f"response.jsonl in {root}"
             )
         examples = (e for f in files if task in (None, _file_task(f)) for e in _task_file(f))
-    out = []
+    out: list[GroundingExample] = []
     for example in examples:
         if limit is not None and len(out) >= limit:
             break
@@ -199,7 +199,7 @@ def _release(root: Path, task: str | None, split: str | None) -> Iterator[Ground
 
 
 def _source_id(where: _Where, record: dict[str, Any], key: str) -> str:
-    value = where.get(record, key, object)  # type: ignore[type-abstract]
+    value = where.get(record, key, object)
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip():
         raise where.error(f"key {key!r} must be an integer or a non-empty string")
     return str(value)
