@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -32,6 +33,7 @@ CONTEXT = (
 )
 QUESTION = "Who built the bridge?"
 RESPONSE = "The bridge was built in 1889. It crosses the river in Paris."
+WHY = "Why? " * 30  # 150 characters
 TOP_K = "5"  # the tiny model has 12 heads; the default (20) is refused
 OUTPUTS = {"ground.json", "ground.csv", "ground_tokens.csv", "ground.html"}
 
@@ -142,6 +144,28 @@ def test_ground_reads_the_response_from_stdin(  # type: ignore[no-untyped-def]
             ["--context", CONTEXT, "--context-file", "c.txt", "--response", RESPONSE],
             "give --context or --context-file, not both",
         ),
+        # a response without a word has nothing that could be supported: refused, not passed
+        (["--context", CONTEXT, "--response", "?!?! ... !!!"], "the response has no word"),
+        (["--context", CONTEXT, "--response", " — … ¡¿ "], "the response has no word"),
+        # the limits, each named with the flag that raises it
+        (
+            ["--context", CONTEXT, "--response", RESPONSE, "--max-chars", "100"],
+            f"the context has {len(CONTEXT)} characters, more than --max-chars 100 allows; "
+            "pass a larger --max-chars",
+        ),
+        (
+            ["--context", CONTEXT, "--response", RESPONSE, "--max-chars", "140", "--question", WHY],
+            "the question has 150 characters, more than --max-chars 140",
+        ),
+        (
+            ["--context", CONTEXT, "--response", RESPONSE, "--max-tokens", "1000000000000"],
+            "--max-tokens must be an integer in [128, 131072], got 1000000000000",
+        ),
+        (["--context", CONTEXT, "--response", RESPONSE, "--max-chars", "0"], "--max-chars must"),
+        (
+            ["--context", CONTEXT, "--response", RESPONSE, "--max-response-tokens", "0"],
+            "--max-response-tokens must be an integer in [1, ∞)",
+        ),
     ],
 )
 def test_ground_bad_options_exit_2_before_loading(  # type: ignore[no-untyped-def]
@@ -236,6 +260,149 @@ def test_ground_exits_3_when_part_of_the_response_is_unverified(  # type: ignore
     assert "unverified" in {s["verdict"] for s in document["sentences"]}
     assert _ground(model_dir, profiles[0], out, *texts, *budget, "--threshold", "1") == 1
     assert Grounding.load(out / "ground.json").verdict == "unsupported"
+
+
+def test_ground_refuses_a_10_mb_text_before_loading(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, monkeypatch, capsys
+) -> None:
+    """The default --max-chars refuses a 10 MB context from its file before the model loads (it
+    once ran for 10 minutes); the same text passes the check with a larger --max-chars."""
+    monkeypatch.setattr("rcstat.cli.ground.load_model_quietly", _no_model)
+    huge = tmp_path / "huge.txt"
+    huge.write_text("The bridge was built. " * 476_191, encoding="utf-8")  # 10,476,202 chars
+    out = tmp_path / "out"
+    texts = ["--context-file", str(huge), "--response", RESPONSE]
+    assert _ground(model_dir, profiles[0], out, *texts) == 2
+    printed = " ".join(capsys.readouterr().err.splitlines()[-1].split())
+    assert printed == (
+        "error: the context has 10,476,202 characters, more than --max-chars 100,000 allows; "
+        "pass a larger --max-chars to ground it (each window of a long context is one more pass)"
+    )
+    with pytest.raises(AssertionError, match="model was loaded"):  # past the check: the loader
+        _ground(model_dir, profiles[0], out, *texts, "--max-chars", "20000000")
+
+
+def test_ground_refuses_a_long_response_before_its_forward_pass(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, monkeypatch, capsys
+) -> None:
+    """A response of more tokens than --max-response-tokens is refused once tokenised, before
+    any forward pass (a 20,000-character response once ran for 14 minutes)."""
+
+    def no_pass(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a forward pass ran before the response's length was checked")
+
+    monkeypatch.setattr("rcstat.grounding.measure.Measurer.measure", no_pass)
+    out = tmp_path / "out"
+    word = "x" * 20_000  # one word of 20,000 characters
+    texts = ["--context", CONTEXT, "--response", word]
+    assert _ground(model_dir, profiles[0], out, *texts) == 2
+    printed = " ".join(capsys.readouterr().err.splitlines()[-1].split())
+    assert printed.startswith("error: the response has ") and "tokens, more than" in printed
+    assert "--max-response-tokens 2,048" in printed and not out.exists()
+    with pytest.raises(AssertionError, match="forward pass ran"):  # a short one reaches it
+        _ground(model_dir, profiles[0], out, "--context", CONTEXT, "--response", RESPONSE)
+
+
+def test_ground_shows_the_windows_of_a_long_context_and_a_lowered_max_tokens(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, capsys
+) -> None:
+    """Progress on standard error for a context read in windows; a --max-tokens above the
+    model's window (256 for the tiny model) is lowered to it, in one line."""
+    context = " ".join(f"The bridge number {i} was built in 1889 by engineers." for i in range(30))
+    texts = ["--context", context, "--response", RESPONSE, "--threshold", "0", "--json"]
+    out = tmp_path / "out"
+    assert _ground(model_dir, profiles[0], out, *texts, "--max-tokens", "100000") == 0
+    captured = capsys.readouterr()
+    windows = Grounding.load(out / "ground.json").windows
+    assert windows > 1 and json.loads(captured.out)["windows"] == windows
+    err = captured.err.splitlines()
+    assert "note: --max-tokens 100,000 is more than the model's window: 256 used" in err
+    assert f"reading the context: 0/{windows} window" in captured.err
+    assert any(line.startswith(f"reading the context: {windows}/{windows} window") for line in err)
+
+
+def test_ground_checks_out_before_loading_and_prints_the_verdict_if_writing_fails(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, monkeypatch, capsys
+) -> None:
+    """An --out that cannot be written is refused before the model loads, naming --out (not a
+    temporary file); when the files still cannot be written at the end, the verdict is printed
+    first, then one error line, exit status 2."""
+    texts = ["--context", CONTEXT, "--response", RESPONSE, "--threshold", "0"]
+    (tmp_path / "file.txt").write_text("x")
+    with monkeypatch.context() as patch:
+        patch.setattr("rcstat.cli.ground.load_model_quietly", _no_model)
+        assert _ground(model_dir, profiles[0], tmp_path / "file.txt" / "out", *texts) == 2
+        printed = capsys.readouterr().err.splitlines()[-1]
+        assert printed.startswith(f"error: --out {tmp_path / 'file.txt' / 'out'}: ")
+        assert printed.endswith("is a file, not a folder")
+
+        def refuse(*args: Any, dir: Any = None, **kwargs: Any) -> str:
+            raise PermissionError(13, "Permission denied", str(Path(dir) / ".out.x1y2"))
+
+        patch.setattr("rcstat.runs.folder.tempfile.mkdtemp", refuse)
+        assert _ground(model_dir, profiles[0], tmp_path / "out", *texts) == 2
+        printed = capsys.readouterr().err.splitlines()[-1]
+        assert printed.startswith(f"error: --out {tmp_path / 'out'} cannot be written")
+        assert "Permission denied" in printed and ".out.x1y2" not in printed
+
+    def fail(*args: Any, **kwargs: Any) -> None:  # the disk fills up at the end
+        raise OSError(28, "No space left on device", "/somewhere/.out.tmp123/ground.html")
+
+    monkeypatch.setattr("rcstat.report.grounding_html.save_grounding_html", fail)
+    out = tmp_path / "out"
+    assert _ground(model_dir, profiles[0], out, *texts) == 2
+    captured = capsys.readouterr()
+    assert "response score" in captured.out and "supported" in captured.out  # the verdict
+    assert "results written" not in captured.out
+    last = captured.err.splitlines()[-1]
+    assert last == (
+        f"error: cannot write --out {out}: No space left on device; the verdict above is not saved"
+    )
+    assert not out.exists()
+    assert _ground(model_dir, profiles[0], out, *texts, "--json") == 2
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert document["verdict"] == "supported" and document["out"] is None
+    assert captured.err.splitlines()[-1].startswith(f"error: cannot write --out {out}")
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes in read-only folders"
+)
+def test_ground_refuses_a_read_only_out_before_loading(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr("rcstat.cli.ground.load_model_quietly", _no_model)
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        texts = ["--context", CONTEXT, "--response", RESPONSE]
+        assert _ground(model_dir, profiles[0], folder / "out", *texts) == 2
+    finally:
+        folder.chmod(0o755)
+    printed = capsys.readouterr().err.splitlines()[-1]
+    assert printed.startswith(f"error: --out {folder / 'out'} cannot be written")
+
+
+def test_ground_json_sentences_are_the_library_schema(  # type: ignore[no-untyped-def]
+    model_dir, profiles, tmp_path, capsys
+) -> None:
+    """--json's sentences are ``Grounding.to_dict``'s (without their token range): one schema."""
+    out = tmp_path / "out"
+    texts = ["--context", LONG_CONTEXT, "--response", LONG_RESPONSE, "--threshold", "1"]
+    assert _ground(model_dir, profiles[0], out, *texts, "--json") == 1
+    document = json.loads(capsys.readouterr().out)
+    saved = json.loads((out / "ground.json").read_text(encoding="utf-8"))
+    assert saved["format"] == "rcstat-grounding-2"
+    assert document["sentences"] == [
+        {k: v for k, v in s.items() if k != "tokens"} for s in saved["sentences"]
+    ]
+    for entry in document["sentences"]:
+        assert set(entry) == {"start", "end", "text", "score", "verdict", "support"} | {
+            "weakest_word"
+        }
+        assert isinstance(entry["weakest_word"], dict) and isinstance(entry["support"], dict)
 
 
 def test_ground_table_shows_whole_sentences_and_evidence(  # type: ignore[no-untyped-def]

@@ -4,6 +4,7 @@ saved to disk (the ``model_dir`` fixture), with pair files written here; the pai
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from rcstat.evaluation.grounding_bench import token_file_name
 from rcstat.grounding import Grounder
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
-from tests.test_cli_ground import _make_profile
+from tests.test_cli_ground import TOO_LONG_RESPONSE, _make_profile
 
 PAIRS = [
     {
@@ -47,6 +48,31 @@ def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _make_profile(tmp_path_factory.mktemp("profile") / "p.json", 0)
 
 
+def _assert_same_entry(got: dict[str, Any], want: dict[str, Any]) -> None:
+    """Two sentence entries (``Grounding.sentence_dict``) with the same keys, types and values;
+    scores to float32 round-off (the command line loads the model from disk)."""
+    assert got.keys() == want.keys() == ENTRY_KEYS
+    for key in ("score", "weakest_word", "support"):
+        a, b = got[key], want[key]
+        if isinstance(a, dict) and isinstance(b, dict):
+            assert a.keys() == b.keys()
+            number = "score" if key == "weakest_word" else "share"
+            assert a[number] == pytest.approx(b[number], rel=1e-4)
+            assert {k: v for k, v in a.items() if k != number} == {
+                k: v for k, v in b.items() if k != number
+            }
+        elif isinstance(a, float):
+            assert a == pytest.approx(b, rel=1e-4)
+        else:
+            assert a == b
+    for key in ("start", "end", "text", "verdict"):
+        assert got[key] == want[key]
+
+
+#: The keys of a sentence entry in --json, the --pairs rows and Grounding.to_dict.
+ENTRY_KEYS = {"start", "end", "text", "score", "verdict", "support", "weakest_word"}
+
+
 def _ground(model_dir: Path, profile: Path, out: Path, *extra: str) -> int:
     args = ["ground", "--model", str(model_dir), "--profile", str(profile), "--out", str(out)]
     return cli.main([*args, "--top-k", "5", *extra])
@@ -57,7 +83,7 @@ def test_ground_pairs_one_row_per_line_and_resume(  # type: ignore[no-untyped-de
 ) -> None:
     data = _write(tmp_path / "pairs.jsonl", PAIRS)
     out = tmp_path / "out"
-    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 0
+    code = _ground(model_dir, profile, out, "--pairs", str(data))
     rows = [json.loads(v) for v in (out / "grounded.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == ["bridge", "line-2"] and [r["line"] for r in rows] == [1, 2]
     grounder = Grounder(tiny_model("llama"), make_tiny_tokenizer(), profile=profile, top_k=5)
@@ -66,22 +92,25 @@ def test_ground_pairs_one_row_per_line_and_resume(  # type: ignore[no-untyped-de
         assert row["score"] == pytest.approx(want.score, rel=1e-5)
         assert row["threshold"] == want.threshold and row["error"] is None
         assert row["verdict"] == ("supported" if want.supported else "unsupported")
-        flagged = [s.text for s in want.sentences if not s.supported]
-        assert [u["sentence"] for u in row["unsupported"]] == flagged
-        for u in row["unsupported"]:
-            assert pair["response"][u["start"] : u["end"]] == u["sentence"]
+        assert row["probe_score"] is None  # no probe: null, as in --json
+        flagged = [s for s in want.sentences if not s.supported]
+        assert [u["text"] for u in row["unsupported"]] == [s.text for s in flagged]
+        for u, sentence in zip(row["unsupported"], flagged, strict=True):
+            assert pair["response"][u["start"] : u["end"]] == u["text"]
+            _assert_same_entry(u, want.sentence_dict(sentence))  # the one schema
     summary = json.loads((out / "summary.json").read_text())
     assert summary["supported"] + summary["unsupported"] == 2 and summary["error"] == 0
+    assert code == (1 if summary["unsupported"] else 0)  # the verdicts are the exit status
     assert "2 pairs:" in capsys.readouterr().out
     # run again: resumed, nothing computed (the model would be loaded, but never called)
     before = (out / "grounded.jsonl").read_text()
     monkeypatch.setattr(Grounder, "ground", _no_model)
-    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 0
+    assert _ground(model_dir, profile, out, "--pairs", str(data)) == code
     assert (out / "grounded.jsonl").read_text() == before
     # one more line: only it is computed
     monkeypatch.undo()
     _write(data, [*PAIRS, {"id": "x", "context": "A cat sat.", "response": "A dog sat."}])
-    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 0
+    assert _ground(model_dir, profile, out, "--pairs", str(data)) in (0, 1)
     after = (out / "grounded.jsonl").read_text()
     assert after.startswith(before) and len(after.splitlines()) == 3
 
@@ -119,6 +148,12 @@ def test_ground_pairs_refuses_a_bad_line_before_the_model(  # type: ignore[no-un
         (["--threshold", "-1"], "--threshold must be in [0, 1], got -1.0"),
         (["--threshold", "1e308"], "--threshold must be in [0, 1]"),
         (["--probe", "missing.json"], "--probe missing.json: no such file"),
+        (["--max-tokens", "1000000000000"], "--max-tokens must be an integer in [128, 131072]"),
+        (["--max-tokens", "64"], "--max-tokens must be an integer in [128, 131072]"),
+        (["--max-chars", "0"], "--max-chars must be an integer in [1, ∞)"),
+        (["--max-response-tokens", "-3"], "--max-response-tokens must be an integer"),
+        # every line is checked against --max-chars before the model loads, naming the line
+        (["--max-chars", "40"], "line 1: the context has 74 characters, more than --max-chars 40"),
     ],
 )
 def test_ground_pairs_bad_options_exit_2_before_loading(  # type: ignore[no-untyped-def]
@@ -133,15 +168,122 @@ def test_ground_pairs_bad_options_exit_2_before_loading(  # type: ignore[no-unty
     assert not out.exists()
 
 
+def test_ground_pairs_refuses_a_response_without_words_and_a_huge_line_before_the_model(  # type: ignore[no-untyped-def]
+    model_dir, profile, tmp_path, monkeypatch, capsys
+) -> None:
+    """A response of punctuation alone cannot be supported, and a 10 MB line would run for many
+    minutes: both are refused, naming the line, before the model loads."""
+    monkeypatch.setattr("rcstat.cli.ground_pairs.load_model_quietly", _no_model)
+    out = tmp_path / "out"
+    wordless = _write(
+        tmp_path / "a.jsonl", [PAIRS[0], {"context": "c", "response": "?!?! ... !!!"}]
+    )
+    assert _ground(model_dir, profile, out, "--pairs", str(wordless)) == 2
+    printed = " ".join(capsys.readouterr().err.split())
+    assert printed.startswith("error:") and f"--pairs {wordless} line 2:" in printed
+    assert "the response has no word" in printed
+    huge = _write(tmp_path / "b.jsonl", [{"context": "word " * 2_000_000, "response": "ok"}])
+    assert _ground(model_dir, profile, out, "--pairs", str(huge)) == 2
+    printed = " ".join(capsys.readouterr().err.split())
+    assert "line 1: the context has 10,000,000 characters, more than --max-chars 100,000" in printed
+    assert "pass a larger --max-chars" in printed
+    assert not out.exists()
+
+
+def test_ground_pairs_refuses_an_out_it_cannot_write_before_the_model(  # type: ignore[no-untyped-def]
+    model_dir, profile, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr("rcstat.cli.ground_pairs.load_model_quietly", _no_model)
+    data = _write(tmp_path / "pairs.jsonl", PAIRS)
+    (tmp_path / "file.txt").write_text("not a folder")
+    out = tmp_path / "file.txt" / "out"
+    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 2
+    printed = " ".join(capsys.readouterr().err.split())
+    assert printed.startswith(f"error: --out {out}:") and "is a file, not a folder" in printed
+    # a read-only folder (simulated: the tests may run as root, whom no mode stops)
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+
+    def refuse(*args: Any, dir: Any = None, **kwargs: Any) -> str:
+        raise PermissionError(13, "Permission denied", str(Path(dir) / ".tmp-name"))
+
+    monkeypatch.setattr("rcstat.runs.folder.tempfile.mkdtemp", refuse)
+    assert _ground(model_dir, profile, folder / "out", "--pairs", str(data)) == 2
+    printed = " ".join(capsys.readouterr().err.split())
+    assert printed.startswith(f"error: --out {folder / 'out'} cannot be written")
+    assert "Permission denied" in printed and ".tmp-name" not in printed
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "lines", "status", "verdicts"),
+    [
+        (["--threshold", "0"], PAIRS, 0, {"supported": 2}),
+        (["--threshold", "1"], PAIRS, 1, {"unsupported": 2}),
+        # a response too long for the pass: checked up to where it fits, the rest unverified
+        (
+            ["--threshold", "0", "--max-tokens", "256"],
+            [*PAIRS, {"context": PAIRS[0]["context"], "response": TOO_LONG_RESPONSE}],
+            3,
+            {"supported": 2, "unverified": 1},
+        ),
+        # a response over --max-response-tokens is not scored (its row says why): not verified
+        (
+            ["--threshold", "0", "--max-response-tokens", "9"],
+            PAIRS,
+            3,
+            {"supported": 1, "error": 1},
+        ),
+        (
+            ["--threshold", "1", "--max-response-tokens", "9"],
+            PAIRS,
+            1,
+            {"unsupported": 1, "error": 1},
+        ),
+    ],
+)
+def test_ground_pairs_exit_status_reflects_the_verdicts(  # type: ignore[no-untyped-def]
+    model_dir, profile, tmp_path, extra, lines, status, verdicts
+) -> None:
+    """1 when a pair is unsupported, else 3 when one is unverified or not scored, else 0."""
+    data = _write(tmp_path / "pairs.jsonl", lines)
+    out = tmp_path / "out"
+    assert _ground(model_dir, profile, out, "--pairs", str(data), *extra) == status
+    summary = json.loads((out / "summary.json").read_text())
+    assert {k: v for k, v in summary.items() if v} == verdicts
+    rows = [json.loads(v) for v in (out / "grounded.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["verdict"] == "error":
+            assert "more than max_response_tokens=9" in row["error"]
+            assert "--max-response-tokens 9" in row["error"]
+        for entry in row.get("unsupported", []) + row.get("unverified", []):
+            assert entry.keys() == ENTRY_KEYS and entry["verdict"] in ("unsupported", "unverified")
+
+
+def test_ground_pairs_help_documents_its_exit_status() -> None:
+    from rcstat.cli import build_parser
+    from rcstat.cli.exit_codes import PAIRS_EXIT_CODES
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    text = " ".join(sub.choices["ground"].format_help().split())
+    for code, meaning in PAIRS_EXIT_CODES.items():
+        assert f"{code} {' '.join(meaning.split())}" in text
+    assert set(PAIRS_EXIT_CODES) == {0, 1, 2, 3, 130}
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "`rcstat ground --pairs` exits" in " ".join(readme.split())
+
+
 def test_ground_pairs_refuses_a_folder_of_other_settings(  # type: ignore[no-untyped-def]
     model_dir, profile, tmp_path, monkeypatch, capsys
 ) -> None:
     data = _write(tmp_path / "pairs.jsonl", PAIRS[1:])
     out = tmp_path / "out"
-    assert _ground(model_dir, profile, out, "--pairs", str(data)) == 0
+    assert _ground(model_dir, profile, out, "--pairs", str(data), "--threshold", "0") == 0
     monkeypatch.setattr("rcstat.cli.ground_pairs.load_model_quietly", _no_model)
     capsys.readouterr()
-    assert _ground(model_dir, profile, out, "--pairs", str(data), "--quantile", "0.5") == 2
+    other = ["--threshold", "0", "--quantile", "0.5"]
+    assert _ground(model_dir, profile, out, "--pairs", str(data), *other) == 2
     printed = " ".join(capsys.readouterr().err.split())
     assert "other settings" in printed and "quantile" in printed
 

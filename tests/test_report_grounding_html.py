@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rcstat.attribution.spans import TextSpan
 from rcstat.grounding.result import Grounding, SentenceGrounding
@@ -34,6 +36,7 @@ from rcstat.report.grounding_html import (
     save_grounding_html,
     score_bins,
 )
+from rcstat.report.score_scale import bin_edges
 from tests._browser import PageReader, probe, rgb
 
 HOSTILE = '<img src=x onerror="window.__pwned = 9"><script>window.__pwned = 8</script>'
@@ -128,11 +131,19 @@ def _grounding(**changes: Any) -> Grounding:
     return Grounding(**arguments)
 
 
-def _bin(score: float) -> int | None:
-    """The oracle: bin ``floor(10 · s)`` of ``s`` clamped to [0, 1], the top edge in bin 9."""
+def _bin(score: float, threshold: float = THRESHOLD) -> int | None:
+    """The oracle: ``5 + floor(5 · log10(s / t) / D)`` with ``D = clamp(log10(1 / t), 1, 6)``,
+    clamped to the bins of the score's side of the threshold (0–4 below, 5–9 at or above)."""
     if math.isnan(score):
         return None
-    return min(math.floor(BINS * min(max(score, 0.0), 1.0)), BINS - 1)
+    span = min(max(math.log10(1 / threshold), 1.0), 6.0) if threshold > 0 else 6.0
+    centre = threshold if threshold > 0 else 10**-span
+    if score <= 0 or math.isinf(score):
+        raw = 0 if score <= 0 else BINS - 1
+    else:
+        raw = 5 + math.floor(5 * math.log10(score / centre) / span)
+    raw = min(max(raw, 0), BINS - 1)
+    return max(raw, 5) if score >= threshold else min(raw, 4)
 
 
 class _Parsed(PageReader):
@@ -276,8 +287,10 @@ def test_tokens_join_to_the_response_grouped_by_sentence():
 def test_colour_bins_and_tooltips():
     parsed = _Parsed(grounding_page(_grounding()))
     assert parsed.bins() == [_bin(s) for s in SCORES]
-    # the edges by hand: 0.9 -> 9, 0.5 -> 5, 0.6 -> 6, 0.1 -> 1, 1.0 and 1.3 -> 9, -0.2 -> 0
-    assert [parsed.bins()[i] for i in (2, 5, 11, 14, 3, 19, 15)] == [9, 5, 6, 1, 9, 9, 0]
+    # by hand, threshold 0.5 (one decade a side, 0.2 decades a bin): 0.9 -> 6 (log10 1.8 =
+    # 0.26), 0.5 -> 5, 0.6 -> 5, 0.1 -> 1 (log10 0.2 = -0.70), 1.0 -> 6, 1.3 -> 7, -0.2 -> 0,
+    # 0.45 -> 4 (just below: red side)
+    assert [parsed.bins()[i] for i in (2, 5, 11, 14, 3, 19, 15, 22)] == [6, 5, 5, 1, 6, 7, 0, 4]
     for token, score in zip(parsed.tokens, SCORES, strict=True):
         value = token["title"].removeprefix("score ")
         if math.isnan(score):
@@ -286,11 +299,64 @@ def test_colour_bins_and_tooltips():
             assert float(value) == pytest.approx(score, abs=5e-4)
 
 
-def test_score_bins_matches_the_oracle_on_random_scores():
+@pytest.mark.parametrize("threshold", [THRESHOLD, 0.0021, 0.05, 1.0, 0.0, 1e-9])
+def test_score_bins_matches_the_oracle_on_random_scores(threshold):
     rng = np.random.default_rng(0)
-    scores = np.concatenate([rng.uniform(-0.5, 1.5, 2000), np.arange(11) / 10, [np.nan, np.inf]])
-    expected = [-1 if _bin(float(s)) is None else _bin(float(s)) for s in scores]
-    assert score_bins(scores).tolist() == expected
+    scores = np.concatenate(
+        [
+            rng.uniform(-0.5, 1.5, 1000),
+            10 ** rng.uniform(-12, 0, 1000),
+            np.arange(11) / 10,
+            [threshold, np.nextafter(threshold, 0), np.nan, np.inf, 0.0],
+        ]
+    )
+    expected = [
+        -1 if _bin(float(s), threshold) is None else _bin(float(s), threshold) for s in scores
+    ]
+    assert score_bins(scores, threshold).tolist() == expected
+
+
+@given(
+    st.lists(st.floats(0, 1), min_size=2, max_size=30),
+    st.floats(1e-7, 1),
+)
+def test_score_bins_are_monotone_and_red_exactly_below_the_threshold(scores, threshold):
+    bins = score_bins(sorted(scores), threshold)
+    assert (np.diff(bins) >= 0).all()
+    for score, b in zip(sorted(scores), bins, strict=True):
+        assert bool(b >= BINS // 2) == (score >= threshold)
+
+
+def test_colours_are_relative_to_the_shipped_threshold():
+    """At the shipped profile's threshold (0.0021) a supported word is green and a failing one
+    red: on a linear 0-1 scale both were the darkest red (bin 0)."""
+    t = 0.0021
+    supported = [0.0021, 0.005, 0.05, 0.3, 1.0]
+    failing = [0.002, 0.0005, 1e-4, 1e-6, 0.0]
+    assert score_bins(supported, t).tolist() == [5, 5, 7, 9, 9]
+    assert score_bins(failing, t).tolist() == [4, 3, 2, 0, 0]
+    g = _grounding(threshold=t, token_scores=np.full(len(TOKENS), 0.01))
+    assert set(_Parsed(grounding_page(g)).bins()) == {_bin(0.01, t)} == {6}
+    # each bin spans D/5 decades: D = log10(1/t)
+    edges = bin_edges(t)
+    assert edges[BINS // 2][0] == t and edges[0][0] == 0.0 and edges[-1][1] == 1.0
+    ratio = edges[6][0] / edges[5][0]
+    assert ratio == pytest.approx(10 ** (math.log10(1 / t) / 5))
+    assert edges[-1][0] == pytest.approx(t * ratio**4)
+
+
+def test_tooltips_show_small_scores_with_two_significant_digits():
+    scores = np.full(len(TOKENS), 0.00043)
+    parsed = _Parsed(grounding_page(_grounding(threshold=0.0021, token_scores=scores)))
+    assert {t["title"] for t in parsed.tokens} == {"score 0.00043"}
+
+
+def test_the_question_is_shown_only_when_the_user_gave_one():
+    page = grounding_page(_grounding(question="How tall is it?"))
+    assert "<dt>Question</dt><dd>How tall is it?</dd>" in page
+    default = "Write a response based on the text above."
+    hidden = grounding_page(_grounding(question=default, question_given=False))
+    assert "<dt>Question</dt>" not in hidden and default not in hidden
 
 
 def test_unsupported_sentences_are_marked():
@@ -432,6 +498,12 @@ def test_legend_has_every_bin_nan_and_the_markers():
     assert {"gx"} in parsed.legend_swatches
     assert "⚠ unsupported" in parsed.legend_text and "no score" in parsed.legend_text
     assert "below the threshold 0.500" in parsed.legend_text
+    assert "log scale" in parsed.legend_text
+    # the swatches' titles are their score ranges; the tick sits between bins 4 and 5
+    titles = re.findall(r'<i class="g(\d)" title="([^"]*)"', page)
+    ranges = [f"{module._value(a)}–{module._value(b)}" for a, b in bin_edges(THRESHOLD)]
+    assert [t for _, t in titles] == ranges and titles[5][1].startswith("0.5–")
+    assert '<b class="tick" style="left:50%" title="threshold 0.500">' in page
     for b, colour in enumerate(PALETTE):  # the CSS gives each bin its palette colour
         assert f".g{b}{{background:{colour}" in page
 

@@ -11,6 +11,8 @@ from typing import Literal, get_args
 __all__ = [
     "DEFAULT_GROUNDING_FRACTION",
     "DEFAULT_GROUNDING_QUANTILE",
+    "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_RESPONSE_TOKENS",
     "DEFAULT_MODEL_NAME",
     "DEFAULT_SPAN_SCORE",
     "DEFAULT_TAU",
@@ -18,6 +20,7 @@ __all__ = [
     "DEFAULT_TOP_K",
     "DEFAULT_WINDOW",
     "INSTALL_PRESS",
+    "MAX_PASS_TOKENS",
     "MAX_RESAMPLES",
     "MIN_PASS_TOKENS",
     "QUESTION_WINDOW",
@@ -49,6 +52,19 @@ DEFAULT_THRESHOLD_QUANTILE = 0.05
 #: Fewest tokens one grounding pass may be given (``--max-tokens``): the template, a question,
 #: part of the response and a window of context must fit.
 MIN_PASS_TOKENS = 128
+#: Most tokens one grounding pass may be given (``--max-tokens``): 128k, the window of the common
+#: long-context open models (Llama 3.1, Qwen2.5); one pass that long already holds tens of GB of
+#: attention scores. A larger value is refused; a value above the model's window is lowered to it.
+MAX_PASS_TOKENS = 131_072
+#: Most characters of each grounded text (context, response, question; ``--max-chars``): about
+#: 25,000 English tokens, four windows of the default model's 8,192 — about 5 minutes on a 2-core
+#: CPU, seconds on a GPU. Checked before the model loads; a 10 MB text is refused at once.
+DEFAULT_MAX_CHARS = 100_000
+#: Most tokens of a grounded response (``--max-response-tokens``): about 1,500 English words.
+#: Every response token is a row of every pass (about 2 minutes at this length on a 2-core CPU
+#: with the default model), and the response sits beside every window of the context, so a
+#: longer response both costs more per pass and leaves less room for context (more passes).
+DEFAULT_MAX_RESPONSE_TOKENS = 2048
 #: RCStatPress's window as the question's tokens (query-aware placement: the question is
 #: compressed with the context and ends the prompt the press sees).
 QUESTION_WINDOW = "question"

@@ -32,6 +32,7 @@ from rcstat.report.console import CUT_MARK
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import OUTPUT_MARKER as OUTPUT_MARKER  # the commands' output safety
 from rcstat.runs.folder import check_output_folder as check_output_folder
+from rcstat.runs.folder import check_writable as check_writable
 from rcstat.runs.folder import claim_output_folder as claim_output_folder
 from rcstat.runs.folder import staged_output as staged_output
 

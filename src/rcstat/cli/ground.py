@@ -15,15 +15,16 @@ from rcstat.cli._common import (
     Devices,
     add_command,
     check_output_folder,
+    check_writable,
     console,
     error_console,
     load_model_quietly,
     optional_count,
     read_texts,
-    staged_output,
     step,
 )
-from rcstat.cli.exit_codes import exit_status_text
+from rcstat.cli.exit_codes import ERROR, exit_status_text
+from rcstat.cli.ground_limits import Limits, add_limit_options, check_texts, lowered_note
 from rcstat.cli.options import (
     add_language_option,
     add_out_option,
@@ -32,8 +33,12 @@ from rcstat.cli.options import (
     check_language,
     check_top_k,
 )
-from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, DEFAULT_TOP_K, MIN_PASS_TOKENS
-from rcstat.report.grounding_html import save_grounding_html
+from rcstat.defaults import (
+    DEFAULT_GROUNDING_QUANTILE,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_RESPONSE_TOKENS,
+    DEFAULT_TOP_K,
+)
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.ground_pairs import PairsConfig
@@ -58,13 +63,16 @@ def register(sub: Any) -> None:
         "word and sentence for support: a word is supported when the copy heads attend to its "
         "source in the context or the model, reading the context, expects it. Unsupported "
         "sentences name their weakest word; supported ones show the context sentence they "
-        "rest on. A context longer than the model's window is read in windows.",
+        "rest on. A context longer than the model's window is read in windows (progress on "
+        "standard error). A response without a word (punctuation only) is refused: nothing in "
+        "it could be supported. Texts longer than --max-chars and responses longer than "
+        "--max-response-tokens are refused before any forward pass.",
     )
     gr.epilog = (
         f"Languages: {ground_output.MODEL_LANGUAGES}; a text mostly not in the Latin script "
         "gets a warning on standard error; scores in other languages are unreliable "
         "(pass --model). "
-        "Without --pairs: " + exit_status_text()
+        "Without --pairs: " + exit_status_text() + " With --pairs: see --pairs."
     )
     add_text_options(
         gr,
@@ -85,14 +93,7 @@ def register(sub: Any) -> None:
         help="lower quantile over the response tokens of each head statistic (the probe's "
         "features)",
     )
-    gr.add_argument(
-        "--max-tokens",
-        type=int,
-        default=None,
-        help="longest input of one pass (default: the model's window); a longer context is "
-        "read in windows, and a response that cannot fit beside any context is checked up to "
-        "where it fits, the rest reported unverified",
-    )
+    add_limit_options(gr)
     gr.add_argument(
         "--top-k",
         type=int,
@@ -131,6 +132,8 @@ class GroundArgs:
     allow_special_tokens: bool = False
     json: bool = False
     max_tokens: int | None = None
+    max_chars: int = DEFAULT_MAX_CHARS
+    max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GroundArgs:
@@ -145,6 +148,10 @@ class GroundArgs:
                 raise ValueError(f"{option} is empty or whitespace only")
         if question is not None and not question.strip():
             raise ValueError("--question is empty or whitespace only")
+        limits = Limits.from_namespace(ns)
+        check_texts(
+            {"context": context, "response": response, "question": question}, limits.max_chars
+        )
         files = {}
         for option, _ in _FILES:
             value = getattr(ns, option.removeprefix("--"))
@@ -177,41 +184,50 @@ class GroundArgs:
             out=Path(ns.out),
             allow_special_tokens=ns.allow_special_tokens,
             json=ns.json,
-            max_tokens=optional_count("--max-tokens", ns.max_tokens, low=MIN_PASS_TOKENS),
+            max_tokens=limits.max_tokens,
+            max_chars=limits.max_chars,
+            max_response_tokens=limits.max_response_tokens,
         )
 
 
 def run(args: GroundArgs | PairsConfig) -> int:
-    """Ground the response; print its sentences (or the ``--json`` object), write
-    ground.{json,csv,html}; exit with the verdict (0 supported, 1 unsupported, 3
-    unverified)."""
+    """Ground the response; write ground.{json,csv,html}; print its sentences (or the
+    ``--json`` object); exit with the verdict (0 supported, 1 unsupported, 3 unverified), or 2
+    after the verdict when --out could not be written."""
     from rcstat.grounding import Grounder
 
     if not isinstance(args, GroundArgs):  # --pairs (rcstat.cli.ground_pairs)
         return ground_pairs.run(args)
 
     check_output_folder(args.out, NAME)
+    check_writable(args.out)
     texts = {"context": args.context, "response": args.response}
     warning = ground_output.language_warning(args.model, texts)
     if warning is not None:
         error_console.print(warning, markup=False)
     model, tokenizer = load_model_quietly(args.model, args.devices)
     grounder = Grounder.from_options(model, tokenizer, args)
-    with step("grounding (one forward pass)…"):
-        result = grounder.ground(args.context, args.response, args.question)
-    with step("writing results…"), staged_output(args.out, NAME) as stage:
-        result.to_frame().to_csv(stage / "ground.csv", index=False)
-        result.to_frame("token").to_csv(stage / "ground_tokens.csv", index=False)
-        result.save(stage / "ground.json")
-        save_grounding_html(stage / "ground.html", result)
+    note = lowered_note(args.max_tokens, grounder.max_tokens)
+    if note is not None:
+        error_console.print(note, markup=False)
+    with step("grounding…"):
+        result = grounder.ground(args.context, args.response, args.question, show_progress=True)
+    failed = ground_output.write_results(result, args.out, NAME)
+    out = None if failed else args.out
     if args.json:
-        ground_output.print_json(result, args.out)
-        error_console.print(f"results written to {escape(str(args.out))}/")
-        return ground_output.verdict_status(result)
-    ground_output.print_table(result)
-    baselines = ", ".join(f"{k} {v:.3f}" for k, v in result.baselines.items())
-    console.print(f"same-pass baselines (higher = more supported): {escape(baselines)}")
-    console.print(f"results written to {escape(str(args.out))}/ (open ground.html)")
+        ground_output.print_json(result, out)
+    else:
+        ground_output.print_table(result)
+        baselines = ", ".join(f"{k} {v:.3f}" for k, v in result.baselines.items())
+        console.print(f"same-pass baselines (higher = more supported): {escape(baselines)}")
+    if failed is not None:  # the verdict first, then the one error line
+        error_console.print(f"[red]error:[/red] {escape(failed)}")
+        return ERROR
+    where = escape(str(args.out))
+    if args.json:
+        error_console.print(f"results written to {where}/")
+    else:
+        console.print(f"results written to {where}/ (open ground.html)")
     return ground_output.verdict_status(result)
 
 

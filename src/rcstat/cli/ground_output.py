@@ -5,6 +5,7 @@
   standard output.
 * :func:`print_table`: the console table, whole sentences and their evidence wrapped to the
   terminal, never cut.
+* :func:`write_results`: the files of ``--out``, or the error line when they cannot be written.
 * :func:`verdict_status`: the exit status of the verdict (:mod:`rcstat.cli.exit_codes`).
 * :func:`language_warning`: one line when a text is mostly not in the Latin script while the
   analysis model is the default, English-only one.
@@ -21,16 +22,15 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
-from rcstat.cli._common import console
+from rcstat.cli._common import console, staged_output, step
 from rcstat.cli.exit_codes import SUPPORTED, UNSUPPORTED, UNVERIFIED
 from rcstat.defaults import DEFAULT_MODEL_NAME
 
 if TYPE_CHECKING:
-    from rcstat.grounding.result import Grounding, SentenceGrounding
+    from rcstat.grounding.result import Grounding
 
 __all__ = [
     "MODEL_LANGUAGES",
@@ -40,6 +40,7 @@ __all__ = [
     "print_table",
     "result_document",
     "verdict_status",
+    "write_results",
 ]
 
 #: The languages of the default analysis model (SmolLM2-135M-Instruct is trained on English).
@@ -86,48 +87,15 @@ def _number(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
 
-def _weakest_word(result: Grounding, sentence: SentenceGrounding) -> dict[str, Any] | None:
-    """The sentence's least supported word (its character span in the response)."""
-    word = sentence.weakest
-    if word is None:
-        return None
-    inside = (result.token_spans[:, 0] < word.end) & (result.token_spans[:, 1] > word.start)
-    scores = result.token_scores[inside]
-    return {
-        "start": word.start,
-        "end": word.end,
-        "text": word.text,
-        "score": _number(float(np.nanmin(scores))) if np.isfinite(scores).any() else None,
-    }
-
-
-def _sentence_document(result: Grounding, sentence: SentenceGrounding) -> dict[str, Any]:
-    support = sentence.support
-    return {
-        "start": sentence.start,
-        "end": sentence.end,
-        "text": sentence.text,
-        "score": _number(sentence.score),
-        "verdict": sentence.status,
-        "support": None
-        if support is None
-        else {
-            "start": support.start,
-            "end": support.end,
-            "text": support.text,
-            "share": _number(sentence.support_share),
-        },
-        "weakest_word": _weakest_word(result, sentence),
-    }
-
-
 def result_document(result: Grounding, out: Path | None = None) -> dict[str, Any]:
     """The JSON object of one grounded response (plain JSON types; NaN written as null).
 
     ``verdict`` is ``"supported"``, ``"unsupported"`` or ``"unverified"``
-    (:attr:`Grounding.verdict`); each sentence has its score and verdict, the context sentence
-    that supports it (``support``: character span in the context, text, share) and its least
-    supported word (``weakest_word``: character span in the response, text, score).
+    (:attr:`Grounding.verdict`); each sentence is :meth:`Grounding.sentence_dict` (the schema
+    of ``Grounding.to_dict`` and of the rows of ``--pairs``): its score and verdict, the context
+    sentence that supports it (``support``: character span in the context, text, share) and
+    its least supported word (``weakest_word``: character span in the response, text, score).
+    ``out`` is the folder the files were written to (None when they could not be written).
     """
     return {
         "verdict": result.verdict,
@@ -138,9 +106,26 @@ def result_document(result: Grounding, out: Path | None = None) -> dict[str, Any
         "windows": result.windows,
         "probe_score": _number(result.probe_score),
         "baselines": {k: _number(v) for k, v in result.baselines.items()},
-        "sentences": [_sentence_document(result, s) for s in result.sentences],
+        "sentences": [result.sentence_dict(s) for s in result.sentences],
         "out": None if out is None else str(out),
     }
+
+
+def write_results(result: Grounding, out: Path, command: str) -> str | None:
+    """Write ``ground.json``, ``ground.csv``, ``ground_tokens.csv`` and ``ground.html`` into
+    ``out`` (staged: all or none); the one-line error naming ``--out`` when they cannot be
+    written (None when they were), so that the verdict can still be printed."""
+    from rcstat.report.grounding_html import save_grounding_html
+
+    try:
+        with step("writing results…"), staged_output(out, command) as stage:
+            result.to_frame().to_csv(stage / "ground.csv", index=False)
+            result.to_frame("token").to_csv(stage / "ground_tokens.csv", index=False)
+            result.save(stage / "ground.json")
+            save_grounding_html(stage / "ground.html", result)
+    except OSError as err:
+        return f"cannot write --out {out}: {err.strerror or err}; the verdict above is not saved"
+    return None
 
 
 def print_json(result: Grounding, out: Path | None = None) -> None:

@@ -6,7 +6,8 @@ that has it to :func:`from_namespace` (the checked
 single-pair options refused before any model loads) and the config to :func:`run` (the
 library's :func:`~rcstat.evaluation.bench.ground_pairs.run`: one row per line in
 ``--out``/grounded.jsonl, resumable, progress on standard error; the count of each verdict on
-standard output).
+standard output), whose exit status reflects the verdicts
+(:func:`~rcstat.cli.exit_codes.pairs_status`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rcstat.cli._common import Devices, load_model_quietly, say
+from rcstat.cli.exit_codes import SUPPORTED, pairs_status, pairs_status_text
+from rcstat.cli.ground_limits import Limits
 from rcstat.cli.options import check_language, check_top_k
 
 if TYPE_CHECKING:
@@ -32,7 +35,8 @@ def add_pairs_option(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE.jsonl",
         help='ground many pairs, one JSON object a line: {"context", "response", "question"?, '
-        '"id"?}; one row per line in --out/grounded.jsonl (resumable)',
+        '"id"?}; one row per line in --out/grounded.jsonl (resumable). Exit status: '
+        + pairs_status_text(),
     )
 
 
@@ -49,6 +53,7 @@ def from_namespace(ns: argparse.Namespace) -> PairsConfig:
     if given:
         raise ValueError(f"--pairs reads every pair from its file; drop {', '.join(given)}")
     top_k = ns.top_k
+    limits = Limits.from_namespace(ns)
     config = PairsConfig(
         model=ns.model,
         devices=Devices.from_namespace(ns),
@@ -62,6 +67,9 @@ def from_namespace(ns: argparse.Namespace) -> PairsConfig:
         top_k=top_k,
         language=check_language(ns.language),
         allow_special_tokens=ns.allow_special_tokens,
+        max_tokens=limits.max_tokens,
+        max_chars=limits.max_chars,
+        max_response_tokens=limits.max_response_tokens,
     )
     config.check()
     check_top_k(top_k, ns.model)
@@ -69,9 +77,11 @@ def from_namespace(ns: argparse.Namespace) -> PairsConfig:
 
 
 def run(config: PairsConfig) -> int:
-    """Ground every pair not yet done; print the count of each verdict."""
+    """Ground every pair not yet done; print the count of each verdict; exit with the status
+    of the verdicts (0 when a shard finished its part and another merges the run)."""
     from rcstat.evaluation.bench.ground_pairs import run as run_pairs
 
-    for line in run_pairs(config, loader=load_model_quietly).lines():
+    result = run_pairs(config, loader=load_model_quietly)
+    for line in result.lines():
         say(line)
-    return 0
+    return SUPPORTED if result.counts is None else pairs_status(result.counts)

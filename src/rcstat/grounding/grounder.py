@@ -19,8 +19,14 @@ import numpy as np
 from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.spans import DEFAULT_LANGUAGE
 from rcstat.capture import attention_layout
-from rcstat.defaults import DEFAULT_TOP_K
+from rcstat.defaults import DEFAULT_MAX_CHARS, DEFAULT_MAX_RESPONSE_TOKENS, DEFAULT_TOP_K
 from rcstat.grounding.features import HEAD_FEATURES
+from rcstat.grounding.limits import (
+    check_limit,
+    check_pass_tokens,
+    check_response_tokens,
+    check_texts,
+)
 from rcstat.grounding.measure import (
     DEFAULT_INSTRUCTION,
     Measurement,
@@ -39,6 +45,7 @@ from rcstat.grounding.score import (
     word_scores,
 )
 from rcstat.grounding.windows import MIN_CONTEXT_TOKENS, Window, plan_windows
+from rcstat.progress import progress
 from rcstat.segments import Segmented
 
 if TYPE_CHECKING:
@@ -73,6 +80,8 @@ GROUNDER_OPTIONS = (
     "allow_special_tokens",
     "language",
     "max_tokens",
+    "max_chars",
+    "max_response_tokens",
 )
 
 
@@ -110,7 +119,13 @@ class Grounder:
     max_tokens
         Longest input of one pass (default: the model's window). A longer context is read in
         windows (:mod:`.windows`); the response is never cut unless it cannot fit beside any
-        context, and then its sentences past the cut are *unverified*.
+        context, and then its sentences past the cut are *unverified*. At most
+        :data:`~rcstat.defaults.MAX_PASS_TOKENS`; a value above the model's window is lowered
+        to it.
+    max_chars, max_response_tokens
+        The most characters of each text and the most tokens of the response that
+        :meth:`ground` accepts (:mod:`.limits`); more raises a ``ValueError`` before any
+        forward pass.
 
     Examples
     --------
@@ -145,6 +160,8 @@ class Grounder:
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,
         max_tokens: int | None = None,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS,
     ) -> None:
         layout = attention_layout(model)
         name = model_name(model)
@@ -172,8 +189,9 @@ class Grounder:
         if not 1 <= self.top_k <= total:
             raise ValueError(f"top_k must be in [1, {total}] (the model's heads), got {top_k}")
         self.all_heads = all_heads or self.probe is not None
-        if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
-            raise ValueError(f"max_tokens must be a positive integer or None, got {max_tokens!r}")
+        max_tokens = check_pass_tokens("max_tokens", max_tokens)
+        self.max_chars = check_limit("max_chars", max_chars)
+        self.max_response_tokens = check_limit("max_response_tokens", max_response_tokens)
         window = layout.max_positions
         self.max_tokens = window if max_tokens is None else min(max_tokens, window or max_tokens)
         self.language = language
@@ -202,7 +220,14 @@ class Grounder:
             "max_tokens": self.max_tokens,
         }
 
-    def ground(self, context: str, response: str, question: str | None = None) -> Grounding:
+    def ground(
+        self,
+        context: str,
+        response: str,
+        question: str | None = None,
+        *,
+        show_progress: bool = False,
+    ) -> Grounding:
         """Score every word and sentence of ``response`` against ``context``.
 
         Parameters
@@ -215,19 +240,34 @@ class Grounder:
         question
             The question or instruction the response answers; default
             :data:`DEFAULT_INSTRUCTION`.
+        show_progress
+            Show the windows of a long context on standard error as they are read.
 
         Raises
         ------
         ValueError
-            Empty texts, or a question too long to leave room for any context.
+            Empty texts, a response without a word, a text longer than ``max_chars``, a
+            response longer than ``max_response_tokens``, or a question too long to leave room
+            for any context (:mod:`.limits`; all before any forward pass).
         """
+        check_texts(
+            {"context": context, "response": response, "question": question}, self.max_chars
+        )
         example = self.measurer.tokenize(context, response, question)
+        first, last = example.token_span("answer")
+        check_response_tokens(last - first, self.max_response_tokens)
         plan = self._plan(context, response, example)
         if plan is None:
             return self.score(self.measurer.measure(context, response, question, example=example))
         checked, windows = plan
+        shown = progress(
+            windows,
+            desc="reading the context",
+            unit="window",
+            enabled=show_progress and len(windows) > 1,
+        )
         measured = [
-            self.measurer.measure(context[w.start : w.end], checked, question) for w in windows
+            self.measurer.measure(context[w.start : w.end], checked, question) for w in shown
         ]
         return self._combine(measured, windows, context, response)
 
@@ -356,6 +396,7 @@ class Grounder:
         return Grounding(
             context=context,
             question=example.part_text("question"),
+            question_given=example.part_text("question") != DEFAULT_INSTRUCTION,
             response=response,
             token_texts=example.token_texts("answer"),
             token_spans=spans,

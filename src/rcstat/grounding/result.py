@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,14 @@ import pandas as pd
 
 from rcstat.attribution.spans import TextSpan
 from rcstat.grounding.json_file import save_json
+from rcstat.grounding.measure import DEFAULT_INSTRUCTION
 
 __all__ = ["Grounding", "SentenceGrounding"]
 
-_SAVE_FORMAT = "rcstat-grounding-1"
+_SAVE_FORMAT = "rcstat-grounding-2"
+#: Formats :meth:`Grounding.load` reads: 1 kept each sentence's fields as they are in Python
+#: (``support`` and ``weakest`` as ``[start, end, text]``, ``supported``, ``verified``).
+_FORMATS = ("rcstat-grounding-1", _SAVE_FORMAT)
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,9 @@ class Grounding:
     Attributes
     ----------
     context, question, response
-        The texts (``question`` is the instruction the response was teacher-forced after).
+        The texts (``question`` is the instruction the response was teacher-forced after:
+        the user's question, or :data:`~rcstat.grounding.DEFAULT_INSTRUCTION` when none was
+        given).
     token_texts
         The response cut at its tokens' start offsets (their concatenation is ``response``).
     token_spans
@@ -114,6 +120,9 @@ class Grounding:
         are unverified).
     windows
         How many windows of the context were read (1 when it fit the model's window).
+    question_given
+        Whether ``question`` is the user's (False: the default instruction, which the HTML page
+        does not show as a question).
     """
 
     context: str
@@ -132,6 +141,7 @@ class Grounding:
     model: str = ""
     finished: bool = True
     windows: int = 1
+    question_given: bool = True
 
     @property
     def verdict(self) -> str:
@@ -197,14 +207,51 @@ class Grounding:
             )
         raise ValueError(f"level must be 'sentence' or 'token', got {level!r}")
 
+    def sentence_dict(self, sentence: SentenceGrounding) -> dict[str, Any]:
+        """One sentence in the schema that :meth:`to_dict`, ``rcstat ground --json`` and the rows
+        of ``rcstat ground --pairs`` share (plain JSON types, NaN written as None).
+
+        ``start``, ``end``, ``text`` (``response[start:end]``), ``score``, ``verdict``
+        (``"supported"``, ``"unsupported"`` or ``"unverified"``), ``support`` (the context
+        sentence it rests on: ``start``, ``end``, ``text`` in the context and its ``share`` of
+        the evidence; None when no span gets any weight) and ``weakest_word`` (its least
+        supported word: ``start``, ``end``, ``text`` in the response and ``score``, the lowest
+        token score of the word; None for a sentence without a checked word).
+        """
+        support, word = sentence.support, sentence.weakest
+        weakest = None
+        if word is not None:
+            inside = (self.token_spans[:, 0] < word.end) & (self.token_spans[:, 1] > word.start)
+            scores = self.token_scores[inside]
+            lowest = float(np.nanmin(scores)) if np.isfinite(scores).any() else None
+            weakest = {"start": word.start, "end": word.end, "text": word.text, "score": lowest}
+        return {
+            "start": sentence.start,
+            "end": sentence.end,
+            "text": sentence.text,
+            "score": _num(sentence.score),
+            "verdict": sentence.status,
+            "support": None
+            if support is None
+            else {
+                "start": support.start,
+                "end": support.end,
+                "text": support.text,
+                "share": _num(sentence.support_share),
+            },
+            "weakest_word": weakest,
+        }
+
     def to_dict(self) -> dict[str, Any]:
-        """Everything as plain JSON types (NaN written as None)."""
+        """Everything as plain JSON types (NaN written as None); each sentence as
+        :meth:`sentence_dict` with its ``tokens`` (``[first, last)``)."""
         return {
             "format": _SAVE_FORMAT,
             "model": self.model,
             "method": self.method,
             "context": self.context,
             "question": self.question,
+            "question_given": self.question_given,
             "response": self.response,
             "score": _num(self.score),
             "threshold": self.threshold,
@@ -214,7 +261,9 @@ class Grounding:
             "windows": self.windows,
             "probe_score": _num(self.probe_score),
             "baselines": {k: _num(v) for k, v in self.baselines.items()},
-            "sentences": [_sentence_dict(s) for s in self.sentences],
+            "sentences": [
+                {**self.sentence_dict(s), "tokens": list(s.tokens)} for s in self.sentences
+            ],
             "tokens": {
                 "text": list(self.token_texts),
                 "spans": self.token_spans.tolist(),
@@ -235,7 +284,7 @@ class Grounding:
     def load(cls, path: str | Path) -> Grounding:
         """Read a file written by :meth:`save`."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("format") != _SAVE_FORMAT:
+        if not isinstance(data, dict) or data.get("format") not in _FORMATS:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"{path}: not an rcstat grounding file (format {found!r})")
         tokens = data["tokens"]
@@ -258,6 +307,9 @@ class Grounding:
             model=data["model"],
             finished=bool(data["finished"]),
             windows=int(data.get("windows", 1)),
+            question_given=bool(
+                data.get("question_given", data["question"] != DEFAULT_INSTRUCTION)
+            ),
         )
 
 
@@ -269,17 +321,30 @@ def _nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def _sentence_dict(s: SentenceGrounding) -> dict[str, Any]:
-    out = asdict(s)
-    out["tokens"] = list(s.tokens)
-    out["score"] = _num(s.score)
-    out["support"] = None if s.support is None else [s.support.start, s.support.end, s.support.text]
-    out["weakest"] = None if s.weakest is None else [s.weakest.start, s.weakest.end, s.weakest.text]
-    out["status"] = s.status
-    return out
+def _span(value: Any) -> TextSpan | None:
+    """A span as saved: ``{"start", "end", "text", ...}`` (format 2) or ``[start, end, text]``."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return TextSpan(int(value["start"]), int(value["end"]), value["text"])
+    return TextSpan(int(value[0]), int(value[1]), value[2])
 
 
 def _sentence_of(d: dict[str, Any]) -> SentenceGrounding:
+    if "verdict" in d:  # format 2: the schema of Grounding.sentence_dict
+        support = d["support"]
+        return SentenceGrounding(
+            start=int(d["start"]),
+            end=int(d["end"]),
+            text=d["text"],
+            tokens=(int(d["tokens"][0]), int(d["tokens"][1])),
+            score=_nan(d["score"]),
+            supported=d["verdict"] == "supported",
+            support=_span(support),
+            support_share=None if support is None else support["share"],
+            weakest=_span(d["weakest_word"]),
+            verified=d["verdict"] != "unverified",
+        )
     support, weakest = d["support"], d.get("weakest")
     return SentenceGrounding(
         start=int(d["start"]),
@@ -288,8 +353,8 @@ def _sentence_of(d: dict[str, Any]) -> SentenceGrounding:
         tokens=(int(d["tokens"][0]), int(d["tokens"][1])),
         score=_nan(d["score"]),
         supported=bool(d["supported"]),
-        support=None if support is None else TextSpan(int(support[0]), int(support[1]), support[2]),
+        support=_span(support),
         support_share=d["support_share"],
-        weakest=None if weakest is None else TextSpan(int(weakest[0]), int(weakest[1]), weakest[2]),
+        weakest=_span(weakest),
         verified=bool(d.get("verified", True)),
     )

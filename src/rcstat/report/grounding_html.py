@@ -6,10 +6,10 @@ baselines), a legend, and the response beside its context. The verdict is the re
 (``supported``, ``unsupported`` or ``unverified``): an unverified response — no checked
 sentence unsupported, but part of it not checked — has its own badge and a line that says so.
 
-* Every response token is a ``<span>`` coloured by its grounding score on a diverging scale
-  (red = unsupported, yellow, green = supported): class ``g0`` .. ``g9`` for the
-  :data:`BINS` equal bins of [0, 1] (scores clamped to [0, 1] first), ``gx`` (grey) for NaN;
-  its ``title`` gives the score.
+* Every response token is a ``<span>`` coloured by its grounding score relative to the
+  threshold (:mod:`rcstat.report.score_scale`: a log scale centred on it, red to yellow below
+  it, light to dark green at or above it): class ``g0`` .. ``g4`` below, ``g5`` .. ``g9`` at
+  or above, ``gx`` (grey) for NaN; its ``title`` gives the score.
 * The tokens of each sentence sit inside one focusable ``<span class="sent">``; tokens outside
   every sentence (whitespace between sentences) sit between them. An unsupported sentence has
   the class ``unsupported`` and ``data-supported="false"``, a dashed red outline and a
@@ -55,12 +55,9 @@ from rcstat.report.html import (
     page_script,
     script_json,
 )
+from rcstat.report.score_scale import BINS, bin_edges, decades, score_bins, token_label
 
 __all__ = ["BINS", "PALETTE", "grounding_page", "save_grounding_html", "score_bins"]
-
-BINS = 10
-"""Colour bins of a token score ``s``: bin ``min(floor(10 · clamp(s, 0, 1)), 9)``, i.e. bin ``b``
-holds ``b/10 <= s < (b + 1)/10`` and the last one also ``s >= 1``; NaN gets no bin (grey)."""
 
 PALETTE = (
     "#a50026",
@@ -252,19 +249,6 @@ _SCRIPT = page_script(
 )
 
 
-def score_bins(scores: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Colour bin of each token score: ``min(floor(BINS · clamp(s, 0, 1)), BINS - 1)``, -1 for NaN.
-
-    >>> score_bins([0.0, 0.05, 0.5, 0.999, 1.0, -0.3, 1.7, float("nan")]).tolist()
-    [0, 0, 5, 9, 9, 0, 9, -1]
-    """
-    s = np.asarray(scores, dtype=np.float64)
-    nan = np.isnan(s)
-    clamped = np.clip(np.where(nan, 0.0, s), 0.0, 1.0)
-    bins = np.minimum(np.floor(clamped * BINS), BINS - 1).astype(np.int64)
-    return np.where(nan, -1, bins)
-
-
 def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding") -> str:
     """A complete, self-contained HTML document of a grounding result.
 
@@ -293,22 +277,26 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
 
     Notes
     -----
-    A token with score ``s`` is coloured by bin ``min(floor(10 · clamp(s, 0, 1)), 9)`` of
-    :data:`PALETTE` (:func:`score_bins`), grey when ``s`` is NaN.
+    A token with score ``s`` is coloured by its bin of :data:`PALETTE` against the threshold
+    ``t`` (:func:`~rcstat.report.score_scale.score_bins`: bins 0–4 below ``t``, 5–9 at or
+    above, each ``D / 5`` decades of ``s / t`` wide with ``D = clamp(log10(1 / t), 1, 6)``),
+    grey when ``s`` is NaN. The question is shown only when the user gave one
+    (``question_given``), not the default instruction.
 
     Examples
     --------
     >>> import numpy as np
     >>> from types import SimpleNamespace
-    >>> g = SimpleNamespace(context="Cats purr.", question="", response="Cats purr.",
+    >>> g = SimpleNamespace(context="Cats purr.", question="", question_given=False,
+    ...     response="Cats purr.",
     ...     token_texts=["Cats", " purr", "."], token_scores=np.array([0.92, 0.15, np.nan]),
     ...     sentences=[], score=float("nan"), threshold=0.5, supported=False,
     ...     verdict="unverified", baselines={}, probe_score=None, method={}, model="m",
     ...     finished=True)
     >>> page = grounding_page(g)
-    >>> '<span class="tok g9" title="score 0.920">Cats</span>' in page
+    >>> '<span class="tok g6" title="score 0.920">Cats</span>' in page
     True
-    >>> '<span class="tok g1" title="score 0.150"> purr</span>' in page, 'class="tok gx"' in page
+    >>> '<span class="tok g2" title="score 0.150"> purr</span>' in page, 'class="tok gx"' in page
     (True, True)
     """
     g = grounding
@@ -350,7 +338,7 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
         f"{_count(len(tokens), 'token')} · {_count(len(sentences), 'sentence')}{flagged}"
         "</span></h2>"
         '<div class="pane resp" id="response">'
-        f"{_render_response(tokens, scores, sentences)}</div></section>"
+        f"{_render_response(tokens, scores, sentences, threshold)}</div></section>"
         '<section class="card"><h2>Context <span class="what">· '
         f"{_count(len(g.context), 'character')}</span></h2>"
         '<div class="detail" id="detail" aria-live="polite"><p class="hint">Click a sentence '
@@ -465,8 +453,10 @@ def _render_header(
         else '<p class="warn" id="cut-warning" role="alert"><b>⚠ Incomplete response:</b> '
         f"{_CUT}; its last sentence is incomplete and the scores cover only what fit.</p>"
     )
-    question = (
-        f'<dl class="qa"><dt>Question</dt><dd>{_esc(g.question)}</dd></dl>' if g.question else ""
+    question = (  # only a question the user gave, not the default instruction
+        f'<dl class="qa"><dt>Question</dt><dd>{_esc(g.question)}</dd></dl>'
+        if g.question and g.question_given
+        else ""
     )
     extras = []
     if g.baselines:
@@ -488,21 +478,25 @@ def _render_header(
 
 
 def _render_legend(threshold: float, *, unverified: bool = False) -> str:
+    edges = bin_edges(threshold)
     swatches = "".join(
-        f'<i class="g{b}" title="{b / BINS:.1f}–{(b + 1) / BINS:.1f}"></i>' for b in range(BINS)
+        f'<i class="g{b}" title="{_value(low)}–{_value(high)}"></i>'
+        for b, (low, high) in enumerate(edges)
     )
-    tick = (
-        f'<b class="tick" style="left:{100 * min(max(threshold, 0.0), 1.0):.1f}%" '
-        f'title="threshold {_score(threshold)}"></b>'
+    tick = (  # between the last bin below the threshold and the first at or above it
+        f'<b class="tick" style="left:50%" title="threshold {_score(threshold)}"></b>'
         if not math.isnan(threshold)
         else ""
     )
+    step = 10 ** (decades(threshold) / (BINS // 2))
     return (
         '<div class="legend" id="legend" aria-label="legend">'
-        '<span class="scale" title="Colour: a response token\'s grounding score, in '
-        f"{BINS} equal steps from 0 (unsupported) to 1 (supported); the bar marks the "
-        'threshold"><span class="lbl">Token score</span><span class="end">0 unsupported</span>'
-        f'<span class="sw">{swatches}{tick}</span><span class="end">1 supported</span></span>'
+        '<span class="scale" title="Colour: a response token\'s grounding score against the '
+        f"threshold {_esc(_score(threshold))}, on a log scale (each step ×{step:.1f}): red "
+        'below it (unsupported), green at or above it (supported); the bar marks the threshold">'
+        '<span class="lbl">Token score</span><span class="end">below the threshold</span>'
+        f'<span class="sw">{swatches}{tick}</span><span class="end">at or above it '
+        f"(log scale, ×{step:.1f} a step)</span></span>"
         '<span class="key"><i class="gx"></i>no score</span>'
         '<span class="key"><span class="mk sent unsupported">sentence</span>'
         '<span class="badge">⚠ unsupported</span>sentence score below the threshold '
@@ -514,10 +508,11 @@ def _render_legend(threshold: float, *, unverified: bool = False) -> str:
 
 
 def _render_response(
-    tokens: list[str], scores: np.ndarray, sentences: Sequence[SentenceView]
+    tokens: list[str], scores: np.ndarray, sentences: Sequence[SentenceView], threshold: float
 ) -> str:
-    """Token spans, those of each sentence inside its focusable sentence element."""
-    bins = score_bins(scores)
+    """Token spans coloured against ``threshold``, those of each sentence inside its focusable
+    sentence element."""
+    bins = score_bins(scores, threshold)
 
     def toks(start: int, end: int) -> str:
         out = []
@@ -525,7 +520,7 @@ def _render_response(
             b = int(bins[t])
             cls = f"g{b}" if b >= 0 else "gx"
             out.append(
-                f'<span class="tok {cls}" title="score {_score(float(scores[t]))}">'
+                f'<span class="tok {cls}" title="score {token_label(float(scores[t]))}">'
                 f"{_esc(tokens[t])}</span>"
             )
         return "".join(out)

@@ -59,6 +59,7 @@ class GroundingView(Protocol):
 
     context: str
     question: str
+    question_given: bool  # False: ``question`` is the default instruction (not shown)
     response: str
     token_scores: np.ndarray  # [G] one score per response token, higher = supported
     score: float

@@ -20,6 +20,7 @@ from rcstat.runs.devices import DEVICE_MAPS, DTYPES, Devices
 from rcstat.runs.folder import (
     OUTPUT_MARKER,
     check_output_folder,
+    check_writable,
     claim_output_folder,
     staged_output,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "check_options",
     "check_output_folder",
     "check_run_folder",
+    "check_writable",
     "claim_output_folder",
     "content_hash",
     "describe_model",

@@ -23,7 +23,13 @@ from typing import Any
 
 from rcstat.runs.rows import write_json
 
-__all__ = ["OUTPUT_MARKER", "check_output_folder", "claim_output_folder", "staged_output"]
+__all__ = [
+    "OUTPUT_MARKER",
+    "check_output_folder",
+    "check_writable",
+    "claim_output_folder",
+    "staged_output",
+]
 
 #: The file that marks a folder as written by an rcstat command (and lists what it wrote).
 OUTPUT_MARKER = ".rcstat-output.json"
@@ -50,6 +56,28 @@ def check_output_folder(out: Path, command: str) -> None:
             f"--out {out} holds the output of `rcstat {marker.get('command')}`, not of "
             f"`rcstat {command}`; choose another folder"
         )
+
+
+def check_writable(out: Path, option: str = "--out") -> None:
+    """Refuse, before any work, an output folder that cannot be written (``ValueError`` naming
+    ``option``): a temporary folder is made and removed where the results will be written —
+    in ``out`` when it exists, and beside it, where :func:`staged_output` stages them (the
+    nearest folder that exists: the missing ones are made there).
+    """
+    folders = [out] if out.is_dir() else []
+    beside = out.parent
+    while not beside.exists() and beside != beside.parent:
+        beside = beside.parent
+    if not beside.is_dir():
+        raise ValueError(f"{option} {out}: {beside} is a file, not a folder")
+    for folder in [*folders, beside]:
+        try:
+            Path(tempfile.mkdtemp(prefix=".rcstat-write-check.", dir=folder)).rmdir()
+        except OSError as err:
+            raise ValueError(
+                f"{option} {out} cannot be written ({folder}: {err.strerror or err}); choose a "
+                "folder you can write to"
+            ) from err
 
 
 def _claiming(entry: Path) -> bool:

@@ -5,11 +5,15 @@ Each line of a JSON-lines file of (context, response[, question]) pairs
 (:func:`rcstat.data.load_pairs`) is grounded (:meth:`rcstat.grounding.Grounder.ground`) into
 one row of ``grounded.jsonl`` in the output folder: its ``id`` and ``line``, ``verdict``
 (``"supported"``, ``"unsupported"``, ``"unverified"``, or ``"error"`` with the reason in
-``error``, e.g. an empty text), ``score``, ``threshold``, the ``unsupported`` sentences (text,
-character offsets in the response, score, weakest word), the ``unverified`` ones and, with a
-probe, ``probe_score``. The run is a :class:`~rcstat.runs.job.Job` (kind ``"ground pairs"``):
-resumed on the pair's id and content hash, a folder made with other settings refused before
-the model loads; :func:`summarize_run` counts the verdicts into ``summary.json``.
+``error``, e.g. a response longer than ``max_response_tokens``), ``score``, ``threshold``,
+``probe_score`` (None without a probe), and the ``unsupported`` and the ``unverified``
+sentences, each in the schema of ``rcstat ground --json`` and ``Grounding.to_dict``
+(:meth:`~rcstat.grounding.Grounding.sentence_dict`: ``start``, ``end``, ``text``, ``score``,
+``verdict``, ``support``, ``weakest_word``). The run is a :class:`~rcstat.runs.job.Job` (kind
+``"ground pairs"``): resumed on the pair's id and content hash, a folder made with other
+settings, a folder that cannot be written, a line longer than ``max_chars`` or a response
+without a word refused before the model loads; :func:`summarize_run` counts the verdicts into
+``summary.json``.
 
 >>> import json, pathlib, tempfile
 >>> data = pathlib.Path(tempfile.mkdtemp()) / "pairs.jsonl"
@@ -27,11 +31,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcstat.checks import check_number, optional_count
-from rcstat.defaults import DEFAULT_GROUNDING_QUANTILE, MIN_PASS_TOKENS
+from rcstat.defaults import (
+    DEFAULT_GROUNDING_QUANTILE,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_RESPONSE_TOKENS,
+    MIN_PASS_TOKENS,
+)
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
 from rcstat.evaluation.bench.results import Outcome
+from rcstat.grounding.limits import check_limit, check_pass_tokens, check_texts
 from rcstat.grounding.score import check_threshold
-from rcstat.runs.folder import staged_output
+from rcstat.runs.folder import check_writable, staged_output
 from rcstat.runs.job import Item, Job, run_job
 from rcstat.runs.manifest import content_hash
 from rcstat.runs.parts import RunFiles
@@ -69,6 +79,8 @@ class PairsConfig(JobConfig):
     language: str = "en"
     allow_special_tokens: bool = False
     max_tokens: int | None = None
+    max_chars: int = DEFAULT_MAX_CHARS
+    max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS
 
     PATHS = ("out", "profile", "probe")
 
@@ -84,7 +96,19 @@ class PairsConfig(JobConfig):
         check_threshold(self.threshold)
         check_number("--quantile", self.quantile, low=0.0, high=1.0, low_open=True, high_open=True)
         optional_count("--top-k", self.top_k)
-        optional_count("--max-tokens", self.max_tokens, low=MIN_PASS_TOKENS)
+        check_pass_tokens("--max-tokens", self.max_tokens, low=MIN_PASS_TOKENS)
+        check_limit("--max-chars", self.max_chars)
+        check_limit("--max-response-tokens", self.max_response_tokens)
+
+    def check_pairs(self, pairs: Sequence[ResponsePair]) -> None:
+        """Refuse, before the model loads, a line with a text longer than ``--max-chars`` or a
+        response without a word (``ValueError`` naming the file and the line)."""
+        for pair in pairs:
+            texts = {"context": pair.context, "response": pair.response, "question": pair.question}
+            try:
+                check_texts(texts, self.max_chars, option="--max-chars")
+            except ValueError as err:
+                raise ValueError(f"--pairs {self.data} line {pair.line}: {err}") from None
 
     def run_options(self) -> dict[str, Any]:
         """Every option that changes a row (compared on resume)."""
@@ -154,27 +178,17 @@ class PairsJob(Job):
         pair: ResponsePair = item.data
         row: dict[str, Any] = {"id": pair.id, "line": pair.line, EXAMPLE_HASH: item.hash}
         try:
-            result = self.grounder.ground(pair.context, pair.response, pair.question)
-        except ValueError as err:  # recorded (e.g. longer than the model's window)
+            result = self.grounder.ground(
+                pair.context, pair.response, pair.question, show_progress=True
+            )
+        except ValueError as err:  # recorded (e.g. a response over max_response_tokens)
             row.update(verdict="error", error=f"{type(err).__name__}: {err}")
             return {RUN_FILES.commit.name: [row]}
         row["verdict"] = result.verdict
-        row["score"], row["threshold"] = result.score, result.threshold
-        row["unsupported"] = [
-            {
-                "sentence": s.text,
-                "start": s.start,
-                "end": s.end,
-                "score": s.score,
-                "weakest": None if s.weakest is None else s.weakest.text,
-            }
-            for s in result.unsupported
-        ]
-        row["unverified"] = [
-            {"sentence": s.text, "start": s.start, "end": s.end} for s in result.unverified
-        ]
-        if result.probe_score is not None:
-            row["probe_score"] = result.probe_score
+        row["score"], row["threshold"] = _number(result.score), result.threshold
+        row["probe_score"] = _number(result.probe_score)
+        row["unsupported"] = [result.sentence_dict(s) for s in result.unsupported]
+        row["unverified"] = [result.sentence_dict(s) for s in result.unverified]
         row["error"] = None
         return {RUN_FILES.commit.name: [row]}
 
@@ -188,9 +202,11 @@ def run(config: PairsConfig, *, loader: Loader | None = None) -> PairsResult:
     from rcstat.runs.manifest import model_label
 
     config.check_folder()
+    check_writable(config.out)
     assert config.data is not None  # checked
     pairs = load_pairs(config.data, limit=config.n)
     config.require(pairs)
+    config.check_pairs(pairs)
     model, tokenizer = config.load_model(loader)
     grounder = Grounder.from_options(model, tokenizer, config)
     config.claim_folder()
@@ -198,6 +214,11 @@ def run(config: PairsConfig, *, loader: Loader | None = None) -> PairsResult:
     done = run_job(job, config.out, shard=config.shard, retry_failed=config.retry_failed)
     result = PairsResult(config.out, config.shard, done.merged)
     return result if result.part_only else summarize_run(config.out, {}, shard=config.shard)
+
+
+def _number(value: float | None) -> float | None:
+    """A score as JSON: None for NaN (a response with no checked sentence) or no value."""
+    return None if value is None or value != value else float(value)
 
 
 def summarize_run(
