@@ -1,4 +1,4 @@
-"""The measurements of grounding: what one teacher-forced pass (and the short prior pass) sees.
+"""The measurements of grounding: what one teacher-forced pass (and an optional prior pass) sees.
 
 :class:`Measurer` teacher-forces a response (written by any model) after its context and an
 instruction or question, through the chat template of an *analysis* model, and runs one
@@ -75,6 +75,12 @@ class Measurement:
         for).
     nll
         ``[G]`` negative log-likelihood of each response token (nats).
+    entropy
+        ``[G]`` entropy (nats) of the model's next-token distribution at the row that writes
+        each response token: how unsure the model was before the token.
+    rank
+        ``[G]`` how many vocabulary tokens the model found likelier than the response token
+        (0: its greedy choice).
     units, spans
         The response's sentences (offsets in the response) and the context's sentences
         (offsets in the context).
@@ -86,7 +92,7 @@ class Measurement:
         token, on the context keys holding that token (:mod:`.features`).
     prior_nll
         ``[G]`` negative log-likelihood of each response token with the question and the
-        response only, without the context (the prior pass).
+        response only, without the context (the prior pass); None when the pass did not run.
     copied
         ``[U, S]`` each response sentence's ``copy`` weight (every head, every row of the
         sentence) on the keys of each context sentence: where its words were copied from.
@@ -99,8 +105,10 @@ class Measurement:
     spans: list[TextSpan]
     support: np.ndarray  # [U, S]
     copy: np.ndarray  # [L, H, G]
-    prior_nll: np.ndarray  # [G]
+    prior_nll: np.ndarray | None  # [G]
     copied: np.ndarray  # [U, S]
+    entropy: np.ndarray  # [G]
+    rank: np.ndarray  # [G]
 
     def head_features(self, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
         """``[3, L, H]``: every statistic's lower ``quantile`` over the response tokens, per
@@ -151,6 +159,9 @@ class Measurer:
         none by default (no supporting spans).
     allow_special_tokens, language
         As in :class:`~rcstat.attribution.Attributor`.
+    prior
+        Also run the prior pass (:attr:`Measurement.prior_nll`; the benchmark's ``pmi_words``
+        variant reads it, the verdicts do not).
     """
 
     def __init__(
@@ -162,6 +173,7 @@ class Measurer:
         support_heads: np.ndarray | None = None,
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,
+        prior: bool = True,
     ) -> None:
         layout = attention_layout(model)
         total = layout.num_layers * layout.num_heads
@@ -172,6 +184,7 @@ class Measurer:
         self.tokenizer = tokenizer
         self.language = language
         self.allow_special_tokens = allow_special_tokens
+        self.prior = prior
         self._rc_heads = None if rc_heads is None else heads_by_layer(rc_heads, layout.num_heads)
         self._support_heads = (
             None if support_heads is None else heads_by_layer(support_heads, layout.num_heads)
@@ -218,13 +231,15 @@ class Measurer:
         )
         device = input_device(self.model)
         with torch.no_grad(), capture_scores(self.model, reduce, query_start=rows.first_row) as res:
-            nll = self._nll(ids.to(device), rows.num_rows)
-        prompt = chat_prompt_ids(
-            self.tokenizer, instruction, allow_special_tokens=self.allow_special_tokens
-        )
-        alone = torch.cat([torch.tensor(prompt, dtype=ids.dtype), ids[slice(*rows.response)]])
-        with torch.no_grad():
-            prior_nll = self._nll(alone.to(device), rows.num_rows)
+            nll, entropy, rank = self._predicted(ids.to(device), rows.num_rows)
+        prior_nll = None
+        if self.prior:
+            prompt = chat_prompt_ids(
+                self.tokenizer, instruction, allow_special_tokens=self.allow_special_tokens
+            )
+            alone = torch.cat([torch.tensor(prompt, dtype=ids.dtype), ids[slice(*rows.response)]])
+            with torch.no_grad():
+                prior_nll = self._predicted(alone.to(device), rows.num_rows)[0]
         layers = res.ordered()
         features = _gathered(layers, "features", dim=1)  # [3, L, H, G]
         per_key = _gathered(layers, "support").sum(0)  # [U, C]: over heads
@@ -247,6 +262,8 @@ class Measurer:
             copy=_gathered(layers, "copy").numpy(),
             prior_nll=prior_nll,
             copied=copied,
+            entropy=entropy,
+            rank=rank,
         )
 
     def tokenize(self, context: str, response: str, question: str | None = None) -> Segmented:
@@ -260,13 +277,20 @@ class Measurer:
             allow_special_tokens=self.allow_special_tokens,
         )
 
-    def _nll(self, ids: torch.Tensor, rows: int) -> np.ndarray:
-        """``[G]`` NLL of the last ``rows - 1`` tokens of ``ids`` ``[T]`` (logits of the last
-        ``rows`` positions only)."""
+    def _predicted(
+        self, ids: torch.Tensor, rows: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """NLL, entropy and rank ``[G]`` of the last ``rows - 1`` tokens of ``ids`` ``[T]``
+        (logits of the last ``rows`` positions only), from one copy to the host."""
         logits = self.model(ids[None], use_cache=False, logits_to_keep=rows).logits
         log_probs = logits[0, :-1].float().log_softmax(-1)  # [G, V]
         targets = ids[-(rows - 1) :]  # [G]
-        return -log_probs.gather(-1, targets[:, None])[:, 0].cpu().double().numpy()
+        chosen = log_probs.gather(-1, targets[:, None])  # [G, 1]
+        entropy = -(log_probs.exp() * log_probs).sum(-1)  # [G]
+        rank = (log_probs > chosen).sum(-1)  # [G]
+        out = torch.stack([-chosen[:, 0], entropy, rank.to(entropy.dtype)]).cpu().double()
+        nll, ent, ranks = out.numpy()
+        return nll, ent, ranks
 
     @staticmethod
     def _matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:

@@ -1,0 +1,407 @@
+"""The trained grounding detector: token probabilities, unsupported spans, a response verdict.
+
+A :class:`Detector` is two logistic regressions over the features of
+:mod:`.detector_features` (all from the one pass of :class:`~rcstat.grounding.Measurer`):
+
+1. the **token model** gives each response token the probability ``p_j`` that it belongs to an
+   unsupported span;
+2. the **response model** turns aggregates of ``p_j`` and response-level features into the
+   probability ``P`` that the response holds an unsupported span.
+
+The response is *unsupported* when ``P > threshold``. Its unsupported spans are the runs of
+words whose *span value* reaches ``span_threshold``: a word's value is the largest ``p_j`` of
+its tokens, or that peak averaged over the :data:`SPAN_RADIUS` words on either side when
+larger (labelled hallucinations are phrases around their likeliest tokens); runs are merged across the spaces and
+punctuation between their words. An unsupported response with no such word reports the word of
+largest value, and a supported one reports none, so the spans and the verdict never disagree.
+
+With ``z = (x − mean) / scale`` each model is ``σ(z · coef + intercept)``. A detector is saved as
+JSON (never pickled, :meth:`Detector.save`) and checked on load; one ships for the default
+model (:func:`shipped_detector`) and ``rcstat ground-train`` fits one for any model
+(:mod:`.training`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rcstat.attribution.spans import TextSpan
+from rcstat.grounding.detector_features import (
+    RESPONSE_FEATURES,
+    context_tokens,
+    lexicon_words,
+    response_features,
+    token_feature_names,
+    token_features,
+)
+from rcstat.grounding.json_file import save_json
+from rcstat.grounding.lexicon import ResponseWord
+from rcstat.grounding.measure import Measurement
+
+__all__ = [
+    "SPAN_RADIUS",
+    "Detection",
+    "Detector",
+    "LinearModel",
+    "shipped_detector",
+    "span_values",
+    "unsupported_spans",
+    "word_peaks",
+]
+
+_FORMAT = "rcstat-detector-1"
+_WORD = re.compile(r"\w+")
+#: Words on each side over which a word's token peak is averaged before the span threshold.
+SPAN_RADIUS = 4
+
+
+@dataclass(frozen=True)
+class LinearModel:
+    """A standardised logistic regression: ``σ(((x − mean) / scale) · coef + intercept)``.
+
+    Attributes
+    ----------
+    features
+        The names of the columns of ``x``, in order.
+    mean, scale
+        ``[F]`` standardisation (``scale > 0``).
+    coef
+        ``[F]`` weights of the standardised features.
+    intercept
+        The bias.
+    C
+        The inverse L2 strength it was fitted with (a record, unused by predictions).
+    """
+
+    features: tuple[str, ...]
+    mean: np.ndarray  # [F]
+    scale: np.ndarray  # [F]
+    coef: np.ndarray  # [F]
+    intercept: float
+    C: float = math.nan
+
+    def __post_init__(self) -> None:
+        size = len(self.features)
+        for name in ("mean", "scale", "coef"):
+            value = np.asarray(getattr(self, name), dtype=np.float64).reshape(-1)
+            if value.shape != (size,):
+                raise ValueError(f"{name} has {value.size} entries for {size} features")
+            if not np.isfinite(value).all():
+                raise ValueError(f"{name} holds a non-finite value")
+            object.__setattr__(self, name, value)
+        if not (self.scale > 0).all():
+            raise ValueError("scale must be > 0")
+        if not math.isfinite(self.intercept):
+            raise ValueError("intercept must be finite")
+
+    def probability(self, x: np.ndarray) -> np.ndarray:
+        """``[n]`` probabilities of the rows of ``x`` ``[n, F]``."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != len(self.features):
+            raise ValueError(f"x must be [n, {len(self.features)}], got shape {x.shape}")
+        if not np.isfinite(x).all():
+            raise ValueError("the detector's features hold a non-finite value")
+        z = ((x - self.mean) / self.scale) @ self.coef + self.intercept
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -500, 500)))
+
+    @classmethod
+    def fit(
+        cls,
+        x: np.ndarray,
+        y: np.ndarray,
+        features: list[str] | tuple[str, ...],
+        *,
+        C: float,
+        weight: np.ndarray | None = None,
+    ) -> LinearModel:
+        """Fit on ``x`` ``[n, F]`` and labels ``y`` ``[n]`` (scikit-learn's
+        ``LogisticRegression``, L2, balanced classes, optional sample ``weight``)."""
+        from sklearn.linear_model import LogisticRegression
+
+        x = np.asarray(x, dtype=np.float64)
+        mean = x.mean(axis=0)
+        scale = x.std(axis=0)
+        scale = np.where(scale > 1e-12, scale, 1.0)
+        fitted = LogisticRegression(C=C, max_iter=5000, class_weight="balanced").fit(
+            (x - mean) / scale, np.asarray(y, dtype=bool), sample_weight=weight
+        )
+        return cls(
+            tuple(features), mean, scale, fitted.coef_[0], float(fitted.intercept_[0]), float(C)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types."""
+        return {
+            "features": list(self.features),
+            "mean": self.mean.tolist(),
+            "scale": self.scale.tolist(),
+            "coef": self.coef.tolist(),
+            "intercept": self.intercept,
+            "C": None if math.isnan(self.C) else self.C,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> LinearModel:
+        """The model of :meth:`to_dict`'s output; ``ValueError`` naming ``where`` otherwise."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+        try:
+            return cls(
+                tuple(str(f) for f in data["features"]),
+                np.asarray(data["mean"], dtype=np.float64),
+                np.asarray(data["scale"], dtype=np.float64),
+                np.asarray(data["coef"], dtype=np.float64),
+                float(data["intercept"]),
+                math.nan if data.get("C") is None else float(data["C"]),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {err}") from None
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What a :class:`Detector` found in one response.
+
+    Attributes
+    ----------
+    token_probability
+        ``[G]`` probability that each response token lies in an unsupported span.
+    probability
+        Probability that the response holds an unsupported span.
+    unsupported
+        ``probability > threshold``.
+    spans
+        The unsupported spans (character offsets in the response), in text order; empty when
+        the response is supported.
+    span_probability
+        Each span's largest token probability.
+    """
+
+    token_probability: np.ndarray  # [G]
+    probability: float
+    unsupported: bool
+    spans: list[TextSpan]
+    span_probability: list[float]
+
+
+@dataclass
+class Detector:
+    """A trained grounding detector for one analysis model (module notes).
+
+    Attributes
+    ----------
+    model
+        The analysis model's name (``config.name_or_path``, else its class name).
+    layers
+        Its number of layers (the per-layer features).
+    token, response
+        The two logistic regressions.
+    threshold
+        A response is unsupported when its probability exceeds this.
+    span_threshold
+        Tokens at or above this probability make the unsupported spans.
+    meta
+        How it was trained and how it did out of sample (JSON types).
+    """
+
+    model: str
+    layers: int
+    token: LinearModel
+    response: LinearModel
+    threshold: float
+    span_threshold: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if tuple(self.token.features) != tuple(token_feature_names(self.layers)):
+            raise ValueError(
+                f"the token model's features are not the detector features of a "
+                f"{self.layers}-layer model (rcstat.grounding.detector_features)"
+            )
+        if tuple(self.response.features) != RESPONSE_FEATURES:
+            raise ValueError("the response model's features are not RESPONSE_FEATURES")
+        for name in ("threshold", "span_threshold"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+    def detect(self, measured: Measurement, context: str | None = None) -> Detection:
+        """Token probabilities, the response probability and the unsupported spans of the
+        response of ``measured`` against ``context`` (default: the measured context)."""
+        response = measured.example.part_text("answer")
+        if context is None:
+            context = measured.example.part_text("context")
+        words = lexicon_words(context, response)
+        return self.detect_tokens(measured, words, self.token_probability(measured, words))
+
+    def token_probability(self, measured: Measurement, words: list[ResponseWord]) -> np.ndarray:
+        """``[G]``: the token model's probabilities for the pass ``measured``."""
+        layers = measured.copy.shape[0]
+        if layers != self.layers:
+            raise ValueError(
+                f"the detector is for a {self.layers}-layer model ({self.model}); the pass "
+                f"has {layers} layers"
+            )
+        x, _ = token_features(measured, words)
+        return self.token.probability(x)
+
+    def detect_tokens(
+        self, measured: Measurement, words: list[ResponseWord], probability: np.ndarray
+    ) -> Detection:
+        """The :class:`Detection` of token probabilities ``probability`` ``[G]`` (e.g. the
+        best over the windows of a long context) for the pass ``measured``."""
+        features = response_features(
+            probability,
+            measured.nll,
+            context_tokens(measured),
+            measured.example.part_text("answer"),
+            words,
+        )  # [R]
+        p_response = float(self.response.probability(features[None])[0])
+        unsupported = p_response > self.threshold
+        spans, peaks = [], []
+        if unsupported:
+            offsets = measured.token_spans()
+            text = measured.example.part_text("answer")
+            spans, peaks = unsupported_spans(text, offsets, probability, self.span_threshold)
+        return Detection(probability, p_response, unsupported, spans, peaks)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (the file format of :meth:`save`)."""
+        return {
+            "format": _FORMAT,
+            "model": self.model,
+            "layers": self.layers,
+            "threshold": self.threshold,
+            "span_threshold": self.span_threshold,
+            "token": self.token.to_dict(),
+            "response": self.response.to_dict(),
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "detector") -> Detector:
+        """The detector of :meth:`to_dict`'s output; ``ValueError`` naming ``where``."""
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"{where}: not an rcstat detector (format {found!r})")
+        try:
+            return cls(
+                model=str(data["model"]),
+                layers=int(data["layers"]),
+                token=LinearModel.from_dict(data["token"], f"{where}: token"),
+                response=LinearModel.from_dict(data["response"], f"{where}: response"),
+                threshold=float(data["threshold"]),
+                span_threshold=float(data["span_threshold"]),
+                meta=dict(data.get("meta") or {}),
+            )
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"{where}: missing or mistyped {err}") from None
+        except ValueError as err:
+            if str(err).startswith(where):
+                raise
+            raise ValueError(f"{where}: {err}") from None
+
+    def save(self, path: str | Path) -> Path:
+        """Write the detector to one ``.json`` file (:meth:`load` reads it)."""
+        return save_json(path, json.dumps(self.to_dict(), indent=1), "Detector.save")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Detector:
+        """Read a detector written by :meth:`save` (JSON only; nothing is unpickled)."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: cannot read a detector ({err})") from None
+        return cls.from_dict(data, str(path))
+
+
+def word_peaks(response: str, offsets: np.ndarray, probability: np.ndarray) -> np.ndarray:
+    """``[W, 3]``: each ``\\w+`` word's start, end and the largest probability of its tokens
+    (``offsets`` ``[G, 2]``, ``probability`` ``[G]``)."""
+    p = np.asarray(probability, dtype=np.float64)
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    rows = []
+    for m in _WORD.finditer(response):
+        hit = (offsets[:, 1] > m.start()) & (offsets[:, 0] < m.end())
+        rows.append((m.start(), m.end(), float(p[hit].max()) if hit.any() else 0.0))
+    return np.array(rows, dtype=np.float64).reshape(-1, 3)
+
+
+def span_values(peaks: np.ndarray) -> np.ndarray:
+    """``[W]``: each word's peak, or its mean over the words within :data:`SPAN_RADIUS` of it
+    when larger (a span is a run of words around its likeliest tokens)."""
+    values = peaks[:, 2]
+    if values.size == 0:
+        return values
+    sums = np.concatenate([[0.0], np.cumsum(values)])
+    at = np.arange(values.size)
+    lo = np.maximum(at - SPAN_RADIUS, 0)
+    hi = np.minimum(at + SPAN_RADIUS + 1, values.size)
+    return np.maximum(values, (sums[hi] - sums[lo]) / (hi - lo))
+
+
+def unsupported_spans(
+    response: str, offsets: np.ndarray, probability: np.ndarray, threshold: float
+) -> tuple[list[TextSpan], list[float]]:
+    """The runs of words whose smoothed peak (:func:`span_values`) reaches ``threshold``
+    (module notes), each with its largest token probability; the word of the largest
+    smoothed peak when none reaches it.
+
+    Parameters
+    ----------
+    response
+        The response text.
+    offsets
+        ``[G, 2]`` character offsets of its tokens.
+    probability
+        ``[G]`` token probabilities.
+    threshold
+        The span threshold.
+
+    >>> import numpy as np
+    >>> text = "It opened in 1925 and closed in 1930 after the war ended there."
+    >>> words = [(m.start(), m.end()) for m in _WORD.finditer(text)]
+    >>> p = np.array([0.1, 0.1, 0.1, 0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    >>> unsupported_spans(text, np.array(words), p, 0.5)
+    ([TextSpan(start=13, end=17, text='1925')], [0.9])
+    >>> unsupported_spans(text, np.array(words), p, 0.15)  # the words around it: 0.1 + 0.8 / 8
+    ([TextSpan(start=0, end=36, text='It opened in 1925 and closed in 1930')], [0.9])
+    """
+    peaks = word_peaks(response, offsets, probability)  # [W, 3]
+    if peaks.shape[0] == 0:
+        return [], []
+    smoothed = span_values(peaks)  # [W]
+    chosen = np.flatnonzero(smoothed >= threshold).tolist()
+    if not chosen:
+        chosen = [int(np.argmax(smoothed))]
+    runs: list[list[int]] = []
+    for k in chosen:
+        if runs and runs[-1][-1] == k - 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    spans = []
+    for run in runs:
+        start, end = int(peaks[run[0], 0]), int(peaks[run[-1], 1])
+        spans.append(TextSpan(start, end, response[start:end]))
+    return spans, [float(peaks[run, 2].max()) for run in runs]
+
+
+def shipped_detector(model_name: str) -> Detector | None:
+    """The detector shipped with rcstat for a model of this name (``config.name_or_path``'s
+    last part, package data ``grounding/detectors/<name>.json``), or None."""
+    name = Path(model_name).name
+    candidate = resources.files("rcstat.grounding") / "detectors" / f"{name}.json"
+    if not candidate.is_file():
+        return None
+    return Detector.from_dict(json.loads(candidate.read_text(encoding="utf-8")), name)

@@ -1,0 +1,459 @@
+"""Training a grounding detector on labelled responses (``rcstat ground-train``).
+
+:func:`measure_samples` runs the one pass of :class:`~rcstat.grounding.Measurer` over each
+labelled response and keeps its detector features (:mod:`.detector_features`);
+:func:`fit_detector` fits a :class:`~rcstat.grounding.detector.Detector` on them:
+
+1. the **token model** (responses whose unsupported spans are labelled, faithful ones
+   included: every token of a faithful response is a negative): ``C`` chosen by grouped
+   cross-validation of the token AUROC;
+2. out-of-fold token probabilities for every response (the token model of the other folds),
+   so that the **response model** learns from probabilities like those of unseen responses
+   (stacking); its ``C`` chosen by grouped cross-validation of the response AUROC;
+3. the **threshold**: the smallest that flags at most ``max_false_alarms`` of the faithful
+   responses of *every* dataset, out of fold (a false-alarm rate that holds on each source of
+   data, not only on their mix);
+4. the **span threshold**: the one of largest character-level span F1, out of fold.
+
+Folds are grouped (:class:`~sklearn.model_selection.StratifiedGroupKFold`): responses sharing a
+group (one source document) never sit on both sides. :func:`cross_validate_detector` repeats
+the whole fit inside outer folds for an honest out-of-sample report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rcstat.grounding.detector import (
+    Detector,
+    LinearModel,
+    span_values,
+    unsupported_spans,
+    word_peaks,
+)
+from rcstat.grounding.detector_features import (
+    RESPONSE_FEATURES,
+    context_tokens,
+    lexicon_words,
+    response_features,
+    token_feature_names,
+    token_features,
+)
+from rcstat.grounding.lexicon import ResponseWord
+from rcstat.grounding.measure import Measurer
+from rcstat.metrics.ranking import auroc
+from rcstat.metrics.spans import char_prf
+
+__all__ = [
+    "DetectorSample",
+    "FitOptions",
+    "LabelledResponse",
+    "OutOfFold",
+    "cross_validate_detector",
+    "fit_detector",
+    "measure_samples",
+]
+
+
+@dataclass(frozen=True)
+class LabelledResponse:
+    """One labelled response to train or evaluate a detector on.
+
+    Attributes
+    ----------
+    id, context, question, response
+        The texts (``question`` None: the default instruction).
+    label
+        True when the response is unsupported (holds a hallucination).
+    spans
+        ``[start, end)`` character offsets of its unsupported spans.
+    spans_known
+        Whether ``spans`` are annotated (True: a response without spans has none; False: only
+        the response's label is known, e.g. SummEdits).
+    group
+        Responses sharing a group stay in one fold (e.g. one source document).
+    dataset
+        Where it comes from (thresholds hold on each dataset; reports break down by it).
+    by
+        A breakdown key (the task, the generator).
+    """
+
+    id: str
+    context: str
+    question: str | None
+    response: str
+    label: bool
+    spans: tuple[tuple[int, int], ...] = ()
+    spans_known: bool = True
+    group: str = ""
+    dataset: str = ""
+    by: str = ""
+
+
+@dataclass(frozen=True)
+class DetectorSample:
+    """A labelled response with the detector features of its pass.
+
+    Attributes
+    ----------
+    item
+        The labelled response.
+    x
+        ``[G, F]`` token features.
+    token_label
+        ``[G]`` True for tokens inside a labelled span.
+    offsets
+        ``[G, 2]`` character offsets of the tokens in the response.
+    nll
+        ``[G]`` token NLL.
+    context_tokens
+        The context's token count.
+    words
+        The response's words and their context matches.
+    """
+
+    item: LabelledResponse
+    x: np.ndarray  # [G, F]
+    token_label: np.ndarray  # [G]
+    offsets: np.ndarray  # [G, 2]
+    nll: np.ndarray  # [G]
+    context_tokens: int
+    words: tuple[ResponseWord, ...]
+
+    @property
+    def group(self) -> str:
+        """The fold group, namespaced by the dataset."""
+        return f"{self.item.dataset}:{self.item.group or self.item.id}"
+
+    def response_x(self, probability: np.ndarray) -> np.ndarray:
+        """``[R]`` response features for token probabilities ``probability`` ``[G]``."""
+        return response_features(
+            probability, self.nll, self.context_tokens, self.item.response, list(self.words)
+        )
+
+    def spans_at(self, probability: np.ndarray, threshold: float) -> list[tuple[int, int]]:
+        """The predicted unsupported spans of a flagged response at span ``threshold``."""
+        found, _ = unsupported_spans(self.item.response, self.offsets, probability, threshold)
+        return [(s.start, s.end) for s in found]
+
+
+def measure_samples(
+    measurer: Measurer,
+    items: Iterable[LabelledResponse],
+    *,
+    progress: Callable[[list[LabelledResponse]], Iterable[LabelledResponse]] | None = None,
+) -> tuple[list[DetectorSample], list[tuple[str, str]]]:
+    """The samples of ``items`` (one pass each) and ``(id, error)`` of those that could not be
+    measured (too long for the model's window, ...)."""
+    items = list(items)
+    samples, errors = [], []
+    for item in items if progress is None else progress(items):
+        try:
+            measured = measurer.measure(item.context, item.response, item.question)
+        except ValueError as err:
+            errors.append((item.id, f"{type(err).__name__}: {err}"))
+            continue
+        words = lexicon_words(item.context, measured.example.part_text("answer"))
+        x, _ = token_features(measured, words)
+        offsets = measured.token_spans()
+        label = np.zeros(len(offsets), dtype=bool)
+        for start, end in item.spans:
+            label |= (offsets[:, 1] > start) & (offsets[:, 0] < end)
+        samples.append(
+            DetectorSample(
+                item=item,
+                x=x,
+                token_label=label,
+                offsets=offsets,
+                nll=np.asarray(measured.nll, dtype=np.float64),
+                context_tokens=context_tokens(measured),
+                words=tuple(words),
+            )
+        )
+    return samples, errors
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """How :func:`fit_detector` fits (module notes).
+
+    Attributes
+    ----------
+    token_C, response_C
+        The inverse L2 strengths tried for each model.
+    folds
+        Grouped folds of every inner cross-validation.
+    max_false_alarms
+        The largest share of faithful responses of any dataset the threshold may flag.
+    balance_datasets
+        Weight each dataset's tokens (and responses) so that every dataset counts as much as
+        any other, whatever its size.
+    dataset_weights
+        Relative weight of each named dataset's total (default 1), on top of the balancing.
+    seed
+        Seed of the fold assignment.
+    """
+
+    token_C: tuple[float, ...] = (0.01, 0.1, 1.0)
+    response_C: tuple[float, ...] = (0.03, 0.3, 3.0)
+    folds: int = 5
+    max_false_alarms: float = 0.2
+    balance_datasets: bool = True
+    dataset_weights: tuple[tuple[str, float], ...] = ()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.token_C or not self.response_C or min(*self.token_C, *self.response_C) <= 0:
+            raise ValueError("token_C and response_C must be non-empty and positive")
+        if isinstance(self.folds, bool) or not isinstance(self.folds, int) or self.folds < 2:
+            raise ValueError(f"folds must be an integer >= 2, got {self.folds!r}")
+        if not 0 < self.max_false_alarms < 1:
+            raise ValueError(f"max_false_alarms must be in (0, 1), got {self.max_false_alarms}")
+
+
+@dataclass
+class OutOfFold:
+    """Out-of-fold predictions of one fit: per sample its token probabilities, response
+    probability, verdict and predicted spans."""
+
+    token: list[np.ndarray] = field(default_factory=list)
+    probability: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    flagged: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    spans: list[list[tuple[int, int]]] = field(default_factory=list)
+
+
+def fit_detector(
+    samples: Sequence[DetectorSample],
+    *,
+    model: str,
+    layers: int,
+    options: FitOptions | None = None,
+    meta: dict[str, Any] | None = None,
+) -> tuple[Detector, OutOfFold]:
+    """Fit a detector on ``samples`` (module notes) and return it with its inner out-of-fold
+    predictions (those that chose its thresholds).
+
+    Raises
+    ------
+    ValueError
+        No response with labelled spans and an unsupported token, a single class of
+        responses, or fewer groups than folds.
+    """
+    options = options or FitOptions()
+    _check_samples(samples, options.folds)
+    names = token_feature_names(layers)
+    if samples[0].x.shape[1] != len(names):
+        raise ValueError(f"the samples' token features are not those of a {layers}-layer model")
+    token_C, token_oof = _choose_token_model(samples, names, options)
+    response_rows = np.stack([s.response_x(p) for s, p in zip(samples, token_oof, strict=True)])
+    labels = np.array([s.item.label for s in samples])
+    weights = _weights(samples, options, per_token=False)
+    groups = [s.group for s in samples]
+    best_C, best, response_oof = np.nan, -np.inf, np.zeros(len(samples))
+    for C in options.response_C:
+        oof = np.zeros(len(samples))
+        for train, test in _folds(labels, groups, options):
+            fitted = LinearModel.fit(
+                response_rows[train], labels[train], RESPONSE_FEATURES, C=C, weight=weights[train]
+            )
+            oof[test] = fitted.probability(response_rows[test])
+        value = auroc(oof, labels)
+        if value > best:
+            best_C, best, response_oof = C, value, oof
+    threshold = _threshold(samples, response_oof, options.max_false_alarms)
+    flagged = response_oof > threshold
+    span_threshold = _span_threshold(samples, token_oof, flagged)
+    token_model = _fit_tokens(samples, names, range(len(samples)), token_C, options)
+    response_model = LinearModel.fit(
+        response_rows, labels, RESPONSE_FEATURES, C=best_C, weight=weights
+    )
+    oof_spans = [
+        s.spans_at(p, span_threshold) if f else []
+        for s, p, f in zip(samples, token_oof, flagged, strict=True)
+    ]
+    detector = Detector(
+        model=model,
+        layers=layers,
+        token=token_model,
+        response=response_model,
+        threshold=threshold,
+        span_threshold=span_threshold,
+        meta={
+            "samples": len(samples),
+            "datasets": sorted({s.item.dataset for s in samples}),
+            "options": {
+                "token_C": list(options.token_C),
+                "response_C": list(options.response_C),
+                "folds": options.folds,
+                "max_false_alarms": options.max_false_alarms,
+                "balance_datasets": options.balance_datasets,
+                "seed": options.seed,
+            },
+            "inner_response_auroc": best,
+            **(meta or {}),
+        },
+    )
+    return detector, OutOfFold(token_oof, response_oof, flagged, oof_spans)
+
+
+def cross_validate_detector(
+    samples: Sequence[DetectorSample],
+    *,
+    model: str,
+    layers: int,
+    options: FitOptions | None = None,
+    progress: Callable[[list[int]], Iterable[int]] | None = None,
+) -> OutOfFold:
+    """Out-of-sample predictions for every sample: each outer grouped fold is predicted by a
+    detector fitted (thresholds included, :func:`fit_detector`) on the other folds only."""
+    options = options or FitOptions()
+    _check_samples(samples, options.folds)
+    labels = np.array([s.item.label for s in samples])
+    groups = [s.group for s in samples]
+    out = OutOfFold(
+        token=[np.zeros(0)] * len(samples),
+        probability=np.zeros(len(samples)),
+        flagged=np.zeros(len(samples), dtype=bool),
+        spans=[[] for _ in samples],
+    )
+    splits = list(_folds(labels, groups, FitOptions(folds=options.folds, seed=options.seed + 1)))
+    steps = range(len(splits))
+    for k in steps if progress is None else progress(list(steps)):
+        train, test = splits[k]
+        detector, _ = fit_detector(
+            [samples[i] for i in train], model=model, layers=layers, options=options
+        )
+        for i in test:
+            s = samples[i]
+            p = detector.token.probability(s.x)
+            prob = float(detector.response.probability(s.response_x(p)[None])[0])
+            out.token[i] = p
+            out.probability[i] = prob
+            out.flagged[i] = prob > detector.threshold
+            out.spans[i] = s.spans_at(p, detector.span_threshold) if out.flagged[i] else []
+    return out
+
+
+def _check_samples(samples: Sequence[DetectorSample], folds: int) -> None:
+    if not samples:
+        raise ValueError("no sample to fit a detector on")
+    labels = {s.item.label for s in samples}
+    if len(labels) < 2:
+        raise ValueError("the samples hold one class only: a detector needs both")
+    if not any(s.item.spans_known and s.token_label.any() for s in samples):
+        raise ValueError("no sample has a labelled unsupported span: the token model needs one")
+    if len({s.group for s in samples}) < folds:
+        raise ValueError(f"fewer groups than folds ({folds})")
+
+
+def _folds(
+    labels: np.ndarray, groups: Sequence[str], options: FitOptions
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    split = StratifiedGroupKFold(options.folds, shuffle=True, random_state=options.seed)
+    return list(split.split(np.zeros(len(labels)), labels, groups))
+
+
+def _weights(
+    samples: Sequence[DetectorSample], options: FitOptions, *, per_token: bool
+) -> np.ndarray:
+    """Per response (or per token of the span-labelled responses, concatenated) weights that
+    give every dataset the same total when ``balance_datasets``, else ones."""
+    chosen = [s for s in samples if s.item.spans_known] if per_token else list(samples)
+    sizes = [len(s.x) if per_token else 1 for s in chosen]
+    totals: dict[str, int] = {}
+    for s, n in zip(chosen, sizes, strict=True):
+        totals[s.item.dataset] = totals.get(s.item.dataset, 0) + n
+    mean = sum(totals.values()) / len(totals)
+    extra = dict(options.dataset_weights)
+    return np.concatenate(
+        [
+            np.full(
+                n,
+                extra.get(s.item.dataset, 1.0)
+                * (mean / totals[s.item.dataset] if options.balance_datasets else 1.0),
+            )
+            for s, n in zip(chosen, sizes, strict=True)
+        ]
+    )
+
+
+def _fit_tokens(
+    samples: Sequence[DetectorSample],
+    names: list[str],
+    chosen: Iterable[int],
+    C: float,
+    options: FitOptions,
+) -> LinearModel:
+    picked = [samples[i] for i in chosen if samples[i].item.spans_known]
+    x = np.vstack([s.x for s in picked])
+    y = np.concatenate([s.token_label for s in picked])
+    return LinearModel.fit(x, y, names, C=C, weight=_weights(picked, options, per_token=True))
+
+
+def _choose_token_model(
+    samples: Sequence[DetectorSample], names: list[str], options: FitOptions
+) -> tuple[float, list[np.ndarray]]:
+    """The token model's ``C`` of best out-of-fold token AUROC (over the span-labelled
+    samples) and its out-of-fold probabilities for every sample."""
+    labels = np.array([s.item.label for s in samples])
+    splits = _folds(labels, [s.group for s in samples], options)
+    best_C, best, best_oof = options.token_C[0], -np.inf, [np.zeros(0)] * len(samples)
+    for C in options.token_C:
+        oof = [np.zeros(0)] * len(samples)
+        for train, test in splits:
+            fitted = _fit_tokens(samples, names, train, C, options)
+            for i in test:
+                oof[i] = fitted.probability(samples[i].x)
+        known = [i for i, s in enumerate(samples) if s.item.spans_known]
+        value = auroc(
+            np.concatenate([oof[i] for i in known]),
+            np.concatenate([samples[i].token_label for i in known]),
+        )
+        if value > best:
+            best_C, best, best_oof = C, value, oof
+    return best_C, best_oof
+
+
+def _threshold(
+    samples: Sequence[DetectorSample], probability: np.ndarray, max_false_alarms: float
+) -> float:
+    """The smallest threshold under which at most ``max_false_alarms`` of the faithful
+    responses of every dataset score above it."""
+    by_dataset: dict[str, list[float]] = {}
+    for s, p in zip(samples, probability, strict=True):
+        if not s.item.label:
+            by_dataset.setdefault(s.item.dataset, []).append(float(p))
+    if not by_dataset:
+        raise ValueError("no faithful response to set the threshold on")
+    return float(
+        max(np.quantile(v, 1 - max_false_alarms, method="higher") for v in by_dataset.values())
+    )
+
+
+def _span_threshold(
+    samples: Sequence[DetectorSample], token: list[np.ndarray], flagged: np.ndarray
+) -> float:
+    """The token threshold of largest character-level span F1 (out of fold) over the
+    span-labelled samples."""
+    known = [i for i, s in enumerate(samples) if s.item.spans_known]
+    values = np.concatenate(
+        [span_values(word_peaks(samples[i].item.response, samples[i].offsets, token[i]))
+         for i in known]
+    )
+    candidates = np.unique(np.quantile(values, np.linspace(0.5, 0.995, 60)))
+    gold = [list(samples[i].item.spans) for i in known]
+    best_t, best = float(candidates[-1]), -1.0
+    for t in candidates:
+        predicted = [
+            samples[i].spans_at(token[i], float(t)) if flagged[i] else [] for i in known
+        ]
+        f1 = char_prf(predicted, gold).f1
+        if not np.isnan(f1) and f1 > best:
+            best_t, best = float(t), f1
+    return best_t
