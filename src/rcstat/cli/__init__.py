@@ -1,5 +1,5 @@
 """The ``rcstat`` command line: ``demo``, ``analyze``, ``compress``, ``attribute``, ``ground``,
-``ground-profile``, ``heads``, ``bench``, ``merge``.
+``ground-profile``, ``ground-train``, ``heads``, ``bench``, ``merge``.
 
 Each sub-command is a module of this package with ``register(sub)`` (its parser),
 ``from_namespace(ns)`` (its checked arguments: every option is validated before a model is
@@ -28,6 +28,7 @@ from rcstat.cli import (
     demo,
     ground,
     ground_profile,
+    ground_train,
     heads,
     merge,
 )
@@ -39,7 +40,18 @@ __all__ = ["EXIT_CODES", "build_parser", "main"]
 
 COMMANDS: dict[str, ModuleType] = {
     module.NAME: module
-    for module in (demo, analyze, compress, attribute, ground, ground_profile, heads, bench, merge)
+    for module in (
+        demo,
+        analyze,
+        compress,
+        attribute,
+        ground,
+        ground_profile,
+        ground_train,
+        heads,
+        bench,
+        merge,
+    )
 }
 # Commands whose results are kept row by row and resume when run again.
 _RESUMABLE = {"heads", "bench"}

@@ -8,12 +8,17 @@ A :class:`Detector` is two logistic regressions over the features of
 2. the **response model** turns aggregates of ``p_j`` and response-level features into the
    probability ``P`` that the response holds an unsupported span.
 
-The response is *unsupported* when ``P > threshold``. Its unsupported spans are the runs of
-words whose *span value* reaches ``span_threshold``: a word's value is the largest ``p_j`` of
-its tokens, or that peak averaged over the :data:`SPAN_RADIUS` words on either side when
-larger (labelled hallucinations are phrases around their likeliest tokens); runs are merged across the spaces and
-punctuation between their words. An unsupported response with no such word reports the word of
-largest value, and a supported one reports none, so the spans and the verdict never disagree.
+Two kinds of response get their own response model and threshold: one that quotes its
+context (at least :data:`COPIED_KIND` of its words in copied runs, :mod:`.lexicon`: an
+extractive answer, where one changed fact must be caught; ``copy_response``,
+``copy_threshold``) and any other (abstractive, data-to-text; ``response``, ``threshold``).
+The response is *unsupported* when ``P`` exceeds the threshold of its kind. Its unsupported
+spans are the runs of words whose *span value* reaches ``span_threshold``: a word's value is
+the largest ``p_j`` of its tokens, or that peak averaged over the :data:`SPAN_RADIUS` words on
+either side when larger (labelled hallucinations are phrases around their likeliest tokens);
+runs are merged across the spaces and punctuation between their words. An unsupported response
+with no such word reports the word of largest value, and a supported one reports none, so the
+spans and the verdict never disagree.
 
 With ``z = (x − mean) / scale`` each model is ``σ(z · coef + intercept)``. A detector is saved as
 JSON (never pickled, :meth:`Detector.save`) and checked on load; one ships for the default
@@ -37,6 +42,7 @@ from rcstat.attribution.spans import TextSpan
 from rcstat.grounding.detector_features import (
     RESPONSE_FEATURES,
     context_tokens,
+    copied_share,
     lexicon_words,
     response_features,
     token_feature_names,
@@ -47,6 +53,7 @@ from rcstat.grounding.lexicon import ResponseWord
 from rcstat.grounding.measure import Measurement
 
 __all__ = [
+    "COPIED_KIND",
     "SPAN_RADIUS",
     "Detection",
     "Detector",
@@ -59,6 +66,8 @@ __all__ = [
 
 _FORMAT = "rcstat-detector-1"
 _WORD = re.compile(r"\w+")
+#: The share of a response's words in copied runs from which it is of the "copied" kind.
+COPIED_KIND = 0.75
 #: Words on each side over which a word's token peak is averaged before the span threshold.
 SPAN_RADIUS = 4
 
@@ -176,6 +185,10 @@ class Detection:
         ``[G]`` probability that each response token lies in an unsupported span.
     probability
         Probability that the response holds an unsupported span.
+    kind
+        ``"copied"`` or ``"other"`` (module notes).
+    threshold
+        The threshold of its kind.
     unsupported
         ``probability > threshold``.
     spans
@@ -187,6 +200,8 @@ class Detection:
 
     token_probability: np.ndarray  # [G]
     probability: float
+    kind: str
+    threshold: float
     unsupported: bool
     spans: list[TextSpan]
     span_probability: list[float]
@@ -207,7 +222,11 @@ class Detector:
     threshold
         A response is unsupported when its probability exceeds this.
     span_threshold
-        Tokens at or above this probability make the unsupported spans.
+        Words whose span value reaches this make the unsupported spans.
+    copy_threshold
+        The threshold of responses of the copied kind (module notes).
+    copy_response
+        The response model of the copied kind (None: :attr:`response`).
     meta
         How it was trained and how it did out of sample (JSON types).
     """
@@ -218,6 +237,8 @@ class Detector:
     response: LinearModel
     threshold: float
     span_threshold: float
+    copy_threshold: float
+    copy_response: LinearModel | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -226,9 +247,10 @@ class Detector:
                 f"the token model's features are not the detector features of a "
                 f"{self.layers}-layer model (rcstat.grounding.detector_features)"
             )
-        if tuple(self.response.features) != RESPONSE_FEATURES:
-            raise ValueError("the response model's features are not RESPONSE_FEATURES")
-        for name in ("threshold", "span_threshold"):
+        for model in (self.response, self.copy_response):
+            if model is not None and tuple(model.features) != RESPONSE_FEATURES:
+                raise ValueError("a response model's features are not RESPONSE_FEATURES")
+        for name in ("threshold", "span_threshold", "copy_threshold"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
@@ -265,14 +287,23 @@ class Detector:
             measured.example.part_text("answer"),
             words,
         )  # [R]
-        p_response = float(self.response.probability(features[None])[0])
-        unsupported = p_response > self.threshold
-        spans, peaks = [], []
+        kind, model, threshold = self.kind_of(words)
+        p_response = float(model.probability(features[None])[0])
+        unsupported = p_response > threshold
+        spans: list[TextSpan] = []
+        peaks: list[float] = []
         if unsupported:
             offsets = measured.token_spans()
             text = measured.example.part_text("answer")
             spans, peaks = unsupported_spans(text, offsets, probability, self.span_threshold)
-        return Detection(probability, p_response, unsupported, spans, peaks)
+        return Detection(probability, p_response, kind, threshold, unsupported, spans, peaks)
+
+    def kind_of(self, words: list[ResponseWord]) -> tuple[str, LinearModel, float]:
+        """The kind of a response with these words, its response model and its threshold
+        (module notes)."""
+        if copied_share(words) >= COPIED_KIND:
+            return "copied", self.copy_response or self.response, self.copy_threshold
+        return "other", self.response, self.threshold
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types (the file format of :meth:`save`)."""
@@ -282,8 +313,10 @@ class Detector:
             "layers": self.layers,
             "threshold": self.threshold,
             "span_threshold": self.span_threshold,
+            "copy_threshold": self.copy_threshold,
             "token": self.token.to_dict(),
             "response": self.response.to_dict(),
+            "copy_response": None if self.copy_response is None else self.copy_response.to_dict(),
             "meta": self.meta,
         }
 
@@ -301,6 +334,10 @@ class Detector:
                 response=LinearModel.from_dict(data["response"], f"{where}: response"),
                 threshold=float(data["threshold"]),
                 span_threshold=float(data["span_threshold"]),
+                copy_threshold=float(data["copy_threshold"]),
+                copy_response=None
+                if data.get("copy_response") is None
+                else LinearModel.from_dict(data["copy_response"], f"{where}: copy_response"),
                 meta=dict(data.get("meta") or {}),
             )
         except (KeyError, TypeError) as err:

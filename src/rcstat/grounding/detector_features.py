@@ -9,7 +9,9 @@ Token features (response token ``j``, written by the query row before it):
   distribution, ``log_rank`` (``log(1 + rank)`` of the token among the vocabulary);
 * the token's word (``\\w+``; tokens of no word — spaces, punctuation — are ``punctuation``):
   ``novel`` (the context does not hold the word, :class:`~rcstat.grounding.lexicon.Lexicon`),
-  ``bigram_novel`` (the word does not follow the previous one in the context), ``number``,
+  ``bigram_novel`` (the word does not follow the previous one in the context), ``copied``
+  (the word lies in a run of words copied from the context,
+  :data:`~rcstat.grounding.lexicon.COPY_RUN`), ``number``,
   ``capital`` (starts with an upper-case letter), ``novel_fact`` (a novel number, or a novel
   capitalised word inside a sentence: a name — the facts a changed answer changes; a list
   marker such as ``3.`` at the start of a line is no fact), ``word_nll`` (the word's summed
@@ -26,8 +28,8 @@ Token features (response token ``j``, written by the query row before it):
 Response features: aggregates of the detector's token probabilities ``p_j`` (mean, largest,
 mean of the 5 largest, largest mean over 5 and over 15 consecutive tokens, share above 0.5)
 and of the texts: the share of the response's words and word bigrams that the context holds,
-``log(1 + novel facts)``, ``log`` of the response's and the context's token counts, the mean
-token NLL.
+the share of its words in copied runs (``copied_share``), ``log(1 + novel facts)``, ``log``
+of the response's and the context's token counts, the mean token NLL.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "NLL_CAP",
     "RESPONSE_FEATURES",
     "context_tokens",
+    "copied_share",
     "lexicon_words",
     "novel_facts",
     "response_features",
@@ -64,6 +67,7 @@ _TEXT_FEATURES = (
     "log_rank",
     "novel",
     "bigram_novel",
+    "copied",
     "number",
     "capital",
     "novel_fact",
@@ -89,6 +93,7 @@ RESPONSE_FEATURES = (
     "p_share_above_half",
     "words_known",
     "bigrams_known",
+    "copied_share",
     "novel_facts",
     "log_tokens",
     "log_context_tokens",
@@ -137,6 +142,7 @@ def token_features(
     per_word = {
         "novel": novel,
         "bigram_novel": bigram_novel,
+        "copied": np.array([w.copied for w in words], dtype=np.float64),
         "number": np.array([bool(_NUMBER.fullmatch(w.text)) for w in words], dtype=np.float64),
         "capital": np.array([w.text[:1].isupper() for w in words], dtype=np.float64),
         "novel_fact": facts.astype(np.float64),
@@ -192,12 +198,18 @@ def response_features(
             (p > 0.5).mean(),
             float(np.mean(known)) if known else 0.0,
             float(np.mean(pairs)) if pairs else (float(known[0]) if known else 0.0),
+            copied_share(words),
             np.log1p(float(novel_facts(response, words).sum())),
             np.log(len(p)),
             np.log(max(context_tokens, 1)),
             float(np.minimum(nll, NLL_CAP).mean()),
         ]
     )
+
+
+def copied_share(words: list[ResponseWord]) -> float:
+    """The share of the response's words inside copied runs (0 for no word)."""
+    return float(np.mean([w.copied for w in words])) if words else 0.0
 
 
 def novel_facts(response: str, words: list[ResponseWord]) -> np.ndarray:

@@ -11,6 +11,7 @@ probe's probability. A context longer than the model's window is read in windows
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,8 @@ from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.spans import DEFAULT_LANGUAGE
 from rcstat.capture import attention_layout
 from rcstat.defaults import DEFAULT_MAX_CHARS, DEFAULT_MAX_RESPONSE_TOKENS, DEFAULT_TOP_K
+from rcstat.grounding.detector import Detection, Detector, shipped_detector
+from rcstat.grounding.detector_features import lexicon_words
 from rcstat.grounding.features import HEAD_FEATURES
 from rcstat.grounding.limits import (
     check_limit,
@@ -36,9 +39,10 @@ from rcstat.grounding.measure import (
 )
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.profile import HeadProfile, shipped_profile
-from rcstat.grounding.result import Grounding, SentenceGrounding
+from rcstat.grounding.result import Grounding, SentenceGrounding, UnsupportedSpan
 from rcstat.grounding.score import (
     DEFAULT_QUANTILE,
+    Word,
     aggregate,
     response_words,
     token_scores,
@@ -126,6 +130,14 @@ class Grounder:
         The most characters of each text and the most tokens of the response that
         :meth:`ground` accepts (:mod:`.limits`); more raises a ``ValueError`` before any
         forward pass.
+    detector
+        The trained detector (:class:`~rcstat.grounding.detector.Detector` or a path to its
+        JSON) whose verdict, token scores and spans the result reports; default: the one
+        shipped for the model (:func:`~rcstat.grounding.detector.shipped_detector`), else the
+        zero-shot word score. ``False``: the zero-shot word score (docs/grounding.md).
+    prior
+        Also run the prior pass of :class:`Measurer` (the benchmark's ``pmi_words`` variant;
+        no verdict needs it).
 
     Examples
     --------
@@ -162,9 +174,12 @@ class Grounder:
         max_tokens: int | None = None,
         max_chars: int = DEFAULT_MAX_CHARS,
         max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS,
+        detector: Detector | str | Path | bool | None = None,
+        prior: bool = False,
     ) -> None:
         layout = attention_layout(model)
         name = model_name(model)
+        self.detector = _resolve_detector(detector, name, layout.num_layers)
         self.profile = _resolve_profile(profile, name)
         if self.profile.shape != (layout.num_layers, layout.num_heads):
             raise ValueError(
@@ -177,7 +192,8 @@ class Grounder:
         self.heads = self.profile.heads(fraction)
         self.copy_heads = self.profile.copy_heads()
         self.quantile = quantile
-        self.threshold = self.profile.threshold if threshold is None else float(threshold)
+        default = self.profile.threshold if self.detector is None else 1.0 - self.detector.threshold
+        self.threshold = default if threshold is None else float(threshold)
         if not np.isfinite(self.threshold):
             raise ValueError(f"threshold must be finite, got {threshold}")
         self.probe = _resolve_probe(probe, feature_names(layout.num_layers, layout.num_heads))
@@ -198,18 +214,30 @@ class Grounder:
         self.measurer = Measurer(
             model,
             tokenizer,
-            rc_heads=None if self.all_heads else self.heads,
+            rc_heads=None if self.all_heads else np.zeros(0, dtype=np.int64),
             support_heads=self.profile.heads(self.top_k / total),
             allow_special_tokens=allow_special_tokens,
             language=language,
+            prior=prior,
         )
 
     @property
     def method(self) -> dict[str, Any]:
         """The scoring configuration, as recorded in every result."""
+        detector = self.detector
         return {
             "score": "word max(copy, exp(-nll)), sentence = weakest word, response = weakest "
-            "sentence",
+            "sentence"
+            if detector is None
+            else "trained detector: response score 1 - P(unsupported), token score 1 - p_j",
+            "detector": None
+            if detector is None
+            else {
+                "model": detector.model,
+                "threshold": detector.threshold,
+                "span_threshold": detector.span_threshold,
+                "trained_on": detector.meta.get("datasets"),
+            },
             "copy_heads": len(self.copy_heads),
             "heads": len(self.heads),
             "fraction": len(self.heads) / self.profile.values.size,
@@ -333,6 +361,16 @@ class Grounder:
             [word_scores(m.nll, m.copy_at(self.copy_heads), words) for m in measured]
         )  # [windows, W]
         best = per_window.max(axis=0)  # [W]
+        if self.detector is None:
+            token_values = np.full(len(spans), np.nan)  # [G]: NaN where no word is judged
+            for w, value in zip(words, best, strict=True):
+                part = token_values[w.first : w.last]
+                token_values[w.first : w.last] = np.fmin(part, value)
+            word_values = best
+        else:
+            detection = self._detect(measured, windows, context, checked)
+            token_values = 1.0 - detection.token_probability  # [G]
+            word_values = np.array([token_values[w.first : w.last].min() for w in words])
         units = measured[0].units
         sentences = []
         for u, unit in enumerate(units):
@@ -340,8 +378,8 @@ class Grounder:
             if inside:
                 by_window = per_window[:, inside].min(axis=1)  # [windows]
                 k = int(np.argmax(by_window))
-                weakest_word = words[inside[int(np.argmin(best[inside]))]]
-                score = float(best[inside].min())
+                weakest_word = words[inside[int(np.argmin(word_values[inside]))]]
+                score = float(word_values[inside].min())
                 weakest = TextSpan(
                     weakest_word.start,
                     weakest_word.end,
@@ -368,6 +406,20 @@ class Grounder:
                     weakest=weakest,
                 )
             )
+        if self.detector is None:
+            score = min((s.score for s in sentences), default=float("nan"))
+            found = _word_runs(checked, words, best, self.threshold)
+            token_threshold = None
+        else:
+            score = 1.0 - detection.probability
+            token_threshold = 1.0 - self.detector.span_threshold
+            found = [
+                UnsupportedSpan(span.start, span.end, span.text, 1.0 - peak)
+                for span, peak in zip(detection.spans, detection.span_probability, strict=True)
+            ]
+            if not score < self.threshold:  # a supported response has no unsupported span
+                found = []
+            sentences = [_flag_by_spans(s, found) for s in sentences]
         for unit in split_sentences(response[len(checked) :], language=self.language):
             offset = len(checked)
             sentences.append(
@@ -383,16 +435,11 @@ class Grounder:
                     verified=False,
                 )
             )
-        token_values = np.full(len(spans), np.nan)  # [G]: NaN where no word is judged
-        for w, value in zip(words, best, strict=True):
-            part = token_values[w.first : w.last]
-            token_values[w.first : w.last] = np.fmin(part, value)
         chosen = measured[int(np.argmax(per_window.min(axis=1)))] if words else measured[0]
         features = chosen.head_features()  # [3, L, H]; rc NaN unless all_heads
         probe_score = None
         if self.probe is not None:
             probe_score = float(self.probe.predict_proba(chosen.head_vector()[None, :])[0])
-        checked_scores = [s.score for s in sentences if s.verified]
         return Grounding(
             context=context,
             question=example.part_text("question"),
@@ -402,7 +449,7 @@ class Grounder:
             token_spans=spans,
             token_scores=token_values,
             sentences=sentences,
-            score=min(checked_scores, default=float("nan")),
+            score=score,
             threshold=self.threshold,
             baselines=baselines(chosen, checked, chosen.example.part_text("context")),
             head_features={
@@ -415,6 +462,26 @@ class Grounder:
             model=self.model_name,
             finished=len(checked) == len(response),
             windows=len(windows),
+            spans=found,
+            token_threshold=token_threshold,
+        )
+
+    def _detect(
+        self, measured: list[Measurement], windows: list[Window], context: str, checked: str
+    ) -> Detection:
+        """The detector's view of the passes over ``windows``: each token keeps its lowest
+        probability over the windows (where its support is best), the response features come
+        from the window of lowest mean probability and the whole context's words."""
+        assert self.detector is not None
+        per_window = np.stack(
+            [
+                self.detector.token_probability(m, lexicon_words(context[w.start : w.end], checked))
+                for m, w in zip(measured, windows, strict=True)
+            ]
+        )  # [windows, G]
+        chosen = measured[int(np.argmin(per_window.mean(axis=1)))]
+        return self.detector.detect_tokens(
+            chosen, lexicon_words(context, checked), per_window.min(axis=0)
         )
 
 
@@ -453,6 +520,59 @@ def sentence_scores(
 
 def _copy(span: TextSpan) -> TextSpan:
     return TextSpan(int(span.start), int(span.end), span.text)
+
+
+def _word_runs(
+    response: str, words: list[Word], scores: np.ndarray, threshold: float
+) -> list[UnsupportedSpan]:
+    """The runs of consecutive words scoring below ``threshold`` (the zero-shot spans), each
+    with its lowest word score."""
+    runs: list[list[int]] = []
+    for k, value in enumerate(scores):
+        if value < threshold:
+            if runs and runs[-1][-1] == k - 1:
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+    return [
+        UnsupportedSpan(
+            words[run[0]].start,
+            words[run[-1]].end,
+            response[words[run[0]].start : words[run[-1]].end],
+            float(scores[run].min()),
+        )
+        for run in runs
+    ]
+
+
+def _flag_by_spans(sentence: SentenceGrounding, spans: list[UnsupportedSpan]) -> SentenceGrounding:
+    """``sentence`` supported exactly when no unsupported span overlaps it (the detector's
+    sentences follow its spans)."""
+    hit = any(s.start < sentence.end and s.end > sentence.start for s in spans)
+    return replace(sentence, supported=not hit)
+
+
+def _resolve_detector(
+    detector: Detector | str | Path | bool | None, model_name: str, layers: int
+) -> Detector | None:
+    if detector is False:
+        return None
+    if isinstance(detector, Detector):
+        chosen: Detector | None = detector
+    elif detector is None or detector is True:
+        chosen = shipped_detector(model_name)
+        if chosen is None and detector is True:
+            raise ValueError(
+                f"no detector ships for {model_name!r}: train one with `rcstat ground-train`"
+            )
+    else:
+        chosen = Detector.load(detector)
+    if chosen is not None and chosen.layers != layers:
+        raise ValueError(
+            f"the detector is for a {chosen.layers}-layer model ({chosen.model}); the model "
+            f"has {layers} layers"
+        )
+    return chosen
 
 
 def _resolve_profile(profile: HeadProfile | str | Path | None, model_name: str) -> HeadProfile:

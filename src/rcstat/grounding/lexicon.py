@@ -17,6 +17,10 @@ with three normalisations that make a faithful rewording of structured data coun
 
 Numbers are digit runs (``\\w+`` splits ``4.5`` into ``4`` and ``5``), so ``4.0 stars`` and a
 context's ``4.0`` agree word by word.
+
+A response word is *copied* when it lies inside a run of :data:`COPY_RUN` consecutive response
+words that occurs, word for word, in the context: a share of copied words near 1 marks a
+response that quotes its context (the regime of an extractive answer with one fact changed).
 """
 
 from __future__ import annotations
@@ -25,25 +29,30 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
-__all__ = ["Lexicon", "ResponseWord"]
+__all__ = ["COPY_RUN", "Lexicon", "ResponseWord"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _TIME = re.compile(r"(?<![\w:])(\d{1,2}):(\d{1,2})(?:\s*([ap])\.?m\.?)?(?![\w:])", re.IGNORECASE)
+#: Words in a row that make a copied run.
+COPY_RUN = 4
 _CASE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
 @dataclass(frozen=True)
 class ResponseWord:
-    """A ``\\w+`` word of the response: ``response[start:end]``, its normalised form and
-    whether the context holds it (:meth:`Lexicon.words_of`)."""
+    """A ``\\w+`` word of the response, ``response[start:end]``: whether the context holds it,
+    whether it follows the previous word there, and whether it lies in a copied run
+    (:meth:`Lexicon.words_of`, module notes)."""
 
     start: int
     end: int
     text: str
     known: bool
     bigram_known: bool
+    copied: bool = False
 
 
 class Lexicon:
@@ -62,7 +71,8 @@ class Lexicon:
         self.words = set(words) | set(_times(text))
         if data is not None:
             self.words |= {"yes", "no"}
-        self.bigrams = set(zip(words, words[1:], strict=False))
+        self.bigrams = set(pairwise(words))
+        self.runs = {tuple(words[i : i + COPY_RUN]) for i in range(len(words) - COPY_RUN + 1)}
 
     def known(self, word: str) -> bool:
         """Whether the context holds ``word`` (any case)."""
@@ -77,13 +87,15 @@ class Lexicon:
             a, b = found[k], found[k + 1]
             if response[a.end() : b.start()] == "-" and self.known(a.group() + b.group()):
                 known[k] = known[k + 1] = True
+        lowered = [m.group().lower() for m in found]
+        copied = [False] * len(found)
+        for i in range(len(found) - COPY_RUN + 1):
+            if tuple(lowered[i : i + COPY_RUN]) in self.runs:
+                copied[i : i + COPY_RUN] = [True] * COPY_RUN
         out = []
-        previous = None
-        for m, hit in zip(found, known, strict=True):
-            word = m.group().lower()
-            pair = previous is not None and (previous, word) in self.bigrams
-            out.append(ResponseWord(m.start(), m.end(), m.group(), hit, pair))
-            previous = word
+        for k, m in enumerate(found):
+            pair = k > 0 and (lowered[k - 1], lowered[k]) in self.bigrams
+            out.append(ResponseWord(m.start(), m.end(), m.group(), known[k], pair, copied[k]))
         return out
 
 

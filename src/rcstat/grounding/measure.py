@@ -277,9 +277,7 @@ class Measurer:
             allow_special_tokens=self.allow_special_tokens,
         )
 
-    def _predicted(
-        self, ids: torch.Tensor, rows: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _predicted(self, ids: torch.Tensor, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """NLL, entropy and rank ``[G]`` of the last ``rows - 1`` tokens of ``ids`` ``[T]``
         (logits of the last ``rows`` positions only), from one copy to the host."""
         logits = self.model(ids[None], use_cache=False, logits_to_keep=rows).logits

@@ -25,12 +25,12 @@ from rcstat.attribution.spans import TextSpan
 from rcstat.grounding.json_file import save_json
 from rcstat.grounding.measure import DEFAULT_INSTRUCTION
 
-__all__ = ["Grounding", "SentenceGrounding"]
+__all__ = ["Grounding", "SentenceGrounding", "UnsupportedSpan"]
 
-_SAVE_FORMAT = "rcstat-grounding-2"
+_SAVE_FORMAT = "rcstat-grounding-3"
 #: Formats :meth:`Grounding.load` reads: 1 kept each sentence's fields as they are in Python
 #: (``support`` and ``weakest`` as ``[start, end, text]``, ``supported``, ``verified``).
-_FORMATS = ("rcstat-grounding-1", _SAVE_FORMAT)
+_FORMATS = ("rcstat-grounding-1", "rcstat-grounding-2", _SAVE_FORMAT)
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,29 @@ class SentenceGrounding:
         return "supported" if self.supported else "unsupported"
 
 
+@dataclass(frozen=True)
+class UnsupportedSpan:
+    """A run of response words the context does not support.
+
+    Attributes
+    ----------
+    start, end, text
+        ``response[start:end]``.
+    score
+        Its weakest support: the lowest word score (zero-shot) or one minus the detector's
+        largest token probability in it (higher = better supported; below the token threshold).
+    """
+
+    start: int
+    end: int
+    text: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types."""
+        return {"start": self.start, "end": self.end, "text": self.text, "score": _num(self.score)}
+
+
 @dataclass
 class Grounding:
     """Grounding scores of one response against its context.
@@ -123,6 +146,13 @@ class Grounding:
     question_given
         Whether ``question`` is the user's (False: the default instruction, which the HTML page
         does not show as a question).
+    spans
+        The unsupported spans (:class:`UnsupportedSpan`, character offsets in the response):
+        the runs of words below the token threshold, or the trained detector's spans. Empty
+        exactly when no checked sentence is unsupported.
+    token_threshold
+        Token scores below it mark unsupported words (None: :attr:`threshold`, as for the
+        zero-shot word score; the detector's token scale differs from its response scale).
     """
 
     context: str
@@ -142,6 +172,8 @@ class Grounding:
     finished: bool = True
     windows: int = 1
     question_given: bool = True
+    spans: list[UnsupportedSpan] = field(default_factory=list)
+    token_threshold: float | None = None
 
     @property
     def verdict(self) -> str:
@@ -261,6 +293,8 @@ class Grounding:
             "windows": self.windows,
             "probe_score": _num(self.probe_score),
             "baselines": {k: _num(v) for k, v in self.baselines.items()},
+            "spans": [span.to_dict() for span in self.spans],
+            "token_threshold": self.token_threshold,
             "sentences": [
                 {**self.sentence_dict(s), "tokens": list(s.tokens)} for s in self.sentences
             ],
@@ -310,6 +344,11 @@ class Grounding:
             question_given=bool(
                 data.get("question_given", data["question"] != DEFAULT_INSTRUCTION)
             ),
+            spans=[
+                UnsupportedSpan(int(d["start"]), int(d["end"]), d["text"], _nan(d["score"]))
+                for d in data.get("spans", [])
+            ],
+            token_threshold=data.get("token_threshold"),
         )
 
 

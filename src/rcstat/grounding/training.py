@@ -10,9 +10,14 @@ labelled response and keeps its detector features (:mod:`.detector_features`);
 2. out-of-fold token probabilities for every response (the token model of the other folds),
    so that the **response model** learns from probabilities like those of unseen responses
    (stacking); its ``C`` chosen by grouped cross-validation of the response AUROC;
-3. the **threshold**: the smallest that flags at most ``max_false_alarms`` of the faithful
-   responses of *every* dataset, out of fold (a false-alarm rate that holds on each source of
-   data, not only on their mix);
+   One response model for each kind of response (:mod:`.detector`): the responses that quote
+   their context ("copied": mostly the copied and changed sentences of :mod:`.swaps`, built
+   from unlabelled documents) and all others; a kind with fewer than :data:`MIN_CALIBRATION`
+   responses of either class takes the other kind's model and threshold;
+3. each kind's **threshold**: the smallest that flags at most ``max_false_alarms`` (other
+   kind) or ``max_copy_false_alarms`` (copied kind) of its faithful responses in *every*
+   dataset, out of fold (a false-alarm rate that holds on each source of data, not only on
+   their mix);
 4. the **span threshold**: the one of largest character-level span F1, out of fold.
 
 Folds are grouped (:class:`~sklearn.model_selection.StratifiedGroupKFold`): responses sharing a
@@ -29,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from rcstat.grounding.detector import (
+    COPIED_KIND,
     Detector,
     LinearModel,
     span_values,
@@ -38,6 +44,7 @@ from rcstat.grounding.detector import (
 from rcstat.grounding.detector_features import (
     RESPONSE_FEATURES,
     context_tokens,
+    copied_share,
     lexicon_words,
     response_features,
     token_feature_names,
@@ -49,6 +56,7 @@ from rcstat.metrics.ranking import auroc
 from rcstat.metrics.spans import char_prf
 
 __all__ = [
+    "MIN_CALIBRATION",
     "DetectorSample",
     "FitOptions",
     "LabelledResponse",
@@ -57,6 +65,10 @@ __all__ = [
     "fit_detector",
     "measure_samples",
 ]
+
+
+#: The fewest faithful responses of a kind that set its own threshold.
+MIN_CALIBRATION = 20
 
 
 @dataclass(frozen=True)
@@ -189,6 +201,8 @@ class FitOptions:
         Grouped folds of every inner cross-validation.
     max_false_alarms
         The largest share of faithful responses of any dataset the threshold may flag.
+    max_copy_false_alarms
+        The same for the faithful responses of the copied kind.
     balance_datasets
         Weight each dataset's tokens (and responses) so that every dataset counts as much as
         any other, whatever its size.
@@ -202,6 +216,7 @@ class FitOptions:
     response_C: tuple[float, ...] = (0.03, 0.3, 3.0)
     folds: int = 5
     max_false_alarms: float = 0.2
+    max_copy_false_alarms: float = 0.05
     balance_datasets: bool = True
     dataset_weights: tuple[tuple[str, float], ...] = ()
     seed: int = 0
@@ -211,8 +226,9 @@ class FitOptions:
             raise ValueError("token_C and response_C must be non-empty and positive")
         if isinstance(self.folds, bool) or not isinstance(self.folds, int) or self.folds < 2:
             raise ValueError(f"folds must be an integer >= 2, got {self.folds!r}")
-        if not 0 < self.max_false_alarms < 1:
-            raise ValueError(f"max_false_alarms must be in (0, 1), got {self.max_false_alarms}")
+        for name in ("max_false_alarms", "max_copy_false_alarms"):
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)}")
 
 
 @dataclass
@@ -249,28 +265,22 @@ def fit_detector(
     if samples[0].x.shape[1] != len(names):
         raise ValueError(f"the samples' token features are not those of a {layers}-layer model")
     token_C, token_oof = _choose_token_model(samples, names, options)
-    response_rows = np.stack([s.response_x(p) for s, p in zip(samples, token_oof, strict=True)])
-    labels = np.array([s.item.label for s in samples])
-    weights = _weights(samples, options, per_token=False)
-    groups = [s.group for s in samples]
-    best_C, best, response_oof = np.nan, -np.inf, np.zeros(len(samples))
-    for C in options.response_C:
-        oof = np.zeros(len(samples))
-        for train, test in _folds(labels, groups, options):
-            fitted = LinearModel.fit(
-                response_rows[train], labels[train], RESPONSE_FEATURES, C=C, weight=weights[train]
-            )
-            oof[test] = fitted.probability(response_rows[test])
-        value = auroc(oof, labels)
-        if value > best:
-            best_C, best, response_oof = C, value, oof
-    threshold = _threshold(samples, response_oof, options.max_false_alarms)
-    flagged = response_oof > threshold
-    span_threshold = _span_threshold(samples, token_oof, flagged)
     token_model = _fit_tokens(samples, names, range(len(samples)), token_C, options)
-    response_model = LinearModel.fit(
-        response_rows, labels, RESPONSE_FEATURES, C=best_C, weight=weights
-    )
+    rows = np.stack([s.response_x(p) for s, p in zip(samples, token_oof, strict=True)])
+    copied = np.array([copied_share(list(s.words)) >= COPIED_KIND for s in samples])
+    other = _fit_kind(samples, rows, ~copied, options, options.max_false_alarms)
+    if other is None:
+        raise ValueError("too few responses of the other kind (not copied) to fit a detector")
+    copy = _fit_kind(samples, rows, copied, options, options.max_copy_false_alarms)
+    response_oof = other.oof.copy()
+    if copy is not None:
+        response_oof[copied] = copy.oof[copied]
+        copy_model, copy_threshold = copy.model, copy.threshold
+    else:  # too few copied responses: they take the other kind's model and threshold
+        copy_model, copy_threshold = None, other.threshold
+        response_oof[copied] = other.model.probability(rows[copied]) if copied.any() else []
+    flagged = response_oof > np.where(copied, copy_threshold, other.threshold)
+    span_threshold = _span_threshold(samples, token_oof, flagged)
     oof_spans = [
         s.spans_at(p, span_threshold) if f else []
         for s, p, f in zip(samples, token_oof, flagged, strict=True)
@@ -279,21 +289,29 @@ def fit_detector(
         model=model,
         layers=layers,
         token=token_model,
-        response=response_model,
-        threshold=threshold,
+        response=other.model,
+        threshold=other.threshold,
         span_threshold=span_threshold,
+        copy_threshold=copy_threshold,
+        copy_response=copy_model,
         meta={
             "samples": len(samples),
+            "copied_samples": int(copied.sum()),
             "datasets": sorted({s.item.dataset for s in samples}),
             "options": {
                 "token_C": list(options.token_C),
                 "response_C": list(options.response_C),
                 "folds": options.folds,
                 "max_false_alarms": options.max_false_alarms,
+                "max_copy_false_alarms": options.max_copy_false_alarms,
                 "balance_datasets": options.balance_datasets,
+                "dataset_weights": dict(options.dataset_weights),
                 "seed": options.seed,
             },
-            "inner_response_auroc": best,
+            "inner_auroc": {
+                "other": other.auroc,
+                "copied": None if copy is None else copy.auroc,
+            },
             **(meta or {}),
         },
     )
@@ -325,17 +343,67 @@ def cross_validate_detector(
     for k in steps if progress is None else progress(list(steps)):
         train, test = splits[k]
         detector, _ = fit_detector(
-            [samples[i] for i in train], model=model, layers=layers, options=options
+            [samples[i] for i in train],
+            model=model,
+            layers=layers,
+            options=options,
         )
         for i in test:
             s = samples[i]
             p = detector.token.probability(s.x)
-            prob = float(detector.response.probability(s.response_x(p)[None])[0])
+            model_, threshold = detector.kind_of(list(s.words))[1:]
+            prob = float(model_.probability(s.response_x(p)[None])[0])
             out.token[i] = p
             out.probability[i] = prob
-            out.flagged[i] = prob > detector.threshold
+            out.flagged[i] = prob > threshold
             out.spans[i] = s.spans_at(p, detector.span_threshold) if out.flagged[i] else []
     return out
+
+
+@dataclass(frozen=True)
+class _KindFit:
+    """The response model of one kind, its out-of-fold probabilities (``[n]``, zero outside
+    the kind), inner AUROC and threshold."""
+
+    model: LinearModel
+    oof: np.ndarray
+    auroc: float
+    threshold: float
+
+
+def _fit_kind(
+    samples: Sequence[DetectorSample],
+    rows: np.ndarray,
+    members: np.ndarray,
+    options: FitOptions,
+    max_false_alarms: float,
+) -> _KindFit | None:
+    """The response model of the samples ``members`` (``[n]`` bool), ``C`` chosen by grouped
+    cross-validation; None when they hold fewer than :data:`MIN_CALIBRATION` responses of
+    either class or fewer groups than folds."""
+    index = np.flatnonzero(members)
+    labels = np.array([samples[i].item.label for i in index])
+    groups = [samples[i].group for i in index]
+    if min(labels.sum(), (~labels).sum()) < MIN_CALIBRATION or len(set(groups)) < options.folds:
+        return None
+    picked = [samples[i] for i in index]
+    weights = _weights(picked, options, per_token=False)
+    x = rows[index]
+    best_C, best, best_oof = options.response_C[0], -np.inf, np.zeros(len(index))
+    for C in options.response_C:
+        oof = np.zeros(len(index))
+        for train, test in _folds(labels, groups, options):
+            fitted = LinearModel.fit(
+                x[train], labels[train], RESPONSE_FEATURES, C=C, weight=weights[train]
+            )
+            oof[test] = fitted.probability(x[test])
+        value = auroc(oof, labels)
+        if value > best:
+            best_C, best, best_oof = C, value, oof
+    model = LinearModel.fit(x, labels, RESPONSE_FEATURES, C=best_C, weight=weights)
+    full = np.zeros(len(samples))
+    full[index] = best_oof
+    return _KindFit(model, full, best, _threshold(picked, best_oof, max_false_alarms))
 
 
 def _check_samples(samples: Sequence[DetectorSample], folds: int) -> None:
@@ -443,16 +511,16 @@ def _span_threshold(
     span-labelled samples."""
     known = [i for i, s in enumerate(samples) if s.item.spans_known]
     values = np.concatenate(
-        [span_values(word_peaks(samples[i].item.response, samples[i].offsets, token[i]))
-         for i in known]
+        [
+            span_values(word_peaks(samples[i].item.response, samples[i].offsets, token[i]))
+            for i in known
+        ]
     )
     candidates = np.unique(np.quantile(values, np.linspace(0.5, 0.995, 60)))
     gold = [list(samples[i].item.spans) for i in known]
     best_t, best = float(candidates[-1]), -1.0
     for t in candidates:
-        predicted = [
-            samples[i].spans_at(token[i], float(t)) if flagged[i] else [] for i in known
-        ]
+        predicted = [samples[i].spans_at(token[i], float(t)) if flagged[i] else [] for i in known]
         f1 = char_prf(predicted, gold).f1
         if not np.isnan(f1) and f1 > best:
             best_t, best = float(t), f1
