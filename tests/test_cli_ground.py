@@ -394,7 +394,7 @@ def test_ground_json_sentences_are_the_library_schema(  # type: ignore[no-untype
     assert _ground(model_dir, profiles[0], out, *texts, "--json") == 1
     document = json.loads(capsys.readouterr().out)
     saved = json.loads((out / "ground.json").read_text(encoding="utf-8"))
-    assert saved["format"] == "rcstat-grounding-2"
+    assert saved["format"] == "rcstat-grounding-3"
     assert document["sentences"] == [
         {k: v for k, v in s.items() if k != "tokens"} for s in saved["sentences"]
     ]

@@ -321,12 +321,14 @@ def test_scores_follow_the_definition(tiny, measured, profile, grounding) -> Non
     source = re.findall(r"\w+", CONTEXT.lower())
     known = set(itertools.pairwise(source))
     overlap = sum(p in known for p in itertools.pairwise(said)) / (len(said) - 1)
+    words = sum(w in set(source) for w in said) / len(said)
     assert g.baselines == pytest.approx(
         {
             "lookback": measured.features[1].mean(),
             "attention_score": measured.features[2].mean(),
             "neg_nll": -measured.nll.mean(),
             "overlap": overlap,
+            "unigram_overlap": words,
         },
         rel=1e-6,
     )
@@ -1035,12 +1037,14 @@ def test_the_best_window_gives_the_baselines_features_and_probe(tiny, profile) -
     said = re.findall(r"\w+", RESPONSE.lower())
     known = set(itertools.pairwise(re.findall(r"\w+", text.lower())))
     overlap = sum(p in known for p in itertools.pairwise(said)) / (len(said) - 1)
+    words = sum(w in set(re.findall(r"\w+", text.lower())) for w in said) / len(said)
     assert result.baselines == pytest.approx(
         {
             "lookback": m.features[1].mean(),
             "attention_score": m.features[2].mean(),
             "neg_nll": -m.nll.mean(),
             "overlap": overlap,
+            "unigram_overlap": words,
         },
         rel=1e-9,
     )

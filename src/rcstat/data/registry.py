@@ -206,8 +206,8 @@ def load_dataset(
     ----------
     name : str
         ``"squad_v2"``, ``"qmsum"``, ``"2wiki"``, ``"quotesum"``, ``"verigran"``,
-        ``"faithbench"``, ``"summedits"``, ``"ragtruth"`` or ``"jsonl"`` (users' labelled pairs, no default
-        slice: :mod:`rcstat.data.pairs`) (also ``"squad"``, ``"2wikimultihopqa"``,
+        ``"faithbench"``, ``"summedits"``, ``"ragtruth"`` or ``"jsonl"`` (users' labelled
+        pairs, no default slice: :mod:`rcstat.data.pairs`) (also ``"squad"``, ``"2wikimultihopqa"``,
         ``"veri_gran"``; case and ``-``/``_`` ignored).
     path : str or Path, optional
         The upstream file, or a folder holding exactly one data file (FaithBench and

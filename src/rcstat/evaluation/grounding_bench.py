@@ -55,6 +55,7 @@ from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.score import response_words
 from rcstat.metrics.detector import breakdown, evaluate
 from rcstat.metrics.ranking import auroc, token_auroc
+from rcstat.metrics.spans import char_prf, example_prf, group_bootstrap
 from rcstat.metrics.thresholds import threshold_transfer
 from rcstat.report.plots import save_figure
 from rcstat.runs.folder import staged_output
@@ -93,13 +94,18 @@ RUN_FILES = RunFiles(
     folder="tokens",
     key_file=token_file_name,
 )
-DATASETS = ("faithbench", "summedits", "jsonl", "squad-contrast", "squad-swaps")
+DATASETS = ("ragtruth", "faithbench", "summedits", "jsonl", "squad-contrast", "squad-swaps")
 #: The datasets of (supported, unsupported) pairs of one response or one sentence.
 PAIR_DATASETS = ("squad-contrast", "squad-swaps")
 #: The datasets whose responses carry annotated spans: per-token files and span-level metrics.
-SPAN_DATASETS = ("faithbench", "jsonl")
-VARIANTS = ("rcstat", "copy_words", "nll_words", "pmi_words", "exp_rc_nll")
-BASELINES = ("lookback", "attention_score", "neg_nll", "overlap")
+SPAN_DATASETS = ("ragtruth", "faithbench", "jsonl")
+#: The datasets whose metrics are also given for each breakdown key (RAGTruth's tasks).
+SCOPED_DATASETS = ("ragtruth",)
+VARIANTS = ("rcstat", "zero_shot", "copy_words", "nll_words", "pmi_words", "exp_rc_nll")
+BASELINES = ("lookback", "attention_score", "neg_nll", "overlap", "unigram_overlap")
+#: The verdicts whose example- and span-level detection is reported: the default (the
+#: grounder's: the trained detector when one ships) and the zero-shot word score's.
+VERDICTS = ("rcstat", "zero_shot")
 
 
 def method_scores(
@@ -108,7 +114,8 @@ def method_scores(
     """Every method's response score (higher = more supported) from one measurement."""
     words = response_words(measured.example.part_text("answer"), measured.token_spans())
     copy = measured.copy_at(grounder.copy_heads)  # [G]
-    gain = measured.prior_nll - measured.nll  # [G]: how much the context raised each token
+    prior = measured.nll if measured.prior_nll is None else measured.prior_nll
+    gain = prior - measured.nll  # [G]: how much the context raised each token
     per_unit = [
         [i for i, w in enumerate(words) if unit.start <= w.start < unit.end]
         for unit in measured.units
@@ -124,6 +131,7 @@ def method_scores(
     _, _, old = sentence_scores(measured, grounder.heads, grounder.quantile)
     return {
         "rcstat": grounder.score(measured).score,
+        "zero_shot": weakest(np.maximum(copied, likely)),
         "copy_words": weakest(copied),
         "nll_words": weakest(likely),
         "pmi_words": weakest(raised),
@@ -164,7 +172,8 @@ class GroundingBench(BenchRun):
         """Measure every item not yet done: :meth:`run_job` of a :class:`GroundingJob`
         (sharding, merging and the errors raised are described there); return how many were
         measured."""
-        return self.run_job(GroundingJob(self, grounder, items), shard, merge_settings)
+        zero_shot = grounder if grounder.detector is None else grounder.zero_shot()
+        return self.run_job(GroundingJob(self, grounder, items, zero_shot), shard, merge_settings)
 
     def _token_file(self, item_id: str) -> Path:
         return self.out / "tokens" / token_file_name(item_id)
@@ -178,6 +187,10 @@ class GroundingBench(BenchRun):
             row = {k: line[k] for k in ("item", "label", "group", "by", "pair")}
             row.update(line["scores"])
             row["threshold"] = line.get("threshold", float("nan"))
+            row["zero_shot_threshold"] = line.get("zero_shot_threshold", float("nan"))
+            row["verdict"] = line.get("verdict")
+            for key in ("spans", "zero_shot_spans", "labelled_spans"):
+                row[key] = line.get(key)
             row.update({f"stored:{k}": v for k, v in line["detectors"].items()})
             row["tokens"] = line["tokens"]
             row["context_tokens"] = line["context_tokens"]
@@ -205,6 +218,16 @@ class GroundingBench(BenchRun):
             table = self._contrast(frame, methods)
         else:
             table = self._metrics(frame, methods)
+            if self.dataset in SCOPED_DATASETS:
+                scoped = [
+                    self._metrics(frame[frame["by"] == key], methods).assign(scope=key)
+                    for key in sorted(set(frame["by"]))
+                ]
+                table = pd.concat([table.assign(scope="all"), *scoped], ignore_index=True)
+            detection = self._detection(frame)
+            if not detection.empty:
+                detection.to_csv(into / "detection.csv", index=False)
+                report["detection"] = detection.to_dict(orient="records")
             if self.dataset == "faithbench":
                 breakdown(
                     -frame["rcstat"].to_numpy(), frame["label"].to_numpy(), frame["by"].tolist()
@@ -268,6 +291,47 @@ class GroundingBench(BenchRun):
             "note",
         ]
         return pd.DataFrame(rows).reindex(columns=columns)
+
+    def _detection(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Example-level precision / recall / F1 and the share of faithful responses flagged
+        at each verdict of :data:`VERDICTS`, and (where spans are labelled) the
+        character-level span precision / recall / F1 of its unsupported spans, each with a 95 %
+        interval from resampling whole groups; for every scope (all, and each breakdown key of
+        a scoped dataset)."""
+        if "verdict" not in frame or frame["verdict"].isna().all():
+            return pd.DataFrame()
+        scopes = [("all", frame)]
+        if self.dataset in SCOPED_DATASETS:
+            scopes += [(key, frame[frame["by"] == key]) for key in sorted(set(frame["by"]))]
+        rows = []
+        for scope, part in scopes:
+            y = part["label"].to_numpy(dtype=bool)
+            groups = part["group"].tolist()
+            gold = [list(map(tuple, v or [])) for v in part["labelled_spans"]]
+            for verdict in VERDICTS:
+                if verdict == "rcstat":
+                    flagged = (part["verdict"] == "unsupported").to_numpy()
+                    spans = [list(map(tuple, v or [])) for v in part["spans"]]
+                else:
+                    flagged = (part["zero_shot"] < part["zero_shot_threshold"]).to_numpy()
+                    spans = [list(map(tuple, v or [])) for v in part["zero_shot_spans"]]
+                rows.append(
+                    {
+                        "scope": scope,
+                        "verdict": verdict,
+                        **_detection_row(
+                            flagged,
+                            y,
+                            spans,
+                            gold,
+                            groups,
+                            self.dataset in SPAN_DATASETS,
+                            self.n_resamples,
+                            self.seed,
+                        ),
+                    }
+                )
+        return pd.DataFrame(rows)
 
     def _contrast(self, frame: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
         rows = []
@@ -370,6 +434,50 @@ class GroundingBench(BenchRun):
         return out
 
 
+def _detection_row(
+    flagged: np.ndarray,
+    y: np.ndarray,
+    spans: list[list[tuple[int, int]]],
+    gold: list[list[tuple[int, int]]],
+    groups: list[str],
+    with_spans: bool,
+    n_resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """One row of :meth:`GroundingBench._detection` (NaN where a metric is undefined)."""
+
+    def example(index: np.ndarray) -> tuple[float, float, float, float]:
+        found = example_prf(flagged[index], y[index])
+        faithful = ~y[index]
+        alarms = float(flagged[index][faithful].mean()) if faithful.any() else float("nan")
+        return found.precision, found.recall, found.f1, alarms
+
+    def characters(index: np.ndarray) -> tuple[float, float, float]:
+        found = char_prf([spans[i] for i in index], [gold[i] for i in index])
+        return found.precision, found.recall, found.f1
+
+    everything = np.arange(len(y))
+    row: dict[str, Any] = {"n": len(y), "unsupported": int(y.sum())}
+    kept = ("example_precision", "example_recall", "example_f1", "false_alarms")
+    row.update(dict(zip(kept, example(everything), strict=True)))
+    measures: list[tuple[str, Callable[[np.ndarray], float]]] = [
+        ("example_f1", lambda i: example(i)[2]),
+        ("false_alarms", lambda i: example(i)[3]),
+    ]
+    if with_spans:
+        span_names = ("span_precision", "span_recall", "span_f1")
+        row.update(dict(zip(span_names, characters(everything), strict=True)))
+        measures.append(("span_f1", lambda i: characters(i)[2]))
+    for name, measure in measures:
+        try:
+            row[f"{name}_lo"], row[f"{name}_hi"] = group_bootstrap(
+                measure, len(y), groups=groups, n_resamples=n_resamples, seed=seed
+            )
+        except ValueError:
+            row[f"{name}_lo"] = row[f"{name}_hi"] = float("nan")
+    return row
+
+
 def _save_tokens(
     folder: Path, grounder: Grounder, item: GroundingItem, measured: Measurement
 ) -> None:
@@ -399,6 +507,7 @@ class GroundingJob(Job):
     bench: GroundingBench
     grounder: Grounder
     measured: Sequence[GroundingItem]
+    zero_shot: Grounder
 
     def source(self) -> tuple[Any, Any, str | None]:
         measurer = self.grounder.measurer
@@ -428,7 +537,14 @@ class GroundingJob(Job):
         try:
             measured = grounder.measurer.measure(entry.context, entry.response, entry.question)
             line["scores"] = method_scores(grounder, measured, entry.response, entry.context)
-            line["threshold"] = grounder.threshold
+            result = grounder.score(measured)
+            line["threshold"] = result.threshold
+            line["verdict"] = result.verdict
+            line["spans"] = [[s.start, s.end] for s in result.spans]
+            zero_shot = self.zero_shot.score(measured)
+            line["zero_shot_threshold"] = zero_shot.threshold
+            line["zero_shot_spans"] = [[s.start, s.end] for s in zero_shot.spans]
+            line["labelled_spans"] = [list(span) for span in entry.spans]
             line["head_features"] = measured.head_vector().round(5).tolist()
             line["tokens"] = len(measured.nll)
             line["context_tokens"] = int(np.diff(measured.example.token_span("context"))[0])

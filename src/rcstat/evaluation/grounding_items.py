@@ -53,13 +53,17 @@ class GroundingItem:
 
 
 def grounding_items(examples: Sequence[GroundingExample]) -> list[GroundingItem]:
-    """FaithBench / SummEdits / labelled-pairs examples as items; the unwanted spans become
-    the span labels, FaithBench's summarizer the breakdown key; a pair's own question (in
-    ``meta``) replaces the summarization instruction."""
+    """FaithBench / SummEdits / RAGTruth / labelled-pairs examples as items; the unwanted spans
+    (FaithBench) or every labelled span (RAGTruth, pairs) become the span labels; the breakdown
+    key is FaithBench's summarizer, SummEdits' domain or RAGTruth's task; a RAGTruth task's
+    instruction or a pair's own question (in ``meta``) replaces the summarization
+    instruction."""
     items = []
     for e in examples:
         spans = tuple(
-            (s.start, s.end) for s in e.spans if any(lb.startswith("Unwanted") for lb in s.labels)
+            (s.start, s.end)
+            for s in e.spans
+            if e.dataset != "faithbench" or any(lb.startswith("Unwanted") for lb in s.labels)
         )
         items.append(
             GroundingItem(
@@ -69,7 +73,7 @@ def grounding_items(examples: Sequence[GroundingExample]) -> list[GroundingItem]
                 response=e.response,
                 label=bool(e.label),
                 group=str(e.group),
-                by=str(e.meta.get("summarizer", e.meta.get("domain", ""))),
+                by=str(e.meta.get("summarizer", e.meta.get("domain", e.meta.get("task", "")))),
                 spans=spans,
                 detectors={
                     k: float(v) for k, v in e.meta.get("detectors", {}).items() if k in _STORED

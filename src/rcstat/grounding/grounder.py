@@ -10,6 +10,7 @@ probe's probability. A context longer than the model's window is read in windows
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -247,6 +248,14 @@ class Grounder:
             "support_heads": self.top_k,
             "max_tokens": self.max_tokens,
         }
+
+    def zero_shot(self) -> Grounder:
+        """This grounder with the zero-shot word score and the profile's threshold instead of
+        the detector (the same pass serves both)."""
+        twin = copy.copy(self)
+        twin.detector = None
+        twin.threshold = self.profile.threshold
+        return twin
 
     def ground(
         self,

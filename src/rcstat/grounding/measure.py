@@ -30,7 +30,7 @@ from rcstat.grounding.features import (
     grounding_reducer,
     heads_by_layer,
 )
-from rcstat.grounding.score import DEFAULT_QUANTILE, bigram_overlap
+from rcstat.grounding.score import DEFAULT_QUANTILE, bigram_overlap, unigram_overlap
 from rcstat.segments import Segmented, chat_prompt_ids, segment_chat
 
 if TYPE_CHECKING:
@@ -320,12 +320,13 @@ def baselines(measured: Measurement, response: str, context: str) -> dict[str, f
     """Response-level baselines from the same pass, each oriented so that higher means more
     supported as its authors use it: the Lookback Lens ratio (mean over heads and tokens),
     LLM-Check's attention score (mean log-diagonal), minus the mean token NLL, and the share
-    of response bigrams found in the context."""
+    of response bigrams (``overlap``) and words (``unigram_overlap``) found in the context."""
     return {
         "lookback": float(measured.features[1].mean()),
         "attention_score": float(measured.features[2].mean()),
         "neg_nll": float(-measured.nll.mean()),
         "overlap": bigram_overlap(response, context),
+        "unigram_overlap": unigram_overlap(response, context),
     }
 
 

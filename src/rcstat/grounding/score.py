@@ -44,6 +44,7 @@ __all__ = [
     "check_threshold",
     "response_words",
     "token_scores",
+    "unigram_overlap",
     "word_scores",
 ]
 
@@ -143,14 +144,28 @@ def aggregate(scores: np.ndarray, quantile: float = DEFAULT_QUANTILE) -> float:
     return float(np.quantile(scores, quantile))
 
 
+def unigram_overlap(response: str, context: str) -> float:
+    """Share of the response's words (lower-cased ``\\w+``) that occur in the context; NaN
+    when it has none (the word-count baseline of RAGTruth studies).
+
+    >>> unigram_overlap("The tower is 330 m tall.", "The tower is 330 metres high.")
+    0.6666666666666666
+    """
+    return _overlap(response, context, 1)
+
+
 def bigram_overlap(response: str, context: str) -> float:
     """Share of the response's word bigrams (lower-cased ``\\w+`` words) that occur in the
     context; unigrams when the response has a single word; NaN when it has none."""
+    return _overlap(response, context, 2)
+
+
+def _overlap(response: str, context: str, n: int) -> float:
     said = [w.lower() for w in _WORD.findall(response)]
     source = [w.lower() for w in _WORD.findall(context)]
     if not said:
         return float("nan")
-    n = 2 if len(said) > 1 else 1
+    n = n if len(said) > 1 else 1
     grams: Sequence[tuple[str, ...]] = list(zip(*(said[i:] for i in range(n)), strict=False))
     known = set(zip(*(source[i:] for i in range(n)), strict=False))
     return sum(g in known for g in grams) / len(grams)

@@ -95,7 +95,9 @@ def char_prf(
     PRF(precision=0.5, recall=0.2857142857142857, f1=0.36363636363636365)
     """
     if len(predicted) != len(labelled):
-        raise ValueError(f"predicted and labelled differ in length: {len(predicted)}, {len(labelled)}")
+        raise ValueError(
+            f"predicted and labelled differ in length: {len(predicted)}, {len(labelled)}"
+        )
     counts = np.array([char_overlap(p, t) for p, t in zip(predicted, labelled, strict=True)])
     totals = counts.sum(axis=0) if len(counts) else np.zeros(3)
     return prf(float(totals[0]), float(totals[1]), float(totals[2]))

@@ -24,14 +24,16 @@ def register(bench_sub: Any) -> None:
     gb = add_command(
         bench_sub,
         "grounding",
-        "grounding: zero-shot score, variants, baselines, probes (AUROC, bal. acc.)",
+        "grounding: the verdict, zero-shot score, variants, baselines, probes (AUROC, AUC-PR, "
+        "example and span F1)",
     )
     add_dataset_option(
         gb,
         "faithbench",
         ("grounding",),
         extra=("squad-contrast", "squad-swaps"),
-        note=" (jsonl: your labelled pairs, --data FILE; squad-contrast: SQuAD v2, supporting "
+        note=" (ragtruth: RAGTruth's QA, summary and data-to-text responses, --task to pick "
+        "one; jsonl: your labelled pairs, --data FILE; squad-contrast: SQuAD v2, supporting "
         "vs unrelated context; squad-swaps: SQuAD v2, the answer's sentence copied vs its "
         "answer changed)",
     )
@@ -43,6 +45,24 @@ def register(bench_sub: Any) -> None:
         help="faithbench: a 'Questionable' annotation also makes a response hallucinated",
     )
     gb.add_argument("--profile", default=None, metavar="PATH", help="head profile JSON")
+    gb.add_argument(
+        "--task",
+        default=None,
+        choices=("qa", "summary", "data2txt"),
+        help="ragtruth: only this task's responses (default: all three)",
+    )
+    gb.add_argument(
+        "--detector",
+        default=None,
+        metavar="PATH",
+        help="trained detector JSON for the default verdict (default: the one shipped for the "
+        "model, if any; `rcstat ground-train` makes one)",
+    )
+    gb.add_argument(
+        "--zero-shot",
+        action="store_true",
+        help="the zero-shot word score gives the default verdict, even where a detector ships",
+    )
     gb.add_argument(
         "--resamples",
         type=int,
@@ -65,6 +85,9 @@ def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
         questionable=ns.questionable,
         profile=None if ns.profile is None else Path(ns.profile),
         resamples=ns.resamples,
+        task=ns.task,
+        detector=None if ns.detector is None else Path(ns.detector),
+        zero_shot=ns.zero_shot,
         out=Path(ns.out),
         retry_failed=getattr(ns, "retry_failed", True),
     )

@@ -39,8 +39,11 @@ class GroundingConfig(JobConfig):
     questionable: bool = False
     profile: Path | None = None
     resamples: int = 1000
+    task: str | None = None
+    detector: Path | None = None
+    zero_shot: bool = False
 
-    PATHS = ("out", "profile")
+    PATHS = ("out", "profile", "detector")
 
     def check(self) -> None:
         """Every option in its range (``ValueError`` naming the option); the dataset's name
@@ -55,6 +58,17 @@ class GroundingConfig(JobConfig):
             raise ValueError("--questionable applies to --dataset faithbench only")
         if self.profile is not None and not Path(self.profile).is_file():
             raise ValueError(f"--profile {self.profile}: no such file")
+        if self.detector is not None and not Path(self.detector).is_file():
+            raise ValueError(f"--detector {self.detector}: no such file")
+        if self.detector is not None and self.zero_shot:
+            raise ValueError("--detector and --zero-shot exclude each other")
+        if self.task is not None:
+            from rcstat.data.ragtruth import TASKS
+
+            if dataset != "ragtruth":
+                raise ValueError("--task applies to --dataset ragtruth only")
+            if self.task not in TASKS:
+                raise ValueError(f"--task must be one of {', '.join(TASKS)}, not {self.task!r}")
         if dataset == "jsonl" and self.data is None:
             raise ValueError("--dataset jsonl needs --data FILE (your labelled pairs)")
         optional_count("--n", self.n)
@@ -66,6 +80,9 @@ class GroundingConfig(JobConfig):
             "data": resolved(self.data),
             "questionable": self.questionable,
             "profile": str(self.profile.resolve()) if self.profile else None,
+            "task": self.task,
+            "detector": str(self.detector.resolve()) if self.detector else None,
+            "zero_shot": self.zero_shot,
         }
 
 
@@ -85,13 +102,22 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
         pairs = contrast_items if config.dataset == "squad-contrast" else swap_items
         items = pairs(loaded)  # type: ignore[arg-type]
     else:
-        options = {"questionable": True} if config.questionable else {}
+        options: dict[str, Any] = {"questionable": True} if config.questionable else {}
+        if config.task is not None:
+            options["task"] = config.task
         loaded = load_dataset(config.dataset, config.data, limit=config.n, **options)
         items = grounding_items(loaded)  # type: ignore[arg-type]
     config.require(items)
     model, tokenizer = config.load_model(loader)
     layout = attention_layout(model)
-    grounder = Grounder(model, tokenizer, profile=config.profile, all_heads=True)
+    grounder = Grounder(
+        model,
+        tokenizer,
+        profile=config.profile,
+        all_heads=True,
+        prior=True,
+        detector=False if config.zero_shot else config.detector,
+    )
     bench = GroundingBench(
         dataset=config.dataset, n_resamples=config.resamples, **config.run_fields()
     )
