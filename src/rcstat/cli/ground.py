@@ -32,6 +32,7 @@ from rcstat.cli.options import (
     add_text_options,
     check_language,
     check_top_k,
+    detector_choice,
 )
 from rcstat.defaults import (
     DEFAULT_GROUNDING_QUANTILE,
@@ -48,6 +49,11 @@ NAME = "ground"
 _FILES = (
     ("--profile", "head profile JSON (default: shipped)"),
     ("--probe", "trained probe JSON to report beside"),
+    (
+        "--detector",
+        "trained detector JSON (`rcstat ground-train`; default: the one shipped for "
+        "the model, else the zero-shot word score)",
+    ),
 )
 #: Numbers whose default is the head profile's: (option, what it sets).
 _PROFILE_NUMBERS = (("--fraction", "share of heads"), ("--threshold", "flag threshold"))
@@ -100,6 +106,12 @@ def register(sub: Any) -> None:
         default=None,
         help=f"heads that find supporting spans (default: {DEFAULT_TOP_K}, at most every head)",
     )
+    gr.add_argument(
+        "--zero-shot",
+        action="store_true",
+        help="judge with the zero-shot word score (the copy heads and the NLL; no training) "
+        "even where a trained detector ships",
+    )
     add_language_option(gr)
     add_out_option(gr, NAME)
     add_special_tokens_option(gr)
@@ -134,6 +146,7 @@ class GroundArgs:
     max_tokens: int | None = None
     max_chars: int = DEFAULT_MAX_CHARS
     max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS
+    detector: Path | bool | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GroundArgs:
@@ -187,6 +200,7 @@ class GroundArgs:
             max_tokens=limits.max_tokens,
             max_chars=limits.max_chars,
             max_response_tokens=limits.max_response_tokens,
+            detector=detector_choice(files["--detector"], ns.zero_shot),
         )
 
 

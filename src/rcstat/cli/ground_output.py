@@ -95,12 +95,17 @@ def result_document(result: Grounding, out: Path | None = None) -> dict[str, Any
     of ``Grounding.to_dict`` and of the rows of ``--pairs``): its score and verdict, the context
     sentence that supports it (``support``: character span in the context, text, share) and
     its least supported word (``weakest_word``: character span in the response, text, score).
-    ``out`` is the folder the files were written to (None when they could not be written).
+    ``spans`` are the unsupported spans (character offsets in the response, text, score), the
+    same as in ``Grounding.to_dict`` and the ``--pairs`` rows; ``method`` says which score
+    judged (``"detector"`` or ``"zero-shot"``). ``out`` is the folder the files were written to
+    (None when they could not be written).
     """
     return {
         "verdict": result.verdict,
         "score": _number(result.score),
         "threshold": result.threshold,
+        "method": "zero-shot" if result.token_threshold is None else "detector",
+        "spans": [span.to_dict() for span in result.spans],
         "model": result.model,
         "finished": result.finished,
         "windows": result.windows,
@@ -157,8 +162,15 @@ def print_table(result: Grounding) -> None:
         elif sentence.status == "unverified":
             evidence, mark = "[bold yellow]unverified[/]: past the model's window", "? "
         else:
+            inside = [
+                span.text
+                for span in result.spans
+                if span.start < sentence.end and span.end > sentence.start
+            ]
             word = sentence.weakest
             named = "" if word is None else f": {word.text!r} is not supported"
+            if inside:
+                named += "; spans " + ", ".join(repr(" ".join(t.split())) for t in inside)
             evidence, mark = f"[bold red]unsupported[/]{escape(named)}", "✗ "
         table.add_row(
             str(i + 1),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from rcstat.cli._common import Devices, load_model_quietly, say
 from rcstat.cli.exit_codes import SUPPORTED, pairs_status, pairs_status_text
 from rcstat.cli.ground_limits import Limits
-from rcstat.cli.options import check_language, check_top_k
+from rcstat.cli.options import check_language, check_top_k, detector_choice
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.ground_pairs import PairsConfig
@@ -61,6 +61,7 @@ def from_namespace(ns: argparse.Namespace) -> PairsConfig:
         out=Path(ns.out),
         profile=None if ns.profile is None else Path(ns.profile),
         probe=None if ns.probe is None else Path(ns.probe),
+        detector=detector_choice(None if ns.detector is None else Path(ns.detector), ns.zero_shot),
         fraction=ns.fraction,
         quantile=ns.quantile,
         threshold=ns.threshold,

@@ -240,3 +240,11 @@ def join_dash_values(argv: Sequence[str]) -> list[str]:
         out.append(items[i])
         i += 1
     return out
+
+
+def detector_choice(path: Path | None, zero_shot: bool) -> Path | bool | None:
+    """The ``detector`` option of the grounder: a file, ``False`` for ``--zero-shot``, or
+    None (the shipped one, if any); both flags are refused together."""
+    if path is not None and zero_shot:
+        raise ValueError("--detector and --zero-shot exclude each other")
+    return False if zero_shot else path

@@ -87,6 +87,7 @@ GROUNDER_OPTIONS = (
     "max_tokens",
     "max_chars",
     "max_response_tokens",
+    "detector",
 )
 
 

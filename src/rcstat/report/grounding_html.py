@@ -89,6 +89,7 @@ _STYLE = (
 :root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--soft:#f6f8fa;--accent:#0969da;
 --bad:#cf222e;--bad-bg:#ffebe9;--ok:#1a7f37;--ok-bg:#dafbe1;--warn:#9a6700;--warn-bg:#fff8c5;
 --hl:#ffd33d;color-scheme:light}
+.tok.uns{text-decoration:underline wavy var(--bad);text-underline-offset:3px;font-weight:600}
 """
     + PAGE_CSS
     + """\
@@ -306,6 +307,10 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
     _validate(tokens, scores, sentences, g.context)
     score = float(g.score)
     threshold = float(g.threshold)
+    # the detector scores tokens on their own scale; the zero-shot tokens share the response's
+    token_threshold = getattr(g, "token_threshold", None)
+    colour_threshold = threshold if token_threshold is None else float(token_threshold)
+    unsupported = _unsupported_tokens(g, len(tokens))
     data = {
         "threshold": _score(threshold),
         "sentences": [
@@ -333,12 +338,13 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
         f"<title>{_esc(title)}</title><style>{_STYLE}{_palette_css()}</style></head>"
         '<body><main id="rcstat-grounding">'
         f"{_render_header(g, title, score, threshold, sentences)}"
-        f"{_render_legend(threshold, unverified=n_unverified > 0)}"
+        f"{_render_legend(colour_threshold, unverified=n_unverified > 0)}"
         '<div class="layout"><section class="card"><h2>Response <span class="what">· '
         f"{_count(len(tokens), 'token')} · {_count(len(sentences), 'sentence')}{flagged}"
         "</span></h2>"
         '<div class="pane resp" id="response">'
-        f"{_render_response(tokens, scores, sentences, threshold)}</div></section>"
+        f"{_render_response(tokens, scores, sentences, colour_threshold, unsupported)}"
+        "</div></section>"
         '<section class="card"><h2>Context <span class="what">· '
         f"{_count(len(g.context), 'character')}</span></h2>"
         '<div class="detail" id="detail" aria-live="polite"><p class="hint">Click a sentence '
@@ -507,11 +513,28 @@ def _render_legend(threshold: float, *, unverified: bool = False) -> str:
     )
 
 
+def _unsupported_tokens(g: GroundingView, count: int) -> np.ndarray:
+    """``[G]`` bool: the tokens inside an unsupported span of the result (none when it has no
+    ``spans`` or no ``token_spans``)."""
+    marked = np.zeros(count, dtype=bool)
+    offsets = getattr(g, "token_spans", None)
+    if offsets is None:
+        return marked
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)[:count]
+    for span in getattr(g, "spans", ()):
+        marked[: len(offsets)] |= (offsets[:, 1] > span.start) & (offsets[:, 0] < span.end)
+    return marked
+
+
 def _render_response(
-    tokens: list[str], scores: np.ndarray, sentences: Sequence[SentenceView], threshold: float
+    tokens: list[str],
+    scores: np.ndarray,
+    sentences: Sequence[SentenceView],
+    threshold: float,
+    unsupported: np.ndarray,
 ) -> str:
-    """Token spans coloured against ``threshold``, those of each sentence inside its focusable
-    sentence element."""
+    """Token spans coloured against ``threshold`` (those of an unsupported span underlined),
+    those of each sentence inside its focusable sentence element."""
     bins = score_bins(scores, threshold)
 
     def toks(start: int, end: int) -> str:
@@ -519,8 +542,11 @@ def _render_response(
         for t in range(start, end):
             b = int(bins[t])
             cls = f"g{b}" if b >= 0 else "gx"
+            note = "; in an unsupported span" if unsupported[t] else ""
+            if unsupported[t]:
+                cls += " uns"
             out.append(
-                f'<span class="tok {cls}" title="score {token_label(float(scores[t]))}">'
+                f'<span class="tok {cls}" title="score {token_label(float(scores[t]))}{note}">'
                 f"{_esc(tokens[t])}</span>"
             )
         return "".join(out)

@@ -6,7 +6,9 @@ Each line of a JSON-lines file of (context, response[, question]) pairs
 one row of ``grounded.jsonl`` in the output folder: its ``id`` and ``line``, ``verdict``
 (``"supported"``, ``"unsupported"``, ``"unverified"``, or ``"error"`` with the reason in
 ``error``, e.g. a response longer than ``max_response_tokens``), ``score``, ``threshold``,
-``probe_score`` (None without a probe), and the ``unsupported`` and the ``unverified``
+``probe_score`` (None without a probe), the unsupported ``spans`` (``start``, ``end``,
+``text``, ``score``: character offsets in the response), and the ``unsupported`` and the
+``unverified``
 sentences, each in the schema of ``rcstat ground --json`` and ``Grounding.to_dict``
 (:meth:`~rcstat.grounding.Grounding.sentence_dict`: ``start``, ``end``, ``text``, ``score``,
 ``verdict``, ``support``, ``weakest_word``). The run is a :class:`~rcstat.runs.job.Job` (kind
@@ -81,6 +83,7 @@ class PairsConfig(JobConfig):
     max_tokens: int | None = None
     max_chars: int = DEFAULT_MAX_CHARS
     max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS
+    detector: Path | bool | None = None
 
     PATHS = ("out", "profile", "probe")
 
@@ -88,7 +91,12 @@ class PairsConfig(JobConfig):
         """Every option in its range (``ValueError`` naming the option)."""
         if self.data is None or not Path(self.data).is_file():
             raise ValueError(f"--pairs {self.data}: no such file")
-        for option, path in (("--profile", self.profile), ("--probe", self.probe)):
+        detector = self.detector if isinstance(self.detector, (str, Path)) else None
+        for option, path in (
+            ("--profile", self.profile),
+            ("--probe", self.probe),
+            ("--detector", detector),
+        ):
             if path is not None and not Path(path).is_file():
                 raise ValueError(f"{option} {path}: no such file")
         if self.fraction is not None:
@@ -123,6 +131,9 @@ class PairsConfig(JobConfig):
             "language": self.language,
             "allow_special_tokens": self.allow_special_tokens,
             "max_tokens": self.max_tokens,
+            "detector": self.detector
+            if isinstance(self.detector, bool) or self.detector is None
+            else resolved(self.detector),
         }
 
 
@@ -187,6 +198,7 @@ class PairsJob(Job):
         row["verdict"] = result.verdict
         row["score"], row["threshold"] = _number(result.score), result.threshold
         row["probe_score"] = _number(result.probe_score)
+        row["spans"] = [span.to_dict() for span in result.spans]
         row["unsupported"] = [result.sentence_dict(s) for s in result.unsupported]
         row["unverified"] = [result.sentence_dict(s) for s in result.unverified]
         row["error"] = None
