@@ -170,7 +170,7 @@ def print_table(result: Grounding) -> None:
             word = sentence.weakest
             named = "" if word is None else f": {word.text!r} is not supported"
             if inside:
-                named += "; spans " + ", ".join(repr(" ".join(t.split())) for t in inside)
+                named += " — spans " + ", ".join(repr(" ".join(t.split())) for t in inside)
             evidence, mark = f"[bold red]unsupported[/]{escape(named)}", "✗ "
         table.add_row(
             str(i + 1),

@@ -226,6 +226,12 @@ def _example(
             raise at.error(
                 f"span [{start}, {end}) is not inside the response ({len(response)} characters)"
             )
+        stored = label.get("text")
+        if isinstance(stored, str) and len(stored) == end - start and response[start:end] != stored:
+            raise at.error(
+                f"span [{start}, {end}) is {response[start:end]!r} in the response, not its "
+                f"text {stored!r}"
+            )
         kind = at.get_optional(label, "label_type", str, "")
         spans.append(LabeledSpan(start, end, (kind,) if kind else ()))
         flags.append(
