@@ -846,3 +846,177 @@ def test_bench_grounding_on_the_faithbench_slice(  # type: ignore[no-untyped-def
     args = ["--dataset", "faithbench", "--data", str(folder), "--profile", str(profiles[0])]
     assert _bench(long_model, out, *args) == 0
     _check_faithbench_run(out, 10)
+
+
+# ------------------------------------------------------------- bench grounding: RAGTruth
+
+# Per task, two sources in FaithJudge's per-task files, each with a faithful response and one
+# whose labelled span is wrong: (source, faithful, hallucinated, span text).
+_RAGTRUTH: dict[str, list[tuple[Any, str, str, str]]] = {
+    "qa": [
+        (
+            {
+                "question": "who built the bridge",
+                "passages": "passage 1:The bridge was built in 1889 by engineers.",
+            },
+            "Engineers built it in 1889.",
+            "Engineers built it in 1925.",
+            "1925",
+        ),
+        (
+            {
+                "question": "what is the capital of France",
+                "passages": "passage 1:Paris is the capital of France.",
+            },
+            "The capital is Paris.",
+            "The capital is Rome.",
+            "Rome",
+        ),
+    ],
+    "summary": [
+        (
+            "The council approved the budget on Monday. It rises by 4 percent.",
+            "The council approved the budget.",
+            "The council approved the budget on Friday.",
+            "Friday",
+        ),
+        (
+            "Rain is expected in the north tomorrow. The south stays dry.",
+            "Rain is expected in the north.",
+            "Snow is expected in the north.",
+            "Snow",
+        ),
+    ],
+    "data2txt": [
+        (
+            {"name": "Cafe Rouge", "hours": {"Monday": "17:00-21:00"}},
+            "Cafe Rouge opens at 5 pm on Monday.",
+            "Cafe Rouge opens at 9 am on Monday.",
+            "9 am",
+        ),
+        (
+            {"name": "Blue Mill", "stars": 4.5},
+            "Blue Mill has 4.5 stars.",
+            "Blue Mill has 2 stars.",
+            "2",
+        ),
+    ],
+}
+_QA_INSTRUCTION = (
+    "Briefly answer the following question: who built the bridge\n"
+    "Bear in mind that your response should be strictly based on the passages above."
+)
+
+
+def _ragtruth_folder(folder: Path) -> Path:
+    folder.mkdir()
+    for task, sources in _RAGTRUTH.items():
+        lines = []
+        for k, (source, right, wrong, span) in enumerate(sources):
+            start = wrong.index(span)
+            label = {
+                "start": start,
+                "end": start + len(span),
+                "text": span,
+                "label_type": "Evident Conflict",
+            }
+            responses = [
+                {"response": right, "model": "m", "labels": []},
+                {"response": wrong, "model": "m", "labels": [label]},
+            ]
+            lines.append(json.dumps({"source_id": k, "source": source, "responses": responses}))
+        (folder / f"ragtruth_{task}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def _one_thread() -> Any:
+    from tests._tiny_models import one_thread
+
+    yield from one_thread()
+
+
+def _chars(spans: list[list[int]]) -> set[int]:
+    return {c for start, end in spans for c in range(start, end)}
+
+
+@pytest.mark.usefixtures("_one_thread")
+def test_bench_grounding_ragtruth_detection_by_task(model_dir, profiles, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.test_grounding_detector import _detector
+
+    data = _ragtruth_folder(tmp_path / "ragtruth")
+    detector = _detector(threshold=0.5, span_threshold=0.6).save(tmp_path / "detector.json")
+    out = tmp_path / "bench"
+    args = ["--dataset", "ragtruth", "--data", str(data), "--profile", str(profiles[0])]
+    assert _bench(model_dir, out, *args, "--detector", str(detector)) == 0
+    rows = [json.loads(v) for v in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 12 and all(r["error"] is None for r in rows)
+    assert sorted({r["by"] for r in rows}) == ["data2txt", "qa", "summary"]
+    assert sum(r["label"] for r in rows) == 6
+    # the default verdict is the detector's (1 - P against 1 - its threshold), the zero-shot
+    # one the profile's
+    assert all(r["zero_shot_threshold"] == pytest.approx(0.05) for r in rows)
+    assert all(r["threshold"] == pytest.approx(0.5) for r in rows)
+    for r in rows:
+        assert r["verdict"] == (
+            "unsupported" if r["scores"]["rcstat"] < r["threshold"] else "supported"
+        )
+        assert bool(r["spans"]) == (r["verdict"] == "unsupported")
+    # a QA item was teacher-forced after RAGTruth's instruction with its question
+    qa = next(r for r in rows if r["item"] == "qa:0:1")
+    grounder = Grounder(
+        tiny_model("llama"), make_tiny_tokenizer(), profile=profiles[0], detector=False
+    )
+    want = grounder.ground(
+        _RAGTRUTH["qa"][0][0]["passages"], "Engineers built it in 1925.", _QA_INSTRUCTION
+    )
+    assert qa["scores"]["zero_shot"] == pytest.approx(want.score, rel=1e-5)
+    assert qa["labelled_spans"] == [[22, 26]]
+    # detection.csv: both verdicts in every scope, the example-level figures by counting
+    detection = pd.read_csv(out / "detection.csv")
+    assert sorted(zip(detection["scope"], detection["verdict"], strict=True)) == [
+        (scope, verdict)
+        for scope in ("all", "data2txt", "qa", "summary")
+        for verdict in ("rcstat", "zero_shot")
+    ]
+    for (scope, verdict), row in detection.set_index(["scope", "verdict"]).iterrows():
+        part = [r for r in rows if scope in ("all", r["by"])]
+        if verdict == "rcstat":
+            flagged = [r["verdict"] == "unsupported" for r in part]
+            spans = [r["spans"] for r in part]
+        else:
+            flagged = [r["scores"]["zero_shot"] < r["zero_shot_threshold"] for r in part]
+            spans = [r["zero_shot_spans"] for r in part]
+        labels = [bool(r["label"]) for r in part]
+        hits = sum(f and y for f, y in zip(flagged, labels, strict=True))
+        assert row["n"] == len(part) and row["unsupported"] == sum(labels)
+        precision = hits / sum(flagged) if any(flagged) else math.nan
+        assert row["example_precision"] == pytest.approx(precision, nan_ok=True)
+        assert row["example_recall"] == pytest.approx(hits / sum(labels))
+        faithful = [f for f, y in zip(flagged, labels, strict=True) if not y]
+        assert row["false_alarms"] == pytest.approx(sum(faithful) / len(faithful))
+        found = sum(len(_chars(s)) for s in spans)
+        both = sum(
+            len(_chars(s) & _chars(r["labelled_spans"])) for s, r in zip(spans, part, strict=True)
+        )
+        gold = sum(len(_chars(r["labelled_spans"])) for r in part)
+        assert row["span_recall"] == pytest.approx(both / gold)
+        assert row["span_precision"] == pytest.approx(
+            both / found if found else math.nan, nan_ok=True
+        )
+    assert not detection[["example_f1_lo", "example_f1_hi"]].isna().all().all()
+    # metrics.csv: a scope column, every method pooled and per task
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert set(metrics["scope"]) == {"all", "data2txt", "qa", "summary"}
+    pooled = metrics[metrics["scope"] == "all"]
+    assert {"rcstat", "zero_shot", "unigram_overlap"} <= set(pooled["method"])
+    assert (pooled["n"] == 12).all() and (metrics[metrics["scope"] == "qa"]["n"] == 4).all()
+    report = json.loads((out / "report.json").read_text())
+    assert report["dataset"] == "ragtruth" and len(report["detection"]) == 8
+    # --task: that task's responses only
+    only = tmp_path / "qa_only"
+    assert _bench(model_dir, only, *args, "--task", "qa", "--zero-shot") == 0
+    rows = [json.loads(v) for v in (only / "predictions.jsonl").read_text().splitlines()]
+    assert sorted(r["item"] for r in rows) == ["qa:0:0", "qa:0:1", "qa:1:0", "qa:1:1"]
+    assert all(r["threshold"] == pytest.approx(0.05) for r in rows)  # --zero-shot verdict
+    assert set(pd.read_csv(only / "detection.csv")["scope"]) == {"all", "qa"}

@@ -17,7 +17,9 @@ example-level precision / recall / F1 at the verdict, the share of faithful resp
 character-level span precision / recall / F1), ``predictions.csv`` (one row per response, out
 of fold) and ``errors.csv`` (responses that could not be measured).
 
->>> GroundTrainConfig.from_dict({"datasets": ["ragtruth"], "weights": {"swaps": 0.1}}).weights
+>>> GroundTrainConfig.from_dict(
+...     {"datasets": ["ragtruth"], "swaps_from": ["squad_v2"], "weights": {"swaps": 0.1}}
+... ).weights
 (('swaps', 0.1),)
 """
 
@@ -52,7 +54,7 @@ LABELLED = ("ragtruth", "faithbench", "summedits", "jsonl")
 SWAPS = "swaps"
 #: The instruction of the summarization datasets (as the benchmark uses it).
 _SUMMARY = "Summarize the passage above."
-_SAMPLE_VERSION = "1"
+_SAMPLE_VERSION = "2"  # 2: list items open a sentence anywhere (novel_fact)
 
 Loader = Callable[[str | None, Devices], tuple[Any, Any]]
 
@@ -259,7 +261,12 @@ def run(config: GroundTrainConfig, *, loader: Loader | None = None) -> GroundTra
     from rcstat.grounding.grounder import model_name
     from rcstat.grounding.training import cross_validate_detector, fit_detector
     from rcstat.progress import progress
-    from rcstat.runs.folder import check_output_folder, check_writable, staged_output
+    from rcstat.runs.folder import (
+        check_output_folder,
+        check_writable,
+        claim_output_folder,
+        staged_output,
+    )
 
     config.check()
     check_output_folder(config.out, COMMAND)
@@ -279,6 +286,7 @@ def run(config: GroundTrainConfig, *, loader: Loader | None = None) -> GroundTra
     name = model_name(model)
     layers = attention_layout(model).num_layers
     measurer = Measurer(model, tokenizer, rc_heads=np.zeros(0, dtype=np.int64))
+    claim_output_folder(config.out, COMMAND)  # the cache goes in before the results
     cache = config.out / "samples"
     samples, errors = _measure_cached(measurer, items, cache, name, progress)
     options = config.fit_options()
@@ -432,9 +440,10 @@ def _spec(item: Any, option: str) -> tuple[str, str | None]:
         name, path = str(item[0]), item[1]
     else:
         name, _, path = str(item).partition(":")
+    flag = "--dataset" if option == "datasets" else f"--{option.replace('_', '-')}"
     if name.strip().lower() == SWAPS:
-        raise ValueError(f"--{option.replace('_', '-')}: swaps are built with --swaps-from")
+        raise ValueError(f"{flag}: swaps are built with --swaps-from")
     try:
         return canonical_name(name), (str(path) if path else None)
     except ValueError as err:
-        raise ValueError(f"--{option.replace('_', '-')}: {err}") from None
+        raise ValueError(f"{flag}: {err}") from None

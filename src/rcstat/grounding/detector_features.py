@@ -58,7 +58,7 @@ __all__ = [
 NLL_CAP = 30.0
 _NUMBER = re.compile(r"\d+")
 #: Text before a word that makes it open a sentence, a line or a list item.
-_OPENS = re.compile(r"(?:^|[.!?:;\n]\s*|^\s*\d+[.)]\s*|\n\s*[-*•]\s*)$")
+_OPENS = re.compile(r"(?:^|[.!?:;\n]\s*|(?:^|\n)\s*(?:\d+[.)]|[-*•])\s*)$")
 #: A list marker: a number right after a line start, followed by "." or ")".
 _MARKER_BEFORE = re.compile(r"(?:^|\n)\s*$")
 _TEXT_FEATURES = (

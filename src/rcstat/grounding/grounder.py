@@ -22,7 +22,7 @@ from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.spans import DEFAULT_LANGUAGE
 from rcstat.capture import attention_layout
 from rcstat.defaults import DEFAULT_MAX_CHARS, DEFAULT_MAX_RESPONSE_TOKENS, DEFAULT_TOP_K
-from rcstat.grounding.detector import Detection, Detector, shipped_detector
+from rcstat.grounding.detector import Detection, Detector, shipped_detector, unsupported_spans
 from rcstat.grounding.detector_features import lexicon_words
 from rcstat.grounding.features import HEAD_FEATURES
 from rcstat.grounding.limits import (
@@ -196,6 +196,8 @@ class Grounder:
         self.quantile = quantile
         default = self.profile.threshold if self.detector is None else 1.0 - self.detector.threshold
         self.threshold = default if threshold is None else float(threshold)
+        # a detector's default threshold is that of each response's kind (copied or other)
+        self._kind_threshold = threshold is None
         if not np.isfinite(self.threshold):
             raise ValueError(f"threshold must be finite, got {threshold}")
         self.probe = _resolve_probe(probe, feature_names(layout.num_layers, layout.num_heads))
@@ -416,19 +418,25 @@ class Grounder:
                     weakest=weakest,
                 )
             )
+        threshold = self.threshold
         if self.detector is None:
             score = min((s.score for s in sentences), default=float("nan"))
             found = _word_runs(checked, words, best, self.threshold)
             token_threshold = None
         else:
             score = 1.0 - detection.probability
+            if self._kind_threshold:
+                threshold = 1.0 - detection.threshold
             token_threshold = 1.0 - self.detector.span_threshold
-            found = [
-                UnsupportedSpan(span.start, span.end, span.text, 1.0 - peak)
-                for span, peak in zip(detection.spans, detection.span_probability, strict=True)
-            ]
-            if not score < self.threshold:  # a supported response has no unsupported span
-                found = []
+            found = []
+            if score < threshold:  # only an unsupported response has unsupported spans
+                runs, peaks = unsupported_spans(
+                    checked, spans, detection.token_probability, self.detector.span_threshold
+                )
+                found = [
+                    UnsupportedSpan(span.start, span.end, span.text, 1.0 - peak)
+                    for span, peak in zip(runs, peaks, strict=True)
+                ]
             sentences = [_flag_by_spans(s, found) for s in sentences]
         for unit in split_sentences(response[len(checked) :], language=self.language):
             offset = len(checked)
@@ -460,7 +468,7 @@ class Grounder:
             token_scores=token_values,
             sentences=sentences,
             score=score,
-            threshold=self.threshold,
+            threshold=threshold,
             baselines=baselines(chosen, checked, chosen.example.part_text("context")),
             head_features={
                 name: features[i]

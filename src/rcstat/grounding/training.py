@@ -382,7 +382,7 @@ def _fit_kind(
     cross-validation; None when they hold fewer than :data:`MIN_CALIBRATION` responses of
     either class or fewer groups than folds."""
     index = np.flatnonzero(members)
-    labels = np.array([samples[i].item.label for i in index])
+    labels = np.array([samples[i].item.label for i in index], dtype=bool)  # [n]; none: []
     groups = [samples[i].group for i in index]
     if min(labels.sum(), (~labels).sum()) < MIN_CALIBRATION or len(set(groups)) < options.folds:
         return None
@@ -499,9 +499,12 @@ def _threshold(
             by_dataset.setdefault(s.item.dataset, []).append(float(p))
     if not by_dataset:
         raise ValueError("no faithful response to set the threshold on")
-    return float(
-        max(np.quantile(v, 1 - max_false_alarms, method="higher") for v in by_dataset.values())
-    )
+    smallest = []
+    for values in by_dataset.values():
+        v = np.sort(values)  # [n]
+        above = v.size - np.searchsorted(v, v, side="right")  # [n]: how many lie above each
+        smallest.append(v[np.argmax(above / v.size <= max_false_alarms)])  # the last always does
+    return float(max(smallest))
 
 
 def _span_threshold(

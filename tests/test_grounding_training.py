@@ -1,0 +1,397 @@
+"""rcstat.grounding.training: measuring labelled responses on the tiny Llama, and fitting a
+detector on synthetic samples with a planted signal (the token column ``novel`` is 1 exactly
+on the labelled span of an unsupported response).
+
+Oracles: token labels by brute force over the token offsets; the fitted detector must rank
+held-out synthetic responses almost perfectly; its thresholds are checked against the
+out-of-fold probabilities it returns (a brute-force smallest threshold per dataset); the
+outer cross-validation is checked by recording what every inner fit saw.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rcstat.grounding import Measurer
+from rcstat.grounding.detector import COPIED_KIND, Detector
+from rcstat.grounding.detector_features import token_feature_names
+from rcstat.grounding.lexicon import Lexicon, ResponseWord
+from rcstat.grounding.training import (
+    MIN_CALIBRATION,
+    DetectorSample,
+    FitOptions,
+    LabelledResponse,
+    OutOfFold,
+    cross_validate_detector,
+    fit_detector,
+    measure_samples,
+)
+from rcstat.metrics.ranking import auroc
+from rcstat.metrics.spans import char_prf
+from tests._tiny_models import one_thread, tiny_model
+from tests._tiny_tokenizer import make_tiny_tokenizer
+
+LAYERS = 1
+NAMES = token_feature_names(LAYERS)
+NOVEL = NAMES.index("novel")
+FAST = FitOptions(token_C=(0.1, 1.0), response_C=(0.3, 3.0), folds=3)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _single_thread() -> Any:
+    yield from one_thread()
+
+
+def _sample(
+    rng: np.random.Generator,
+    key: str,
+    *,
+    label: bool,
+    dataset: str = "a",
+    group: str | None = None,
+    copied: bool = False,
+    spans_known: bool = True,
+) -> DetectorSample:
+    """A response of 6 to 12 one-token words; an unsupported one has a labelled run of 2
+    words whose tokens have ``novel`` = 1 (every other column is noise)."""
+    n = int(rng.integers(6, 13))
+    texts = [f"w{k}" for k in range(n)]
+    response = " ".join(texts)
+    starts = [sum(len(t) + 1 for t in texts[:k]) for k in range(n)]
+    offsets = np.array([(s, s + len(t)) for s, t in zip(starts, texts, strict=True)])
+    x = rng.normal(size=(n, len(NAMES)))
+    x[:, NOVEL] = 0.0
+    token_label = np.zeros(n, dtype=bool)
+    spans: tuple[tuple[int, int], ...] = ()
+    if label:
+        k = int(rng.integers(0, n - 1))
+        x[k : k + 2, NOVEL] = 1.0
+        token_label[k : k + 2] = True
+        spans = ((int(offsets[k, 0]), int(offsets[k + 1, 1])),)
+    words = tuple(
+        ResponseWord(int(s), int(e), t, not x[k, NOVEL], bool(k), copied)
+        for k, ((s, e), t) in enumerate(zip(offsets, texts, strict=True))
+    )
+    item = LabelledResponse(
+        id=key,
+        context="the context",
+        question=None,
+        response=response,
+        label=label,
+        spans=spans if spans_known else (),
+        spans_known=spans_known,
+        group=group if group is not None else key,
+        dataset=dataset,
+    )
+    return DetectorSample(
+        item=item,
+        x=x,
+        token_label=token_label if spans_known else np.zeros(n, dtype=bool),
+        offsets=offsets,
+        nll=rng.gamma(2.0, size=n),
+        context_tokens=40,
+        words=words,
+    )
+
+
+def _samples(
+    seed: int, per_class: int = 26, *, copied: int = 0, copied_unsupported: int | None = None
+) -> list[DetectorSample]:
+    """``per_class`` faithful and unsupported responses of the other kind over datasets a and
+    b (two responses a group), and ``copied`` faithful plus ``copied_unsupported`` (default
+    ``copied``) unsupported ones of the copied kind."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(2 * per_class):
+        out.append(
+            _sample(
+                rng,
+                f"s{seed}:{i}",
+                label=i % 2 == 1,
+                dataset="a" if i % 4 < 2 else "b",
+                group=f"g{seed}:{i // 2}",
+            )
+        )
+    bad = copied if copied_unsupported is None else copied_unsupported
+    for i in range(copied + bad):
+        out.append(
+            _sample(
+                rng,
+                f"c{seed}:{i}",
+                label=i >= copied,
+                dataset="a",
+                group=f"c{seed}:{i // 2}",
+                copied=True,
+            )
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[list[DetectorSample], Detector, OutOfFold]:
+    samples = _samples(0, per_class=30)  # 15 faithful a dataset: 3 may be flagged
+    detector, oof = fit_detector(samples, model="synthetic", layers=LAYERS, options=FAST)
+    return samples, detector, oof
+
+
+def _predict(detector: Detector, sample: DetectorSample) -> tuple[float, np.ndarray, float]:
+    p = detector.token.probability(sample.x)
+    _, model, threshold = detector.kind_of(list(sample.words))
+    return float(model.probability(sample.response_x(p)[None])[0]), p, threshold
+
+
+# ------------------------------------------------------------------------------- fitting
+
+
+def test_the_fitted_detector_separates_held_out_samples(fitted) -> None:  # type: ignore[no-untyped-def]
+    _, detector, _ = fitted
+    assert isinstance(detector, Detector) and detector.layers == LAYERS
+    assert detector.model == "synthetic" and detector.token.features == tuple(NAMES)
+    held_out = _samples(7, per_class=15)
+    predicted = [_predict(detector, s) for s in held_out]
+    labels = np.array([s.item.label for s in held_out])
+    assert auroc(np.array([p for p, _, _ in predicted]), labels) > 0.97
+    tokens = np.concatenate([p for _, p, _ in predicted])
+    assert auroc(tokens, np.concatenate([s.token_label for s in held_out])) > 0.97
+    # flagged responses get spans on their labelled words
+    found = [
+        s.spans_at(p, detector.span_threshold) if prob > t else []
+        for s, (prob, p, t) in zip(held_out, predicted, strict=True)
+    ]
+    assert char_prf(found, [list(s.item.spans) for s in held_out]).f1 > 0.6
+
+
+def test_thresholds_hold_the_false_alarms_of_every_dataset(fitted) -> None:  # type: ignore[no-untyped-def]
+    samples, detector, oof = fitted
+    options = FAST
+    assert 0.0 <= detector.span_threshold <= 1.0
+    assert detector.copy_response is None  # no copied response: the other kind's model
+    assert detector.copy_threshold == detector.threshold
+    assert detector.meta["samples"] == len(samples) and detector.meta["copied_samples"] == 0
+    assert detector.meta["datasets"] == ["a", "b"]
+    assert len(oof.token) == len(samples) and oof.probability.shape == (len(samples),)
+    for s, p in zip(samples, oof.token, strict=True):
+        assert p.shape == (len(s.x),) and ((0 <= p) & (p <= 1)).all()
+    np.testing.assert_array_equal(oof.flagged, oof.probability > detector.threshold)
+    smallest = []
+    for dataset in ("a", "b"):
+        faithful = np.array(
+            [
+                p
+                for s, p in zip(samples, oof.probability, strict=True)
+                if s.item.dataset == dataset and not s.item.label
+            ]
+        )
+        assert len(faithful) == 15
+        assert (faithful > detector.threshold).mean() <= options.max_false_alarms
+        # brute force: the smallest value that flags at most that share of them
+        smallest.append(
+            min(v for v in faithful if (faithful > v).mean() <= options.max_false_alarms)
+        )
+    assert detector.threshold == max(smallest)
+    for s, f, spans in zip(samples, oof.flagged, oof.spans, strict=True):
+        assert bool(spans) == bool(f)  # spans exactly for the flagged responses
+        assert all(0 <= a < b <= len(s.item.response) for a, b in spans)
+
+
+def test_a_copied_kind_gets_its_own_model_with_enough_of_each_class() -> None:
+    assert MIN_CALIBRATION == 20
+    few = _samples(1, copied=MIN_CALIBRATION, copied_unsupported=MIN_CALIBRATION - 1)
+    detector, oof = fit_detector(few, model="m", layers=LAYERS, options=FAST)
+    assert detector.copy_response is None and detector.copy_threshold == detector.threshold
+    assert detector.meta["copied_samples"] == 2 * MIN_CALIBRATION - 1
+    assert detector.meta["inner_auroc"]["copied"] is None
+    copied = np.array([sum(w.copied for w in s.words) / len(s.words) >= COPIED_KIND for s in few])
+    assert copied.sum() == 39
+    # the copied responses are judged by the other kind's model, out of fold for the others
+    np.testing.assert_array_equal(oof.flagged, oof.probability > detector.threshold)
+    enough = _samples(1, copied=MIN_CALIBRATION)
+    detector, oof = fit_detector(
+        enough,
+        model="m",
+        layers=LAYERS,
+        options=FitOptions(**{**vars(FAST), "max_copy_false_alarms": 0.1}),
+    )
+    assert detector.copy_response is not None
+    assert detector.meta["inner_auroc"]["copied"] > 0.9
+    kinds = np.array([detector.kind_of(list(s.words))[0] == "copied" for s in enough])
+    assert kinds.sum() == 2 * MIN_CALIBRATION
+    faithful = oof.probability[kinds & ~np.array([s.item.label for s in enough])]
+    assert (faithful > detector.copy_threshold).mean() <= 0.1
+    np.testing.assert_array_equal(
+        oof.flagged, oof.probability > np.where(kinds, detector.copy_threshold, detector.threshold)
+    )
+
+
+def test_responses_without_labelled_spans_train_the_response_model_only() -> None:
+    samples = _samples(2)
+    rng = np.random.default_rng(3)
+    extra = [
+        _sample(rng, f"x{i}", label=True, dataset="c", group=f"x{i}", spans_known=False)
+        for i in range(6)
+    ]
+    detector, oof = fit_detector(samples + extra, model="m", layers=LAYERS, options=FAST)
+    assert detector.meta["datasets"] == ["a", "b", "c"]
+    assert len(oof.token) == len(samples) + 6
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: [], "no sample to fit a detector on"),
+        (lambda s: [x for x in s if x.item.label], "one class only"),
+        (
+            lambda s: [
+                x
+                if not x.item.label
+                else _sample(np.random.default_rng(0), x.item.id, label=True, spans_known=False)
+                for x in s
+            ],
+            "no sample has a labelled unsupported span",
+        ),
+        (lambda s: s[:4], r"fewer groups than folds \(3\)"),
+        (lambda s: s[:30], "too few responses of the other kind"),
+    ],
+)
+def test_fit_refusals(change: Any, message: str) -> None:
+    samples = _samples(4, per_class=22)
+    with pytest.raises(ValueError, match=message):
+        fit_detector(change(samples), model="m", layers=LAYERS, options=FAST)
+
+
+def test_fit_refuses_features_of_another_layer_count() -> None:
+    with pytest.raises(ValueError, match="not those of a 2-layer model"):
+        fit_detector(_samples(4, per_class=22), model="m", layers=2, options=FAST)
+
+
+def test_fit_is_deterministic() -> None:
+    samples = _samples(5, per_class=22)
+    a, _ = fit_detector(samples, model="m", layers=LAYERS, options=FAST)
+    b, _ = fit_detector(samples, model="m", layers=LAYERS, options=FAST)
+    assert a.to_dict() == b.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"token_C": ()}, "token_C and response_C must be non-empty and positive"),
+        ({"response_C": (1.0, 0.0)}, "token_C and response_C must be non-empty and positive"),
+        ({"token_C": (-1.0,)}, "must be non-empty and positive"),
+        ({"folds": 1}, "folds must be an integer >= 2, got 1"),
+        ({"folds": True}, "folds must be an integer >= 2, got True"),
+        ({"folds": 2.5}, "folds must be an integer >= 2, got 2.5"),
+        ({"max_false_alarms": 0.0}, r"max_false_alarms must be in \(0, 1\), got 0.0"),
+        ({"max_false_alarms": 1.0}, r"max_false_alarms must be in \(0, 1\)"),
+        ({"max_copy_false_alarms": 1.5}, r"max_copy_false_alarms must be in \(0, 1\)"),
+    ],
+)
+def test_fit_options_validation(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FitOptions(**options)
+
+
+# ----------------------------------------------------------------------- cross-validation
+
+
+def test_cross_validation_predicts_each_sample_from_a_fit_that_never_saw_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import rcstat.grounding.training as training
+
+    samples = _samples(6, per_class=33)
+    seen: list[tuple[set[str], Detector]] = []
+    original = training.fit_detector
+
+    def recording(chosen: list[DetectorSample], **kwargs: Any) -> Any:
+        detector, oof = original(chosen, **kwargs)
+        seen.append(({s.item.id for s in chosen}, detector))
+        return detector, oof
+
+    monkeypatch.setattr(training, "fit_detector", recording)
+    out = cross_validate_detector(samples, model="m", layers=LAYERS, options=FAST)
+    assert len(seen) == FAST.folds
+    ids = [s.item.id for s in samples]
+    for i, s in enumerate(samples):
+        held_out = [k for k, (train, _) in enumerate(seen) if s.item.id not in train]
+        assert len(held_out) == 1  # predicted by exactly one fit
+        train, detector = seen[held_out[0]]
+        # its whole group sat out of that fit
+        assert not any(x.item.id in train for x in samples if x.group == s.group)
+        probability, p, threshold = _predict(detector, s)
+        np.testing.assert_allclose(out.token[i], p)
+        assert out.probability[i] == pytest.approx(probability)
+        assert out.flagged[i] == (probability > threshold)
+        want = s.spans_at(p, detector.span_threshold) if out.flagged[i] else []
+        assert out.spans[i] == want
+    assert sum(len(train) for train, _ in seen) == (FAST.folds - 1) * len(ids)
+    labels = np.array([s.item.label for s in samples])
+    assert auroc(out.probability, labels) > 0.95
+    steps: list[list[int]] = []
+    again = cross_validate_detector(
+        samples, model="m", layers=LAYERS, options=FAST, progress=lambda k: steps.append(k) or k
+    )
+    assert steps == [[0, 1, 2]]
+    np.testing.assert_array_equal(again.probability, out.probability)
+
+
+def test_cross_validation_refusals() -> None:
+    with pytest.raises(ValueError, match="no sample"):
+        cross_validate_detector([], model="m", layers=LAYERS, options=FAST)
+    with pytest.raises(ValueError, match=r"fewer groups than folds \(3\)"):
+        cross_validate_detector(_samples(8)[:4], model="m", layers=LAYERS, options=FAST)
+
+
+# ------------------------------------------------------------------- measuring (tiny Llama)
+
+CONTEXT = "The bridge was built in 1889 by a team of engineers. Paris is the capital of France."
+
+
+def test_measure_samples_on_the_tiny_model() -> None:
+    measurer = Measurer(tiny_model("llama"), make_tiny_tokenizer(), prior=False)
+    response = "The bridge was built in 1925 by engineers in Lyon."
+    items = [
+        LabelledResponse(
+            "wrong", CONTEXT, None, response, True, ((24, 28), (45, 49)), group="g", dataset="d"
+        ),
+        LabelledResponse("right", CONTEXT, "Who built it?", "Engineers built it in 1889.", False),
+        LabelledResponse("empty", CONTEXT, None, "   ", False),
+        LabelledResponse("long", "The bridge was built. " * 80, None, "It was built.", False),
+    ]
+    called: list[list[str]] = []
+
+    def progress(chosen: list[LabelledResponse]) -> list[LabelledResponse]:
+        called.append([c.id for c in chosen])
+        return chosen
+
+    samples, errors = measure_samples(measurer, iter(items), progress=progress)
+    assert called == [["wrong", "right", "empty", "long"]]
+    assert [s.item.id for s in samples] == ["wrong", "right"]
+    assert [e[0] for e in errors] == ["empty", "long"]
+    assert errors[0][1] == "ValueError: response is empty or whitespace only"
+    assert errors[1][1].startswith("ValueError: the input has") and "window is 256" in errors[1][1]
+    wrong, right = samples
+    assert response[24:28] == "1925" and response[45:49] == "Lyon"
+    for sample in samples:
+        m = measurer.measure(sample.item.context, sample.item.response, sample.item.question)
+        np.testing.assert_array_equal(sample.offsets, m.token_spans())
+        np.testing.assert_allclose(sample.nll, m.nll)
+        assert sample.x.shape == (len(m.nll), len(token_feature_names(3)))
+        first, last = m.example.token_span("context")
+        assert sample.context_tokens == last - first
+        assert list(sample.words) == Lexicon(sample.item.context).words_of(sample.item.response)
+        labels = [
+            any(s < end and e > start for start, end in sample.item.spans)
+            for s, e in sample.offsets
+        ]
+        assert sample.token_label.tolist() == labels
+    assert wrong.token_label.any() and not right.token_label.any()
+    assert wrong.group == "d:g" and right.group == ":right"
+    covered = "".join(
+        response[s:e] for (s, e), y in zip(wrong.offsets, wrong.token_label, strict=True) if y
+    )
+    assert "1925" in covered and "Lyon" in covered and "bridge" not in covered
+    assert not math.isnan(float(wrong.x.sum()))
