@@ -1,13 +1,15 @@
 """Grounding of one response vs a plain forward pass of the same sequence (ratio in one run).
 
-Inputs are FaithBench slice samples (news article + summary; ~600–1300 tokens) on the
-embedded default model. ``Grounder.ground`` (tokenisation, one forward pass with the capture:
-per-token RC of every head, lookback ratio, attention diagonal, sentence attribution; NLL;
-scoring) is timed against ``model(ids, use_cache=False)`` of the same token ids (what a user
-runs to read the response's likelihood) and with ``logits_to_keep = G + 1`` (only the
+Inputs are RAGTruth slice responses (``--dataset ragtruth``: QA passages, news, business data
+with their task's instruction; ~400–1,200 tokens) or FaithBench slice samples (news article +
+summary; ~600–1,300 tokens) on the embedded default model. ``Grounder.ground`` at its defaults
+(tokenisation, one forward pass with the capture: lookback ratio, attention diagonal and copy
+weight of every head, sentence attribution; NLL, entropy and rank; the shipped detector or the
+zero-shot score) is timed against ``model(ids, use_cache=False)`` of the same token ids (what a
+user runs to read the response's likelihood) and with ``logits_to_keep = G + 1`` (only the
 response's vocabulary logits, what grounding itself needs). Calls are interleaved.
 
-    python -m benchmarks.bench_ground --n 6
+    python -m benchmarks.bench_ground --dataset ragtruth --n 6
     python -m benchmarks.bench_ground --model random --model-dir DIR --device cuda
 """
 
@@ -31,12 +33,13 @@ def measure(
     grounder: Grounder, example: GroundingExample, device: str, rounds: int
 ) -> dict[str, Any]:
     model, tokenizer = grounder.measurer.model, grounder.measurer.tokenizer
-    segmented = segment_chat(tokenizer, example.context, SUMMARY_INSTRUCTION, example.response)
+    question = str(example.meta.get("question", SUMMARY_INSTRUCTION))
+    segmented = segment_chat(tokenizer, example.context, question, example.response)
     ids = segmented.input_ids.to(device)
     keep = segmented.gen_len + 1
 
     def ground() -> None:
-        grounder.ground(example.context, example.response, SUMMARY_INSTRUCTION)
+        grounder.ground(example.context, example.response, question)
 
     def forward() -> None:
         with torch.no_grad():
@@ -67,7 +70,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default", choices=["default", "random", "llama-8b"])
     parser.add_argument("--model-dir", default=None, help="config + tokenizer for --model random")
-    parser.add_argument("--data", default=None, help="FaithBench folder (default: the slice)")
+    parser.add_argument("--dataset", default="ragtruth", choices=["ragtruth", "faithbench"])
+    parser.add_argument("--data", default=None, help="the dataset's files (default: the slice)")
     parser.add_argument("--n", type=int, default=6)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=3)
@@ -81,7 +85,7 @@ def main() -> None:
         values, copy = (torch.rand(layers, heads, generator=generator).numpy() for _ in "vc")
         profile = HeadProfile("random", values, threshold=0.5, quantile=0.1, copy_values=copy)
     grounder = Grounder(model, tokenizer, profile=profile)
-    examples = load_dataset("faithbench", args.data)
+    examples = load_dataset(args.dataset, args.data)
     step = max(1, len(examples) // args.n)  # spread over the slice's sources
     rows = []
     for example in examples[::step][: args.n]:
@@ -99,7 +103,11 @@ def main() -> None:
         f"ground / forward (response logits) = "
         f"{total['ground_s'] / total['forward_response_s']:.2f}×"
     )
-    meta = machine(args.device) | {"dataset": "faithbench", "rounds": args.rounds}
+    meta = machine(args.device) | {
+        "dataset": args.dataset,
+        "rounds": args.rounds,
+        "method": grounder.method["score"],
+    }
     write(args.out, f"ground_{args.model}_{device_label(args.device)}", rows, meta)
 
 

@@ -284,6 +284,8 @@ def run(config: GroundTrainConfig, *, loader: Loader | None = None) -> GroundTra
 
     model, tokenizer = loader(config.model, config.devices)
     name = model_name(model)
+    if Path(name).is_dir():  # a local folder (the converted default model): its name, no path
+        name = Path(name).name
     layers = attention_layout(model).num_layers
     measurer = Measurer(model, tokenizer, rc_heads=np.zeros(0, dtype=np.int64))
     claim_output_folder(config.out, COMMAND)  # the cache goes in before the results
