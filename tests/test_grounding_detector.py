@@ -393,10 +393,12 @@ def _words(flags: list[bool]) -> list[ResponseWord]:
 def test_kind_of_counts_the_copied_words() -> None:
     plain = _detector(threshold=0.3, copy_threshold=0.8)
     both = _detector(threshold=0.3, copy_threshold=0.8, copy_response=True)
-    assert COPIED_KIND == 0.75
+    assert COPIED_KIND == 0.65 and both.copied_kind == COPIED_KIND
     for flags, kind in (
-        ([True, True, True, False], "copied"),  # 3/4 = 0.75: at the bound
-        ([True, True, False], "other"),
+        ([True] * 13 + [False] * 7, "copied"),  # 13/20 = 0.65: at the bound
+        ([True] * 12 + [False] * 7, "other"),  # 12/19 < 0.65
+        ([True, True, False], "copied"),
+        ([True, False], "other"),
         ([True] * 10, "copied"),
         ([], "other"),
         ([False] * 5, "other"),
@@ -407,6 +409,16 @@ def test_kind_of_counts_the_copied_words() -> None:
         assert threshold == (0.8 if kind == "copied" else 0.3)
         name, model, _ = plain.kind_of(_words(flags))  # no copied model: the other one
         assert name == kind and model is plain.response
+
+
+def test_the_copied_kind_bound_is_the_detectors_own() -> None:
+    strict = dataclasses.replace(_detector(threshold=0.3, copy_threshold=0.8), copied_kind=0.75)
+    assert strict.kind_of(_words([True, True, False]))[0] == "other"  # 2/3 < 0.75
+    assert strict.kind_of(_words([True, True, True, False]))[0] == "copied"
+    again = Detector.from_dict(json.loads(json.dumps(strict.to_dict())))
+    assert again.copied_kind == 0.75
+    with pytest.raises(ValueError, match="copied_kind"):
+        dataclasses.replace(strict, copied_kind=1.5)
 
 
 def test_shipped_detector() -> None:

@@ -67,7 +67,7 @@ __all__ = [
 _FORMAT = "rcstat-detector-1"
 _WORD = re.compile(r"\w+")
 #: The share of a response's words in copied runs from which it is of the "copied" kind.
-COPIED_KIND = 0.75
+COPIED_KIND = 0.65
 #: Words on each side over which a word's token peak is averaged before the span threshold.
 SPAN_RADIUS = 4
 
@@ -227,6 +227,8 @@ class Detector:
         The threshold of responses of the copied kind (module notes).
     copy_response
         The response model of the copied kind (None: :attr:`response`).
+    copied_kind
+        The share of words in copied runs from which a response is of the copied kind.
     meta
         How it was trained and how it did out of sample (JSON types).
     """
@@ -239,6 +241,7 @@ class Detector:
     span_threshold: float
     copy_threshold: float
     copy_response: LinearModel | None = None
+    copied_kind: float = COPIED_KIND
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -250,7 +253,7 @@ class Detector:
         for model in (self.response, self.copy_response):
             if model is not None and tuple(model.features) != RESPONSE_FEATURES:
                 raise ValueError("a response model's features are not RESPONSE_FEATURES")
-        for name in ("threshold", "span_threshold", "copy_threshold"):
+        for name in ("threshold", "span_threshold", "copy_threshold", "copied_kind"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
@@ -301,7 +304,7 @@ class Detector:
     def kind_of(self, words: list[ResponseWord]) -> tuple[str, LinearModel, float]:
         """The kind of a response with these words, its response model and its threshold
         (module notes)."""
-        if copied_share(words) >= COPIED_KIND:
+        if copied_share(words) >= self.copied_kind:
             return "copied", self.copy_response or self.response, self.copy_threshold
         return "other", self.response, self.threshold
 
@@ -314,6 +317,7 @@ class Detector:
             "threshold": self.threshold,
             "span_threshold": self.span_threshold,
             "copy_threshold": self.copy_threshold,
+            "copied_kind": self.copied_kind,
             "token": self.token.to_dict(),
             "response": self.response.to_dict(),
             "copy_response": None if self.copy_response is None else self.copy_response.to_dict(),
@@ -335,6 +339,7 @@ class Detector:
                 threshold=float(data["threshold"]),
                 span_threshold=float(data["span_threshold"]),
                 copy_threshold=float(data["copy_threshold"]),
+                copied_kind=float(data.get("copied_kind", COPIED_KIND)),
                 copy_response=None
                 if data.get("copy_response") is None
                 else LinearModel.from_dict(data["copy_response"], f"{where}: copy_response"),
