@@ -16,9 +16,12 @@ The response is *unsupported* when ``P`` exceeds the threshold of its kind. Its 
 spans are the runs of words whose *span value* reaches ``span_threshold``: a word's value is
 the largest ``p_j`` of its tokens, or that peak averaged over the :data:`SPAN_RADIUS` words on
 either side when larger (labelled hallucinations are phrases around their likeliest tokens);
-runs are merged across the spaces and punctuation between their words. An unsupported response
-with no such word reports the word of largest value, and a supported one reports none, so the
-spans and the verdict never disagree.
+runs are merged across the spaces and punctuation between their words, and a run is kept when
+it holds a word the context does not hold (:func:`with_novel_words`: a run of known words is
+mostly a faithful paraphrase such as "was built" for "built it"). An unsupported response
+with no such run reports its likeliest one (the word of largest value when no word reaches the
+span threshold), and a supported one reports none, so the spans and the verdict never
+disagree.
 
 With ``z = (x − mean) / scale`` each model is ``σ(z · coef + intercept)``. A detector is saved as
 JSON (never pickled, :meth:`Detector.save`) and checked on load; one ships for the default
@@ -61,6 +64,7 @@ __all__ = [
     "shipped_detector",
     "span_values",
     "unsupported_spans",
+    "with_novel_words",
     "word_peaks",
 ]
 
@@ -296,10 +300,21 @@ class Detector:
         spans: list[TextSpan] = []
         peaks: list[float] = []
         if unsupported:
-            offsets = measured.token_spans()
             text = measured.example.part_text("answer")
-            spans, peaks = unsupported_spans(text, offsets, probability, self.span_threshold)
+            spans, peaks = self.spans(text, measured.token_spans(), probability, words)
         return Detection(probability, p_response, kind, threshold, unsupported, spans, peaks)
+
+    def spans(
+        self,
+        response: str,
+        offsets: np.ndarray,
+        probability: np.ndarray,
+        words: list[ResponseWord],
+    ) -> tuple[list[TextSpan], list[float]]:
+        """The unsupported spans of an unsupported response (module notes) and their peaks:
+        :func:`unsupported_spans` at the span threshold, kept by :func:`with_novel_words`."""
+        found = unsupported_spans(response, offsets, probability, self.span_threshold)
+        return with_novel_words(*found, words)
 
     def kind_of(self, words: list[ResponseWord]) -> tuple[str, LinearModel, float]:
         """The kind of a response with these words, its response model and its threshold
@@ -437,6 +452,22 @@ def unsupported_spans(
         start, end = int(peaks[run[0], 0]), int(peaks[run[-1], 1])
         spans.append(TextSpan(start, end, response[start:end]))
     return spans, [float(peaks[run, 2].max()) for run in runs]
+
+
+def with_novel_words(
+    spans: list[TextSpan], peaks: list[float], words: list[ResponseWord]
+) -> tuple[list[TextSpan], list[float]]:
+    """The spans that hold a word the context does not hold (module notes); the span of the
+    largest peak when none does, so an unsupported response keeps one span."""
+    kept = [
+        (span, peak)
+        for span, peak in zip(spans, peaks, strict=True)
+        if any(not w.known and span.start <= w.start and w.end <= span.end for w in words)
+    ]
+    if not kept and spans:
+        best = int(np.argmax(peaks))
+        kept = [(spans[best], peaks[best])]
+    return [span for span, _ in kept], [peak for _, peak in kept]
 
 
 def shipped_detector(model_name: str) -> Detector | None:

@@ -22,7 +22,7 @@ from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.spans import DEFAULT_LANGUAGE
 from rcstat.capture import attention_layout
 from rcstat.defaults import DEFAULT_MAX_CHARS, DEFAULT_MAX_RESPONSE_TOKENS, DEFAULT_TOP_K
-from rcstat.grounding.detector import Detection, Detector, shipped_detector, unsupported_spans
+from rcstat.grounding.detector import Detection, Detector, shipped_detector
 from rcstat.grounding.detector_features import lexicon_words
 from rcstat.grounding.features import HEAD_FEATURES
 from rcstat.grounding.limits import (
@@ -430,8 +430,8 @@ class Grounder:
             token_threshold = 1.0 - self.detector.span_threshold
             found = []
             if score < threshold:  # only an unsupported response has unsupported spans
-                runs, peaks = unsupported_spans(
-                    checked, spans, detection.token_probability, self.detector.span_threshold
+                runs, peaks = self.detector.spans(
+                    checked, spans, detection.token_probability, lexicon_words(context, checked)
                 )
                 found = [
                     UnsupportedSpan(span.start, span.end, span.text, 1.0 - peak)

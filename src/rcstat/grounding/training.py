@@ -39,6 +39,7 @@ from rcstat.grounding.detector import (
     LinearModel,
     span_values,
     unsupported_spans,
+    with_novel_words,
     word_peaks,
 )
 from rcstat.grounding.detector_features import (
@@ -149,8 +150,9 @@ class DetectorSample:
 
     def spans_at(self, probability: np.ndarray, threshold: float) -> list[tuple[int, int]]:
         """The predicted unsupported spans of a flagged response at span ``threshold``."""
-        found, _ = unsupported_spans(self.item.response, self.offsets, probability, threshold)
-        return [(s.start, s.end) for s in found]
+        found = unsupported_spans(self.item.response, self.offsets, probability, threshold)
+        kept, _ = with_novel_words(*found, list(self.words))
+        return [(s.start, s.end) for s in kept]
 
 
 def measure_samples(
