@@ -108,7 +108,7 @@ def main() -> None:
         "rounds": args.rounds,
         "method": grounder.method["score"],
     }
-    write(args.out, f"ground_{args.model}_{device_label(args.device)}", rows, meta)
+    write(args.out, f"ground_{args.dataset}_{args.model}_{device_label(args.device)}", rows, meta)
 
 
 if __name__ == "__main__":
