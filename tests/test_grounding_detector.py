@@ -580,7 +580,9 @@ def test_response_features_by_hand() -> None:
     ]
     p = np.array([0.1, 0.9, 0.2, 0.8, 0.3, 0.7])
     nll = np.array([1.0, 2.0, 40.0, 0.0, 0.0, 3.0])
-    got = dict(zip(RESPONSE_FEATURES, response_features(p, nll, 50, text, words), strict=True))
+    got = dict(
+        zip(RESPONSE_FEATURES, response_features(p, nll, 50, text, words, False), strict=True)
+    )
     want = {
         "p_mean": 0.5,
         "p_max": 0.9,
@@ -592,16 +594,19 @@ def test_response_features_by_hand() -> None:
         "bigrams_known": 1 / 3,
         "copied_share": 0.0,
         "novel_facts": math.log(2),  # "3"
+        "structured_context": 0.0,
         "log_tokens": math.log(6),
         "log_context_tokens": math.log(50),
         "mean_nll": (1 + 2 + 30 + 0 + 0 + 3) / 6,  # capped at 30
     }
     assert got == pytest.approx(want)
+    structured = response_features(p, nll, 50, text, words, True)
+    assert structured[RESPONSE_FEATURES.index("structured_context")] == 1.0
 
 
 def test_response_features_of_one_word_and_of_none() -> None:
     one = response_features(
-        np.array([0.4]), np.array([1.0]), 0, "Paris", Lexicon("Paris").words_of("Paris")
+        np.array([0.4]), np.array([1.0]), 0, "Paris", Lexicon("Paris").words_of("Paris"), False
     )
     named = dict(zip(RESPONSE_FEATURES, one, strict=True))
     assert named["bigrams_known"] == 1.0 and named["words_known"] == 1.0  # its own word
@@ -609,7 +614,7 @@ def test_response_features_of_one_word_and_of_none() -> None:
     none = dict(
         zip(
             RESPONSE_FEATURES,
-            response_features(np.array([0.2, 0.6]), np.zeros(2), 5, "?!", []),
+            response_features(np.array([0.2, 0.6]), np.zeros(2), 5, "?!", [], False),
             strict=True,
         )
     )
@@ -631,7 +636,9 @@ def _expected(measurer: Measurer, detector: Detector, response: str) -> tuple[fl
     words = Lexicon(CONTEXT).words_of(response)
     x, _ = token_features(m, words)
     p = 1 / (1 + np.exp(-(4.0 * x[:, token_feature_names(LAYERS).index("novel")] - 2.0)))
-    features = response_features(p, m.nll, context_tokens(m), response, words)
+    features = response_features(
+        p, m.nll, context_tokens(m), response, words, Lexicon(CONTEXT).structured
+    )
     shift = 0.3 if _copied_kind(response) and detector.copy_response is not None else 0.5
     p_max = features[RESPONSE_FEATURES.index("p_max")]
     return float(1 / (1 + np.exp(-(p_max - shift) / 0.1))), p

@@ -384,7 +384,7 @@ def _measure_cached(
 ) -> tuple[list[DetectorSample], list[tuple[str, str]]]:
     """Every item's sample, from ``cache`` when its key (model, texts, labels, feature
     version) is there, else measured and written there."""
-    from rcstat.grounding.lexicon import ResponseWord
+    from rcstat.grounding.lexicon import Lexicon, ResponseWord
     from rcstat.grounding.training import measure_samples
 
     cache.mkdir(parents=True, exist_ok=True)
@@ -412,6 +412,7 @@ def _measure_cached(
                         nll=data["nll"],
                         context_tokens=int(data["context_tokens"]),
                         words=words,
+                        structured=Lexicon(item.context).structured,
                     )
                 )
             continue

@@ -46,13 +46,12 @@ from rcstat.grounding.detector_features import (
     RESPONSE_FEATURES,
     context_tokens,
     copied_share,
-    lexicon_words,
     response_features,
     token_feature_names,
     token_features,
 )
 from rcstat.grounding.json_file import save_json
-from rcstat.grounding.lexicon import ResponseWord
+from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.measure import Measurement
 
 __all__ = [
@@ -268,8 +267,10 @@ class Detector:
         response = measured.example.part_text("answer")
         if context is None:
             context = measured.example.part_text("context")
-        words = lexicon_words(context, response)
-        return self.detect_tokens(measured, words, self.token_probability(measured, words))
+        lexicon = Lexicon(context)
+        words = lexicon.words_of(response)
+        probability = self.token_probability(measured, words)
+        return self.detect_tokens(measured, words, probability, structured=lexicon.structured)
 
     def token_probability(self, measured: Measurement, words: list[ResponseWord]) -> np.ndarray:
         """``[G]``: the token model's probabilities for the pass ``measured``."""
@@ -283,16 +284,23 @@ class Detector:
         return self.token.probability(x)
 
     def detect_tokens(
-        self, measured: Measurement, words: list[ResponseWord], probability: np.ndarray
+        self,
+        measured: Measurement,
+        words: list[ResponseWord],
+        probability: np.ndarray,
+        *,
+        structured: bool,
     ) -> Detection:
         """The :class:`Detection` of token probabilities ``probability`` ``[G]`` (e.g. the
-        best over the windows of a long context) for the pass ``measured``."""
+        best over the windows of a long context) for the pass ``measured``; ``structured``:
+        whether the whole context is structured data."""
         features = response_features(
             probability,
             measured.nll,
             context_tokens(measured),
             measured.example.part_text("answer"),
             words,
+            structured,
         )  # [R]
         kind, model, threshold = self.kind_of(words)
         p_response = float(model.probability(features[None])[0])

@@ -28,8 +28,10 @@ Token features (response token ``j``, written by the query row before it):
 Response features: aggregates of the detector's token probabilities ``p_j`` (mean, largest,
 mean of the 5 largest, largest mean over 5 and over 15 consecutive tokens, share above 0.5)
 and of the texts: the share of the response's words and word bigrams that the context holds,
-the share of its words in copied runs (``copied_share``), ``log(1 + novel facts)``, ``log``
-of the response's and the context's token counts, the mean token NLL.
+the share of its words in copied runs (``copied_share``), ``log(1 + novel facts)``, whether
+the context is structured data (``structured_context``: a JSON record, whose faithful
+overviews reword every key), ``log`` of the response's and the context's token counts, the
+mean token NLL.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ RESPONSE_FEATURES = (
     "bigrams_known",
     "copied_share",
     "novel_facts",
+    "structured_context",
     "log_tokens",
     "log_context_tokens",
     "mean_nll",
@@ -181,10 +184,12 @@ def response_features(
     context_tokens: int,
     response: str,
     words: list[ResponseWord],
+    structured: bool,
 ) -> np.ndarray:
     """``[R]`` the response features (module notes, order :data:`RESPONSE_FEATURES`) from
     the token probabilities ``probability`` ``[G]`` of the detector's token model, the tokens'
-    NLL ``[G]``, the context's token count, the response and its words."""
+    NLL ``[G]``, the context's token count, the response, its words and whether the context
+    is structured data (:attr:`~rcstat.grounding.lexicon.Lexicon.structured`)."""
     p = np.asarray(probability, dtype=np.float64)
     known = [w.known for w in words]
     pairs = [w.bigram_known for w in words[1:]]
@@ -200,6 +205,7 @@ def response_features(
             float(np.mean(pairs)) if pairs else (float(known[0]) if known else 0.0),
             copied_share(words),
             np.log1p(float(novel_facts(response, words).sum())),
+            float(structured),
             np.log(len(p)),
             np.log(max(context_tokens, 1)),
             float(np.minimum(nll, NLL_CAP).mean()),

@@ -25,6 +25,7 @@ from rcstat.defaults import DEFAULT_MAX_CHARS, DEFAULT_MAX_RESPONSE_TOKENS, DEFA
 from rcstat.grounding.detector import Detection, Detector, shipped_detector
 from rcstat.grounding.detector_features import lexicon_words
 from rcstat.grounding.features import HEAD_FEATURES
+from rcstat.grounding.lexicon import Lexicon
 from rcstat.grounding.limits import (
     check_limit,
     check_pass_tokens,
@@ -498,8 +499,12 @@ class Grounder:
             ]
         )  # [windows, G]
         chosen = measured[int(np.argmin(per_window.mean(axis=1)))]
+        lexicon = Lexicon(context)
         return self.detector.detect_tokens(
-            chosen, lexicon_words(context, checked), per_window.min(axis=0)
+            chosen,
+            lexicon.words_of(checked),
+            per_window.min(axis=0),
+            structured=lexicon.structured,
         )
 
 

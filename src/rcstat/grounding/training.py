@@ -46,12 +46,11 @@ from rcstat.grounding.detector_features import (
     RESPONSE_FEATURES,
     context_tokens,
     copied_share,
-    lexicon_words,
     response_features,
     token_feature_names,
     token_features,
 )
-from rcstat.grounding.lexicon import ResponseWord
+from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.measure import Measurer
 from rcstat.metrics.ranking import auroc
 from rcstat.metrics.spans import char_prf
@@ -127,6 +126,8 @@ class DetectorSample:
         The context's token count.
     words
         The response's words and their context matches.
+    structured
+        Whether the context is structured data.
     """
 
     item: LabelledResponse
@@ -136,6 +137,7 @@ class DetectorSample:
     nll: np.ndarray  # [G]
     context_tokens: int
     words: tuple[ResponseWord, ...]
+    structured: bool = False
 
     @property
     def group(self) -> str:
@@ -145,7 +147,12 @@ class DetectorSample:
     def response_x(self, probability: np.ndarray) -> np.ndarray:
         """``[R]`` response features for token probabilities ``probability`` ``[G]``."""
         return response_features(
-            probability, self.nll, self.context_tokens, self.item.response, list(self.words)
+            probability,
+            self.nll,
+            self.context_tokens,
+            self.item.response,
+            list(self.words),
+            self.structured,
         )
 
     def spans_at(self, probability: np.ndarray, threshold: float) -> list[tuple[int, int]]:
@@ -171,7 +178,8 @@ def measure_samples(
         except ValueError as err:
             errors.append((item.id, f"{type(err).__name__}: {err}"))
             continue
-        words = lexicon_words(item.context, measured.example.part_text("answer"))
+        lexicon = Lexicon(item.context)
+        words = lexicon.words_of(measured.example.part_text("answer"))
         x, _ = token_features(measured, words)
         offsets = measured.token_spans()
         label = np.zeros(len(offsets), dtype=bool)
@@ -186,6 +194,7 @@ def measure_samples(
                 nll=np.asarray(measured.nll, dtype=np.float64),
                 context_tokens=context_tokens(measured),
                 words=tuple(words),
+                structured=lexicon.structured,
             )
         )
     return samples, errors
