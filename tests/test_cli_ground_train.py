@@ -212,7 +212,7 @@ def test_train_on_labelled_pairs_end_to_end(  # type: ignore[no-untyped-def]
         p.name for p in out.iterdir()
     }
     detector = Detector.load(out / "detector.json")
-    assert detector.layers == 3 and detector.model == Path(model_dir).name  # its name, no local path
+    assert detector.layers == 3 and detector.model == Path(model_dir).name
     assert detector.meta["samples"] == 96 and detector.meta["datasets"] == ["jsonl"]
     assert detector.meta["trained_on"] == [f"jsonl:{pairs_file}"]
     errors = pd.read_csv(out / "errors.csv")
