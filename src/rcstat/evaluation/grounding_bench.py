@@ -591,7 +591,7 @@ def one_class_note(frame: pd.DataFrame) -> str:
 
 def _kind(method: str) -> str:
     if method == "rcstat":
-        return "rcstat zero-shot"
+        return "rcstat default verdict"
     if method in VARIANTS:
         return "rcstat variant"
     if method in BASELINES:
