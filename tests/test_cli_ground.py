@@ -291,7 +291,7 @@ def test_ground_refuses_a_long_response_before_its_forward_pass(  # type: ignore
     def no_pass(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a forward pass ran before the response's length was checked")
 
-    monkeypatch.setattr("rcstat.grounding.measure.Measurer.measure", no_pass)
+    monkeypatch.setattr("rcstat.grounding.measure.Measurer.measure_batch", no_pass)
     out = tmp_path / "out"
     word = "x" * 20_000  # one word of 20,000 characters
     texts = ["--context", CONTEXT, "--response", word]

@@ -87,7 +87,7 @@ def test_the_defaults_are_documented_numbers() -> None:
 
 
 def test_a_punctuation_response_is_refused_not_supported(grounder, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(grounder.measurer, "measure", _no_pass)
+    monkeypatch.setattr(grounder.measurer, "measure_batch", _no_pass)
     for response in ("?!?! ... !!!", " . ", "—"):
         with pytest.raises(ValueError, match="the response has no word"):
             grounder.ground(CONTEXT, response)
@@ -105,7 +105,7 @@ def test_grounder_refuses_long_texts_before_tokenising(grounder, monkeypatch) ->
 
 
 def test_grounder_refuses_a_long_response_before_any_pass(grounder, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(grounder.measurer, "measure", _no_pass)
+    monkeypatch.setattr(grounder.measurer, "measure_batch", _no_pass)
     first, last = grounder.measurer.tokenize(CONTEXT, RESPONSE).token_span("answer")
     monkeypatch.setattr(grounder, "max_response_tokens", last - first - 1)
     with pytest.raises(ValueError) as err:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
+    "DEFAULT_BATCH_TOKENS",
     "DEFAULT_GROUNDING_FRACTION",
     "DEFAULT_GROUNDING_QUANTILE",
     "DEFAULT_MAX_CHARS",
@@ -42,6 +43,9 @@ DEFAULT_WINDOW = 8
 INSTALL_PRESS = 'pip install "rcstat[press]"'
 #: The most bootstrap resamples a benchmark takes (``--resamples``; more runs for hours).
 MAX_RESAMPLES = 100_000
+#: Most tokens of one batched grounding pass on a GPU (pairs × the batch's longest sequence;
+#: ``--batch-tokens``): several RAGTruth responses a pass, a few GB of scores at 8B shapes.
+DEFAULT_BATCH_TOKENS = 16_384
 #: Share of the heads, ranked by their head-profile value, that the grounding score averages.
 DEFAULT_GROUNDING_FRACTION = 0.25
 #: Lower quantile of its token scores that a sentence's grounding score is (the weakest part).

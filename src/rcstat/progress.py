@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TextIO, TypeVar
 
 __all__ = ["progress"]
@@ -21,12 +21,15 @@ def progress(
     enabled: bool = True,
     stream: TextIO | None = None,
     every_s: float = 10.0,
+    size: Callable[[T], int] | None = None,
 ) -> Iterator[T]:
     """Yield ``items`` while showing progress on ``stream`` (standard error by default).
 
     On a terminal a tqdm bar; elsewhere (logs, pipes, CI) plain lines ``desc: i/n unit (t s)``
     — at the start, after every twentieth of the items or ``every_s`` seconds, and at the end —
-    so that progress is readable without a terminal.
+    so that progress is readable without a terminal. With ``size``, each item counts
+    ``size(item)`` units (e.g. a batch of pairs; ``total`` then counts units), reported once
+    the loop has done it.
 
     >>> import io
     >>> log = io.StringIO()
@@ -35,16 +38,20 @@ def progress(
     >>> [line.split(" (")[0] for line in log.getvalue().splitlines()]
     ['demo: 0/3 example', 'demo: 1/3 example', 'demo: 2/3 example', 'demo: 3/3 example']
     """
-    if total is None and hasattr(items, "__len__"):
+    if total is None and hasattr(items, "__len__") and size is None:
         total = len(items)  # type: ignore[arg-type]
     sink = sys.stderr if stream is None else stream
     if not enabled:
         yield from items
         return
+    weigh = size or (lambda _: 1)
     if getattr(sink, "isatty", lambda: False)():
         from tqdm.auto import tqdm
 
-        yield from tqdm(items, total=total, desc=desc, unit=unit, file=sink)
+        with tqdm(total=total, desc=desc, unit=unit, file=sink) as bar:
+            for item in items:
+                yield item
+                bar.update(weigh(item))
         return
     of = "" if total is None else f"/{total}"
     step = max(1, (total or 0) // 20)
@@ -58,9 +65,9 @@ def progress(
     done = 0
     for item in items:
         yield item
-        done += 1
+        before, done = done, done + weigh(item)
         now = time.perf_counter()
-        if done % step == 0 or done == total or now - last >= every_s:
+        if done // step > before // step or done == total or now - last >= every_s:
             line(done)
             last = now
     if total is not None and done != total:

@@ -70,7 +70,9 @@ def attention_probs(
         ``[..., q, k]`` raw ``<q, k>`` of queries at absolute ``query_positions`` against keys
         ``0 .. k-1`` (future keys included; they are masked here).
     query_positions
-        ``[q]`` int64 absolute positions of the query rows.
+        ``[q]`` int64 absolute positions of the query rows, or ``[..., q]`` (broadcast
+        against the leading axes of ``scores``) when the rows of each sequence of a batch
+        sit at their own positions.
     params
         The layer's :class:`SoftmaxParams`.
 
@@ -83,8 +85,8 @@ def attention_probs(
     if params.softcap is not None:
         logits = torch.tanh(logits / params.softcap) * params.softcap
     keys = torch.arange(scores.shape[-1], device=scores.device)  # [k]
-    rows = query_positions.to(scores.device)[:, None]  # [q, 1]
-    visible = keys[None, :] <= rows  # [q, k]
+    rows = query_positions.to(scores.device)[..., None]  # [..., q, 1]
+    visible = keys <= rows  # [..., q, k]
     if params.sliding_window is not None:
         visible &= rows - keys[None, :] < params.sliding_window
     return logits.masked_fill(~visible, float("-inf")).softmax(dim=-1)

@@ -58,6 +58,7 @@ class _Session:
     layers: frozenset[int]
     query_start: int
     query_end: int | None
+    positions: torch.Tensor | None  # [B, Q] on the host
     scaled: bool
     finite: Callable[[Any], torch.Tensor] | None
     graph_key: Callable[[int], Hashable | None] | None
@@ -65,6 +66,7 @@ class _Session:
     delegate: Callable[..., Any]
     result: CaptureResult[Any]
     flags: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # checked on exit
+    placed: dict[torch.device, torch.Tensor] = field(default_factory=dict)  # positions there
     graphs: GraphedCalls = field(default_factory=GraphedCalls)
 
 
@@ -143,9 +145,14 @@ def _attention(
         offset = key.shape[2] - query.shape[2]
         start = max(session.query_start - offset, 0)
         end = query.shape[2] if session.query_end is None else session.query_end - offset
-        if start < end:
-            scaling = float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
+        if session.positions is not None:
+            rows = _rows_at(session, query, offset)
+        elif start < end:
             rows = query[:, :, start:end]
+        else:
+            rows = None
+        if rows is not None:
+            scaling = float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
 
             def reduce(rows: torch.Tensor, key: torch.Tensor) -> tuple[Any, torch.Tensor]:
                 scores = grouped_scores(rows, key)  # [batch, head, q, k]
@@ -176,6 +183,24 @@ def _attention(
     return session.delegate(module, query, key, value, attention_mask, **kwargs)
 
 
+def _rows_at(session: _Session, query: torch.Tensor, offset: int) -> torch.Tensor:
+    """The query rows at each batch entry's own positions: ``[B, heads, Q, dim]``."""
+    positions = session.positions
+    assert positions is not None
+    if positions.shape[0] != query.shape[0] or offset != 0 or positions.max() >= query.shape[2]:
+        raise ValueError(
+            f"query_positions holds rows of {positions.shape[0]} sequences up to position "
+            f"{int(positions.max())} for a pass over {query.shape[0]} sequences of "
+            f"{query.shape[2]} new tokens after {offset} cached ones: give one row of "
+            "positions inside each sequence of a pass without a cache"
+        )
+    device = query.device
+    if device not in session.placed:
+        session.placed[device] = positions.to(device, non_blocking=True)
+    index = session.placed[device][:, None, :, None]  # [B, 1, Q, 1]
+    return query.gather(2, index.expand(-1, query.shape[1], -1, query.shape[3]))
+
+
 def _delegate_for(model: torch.nn.Module, implementation: str) -> Callable[..., Any]:
     if implementation in ALL_ATTENTION_FUNCTIONS:
         return ALL_ATTENTION_FUNCTIONS[implementation]
@@ -198,6 +223,7 @@ def capture_scores(
     layers: Sequence[int] | None = None,
     query_start: int = 0,
     query_end: int | None = None,
+    query_positions: torch.Tensor | None = None,
     scaled: bool = False,
     finite: Callable[[Any], torch.Tensor] | None = None,
     graph_key: Callable[[int], Hashable | None] | None = None,
@@ -218,6 +244,11 @@ def capture_scores(
         Layer indices to capture (default: all).
     query_start, query_end
         Absolute positions ``[query_start, query_end)`` of the query rows to keep.
+    query_positions
+        ``[batch, Q]`` int64: instead, the absolute positions of the rows to keep in each
+        sequence of the batch (row ``r`` of sequence ``b`` is the query at
+        ``query_positions[b, r]``), for batches of sequences of different lengths; passes
+        without a cache only.
     scaled
         Multiply by the model's softmax scaling (``1/sqrt(d)``) instead of raw scores.
     finite
@@ -254,6 +285,15 @@ def capture_scores(
         raise ValueError(f"layers {bad} out of range: the model has {layout.num_layers} layers")
     if query_start < 0 or (query_end is not None and query_end <= query_start):
         raise ValueError(f"invalid query rows [{query_start}, {query_end})")
+    if query_positions is not None and (
+        query_positions.dim() != 2
+        or query_positions.dtype != torch.long
+        or not query_positions.numel()
+        or bool((query_positions < 0).any())
+    ):
+        raise ValueError("query_positions must be a non-empty [batch, rows] int64 tensor >= 0")
+    if query_positions is not None:
+        query_positions = query_positions.cpu()
     if _ACTIVE.get() is not None:
         raise RuntimeError("capture_scores contexts cannot be nested")
     previous = current_implementation(model)
@@ -268,6 +308,7 @@ def capture_scores(
         layers=frozenset(chosen),
         query_start=query_start,
         query_end=query_end,
+        positions=query_positions,
         scaled=scaled,
         finite=finite,
         graph_key=graph_key,

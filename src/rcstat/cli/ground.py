@@ -251,4 +251,6 @@ def from_namespace(ns: argparse.Namespace) -> GroundArgs | PairsConfig:
         if ns.json:
             raise ValueError("--json grounds one pair; --pairs writes a JSON row a pair to --out")
         return ground_pairs.from_namespace(ns)
+    if ns.batch_tokens is not None:
+        raise ValueError("--batch-tokens sizes the passes of --pairs; one pair is one pass")
     return GroundArgs.from_namespace(ns)

@@ -20,6 +20,7 @@ from rcstat.cli._common import Devices, load_model_quietly, say
 from rcstat.cli.exit_codes import SUPPORTED, pairs_status, pairs_status_text
 from rcstat.cli.ground_limits import Limits
 from rcstat.cli.options import check_language, check_top_k, detector_choice
+from rcstat.defaults import DEFAULT_BATCH_TOKENS
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.ground_pairs import PairsConfig
@@ -37,6 +38,15 @@ def add_pairs_option(parser: argparse.ArgumentParser) -> None:
         help='ground many pairs, one JSON object a line: {"context", "response", "question"?, '
         '"id"?}; one row per line in --out/grounded.jsonl (resumable). Exit status: '
         + pairs_status_text(),
+    )
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --pairs, the most tokens of one forward pass: pairs of similar length share "
+        f"a pass up to N tokens (pairs x the longest; default {DEFAULT_BATCH_TOKENS:,} on a GPU, "
+        "one pair a pass on a CPU, where batching saves nothing)",
     )
 
 
@@ -71,6 +81,7 @@ def from_namespace(ns: argparse.Namespace) -> PairsConfig:
         max_tokens=limits.max_tokens,
         max_chars=limits.max_chars,
         max_response_tokens=limits.max_response_tokens,
+        batch_tokens=ns.batch_tokens,
     )
     config.check()
     check_top_k(top_k, ns.model)

@@ -30,15 +30,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
 
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.capture.host import upload
-from rcstat.stats import UnitRows, normalized_rc_shared, unit_rows, units_key_expected
+from rcstat.stats import normalized_rc_shared, stacked_unit_rows, unit_rows, units_key_expected
 
-__all__ = ["HEAD_FEATURES", "ResponseRows", "grounding_reducer", "heads_by_layer"]
+__all__ = [
+    "HEAD_FEATURES",
+    "PassExample",
+    "ResponseRows",
+    "grounding_reducer",
+    "heads_by_layer",
+    "query_positions",
+]
 
 #: The per-head statistics of every response token, in the order the reducer returns them.
 HEAD_FEATURES = ("rc", "lookback", "attention_score")
@@ -79,21 +88,56 @@ def heads_by_layer(flat: np.ndarray, heads: int) -> dict[int, torch.Tensor]:
     return {layer: torch.tensor(chosen) for layer, chosen in grouped.items()}
 
 
+@dataclass(frozen=True)
+class PassExample:
+    """One sequence of a (batched) grounding pass.
+
+    Attributes
+    ----------
+    rows
+        Where its context and response sit.
+    units
+        Rows ``[a, b)`` of each response unit (sentence), relative to the response's start.
+    matches
+        ``[G, C]`` bool: context key ``k`` holds the token that row ``j`` writes (``copy``);
+        none: ``copy`` is zero.
+    """
+
+    rows: ResponseRows
+    units: tuple[tuple[int, int], ...] = ()
+    matches: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """Tokens of the sequence (the response is last)."""
+        return self.rows.response[1]
+
+
+def query_positions(examples: Sequence[PassExample]) -> torch.Tensor:
+    """``[B, Gmax + 1]`` int64: the absolute positions of the rows a pass over ``examples``
+    (right-padded to one length) captures. Row ``j`` of sequence ``b`` is its query at
+    ``first_row + j``; rows past a sequence's last (``G + 1`` rows) repeat its last."""
+    width = max(e.rows.num_rows for e in examples)
+    ranks = torch.arange(width)
+    return torch.stack([e.rows.first_row + ranks.clamp_max(e.rows.num_rows - 1) for e in examples])
+
+
 def grounding_reducer(
-    rows: ResponseRows,
+    examples: Sequence[PassExample],
     softmax: dict[int, SoftmaxParams],
     *,
     rc_heads: dict[int, torch.Tensor] | None = None,
     support_heads: dict[int, torch.Tensor] | None = None,
-    units: Sequence[tuple[int, int]] = (),
-    matches: torch.Tensor | None = None,
 ) -> Callable[[int, torch.Tensor], dict[str, torch.Tensor]]:
-    """A capture reducer returning the statistics of the module doc for one layer.
+    """A capture reducer returning the statistics of the module doc for one layer, for every
+    sequence of a batch at once.
 
     Parameters
     ----------
-    rows
-        The token ranges; the capture must start at ``rows.first_row``.
+    examples
+        The sequences of the pass, right-padded to one length (the padding comes after every
+        real token, so causal attention keeps it out of their rows); the capture takes the
+        rows of :func:`query_positions`.
     softmax
         Per layer, what the model applies before its softmax.
     rc_heads
@@ -101,85 +145,126 @@ def grounding_reducer(
         NaN. ``lookback`` and ``attention_score`` come for every head.
     support_heads
         Per layer, the heads that attribute each unit to the context (paper eq. 10).
-    units
-        Rows ``[a, b)`` of each response unit (sentence), relative to the response's start.
-    matches
-        ``[G, C]`` bool: context key ``k`` holds the token that row ``j`` writes (``copy``);
-        none: ``copy`` is zero.
 
     Returns
     -------
     callable
-        ``reducer(layer, scores [1, H, G + 1, T]) -> dict`` on the layer's device:
-        ``features`` ``[3, H, G]`` float32 (``rc``, ``lookback``, ``attention_score`` of the
-        rows that produce the ``G`` response tokens) and ``support`` ``[U, C]`` float64, the
-        key-level expected RC ``t_h(g', i)`` of every unit for every context key, summed over
-        the layer's support heads, ``copy`` ``[H, G]`` float32 and ``copied`` ``[U, C]``
-        float64, the ``copy`` weight of every unit's rows on each context key, summed over the
-        rows and the layer's heads.
+        ``reducer(layer, scores [B, H, Gmax + 1, T]) -> dict`` on the layer's device, with
+        ``Gmax`` the longest response and the keys ``[k0, k1)`` from the first context's
+        start to the last context's end: ``features`` ``[3, B, H, Gmax]`` float32 (``rc``,
+        ``lookback``, ``attention_score`` of the rows that produce each sequence's response
+        tokens; rows past a response are meaningless), ``copy`` ``[B, H, Gmax]`` float32,
+        and for the ``U`` units of all sequences in order, ``support`` ``[U, k1 - k0]``
+        float64, the key-level expected RC ``t_h(g', i)`` of every unit for every key, summed
+        over the layer's support heads, and ``copied`` ``[U, k1 - k0]`` float64, the ``copy``
+        weight of every unit's rows on each key, summed over the rows and the layer's heads
+        (keys outside a sequence's own context are meaningless).
     """
-    c0, c1 = rows.context
-    start = rows.first_row
-    num_rows = rows.num_rows - 1  # the row after the last token produces nothing
-    ranks = torch.arange(num_rows)
-    seen = ranks[None, :] <= ranks[:, None]  # [G, G]: response key i visible from row j
-    on_device: dict[torch.device, tuple[torch.Tensor, UnitRows | None, torch.Tensor | None]] = {}
+    count = len(examples)
+    gens = [e.rows.num_rows - 1 for e in examples]  # G per sequence
+    width = max(gens)
+    length = max(e.length for e in examples)  # T
+    k0 = min(e.rows.context[0] for e in examples)
+    k1 = max(e.rows.context[1] for e in examples)
+    first = torch.tensor([e.rows.first_row for e in examples])  # [B]
+    positions = query_positions(examples)[:, :width]  # [B, Gmax]
+    keys = torch.arange(length)
+    on_context = torch.stack(
+        [((keys >= e.rows.context[0]) & (keys < e.rows.context[1])).float() for e in examples]
+    )
+    on_context /= on_context.sum(-1, keepdim=True)  # [B, T]: the mean over the context keys
+    written = (keys[None, :] >= first[:, None]).float()  # [B, T]: response keys a-1 ..
+    seen = torch.arange(1, width + 1, dtype=torch.float32)  # [Gmax]: response keys per row
+    units = [u for e in examples for u in e.units]
+    # row-to-unit sums of every sequence: [B, Umax, Gmax]; its units in order
+    most = max(1, max(len(e.units) for e in examples))
+    unit_sum = torch.zeros(count, most, width, dtype=torch.float64)
+    for b, e in enumerate(examples):
+        for u, (a, z) in enumerate(e.units):
+            unit_sum[b, u, a:z] = 1.0
+    unit_at = torch.tensor(
+        [b * most + u for b, e in enumerate(examples) for u in range(len(e.units))]
+    )
+    match = torch.zeros(count, width, k1 - k0, dtype=torch.bool)  # [B, Gmax, K]
+    for b, e in enumerate(examples):
+        if e.matches is not None:
+            c0, c1 = e.rows.context
+            match[b, : gens[b], c0 - k0 : c1 - k0] = e.matches
+    triangle = torch.arange(width)[None, :] <= torch.arange(width)[:, None]  # [Gmax, Gmax]
+    support_rows = (
+        stacked_unit_rows(
+            [
+                unit_rows(list(e.units), length, e.rows.response[0]) if e.units else None
+                for e in examples
+            ],
+            length,
+            row_offset=1,  # the generation block starts at the row of the first response token
+        )
+        if units
+        else None
+    )
+    on_device: dict[torch.device, dict[str, Any]] = {}
+
+    def placed(device: torch.device) -> dict[str, Any]:
+        if device not in on_device:
+            move = partial(upload, device=device)
+            on_device[device] = {
+                "positions": move(positions),
+                "context": move(on_context),
+                "written": move(written),
+                "seen": move(seen),
+                "unit_sum": move(unit_sum),
+                "unit_at": move(unit_at),
+                "match": move(match),
+                "triangle": move(triangle),
+                "support_rows": None if support_rows is None else support_rows.map(move),
+            }
+        return on_device[device]
+
+    def rc_of(scores: torch.Tensor, b: int, heads: torch.Tensor | None) -> torch.Tensor:
+        """``[h, G]`` normalized RC of sequence ``b``'s rows for ``heads`` (None: all)."""
+        e, g = examples[b], gens[b]
+        picked = scores[b, :, :g] if heads is None else scores[b, heads, :g]  # [h, G, T]
+        c0, c1 = e.rows.context
+        start = e.rows.first_row
+        own = picked[..., start : start + g]  # [h, G, G]: keys a-1 .. a+G-2
+        valid = placed(scores.device)["triangle"][:g, :g]
+        return normalized_rc_shared(
+            picked[..., c0:c1][:, :, None, :], own, y_valid=valid.expand_as(own), check_finite=False
+        )[..., 0].float()
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
-        block = scores[0, :, :num_rows]  # [H, G, T]
-        device = block.device
-        if device not in on_device:
-            # units of the generated block (rows 1.., generated keys from column start + 1)
-            found = unit_rows(list(units), scores.shape[-1], start + 1) if units else None
-            moved = None if found is None else found.map(lambda t: upload(t, device))
-            match = None if matches is None else upload(matches, device)
-            on_device[device] = (upload(seen, device), moved, match)
-        valid, unit_rows_, match = on_device[device]
-
-        def rc_of(picked: torch.Tensor) -> torch.Tensor:  # [h, G, T] -> [h, G]
-            own = picked[..., start : start + num_rows]  # [h, G, G]: keys a-1 .. a+G-2
-            return normalized_rc_shared(
-                picked[..., c0:c1][:, :, None, :],
-                own,
-                y_valid=valid.expand_as(own),
-                check_finite=False,
-            )[..., 0].float()
-
-        if rc_heads is None:
-            rc = rc_of(block)  # [H, G]
-        else:
-            rc = torch.full(block.shape[:2], float("nan"), dtype=torch.float32, device=device)
-            chosen = rc_heads.get(layer)
-            if chosen is not None:
-                index = upload(chosen, device)
-                rc[index] = rc_of(block[index])
-        positions = torch.arange(start, start + num_rows, device=device)
-        probs = attention_probs(block, positions, softmax[layer])  # [H, G, T]
-        on_context = probs[..., c0:c1].mean(-1)  # [H, G]
-        on_response = probs[..., start : start + num_rows].sum(-1) / valid.sum(-1)  # [H, G]
-        lookback = on_context / (on_context + on_response).clamp_min(1e-30)
-        diagonal = probs[:, positions - start, positions]  # [H, G]
+        device = scores.device
+        at = placed(device)
+        block = scores[:, :, :width]  # [B, H, Gmax, T]
+        rc = torch.full(block.shape[:3], float("nan"), dtype=torch.float32, device=device)
+        chosen = None if rc_heads is None else rc_heads.get(layer)
+        if rc_heads is None or chosen is not None:
+            index = None if chosen is None else upload(chosen, device)
+            for b, g in enumerate(gens):
+                if index is None:
+                    rc[b, :, :g] = rc_of(block, b, None)
+                else:
+                    rc[b, index, :g] = rc_of(block, b, index)
+        probs = attention_probs(block, at["positions"][:, None], softmax[layer])  # [B,H,G,T]
+        context = probs @ at["context"][:, None, :, None]  # [B, H, Gmax, 1]
+        response = (probs @ at["written"][:, None, :, None])[..., 0] / at["seen"]
+        lookback = context[..., 0] / (context[..., 0] + response).clamp_min(1e-30)
+        diagonal = probs.gather(
+            -1, at["positions"][:, None, :, None].expand(-1, probs.shape[1], -1, 1)
+        )
+        features = torch.stack([rc, lookback, diagonal[..., 0].clamp_min(1e-30).log()])
+        on_match = probs[..., k0:k1] * at["match"][:, None]  # [B, H, Gmax, K]
+        copy = on_match.sum(-1).float()  # [B, H, Gmax]
+        per_row = on_match.sum(1).double()  # [B, Gmax, K] over the heads
+        copied = (at["unit_sum"] @ per_row).flatten(0, 1)[at["unit_at"]]  # [U, K]
         heads = None if support_heads is None else support_heads.get(layer)
-        if heads is None or unit_rows_ is None:
-            support = torch.zeros(len(units), c1 - c0, dtype=torch.float64, device=device)
+        if heads is None or at["support_rows"] is None:
+            support = torch.zeros(len(units), k1 - k0, dtype=torch.float64, device=device)
         else:
-            # the generated block of the attribution machinery: rows of g, keys 0 .. a+G-1
-            generated = scores[0, upload(heads, device), 1:]  # [h, G, T]
-            per_key = units_key_expected(generated, unit_rows_, (c0, c1), check_finite=False)
-            support = per_key.sum(1)  # [U, C] summed over the support heads
-        features = torch.stack([rc, lookback, diagonal.clamp_min(1e-30).log()])  # [3, H, G]
-        if match is None:
-            copy = torch.zeros(block.shape[:2], dtype=torch.float32, device=device)
-            copied = torch.zeros(len(units), c1 - c0, dtype=torch.float64, device=device)
-        else:
-            on_match = probs[..., c0:c1] * match  # [H, G, C]: weight on keys holding the token
-            copy = on_match.sum(-1).float()  # [H, G]
-            per_row = on_match.sum(0).double()  # [G, C] over the heads
-            copied = (
-                torch.stack([per_row[a:b].sum(0) for a, b in units])
-                if units
-                else (per_row.new_zeros(0, c1 - c0))
-            )  # [U, C]
+            picked = scores[:, upload(heads, device)]  # [B, h, Gmax + 1, T]
+            per_key = units_key_expected(picked, at["support_rows"], (k0, k1), check_finite=False)
+            support = per_key.sum(1)  # [U, K] summed over the support heads
         return {"features": features, "support": support, "copy": copy, "copied": copied}
 
     return reduce

@@ -11,7 +11,7 @@ probe's probability. A context longer than the model's window is read in windows
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from rcstat.grounding.measure import (
     DEFAULT_INSTRUCTION,
     Measurement,
     Measurer,
+    Prepared,
     baselines,
     feature_names,
 )
@@ -291,15 +292,20 @@ class Grounder:
             response longer than ``max_response_tokens``, or a question too long to leave room
             for any context (:mod:`.limits`; all before any forward pass).
         """
-        check_texts(
-            {"context": context, "response": response, "question": question}, self.max_chars
-        )
-        example = self.measurer.tokenize(context, response, question)
-        first, last = example.token_span("answer")
-        check_response_tokens(last - first, self.max_response_tokens)
-        plan = self._plan(context, response, example)
-        if plan is None:
-            return self.score(self.measurer.measure(context, response, question, example=example))
+        planned = self._prepare(context, response, question)
+        if isinstance(planned, Prepared):
+            return self.score(self.measurer.measure_batch([planned])[0])
+        return self._read_windows(context, response, question, planned, show_progress)
+
+    def _read_windows(
+        self,
+        context: str,
+        response: str,
+        question: str | None,
+        plan: tuple[str, list[Window]],
+        show_progress: bool,
+    ) -> Grounding:
+        """One pass over each window of a long context (see :meth:`_plan`), combined."""
         checked, windows = plan
         shown = progress(
             windows,
@@ -311,6 +317,74 @@ class Grounder:
             self.measurer.measure(context[w.start : w.end], checked, question) for w in shown
         ]
         return self._combine(measured, windows, context, response)
+
+    def ground_many(
+        self,
+        pairs: Sequence[tuple[str, str, str | None]],
+        *,
+        batch_tokens: int | None = None,
+        show_progress: bool = False,
+    ) -> list[Grounding | ValueError]:
+        """Ground many (context, response, question) triples, several in each forward pass.
+
+        The pairs are measured in passes of at most ``batch_tokens`` tokens
+        (:meth:`Measurer.measure_many`); a pair whose context needs windows is read alone, in
+        windows (as :meth:`ground`). Each result equals :meth:`ground` of its pair up to
+        floating-point rounding.
+
+        Parameters
+        ----------
+        pairs
+            ``(context, response, question)`` triples; ``question`` may be None.
+        batch_tokens
+            The most tokens of one pass; default :data:`~rcstat.defaults.DEFAULT_BATCH_TOKENS`
+            on a GPU, one pair a pass on a CPU (where batching saves nothing).
+        show_progress
+            Show the windows of a long context on standard error as they are read.
+
+        Returns
+        -------
+        list
+            In the order of ``pairs``: each pair's :class:`Grounding`, or the ``ValueError``
+            that :meth:`ground` raises for it (refused before any pass; the others are
+            grounded).
+        """
+        results: list[Grounding | ValueError | None] = [None] * len(pairs)
+        ready: list[tuple[int, Prepared]] = []
+        for at, (context, response, question) in enumerate(pairs):
+            try:
+                planned = self._prepare(context, response, question)
+                if isinstance(planned, Prepared):
+                    ready.append((at, planned))
+                else:
+                    results[at] = self._read_windows(
+                        context, response, question, planned, show_progress
+                    )
+            except ValueError as err:
+                results[at] = err
+        measured = self.measurer.measure_many(
+            [prepared for _, prepared in ready], batch_tokens=batch_tokens
+        )
+        for (at, _), one in zip(ready, measured, strict=True):
+            results[at] = self.score(one)
+        return [r for r in results if r is not None]
+
+    def _prepare(
+        self, context: str, response: str, question: str | None
+    ) -> Prepared | tuple[str, list[Window]]:
+        """The example of one pass, checked (every limit of :meth:`ground`); or, for a
+        context longer than ``max_tokens``, the checked part of the response and the
+        context's windows."""
+        check_texts(
+            {"context": context, "response": response, "question": question}, self.max_chars
+        )
+        example = self.measurer.tokenize(context, response, question)
+        first, last = example.token_span("answer")
+        check_response_tokens(last - first, self.max_response_tokens)
+        plan = self._plan(context, response, example)
+        if plan is None:
+            return self.measurer.prepare(context, response, question, example=example)
+        return plan
 
     def score(self, measured: Measurement) -> Grounding:
         """Turn a :class:`Measurement` into a :class:`Grounding` with this configuration."""

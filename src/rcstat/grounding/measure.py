@@ -13,6 +13,7 @@ instruction are neither context nor response.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,12 +24,16 @@ from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.result import eq10_normalize
 from rcstat.attribution.spans import DEFAULT_LANGUAGE
 from rcstat.capture import attention_layout, capture_scores, softmax_params
+from rcstat.checks import check_count
+from rcstat.defaults import DEFAULT_BATCH_TOKENS
 from rcstat.generation import check_example, input_device
 from rcstat.grounding.features import (
     HEAD_FEATURES,
+    PassExample,
     ResponseRows,
     grounding_reducer,
     heads_by_layer,
+    query_positions,
 )
 from rcstat.grounding.score import DEFAULT_QUANTILE, bigram_overlap, unigram_overlap
 from rcstat.segments import Segmented, chat_prompt_ids, segment_chat
@@ -40,8 +45,10 @@ __all__ = [
     "DEFAULT_INSTRUCTION",
     "Measurement",
     "Measurer",
+    "Prepared",
     "baselines",
     "feature_names",
+    "token_batches",
 ]
 
 _WORD = re.compile(r"\w+")
@@ -144,6 +151,17 @@ class Measurement:
         return rc.mean(axis=0)
 
 
+@dataclass
+class Prepared:
+    """One example checked and tokenised for a (batched) pass (:meth:`Measurer.prepare`)."""
+
+    example: Segmented
+    passed: PassExample
+    units: list[TextSpan]
+    spans: list[TextSpan]
+    instruction: str
+
+
 class Measurer:
     """The forward pass of grounding, without any scoring choice (see :class:`Grounder`).
 
@@ -201,6 +219,18 @@ class Measurer:
     ) -> Measurement:
         """Run the forward pass and return the raw per-token statistics (no scoring);
         ``example``: the same texts already tokenised by :meth:`tokenize`."""
+        return self.measure_batch([self.prepare(context, response, question, example=example)])[0]
+
+    def prepare(
+        self,
+        context: str,
+        response: str,
+        question: str | None = None,
+        *,
+        example: Segmented | None = None,
+    ) -> Prepared:
+        """Check and tokenise one example for :meth:`measure_batch` (``ValueError`` or
+        ``TypeError`` for texts that cannot be measured, before any forward pass)."""
         for label, text in (("context", context), ("response", response)):
             if not isinstance(text, str):
                 raise TypeError(f"{label}: expected a str, got {type(text).__name__}")
@@ -208,7 +238,6 @@ class Measurer:
                 raise ValueError(f"{label} is empty or whitespace only")
         if question is not None and (not isinstance(question, str) or not question.strip()):
             raise ValueError("question must be a non-empty string or None")
-        instruction = DEFAULT_INSTRUCTION if question is None else question
         if example is None:
             example = self.tokenize(context, response, question)
         check_example(self.model, example)
@@ -216,55 +245,125 @@ class Measurer:
         units = split_sentences(example.part_text("answer"), language=self.language)
         spans = split_sentences(example.part_text("context"), language=self.language)
         first = rows.response[0]
-        unit_rows = [
+        unit_rows = tuple(
             (a - first, b - first)
             for a, b in (example.token_span("answer", u.start, u.end) for u in units)
-        ]
-        ids = example.input_ids[0]  # [T]
+        )
+        return Prepared(
+            example,
+            PassExample(rows, unit_rows, self._matches(example, rows)),
+            units,
+            spans,
+            DEFAULT_INSTRUCTION if question is None else question,
+        )
+
+    def measure_many(
+        self, prepared: Sequence[Prepared], *, batch_tokens: int | None = None
+    ) -> list[Measurement]:
+        """Measure many examples, several in each pass (:meth:`measure_batch`): sorted by
+        length, in passes of at most ``batch_tokens`` tokens (examples × the pass's longest
+        sequence; at least one example a pass). Default: :data:`DEFAULT_BATCH_TOKENS` on a
+        GPU, one example a pass on a CPU (where batching saves nothing). Returns the
+        measurements in the order of ``prepared``."""
+        budget = self.batch_budget(batch_tokens)
+        out: list[Measurement | None] = [None] * len(prepared)
+        for batch in token_batches([p.example.seq_len for p in prepared], budget):
+            measured = self.measure_batch([prepared[k] for k in batch])
+            for at, one in zip(batch, measured, strict=True):
+                out[at] = one
+        return [m for m in out if m is not None]
+
+    def batch_budget(self, batch_tokens: int | None = None) -> int:
+        """The most tokens of one pass of :meth:`measure_many`: ``batch_tokens`` checked, or
+        by default :data:`DEFAULT_BATCH_TOKENS` on a GPU and 1 (one example a pass) on a
+        CPU."""
+        if batch_tokens is None:
+            return DEFAULT_BATCH_TOKENS if input_device(self.model).type != "cpu" else 1
+        return check_count("batch_tokens", batch_tokens)
+
+    def measure_batch(self, prepared: Sequence[Prepared]) -> list[Measurement]:
+        """Measure several examples in one forward pass (and one prior pass).
+
+        The sequences are right-padded to the longest: the padding comes after every real
+        token, so causal attention keeps it out of their rows and each measurement equals the
+        one of a pass over its sequence alone (up to floating-point rounding). A batch costs
+        about one pass over ``len(prepared) x`` its longest sequence in memory; see
+        :meth:`Grounder.ground_many` for batches sized by tokens.
+        """
+        if not prepared:
+            return []
+        examples = [p.passed for p in prepared]
         reduce = grounding_reducer(
-            rows,
+            examples,
             self._softmax,
             rc_heads=self._rc_heads,
             support_heads=self._support_heads,
-            units=unit_rows,
-            matches=self._matches(example, rows),
         )
         device = input_device(self.model)
-        with torch.no_grad(), capture_scores(self.model, reduce, query_start=rows.first_row) as res:
-            nll, entropy, rank = self._predicted(ids.to(device), rows.num_rows)
-        prior_nll = None
+        sequences = [p.example.input_ids[0] for p in prepared]  # [T] each
+        rows = [e.rows.num_rows for e in examples]
+        with (
+            torch.no_grad(),
+            capture_scores(self.model, reduce, query_positions=query_positions(examples)) as res,
+        ):
+            predicted = self._predicted(sequences, rows, device)
+        priors: list[np.ndarray | None] = [None] * len(prepared)
         if self.prior:
-            prompt = chat_prompt_ids(
-                self.tokenizer, instruction, allow_special_tokens=self.allow_special_tokens
-            )
-            alone = torch.cat([torch.tensor(prompt, dtype=ids.dtype), ids[slice(*rows.response)]])
+            alone = [
+                torch.cat(
+                    [
+                        torch.tensor(
+                            chat_prompt_ids(
+                                self.tokenizer,
+                                p.instruction,
+                                allow_special_tokens=self.allow_special_tokens,
+                            ),
+                            dtype=ids.dtype,
+                        ),
+                        ids[slice(*p.passed.rows.response)],
+                    ]
+                )
+                for p, ids in zip(prepared, sequences, strict=True)
+            ]
             with torch.no_grad():
-                prior_nll = self._predicted(alone.to(device), rows.num_rows)[0]
+                priors = [nll for nll, _, _ in self._predicted(alone, rows, device)]
         layers = res.ordered()
-        features = _gathered(layers, "features", dim=1)  # [3, L, H, G]
-        per_key = _gathered(layers, "support").sum(0)  # [U, C]: over heads
-        c0 = rows.context[0]
-        span_tokens = [example.token_span("context", s.start, s.end) for s in spans]
-        totals = np.stack(
-            [per_key[:, a - c0 : b - c0].mean(dim=1).numpy() for a, b in span_tokens], axis=1
-        )  # [U, S]: e(p_i) = mean of the span's key-level values
-        copied_keys = _gathered(layers, "copied").sum(0)  # [U, C]
-        copied = np.stack(
-            [copied_keys[:, a - c0 : b - c0].sum(dim=1).numpy() for a, b in span_tokens], axis=1
-        )  # [U, S]
-        return Measurement(
-            example=example,
-            features=features.numpy(),
-            nll=nll,
-            units=units,
-            spans=spans,
-            support=eq10_normalize(totals)[0],
-            copy=_gathered(layers, "copy").numpy(),
-            prior_nll=prior_nll,
-            copied=copied,
-            entropy=entropy,
-            rank=rank,
-        )
+        features = _gathered(layers, "features", dim=1)  # [3, L, B, H, Gmax]
+        copy = _gathered(layers, "copy", dim=0)  # [L, B, H, Gmax]
+        support = _summed(layers, "support")  # [U, K] over layers and heads
+        copied = _summed(layers, "copied")  # [U, K]
+        k0 = min(e.rows.context[0] for e in examples)
+        out = []
+        first_unit = 0
+        for b, (p, (nll, entropy, rank), prior) in enumerate(
+            zip(prepared, predicted, priors, strict=True)
+        ):
+            g = p.passed.rows.num_rows - 1
+            mine = slice(first_unit, first_unit + len(p.passed.units))
+            first_unit = mine.stop
+            span_keys = [
+                (a - k0, z - k0)
+                for a, z in (p.example.token_span("context", s.start, s.end) for s in p.spans)
+            ]
+            # e(p_i) = mean of the span's key-level values; the copy weight summed over them
+            totals = np.stack([support[mine, a:z].mean(dim=1).numpy() for a, z in span_keys], 1)
+            copied_on = np.stack([copied[mine, a:z].sum(dim=1).numpy() for a, z in span_keys], 1)
+            out.append(
+                Measurement(
+                    example=p.example,
+                    features=features[:, :, b, :, :g].numpy(),
+                    nll=nll,
+                    units=p.units,
+                    spans=p.spans,
+                    support=eq10_normalize(totals)[0],
+                    copy=copy[:, b, :, :g].numpy(),
+                    prior_nll=prior,
+                    copied=copied_on,
+                    entropy=entropy,
+                    rank=rank,
+                )
+            )
+        return out
 
     def tokenize(self, context: str, response: str, question: str | None = None) -> Segmented:
         """The example of one pass: the chat template around context and question (or
@@ -277,18 +376,46 @@ class Measurer:
             allow_special_tokens=self.allow_special_tokens,
         )
 
-    def _predicted(self, ids: torch.Tensor, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """NLL, entropy and rank ``[G]`` of the last ``rows - 1`` tokens of ``ids`` ``[T]``
-        (logits of the last ``rows`` positions only), from one copy to the host."""
-        logits = self.model(ids[None], use_cache=False, logits_to_keep=rows).logits
-        log_probs = logits[0, :-1].float().log_softmax(-1)  # [G, V]
-        targets = ids[-(rows - 1) :]  # [G]
-        chosen = log_probs.gather(-1, targets[:, None])  # [G, 1]
-        entropy = -(log_probs.exp() * log_probs).sum(-1)  # [G]
-        rank = (log_probs > chosen).sum(-1)  # [G]
-        out = torch.stack([-chosen[:, 0], entropy, rank.to(entropy.dtype)]).cpu().double()
-        nll, ent, ranks = out.numpy()
-        return nll, ent, ranks
+    def _predicted(
+        self, sequences: Sequence[torch.Tensor], rows: Sequence[int], device: torch.device
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """NLL, entropy and rank ``[G]`` of the last ``rows[b] - 1`` tokens of each sequence
+        ``[T_b]``, from one forward pass over them right-padded to one length: the output
+        layer sees only the rows it needs (a hook picks them), and the results come to the
+        host in one copy."""
+        lengths = [len(ids) for ids in sequences]
+        width = max(rows) - 1
+        ids = torch.full((len(sequences), max(lengths)), _pad_id(self.tokenizer), dtype=torch.long)
+        picked = torch.empty(len(sequences), width, dtype=torch.long)  # [B, Gmax]
+        for b, (seq, t, r) in enumerate(zip(sequences, lengths, rows, strict=True)):
+            ids[b, :t] = seq
+            picked[b] = t - r + torch.arange(width).clamp_max(r - 2)
+        where = picked.to(device)  # moved again if the head sits on another device
+        head = self.model.get_output_embeddings()
+
+        def pick(_: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+            hidden = args[0]  # [B, T, D]
+            index = where.to(hidden.device)[..., None].expand(-1, -1, hidden.shape[-1])
+            return (hidden.gather(1, index),)
+
+        hook = head.register_forward_pre_hook(pick)
+        try:
+            logits = self.model(ids.to(device), use_cache=False, logits_to_keep=0).logits
+        finally:
+            hook.remove()
+        out = torch.zeros(len(sequences), 3, width, dtype=torch.float64, device=logits.device)
+        for b, (seq, r) in enumerate(zip(sequences, rows, strict=True)):
+            log_probs = logits[b, : r - 1].float().log_softmax(-1)  # [G, V]
+            targets = seq[-(r - 1) :].to(logits.device)  # [G]
+            chosen = log_probs.gather(-1, targets[:, None])  # [G, 1]
+            entropy = -(log_probs.exp() * log_probs).sum(-1)  # [G]
+            rank = (log_probs > chosen).sum(-1)  # [G]
+            out[b, :, : r - 1] = torch.stack([-chosen[:, 0], entropy, rank.to(entropy.dtype)])
+        host = out.cpu().numpy()
+        return [
+            (host[b, 0, : r - 1], host[b, 1, : r - 1], host[b, 2, : r - 1])
+            for b, r in enumerate(rows)
+        ]
 
     @staticmethod
     def _matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
@@ -316,6 +443,21 @@ class Measurer:
         )
 
 
+def token_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices of ``lengths`` sorted by length, cut into runs of at most ``budget`` tokens
+    (count × the run's longest; at least one a run)."""
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for at in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if batch and (len(batch) + 1) * lengths[at] > budget:  # sorted: the longest is last
+            batches.append(batch)
+            batch = []
+        batch.append(at)
+    if batch:
+        batches.append(batch)
+    return batches
+
+
 def baselines(measured: Measurement, response: str, context: str) -> dict[str, float]:
     """Response-level baselines from the same pass, each oriented so that higher means more
     supported as its authors use it: the Lookback Lens ratio (mean over heads and tokens),
@@ -341,6 +483,21 @@ def _overlaps(tokens: np.ndarray, words: list[tuple[int, int, int]], count: int)
         for lo, hi, word in zip(first, last, spans[:, 2], strict=True):
             out[lo:hi, word] = 1.0
     return out
+
+
+def _summed(layers: list[dict[str, torch.Tensor]], key: str) -> torch.Tensor:
+    """The ``key`` output summed over the layers (on the first layer's device), on the
+    host."""
+    first = layers[0][key].device
+    return sum(r[key].to(first, non_blocking=True) for r in layers).cpu()
+
+
+def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """A token id to pad with (never read: the padding follows every real token)."""
+    for found in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if found is not None:
+            return int(found)
+    return 0
 
 
 def _gathered(layers: list[dict[str, torch.Tensor]], key: str, dim: int = 0) -> torch.Tensor:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -165,6 +165,18 @@ class Job(ABC):
         """Run one item: its rows per row-file name (the commit file's row included; a
         failure is recorded in that row's error field, never raised). ``folder`` (None without
         an output folder) is where per-key files go."""
+
+    def run_batch(
+        self, items: Sequence[Item], folder: Path | None
+    ) -> list[dict[str, list[dict[str, Any]]]]:
+        """Run several items together (e.g. in one forward pass): what :meth:`run_one` gives
+        for each, in order. By default one after another; a job that batches overrides it
+        and :meth:`batch_size`."""
+        return [self.run_one(item, folder) for item in items]
+
+    def batch_size(self) -> int:
+        """Items given to each :meth:`run_batch` (their rows are written after it)."""
+        return 1
 
     def progress_label(self) -> tuple[str, str]:
         """The progress line's description and unit."""
@@ -304,10 +316,11 @@ def run_job(
         items = [it for _, it in mine]
     run = JobRun(None, items, split=split)
     if out is None:
-        for item in _progress(job, items, progress):
-            for name, rows in job.run_one(item, None).items():
-                run.rows.setdefault(name, []).extend(rows)
-            _note_error(job.files, run, item, run.rows)
+        for batch in _progress(job, items, progress):
+            for item, produced in zip(batch, job.run_batch(batch, None), strict=True):
+                for name, rows in produced.items():
+                    run.rows.setdefault(name, []).extend(rows)
+                _note_error(job.files, run, item, run.rows)
         run.ran = len(items)
         return run
     root = Path(out)
@@ -326,22 +339,25 @@ def run_job(
     done = resume_rows(folder, job.files, wanted, retry_failed, job.expected_rows())
     todo = [item for item in items if item.key not in done]
     order = sorted(job.files.rows, key=lambda r: r.commit)  # the commit file last
-    for item in _progress(job, todo, progress):
-        produced = job.run_one(item, folder)
-        for row_file in order:
-            rows = produced.get(row_file.name, [])
-            if rows:
-                row_file.append(folder, rows)
-        _note_error(job.files, run, item, produced)
+    for batch in _progress(job, todo, progress):
+        for item, produced in zip(batch, job.run_batch(batch, folder), strict=True):
+            for row_file in order:
+                rows = produced.get(row_file.name, [])
+                if rows:
+                    row_file.append(folder, rows)
+            _note_error(job.files, run, item, produced)
     run.folder, run.ran = folder, len(todo)
     if split:
         run.merged = merge_if_last(root, folder, job.files)
     return run
 
 
-def _progress(job: Job, items: list[Item], enabled: bool) -> Any:
+def _progress(job: Job, items: list[Item], enabled: bool) -> Iterator[list[Item]]:
+    """``items`` in runs of :meth:`Job.batch_size`, their progress counted in items."""
     desc, unit = job.progress_label()
-    return show_progress(items, desc=desc, unit=unit, enabled=enabled)
+    size = max(1, job.batch_size())
+    batches = [items[at : at + size] for at in range(0, len(items), size)]
+    return show_progress(batches, total=len(items), desc=desc, unit=unit, enabled=enabled, size=len)
 
 
 def _note_error(

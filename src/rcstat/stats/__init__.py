@@ -11,6 +11,7 @@ from rcstat.stats.blocks import (
     cross_self_samples,
     iot_expected_rc,
     self_samples,
+    stacked_unit_rows,
     unit_rows,
     units_key_expected,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "rc_statistics",
     "rc_upper_bound",
     "self_samples",
+    "stacked_unit_rows",
     "triton_available",
     "unit_rows",
     "units_key_expected",

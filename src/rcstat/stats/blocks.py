@@ -12,7 +12,7 @@ length. From it:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -145,7 +145,9 @@ class UnitRows:
 
     ``index[u]`` holds the flat positions (in a ``[g, columns]`` block) of unit ``u``'s
     samples ``{f(k, l) : a <= l < b, k <= l}``, padded; ``valid[u]`` marks the real ones.
-    Build once per shape with :func:`unit_rows` and move to the block's device.
+    ``batch[u]`` (None: 0 for every unit) is the block of a batch ``[B, H, g, columns]`` the
+    unit lies in (:func:`stacked_unit_rows`). Build once per shape with :func:`unit_rows` and
+    move to the block's device.
     """
 
     starts: torch.Tensor  # [U] int64, a
@@ -153,11 +155,17 @@ class UnitRows:
     index: torch.Tensor  # [U, Ymax] int64
     valid: torch.Tensor  # [U, Ymax] bool
     longest: int  # max(b - a)
+    batch: torch.Tensor | None = None  # [U] int64
 
     def map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> UnitRows:
         """The same rows with every tensor moved by ``move`` (e.g. to a device)."""
         return UnitRows(
-            move(self.starts), move(self.lengths), move(self.index), move(self.valid), self.longest
+            move(self.starts),
+            move(self.lengths),
+            move(self.index),
+            move(self.valid),
+            self.longest,
+            None if self.batch is None else move(self.batch),
         )
 
 
@@ -184,6 +192,33 @@ def unit_rows(units: list[tuple[int, int]], columns: int, prompt_len: int) -> Un
     return UnitRows(starts, lengths, index, valid, longest=int(lengths.max()))
 
 
+def stacked_unit_rows(
+    parts: Sequence[UnitRows | None], columns: int, row_offset: int = 0
+) -> UnitRows:
+    """The units of the blocks of one batch ``[B, H, rows, columns]``: the units of
+    ``parts[b]`` (from :func:`unit_rows` with these ``columns``; None: block ``b`` has none)
+    in block ``b``, their rows moved down by ``row_offset`` (the blocks start that many rows
+    into the batch's tensor)."""
+    found = [(b, part) for b, part in enumerate(parts) if part is not None]
+    if not found:
+        raise ValueError("no block has units: give the units of at least one block")
+    width = max(part.index.shape[1] for _, part in found)
+    pad = torch.nn.functional.pad
+    return UnitRows(
+        torch.cat([part.starts for _, part in found]) + row_offset,
+        torch.cat([part.lengths for _, part in found]),
+        torch.cat(
+            [
+                pad(part.index + row_offset * columns, (0, width - part.index.shape[1]))
+                for _, part in found
+            ]
+        ),
+        torch.cat([pad(part.valid, (0, width - part.valid.shape[1])) for _, part in found]),
+        max(part.longest for _, part in found),
+        torch.cat([torch.full((len(part.starts),), b, dtype=torch.long) for b, part in found]),
+    )
+
+
 def units_key_expected(
     scores: torch.Tensor,
     rows: UnitRows,
@@ -201,37 +236,49 @@ def units_key_expected(
     Parameters
     ----------
     scores
-        ``[H, g, m + g]`` generation block.
+        ``[H, g, m + g]`` generation block, or ``[B, H, rows, columns]`` blocks of a batch
+        (``rows.batch`` says each unit's block).
     rows
-        From :func:`unit_rows` of the same shape, on the block's device.
+        From :func:`unit_rows` (or :func:`stacked_unit_rows`) of the same shape, on the
+        block's device.
     """
-    heads, gen_len, columns = scores.shape
+    blocks = scores if scores.dim() == 4 else scores[None]  # [B, H, g, columns]
+    count, heads, gen_len, columns = blocks.shape
     first, last = keys
-    flat = scores.reshape(heads, gen_len * columns)
     units, width = rows.index.shape
-    y = flat[:, rows.index.reshape(-1)].view(heads, units, width).transpose(0, 1)  # [U, H, Y]
+    device = blocks.device
+    batch = (
+        torch.zeros(units, dtype=torch.long, device=device) if rows.batch is None else rows.batch
+    )
+    flat = blocks.reshape(count, heads, gen_len * columns)
+    y = flat[
+        batch[:, None, None],
+        torch.arange(heads, device=device)[None, :, None],
+        rows.index[:, None, :],
+    ]  # [U, H, Y]
     valid = rows.valid[:, None, :].expand(units, heads, width)
     if not _gpu.available(scores):
         out = []
-        for u, (a, length) in enumerate(
-            zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)
+        for u, (b, a, length) in enumerate(
+            zip(batch.tolist(), rows.starts.tolist(), rows.lengths.tolist(), strict=True)
         ):
-            cross = scores[:, a : a + length, first:last].transpose(1, 2)  # [H, K, |g'|]
+            cross = blocks[b, :, a : a + length, first:last].transpose(1, 2)  # [H, K, |g'|]
             out.append(expected_rc_shared(cross, y[u], y_valid=valid[u], check_finite=check_finite))
         return torch.stack(out)  # [U, H, K]
     samples = _gpu.prepared_self(
         y.reshape(units * heads, width), valid.reshape(units * heads, width)
     )
-    stride_h, stride_row, stride_key = scores.stride()
+    stride_b, stride_h, stride_row, stride_key = blocks.stride()
     base = (
-        rows.starts[:, None] * stride_row
-        + torch.arange(heads, device=scores.device)[None, :] * stride_h
+        batch[:, None] * stride_b
+        + rows.starts[:, None] * stride_row
+        + torch.arange(heads, device=device)[None, :] * stride_h
         + first * stride_key
     ).reshape(-1)  # [U·H] row (u, h) starts at key `first` of the unit's first row
     lengths = rows.lengths[:, None].expand(units, heads).reshape(-1)
     shape = (last - first, rows.longest, 1)
     sums = _gpu.ragged_rank_sums(
-        scores, base, lengths, shape, (stride_key, stride_row, 1), samples
+        blocks, base, lengths, shape, (stride_key, stride_row, 1), samples
     )[0]  # [U·H, K]
     expected = sums / (lengths.double() * samples.count.double())[:, None]
     if check_finite:

@@ -52,7 +52,7 @@ from rcstat.runs.shards import Shard
 
 if TYPE_CHECKING:
     from rcstat.data import ResponsePair
-    from rcstat.grounding import Grounder
+    from rcstat.grounding import Grounder, Grounding
 
 __all__ = ["KIND", "PairsConfig", "PairsJob", "PairsResult", "run", "summarize_run"]
 
@@ -61,6 +61,9 @@ KIND = "ground pairs"
 #: The row file: one row per input line, keyed on the pair's id.
 RUN_FILES = RunFiles(KIND, (RowFile("grounded.jsonl", "id", commit=True),))
 VERDICTS = ("supported", "unsupported", "unverified", "error")
+#: Pairs given to each batch of passes where a pass takes several (their rows are written
+#: after it): enough to sort by length, few to lose on an interruption.
+PAIRS_PER_BATCH = 64
 
 
 @dataclass
@@ -84,6 +87,7 @@ class PairsConfig(JobConfig):
     max_chars: int = DEFAULT_MAX_CHARS
     max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS
     detector: Path | bool | None = None
+    batch_tokens: int | None = None
 
     PATHS = ("out", "profile", "probe")
 
@@ -107,6 +111,8 @@ class PairsConfig(JobConfig):
         check_pass_tokens("--max-tokens", self.max_tokens, low=MIN_PASS_TOKENS)
         check_limit("--max-chars", self.max_chars)
         check_limit("--max-response-tokens", self.max_response_tokens)
+        if self.batch_tokens is not None:
+            check_limit("--batch-tokens", self.batch_tokens)
 
     def check_pairs(self, pairs: Sequence[ResponsePair]) -> None:
         """Refuse, before the model loads, a line with a text longer than ``--max-chars`` or a
@@ -168,6 +174,7 @@ class PairsJob(Job):
     pairs: Sequence[ResponsePair]
     options: dict[str, Any]
     model_name: str
+    batch_tokens: int | None = None
 
     def source(self) -> tuple[Any, Any, str | None]:
         measurer = self.grounder.measurer
@@ -185,24 +192,44 @@ class PairsJob(Job):
     def progress_label(self) -> tuple[str, str]:
         return KIND, "pair"
 
+    def batch_size(self) -> int:
+        """:data:`PAIRS_PER_BATCH` pairs at a time where passes take several pairs."""
+        measurer = self.grounder.measurer
+        return 1 if measurer.batch_budget(self.batch_tokens) == 1 else PAIRS_PER_BATCH
+
     def run_one(self, item: Item, folder: Path | None) -> dict[str, list[dict[str, Any]]]:
-        pair: ResponsePair = item.data
-        row: dict[str, Any] = {"id": pair.id, "line": pair.line, EXAMPLE_HASH: item.hash}
-        try:
-            result = self.grounder.ground(
-                pair.context, pair.response, pair.question, show_progress=True
-            )
-        except ValueError as err:  # recorded (e.g. a response over max_response_tokens)
-            row.update(verdict="error", error=f"{type(err).__name__}: {err}")
-            return {RUN_FILES.commit.name: [row]}
-        row["verdict"] = result.verdict
-        row["score"], row["threshold"] = _number(result.score), result.threshold
-        row["probe_score"] = _number(result.probe_score)
-        row["spans"] = [span.to_dict() for span in result.spans]
-        row["unsupported"] = [result.sentence_dict(s) for s in result.unsupported]
-        row["unverified"] = [result.sentence_dict(s) for s in result.unverified]
-        row["error"] = None
-        return {RUN_FILES.commit.name: [row]}
+        return self.run_batch([item], folder)[0]
+
+    def run_batch(
+        self, items: Sequence[Item], folder: Path | None
+    ) -> list[dict[str, list[dict[str, Any]]]]:
+        pairs: list[ResponsePair] = [item.data for item in items]
+        results = self.grounder.ground_many(
+            [(p.context, p.response, p.question) for p in pairs],
+            batch_tokens=self.batch_tokens,
+            show_progress=True,
+        )
+        return [
+            {RUN_FILES.commit.name: [_row(item, pair, result)]}
+            for item, pair, result in zip(items, pairs, results, strict=True)
+        ]
+
+
+def _row(item: Item, pair: ResponsePair, result: Grounding | ValueError) -> dict[str, Any]:
+    """The row of one pair: its verdict and evidence, or the reason it was not scored (e.g. a
+    response over ``max_response_tokens``)."""
+    row: dict[str, Any] = {"id": pair.id, "line": pair.line, EXAMPLE_HASH: item.hash}
+    if isinstance(result, ValueError):
+        row.update(verdict="error", error=f"{type(result).__name__}: {result}")
+        return row
+    row["verdict"] = result.verdict
+    row["score"], row["threshold"] = _number(result.score), result.threshold
+    row["probe_score"] = _number(result.probe_score)
+    row["spans"] = [span.to_dict() for span in result.spans]
+    row["unsupported"] = [result.sentence_dict(s) for s in result.unsupported]
+    row["unverified"] = [result.sentence_dict(s) for s in result.unverified]
+    row["error"] = None
+    return row
 
 
 def run(config: PairsConfig, *, loader: Loader | None = None) -> PairsResult:
@@ -222,7 +249,9 @@ def run(config: PairsConfig, *, loader: Loader | None = None) -> PairsResult:
     model, tokenizer = config.load_model(loader)
     grounder = Grounder.from_options(model, tokenizer, config)
     config.claim_folder()
-    job = PairsJob(grounder, pairs, config.compared(), model_label(config.model))
+    job = PairsJob(
+        grounder, pairs, config.compared(), model_label(config.model), config.batch_tokens
+    )
     done = run_job(job, config.out, shard=config.shard, retry_failed=config.retry_failed)
     result = PairsResult(config.out, config.shard, done.merged)
     return result if result.part_only else summarize_run(config.out, {}, shard=config.shard)

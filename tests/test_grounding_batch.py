@@ -1,0 +1,185 @@
+"""Batched grounding passes: several pairs, right-padded, in one forward pass.
+
+The oracle is the pass over each pair alone (:meth:`Measurer.measure`, itself checked
+against pairwise formulas in ``test_grounding.py``): a batch must give every pair the same
+measurement and verdict, whatever its length, place in the batch or neighbours.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from rcstat.capture import capture_scores
+from rcstat.grounding import Grounder, HeadProfile, Measurer
+from rcstat.grounding.features import PassExample, ResponseRows, query_positions
+from rcstat.grounding.measure import token_batches
+from rcstat.stats import stacked_unit_rows, unit_rows, units_key_expected
+from tests._tiny_models import tiny_model
+from tests._tiny_tokenizer import make_tiny_tokenizer
+
+LAYERS, HEADS = 3, 4
+
+#: Pairs of different context, question and response lengths (the batch pads them).
+PAIRS: list[tuple[str, str, str | None]] = [
+    (
+        "The bridge was built in 1889 by Gustave Eiffel. It crosses the Seine in Paris. "
+        "Trains use it every day.",
+        "The bridge was built in 1889. It crosses the river in Paris.",
+        "Who built the bridge?",
+    ),
+    ("Cats sleep a lot. They like warm places.", "Cats like warm places.", None),
+    (
+        "The museum opened in 1920. Its garden holds two hundred roses. Visitors come from "
+        "Spain, Italy and Japan. The café closes at five. Tickets cost ten euros on Sunday.",
+        "Tickets cost ten euros. The museum opened in 1921, and its garden has roses from "
+        "Japan. Visitors come from everywhere.",
+        "Tell me about the museum.",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, Any]:
+    return tiny_model("llama"), make_tiny_tokenizer()
+
+
+def _profile() -> HeadProfile:
+    rng = np.random.default_rng(3)
+    return HeadProfile(
+        model="tiny-llama",
+        values=rng.uniform(0.2, 0.9, size=(LAYERS, HEADS)),
+        threshold=0.0,
+        quantile=0.1,
+        fraction=0.5,
+        source={"made": "by hand"},
+        copy_values=rng.uniform(0.0, 0.5, size=(LAYERS, HEADS)),
+    )
+
+
+def _assert_same(got: Any, want: Any) -> None:
+    for name in ("features", "nll", "entropy", "rank", "copy", "copied", "support", "prior_nll"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.shape == b.shape, name
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert got.units == want.units and got.spans == want.spans
+    assert got.example.input_ids.tolist() == want.example.input_ids.tolist()
+
+
+def test_query_positions_follow_each_sequence() -> None:
+    short = PassExample(ResponseRows((2, 5), (7, 9)))  # rows 6, 7, 8
+    long = PassExample(ResponseRows((2, 9), (10, 14)))  # rows 9 .. 13
+    assert query_positions([short, long]).tolist() == [[6, 7, 8, 8, 8], [9, 10, 11, 12, 13]]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_a_batch_measures_each_pair_as_alone(arch: str) -> None:
+    model, tok = tiny_model(arch), make_tiny_tokenizer()
+    measurer = Measurer(
+        model, tok, support_heads=np.array([0, 3, 5, 9, 11]), prior=True
+    )  # RC of every head, eq. (10) support, the prior pass
+    alone = [measurer.measure(*pair) for pair in PAIRS]
+    lengths = [m.example.seq_len for m in alone]
+    assert len(set(lengths)) == len(lengths)  # the batch pads
+    for order in ([0, 1, 2], [2, 0, 1], [1, 2]):
+        batch = measurer.measure_batch([measurer.prepare(*PAIRS[k]) for k in order])
+        for k, got in zip(order, batch, strict=True):
+            _assert_same(got, alone[k])
+
+
+def test_a_batch_leaves_the_padding_out(tiny) -> None:  # type: ignore[no-untyped-def]
+    """A pair padded by a much longer neighbour keeps its values, and nothing is NaN where
+    its RC was asked for."""
+    model, tok = tiny
+    measurer = Measurer(model, tok, support_heads=np.arange(6))
+    short = measurer.prepare("Cats sleep.", "Cats sleep.")
+    long = measurer.prepare(*PAIRS[2])
+    assert long.example.seq_len > 2 * short.example.seq_len
+    got = measurer.measure_batch([short, long])[0]
+    _assert_same(got, measurer.measure("Cats sleep.", "Cats sleep."))
+    assert np.isfinite(got.features).all() and np.isfinite(got.support).all()
+
+
+def test_stacked_units_equal_each_block() -> None:
+    """``units_key_expected`` over a batch of blocks equals it over each block alone."""
+    torch.manual_seed(0)
+    blocks = torch.randn(2, 3, 9, 20, dtype=torch.float64)  # [B, H, rows, columns]
+    first = unit_rows([(0, 2), (2, 5)], 20, 12)
+    second = unit_rows([(1, 4)], 20, 14)
+    stacked = stacked_unit_rows([first, None, second], 20, row_offset=1)
+    three = torch.cat([blocks[:1], torch.randn(1, 3, 9, 20, dtype=torch.float64), blocks[1:]])
+    got = units_key_expected(three, stacked, (2, 11))  # [3 units, H, K]
+    want = torch.cat(
+        [
+            units_key_expected(three[0, :, 1:], first, (2, 11)),
+            units_key_expected(three[2, :, 1:], second, (2, 11)),
+        ]
+    )
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert stacked.batch.tolist() == [0, 0, 2]  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="no block has units"):
+        stacked_unit_rows([None], 20)
+
+
+def test_query_positions_take_each_sequences_rows(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Row ``r`` of sequence ``b`` is its query at ``query_positions[b, r]``: the same scores
+    as a capture of that sequence alone from that position; bad positions are refused."""
+    model, _ = tiny
+    torch.manual_seed(1)
+    ids = torch.randint(0, 50, (2, 12))
+    keep = lambda layer, scores: scores.clone()  # noqa: E731
+    rows = torch.tensor([[3, 4, 5], [9, 10, 11]])
+    with torch.no_grad(), capture_scores(model, keep, query_positions=rows) as batch:
+        model(ids)
+    for b, start in enumerate([3, 9]):
+        with (
+            torch.no_grad(),
+            capture_scores(model, keep, query_start=start, query_end=start + 3) as alone,
+        ):
+            model(ids[b : b + 1])
+        for got, want in zip(batch.ordered(), alone.ordered(), strict=True):
+            torch.testing.assert_close(got[b : b + 1], want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="int64 tensor"):
+        with capture_scores(model, keep, query_positions=torch.zeros(2, 3)):
+            pass
+    with pytest.raises(ValueError, match="one row of positions inside each sequence"):
+        past = torch.tensor([[3, 4], [5, 12]])  # 12 is past the 12 tokens
+        with torch.no_grad(), capture_scores(model, keep, query_positions=past):
+            model(ids)
+
+
+def test_ground_many_equals_ground(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Batched verdicts, scores and spans equal one pair at a time; a bad pair keeps its
+    error in its place; a context that needs windows is read in windows."""
+    model, tok = tiny
+    grounder = Grounder(model, tok, profile=_profile(), detector=False)
+    long_context = " ".join([PAIRS[2][0]] * 6)
+    pairs = [*PAIRS, ("A context.", "   ", None), (long_context, PAIRS[2][1], None), PAIRS[1]]
+    got = grounder.ground_many(pairs, batch_tokens=400)
+    with pytest.raises(ValueError) as refused:
+        grounder.ground(*pairs[3])
+    assert isinstance(got[3], ValueError) and str(got[3]) == str(refused.value)
+    for pair, result in zip(pairs, got, strict=True):
+        if isinstance(result, ValueError):
+            continue
+        want = grounder.ground(*pair)
+        assert result.verdict == want.verdict
+        assert result.score == pytest.approx(want.score, rel=1e-5, abs=1e-7)
+        np.testing.assert_allclose(result.token_scores, want.token_scores, rtol=1e-5, atol=1e-7)
+        assert [s.support for s in result.sentences] == [s.support for s in want.sentences]
+        assert [(s.start, s.end) for s in result.spans] == [(s.start, s.end) for s in want.spans]
+    assert got[4].windows > 1 and all(g.windows == 1 for k, g in enumerate(got) if k not in (3, 4))  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="batch_tokens"):
+        grounder.ground_many(PAIRS, batch_tokens=0)
+
+
+def test_batches_respect_the_token_budget() -> None:
+    lengths = [40, 10, 500, 30, 100, 20]
+    # sorted by length; count x longest <= 100, at least one a batch
+    assert token_batches(lengths, 100) == [[1, 5, 3], [0], [4], [2]]
+    assert token_batches(lengths, 10**6) == [[1, 5, 3, 0, 4, 2]]
+    assert token_batches(lengths, 1) == [[1], [5], [3], [0], [4], [2]]
+    assert token_batches([], 100) == []
