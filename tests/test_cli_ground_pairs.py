@@ -15,7 +15,7 @@ import pytest
 from rcstat import cli
 from rcstat.data import DatasetFormatError, load_dataset, load_pairs
 from rcstat.evaluation.grounding_bench import token_file_name
-from rcstat.grounding import Grounder
+from rcstat.grounding import Grounder, Measurer
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 from tests.test_cli_ground import TOO_LONG_RESPONSE, _make_profile
@@ -104,7 +104,7 @@ def test_ground_pairs_one_row_per_line_and_resume(  # type: ignore[no-untyped-de
     assert "2 pairs:" in capsys.readouterr().out
     # run again: resumed, nothing computed (the model would be loaded, but never called)
     before = (out / "grounded.jsonl").read_text()
-    monkeypatch.setattr(Grounder, "ground", _no_model)
+    monkeypatch.setattr(Measurer, "measure_batch", _no_model)
     assert _ground(model_dir, profile, out, "--pairs", str(data)) == code
     assert (out / "grounded.jsonl").read_text() == before
     # one more line: only it is computed
@@ -113,6 +113,66 @@ def test_ground_pairs_one_row_per_line_and_resume(  # type: ignore[no-untyped-de
     assert _ground(model_dir, profile, out, "--pairs", str(data)) in (0, 1)
     after = (out / "grounded.jsonl").read_text()
     assert after.startswith(before) and len(after.splitlines()) == 3
+
+
+def test_ground_pairs_in_batches_equal_one_pair_a_pass(  # type: ignore[no-untyped-def]
+    model_dir, profile, tmp_path, monkeypatch
+) -> None:
+    """``--batch-tokens``: pairs share passes (fewer passes than pairs), in rows equal to
+    those of one pair a pass, in the order of the file; a bad line keeps its place."""
+    lines = [*PAIRS, {"id": "blank", "context": "c", "response": "x" * 3000}, *PAIRS[::-1]]
+    lines[3], lines[4] = {**lines[3], "id": "again"}, {**lines[4], "id": "again2"}
+    data = _write(tmp_path / "pairs.jsonl", lines)
+    passes: list[int] = []
+    batch = Measurer.measure_batch
+
+    def counted(self: Measurer, prepared: Any) -> Any:
+        passes.append(len(prepared))
+        return batch(self, prepared)
+
+    monkeypatch.setattr(Measurer, "measure_batch", counted)
+    limit = ("--max-response-tokens", "1000")
+    _ground(model_dir, profile, tmp_path / "one", "--pairs", str(data), *limit)
+    assert passes == [1, 1, 1, 1]  # on a CPU: one pair a pass
+    passes.clear()
+    _ground(
+        model_dir,
+        profile,
+        tmp_path / "many",
+        "--pairs",
+        str(data),
+        "--batch-tokens",
+        "4000",
+        *limit,
+    )
+    assert sorted(passes) == [4]  # every scored pair in one pass
+    one, many = (
+        [json.loads(v) for v in (tmp_path / name / "grounded.jsonl").read_text().splitlines()]
+        for name in ("one", "many")
+    )
+    assert [r["id"] for r in many] == ["bridge", "line-2", "blank", "again", "again2"]
+    assert many[2]["verdict"] == "error" and "max-response-tokens" in many[2]["error"]
+    for got, want in zip(many, one, strict=True):
+        assert got.keys() == want.keys() and got["verdict"] == want["verdict"]
+        if want.get("score") is not None:
+            assert got["score"] == pytest.approx(want["score"], rel=1e-5, abs=1e-7)
+        assert [s["text"] for s in got.get("spans", [])] == [
+            s["text"] for s in want.get("spans", [])
+        ]
+    assert (
+        _ground(
+            model_dir,
+            profile,
+            tmp_path / "x",
+            "--context",
+            "c",
+            "--response",
+            "r",
+            "--batch-tokens",
+            "9",
+        )
+        == 2
+    )
 
 
 @pytest.mark.parametrize(
@@ -365,6 +425,13 @@ def test_bench_grounding_on_labelled_pairs(model_dir, profile, tmp_path) -> None
     assert report["spans"] != {"note": "no annotated span"}  # read (too few groups to fit)
     with np.load(out / "tokens" / token_file_name("bridge")) as tokens:
         assert tokens["label"].any() and not tokens["label"].all()  # "1925" only
+    # the same rows when the items share passes
+    assert _bench(model_dir, tmp_path / "batched", *args, "--batch-tokens", "3000") == 0
+    batched = (tmp_path / "batched" / "predictions.jsonl").read_text().splitlines()
+    for got, want in zip(map(json.loads, batched), rows, strict=True):
+        assert got["verdict"] == want["verdict"] and got["spans"] == want["spans"]
+        assert got["scores"] == pytest.approx(want["scores"], rel=1e-4, abs=1e-6)
+        np.testing.assert_allclose(got["head_features"], want["head_features"], atol=2e-5)
 
 
 def test_bench_grounding_jsonl_refuses_a_bad_line_before_the_model(  # type: ignore[no-untyped-def]

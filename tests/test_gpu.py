@@ -232,6 +232,27 @@ def test_grounding_on_cuda_equals_cpu() -> None:
     assert gpu.baselines == pytest.approx(cpu.baselines, rel=1e-5)
 
 
+def test_a_grounding_batch_on_cuda_equals_each_pair_on_cpu() -> None:
+    """The batched pass on CUDA (Triton ranks every unit of every sequence in one kernel)
+    gives each pair the measurement of its own pass on the CPU."""
+    from rcstat.grounding import Measurer
+    from tests.test_grounding_batch import PAIRS
+
+    cpu_model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    gpu_model = copy.deepcopy(cpu_model).cuda()
+    heads = np.array([0, 3, 5, 9, 11])
+    cpu = Measurer(cpu_model, tok, support_heads=heads, prior=True)
+    gpu = Measurer(gpu_model, tok, support_heads=heads, prior=True)
+    batch = gpu.measure_many([gpu.prepare(*pair) for pair in PAIRS], batch_tokens=10_000)
+    for pair, got in zip(PAIRS, batch, strict=True):
+        want = cpu.measure(*pair)
+        for name in ("features", "nll", "entropy", "rank", "copy", "copied", "support"):
+            np.testing.assert_allclose(
+                getattr(got, name), getattr(want, name), rtol=1e-4, atol=1e-5, err_msg=name
+            )
+        np.testing.assert_allclose(got.prior_nll, want.prior_nll, rtol=1e-4, atol=1e-5)
+
+
 def test_graphed_calls_replay_what_eager_computes() -> None:
     from rcstat.capture.graphs import GraphedCalls
 

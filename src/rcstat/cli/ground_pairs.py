@@ -19,8 +19,12 @@ from typing import TYPE_CHECKING
 from rcstat.cli._common import Devices, load_model_quietly, say
 from rcstat.cli.exit_codes import SUPPORTED, pairs_status, pairs_status_text
 from rcstat.cli.ground_limits import Limits
-from rcstat.cli.options import check_language, check_top_k, detector_choice
-from rcstat.defaults import DEFAULT_BATCH_TOKENS
+from rcstat.cli.options import (
+    add_batch_tokens_option,
+    check_language,
+    check_top_k,
+    detector_choice,
+)
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.ground_pairs import PairsConfig
@@ -39,15 +43,7 @@ def add_pairs_option(parser: argparse.ArgumentParser) -> None:
         '"id"?}; one row per line in --out/grounded.jsonl (resumable). Exit status: '
         + pairs_status_text(),
     )
-    parser.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=None,
-        metavar="N",
-        help="with --pairs, the most tokens of one forward pass: pairs of similar length share "
-        f"a pass up to N tokens (pairs x the longest; default {DEFAULT_BATCH_TOKENS:,} on a GPU, "
-        "one pair a pass on a CPU, where batching saves nothing)",
-    )
+    add_batch_tokens_option(parser, "with --pairs, ")
 
 
 def from_namespace(ns: argparse.Namespace) -> PairsConfig:

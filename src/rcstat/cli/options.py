@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rcstat.data.registry import dataset_names
-from rcstat.defaults import DEFAULT_MODEL_NAME, DEFAULT_SPAN_SCORE, SPAN_SCORES, resolve_span_score
+from rcstat.defaults import (
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_MODEL_NAME,
+    DEFAULT_SPAN_SCORE,
+    SPAN_SCORES,
+    resolve_span_score,
+)
 from rcstat.runs.devices import DEVICE_MAPS, DTYPES
 
 __all__ = [
@@ -106,6 +112,19 @@ def add_dataset_option(
 def add_max_new_tokens_option(parser: argparse.ArgumentParser, default: int, what: str) -> None:
     """``--max-new-tokens N``: the token limit of each generated ``what``."""
     parser.add_argument("--max-new-tokens", type=int, default=default, help=what)
+
+
+def add_batch_tokens_option(parser: argparse.ArgumentParser, note: str = "") -> None:
+    """``--batch-tokens N``: the most tokens of one batched grounding pass."""
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"{note}the most tokens of one forward pass: pairs of similar length share a pass "
+        f"up to N tokens (pairs x the longest; default {DEFAULT_BATCH_TOKENS:,} on a GPU, one "
+        "pair a pass on a CPU, where batching saves nothing)",
+    )
 
 
 def add_language_option(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcstat.cli._common import add_command, add_run_options, devices_and_shard
-from rcstat.cli.options import add_data_option, add_dataset_option, add_n_option, add_out_option
+from rcstat.cli.options import (
+    add_batch_tokens_option,
+    add_data_option,
+    add_dataset_option,
+    add_n_option,
+    add_out_option,
+)
 from rcstat.defaults import MAX_RESAMPLES
 
 if TYPE_CHECKING:
@@ -69,6 +75,7 @@ def register(bench_sub: Any) -> None:
         default=1000,
         help=f"bootstrap resamples (1 to {MAX_RESAMPLES:,})",
     )
+    add_batch_tokens_option(gb)
     add_out_option(gb, "bench_grounding", " (resumable)")
     add_run_options(gb)
 
@@ -88,6 +95,7 @@ def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
         task=ns.task,
         detector=None if ns.detector is None else Path(ns.detector),
         zero_shot=ns.zero_shot,
+        batch_tokens=ns.batch_tokens,
         out=Path(ns.out),
         retry_failed=getattr(ns, "retry_failed", True),
     )

@@ -42,6 +42,7 @@ class GroundingConfig(JobConfig):
     task: str | None = None
     detector: Path | None = None
     zero_shot: bool = False
+    batch_tokens: int | None = None
 
     PATHS = ("out", "profile", "detector")
 
@@ -72,6 +73,7 @@ class GroundingConfig(JobConfig):
         if dataset == "jsonl" and self.data is None:
             raise ValueError("--dataset jsonl needs --data FILE (your labelled pairs)")
         optional_count("--n", self.n)
+        optional_count("--batch-tokens", self.batch_tokens)
         check_count("--resamples", self.resamples, high=MAX_RESAMPLES)
 
     def run_options(self) -> dict[str, Any]:
@@ -129,6 +131,12 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
         "layers": layout.num_layers,
         "heads": layout.num_heads,
     }
-    bench.collect(grounder, items, shard=config.shard, merge_settings=settings)
+    bench.collect(
+        grounder,
+        items,
+        shard=config.shard,
+        merge_settings=settings,
+        batch_tokens=config.batch_tokens,
+    )
     summary = partial(summarize_run, out, settings, shard=config.shard)
     return summarized(bench, GroundingResult, config.shard, summary)
