@@ -25,7 +25,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.architecture import UnsupportedModelError, attention_layout
 from rcstat.capture.graphs import GraphedCalls
-from rcstat.capture.host import stack_on_host
+from rcstat.capture.host import stack_on_host, upload
 from rcstat.capture.switch import current_implementation, switched_attention
 
 IMPLEMENTATION = "rcstat"
@@ -196,7 +196,7 @@ def _rows_at(session: _Session, query: torch.Tensor, offset: int) -> torch.Tenso
         )
     device = query.device
     if device not in session.placed:
-        session.placed[device] = positions.to(device, non_blocking=True)
+        session.placed[device] = upload(positions, device)
     index = session.placed[device][:, None, :, None]  # [B, 1, Q, 1]
     return query.gather(2, index.expand(-1, query.shape[1], -1, query.shape[3]))
 

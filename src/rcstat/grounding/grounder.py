@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from rcstat.defaults import DEFAULT_MAX_CHARS, DEFAULT_MAX_RESPONSE_TOKENS, DEFA
 from rcstat.grounding.detector import Detection, Detector, shipped_detector
 from rcstat.grounding.detector_features import lexicon_words
 from rcstat.grounding.features import HEAD_FEATURES
-from rcstat.grounding.lexicon import Lexicon
+from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.limits import (
     check_limit,
     check_pass_tokens,
@@ -328,9 +329,10 @@ class Grounder:
         """Ground many (context, response, question) triples, several in each forward pass.
 
         The pairs are measured in passes of at most ``batch_tokens`` tokens
-        (:meth:`Measurer.measure_many`); a pair whose context needs windows is read alone, in
-        windows (as :meth:`ground`). Each result equals :meth:`ground` of its pair up to
-        floating-point rounding.
+        (:meth:`Measurer.measure_many`), each pass's pairs scored on a second thread while the
+        next pass runs (on a GPU the host's work then overlaps the device's); a pair whose
+        context needs windows is read alone, in windows (as :meth:`ground`). Each result
+        equals :meth:`ground` of its pair up to floating-point rounding.
 
         Parameters
         ----------
@@ -362,11 +364,21 @@ class Grounder:
                     )
             except ValueError as err:
                 results[at] = err
-        measured = self.measurer.measure_many(
-            [prepared for _, prepared in ready], batch_tokens=batch_tokens
-        )
-        for (at, _), one in zip(ready, measured, strict=True):
-            results[at] = self.score(one)
+
+        def score(batch: list[int], measured: list[Measurement]) -> None:
+            for k, one in zip(batch, measured, strict=True):
+                results[ready[k][0]] = self.score(one)
+
+        # each pass's results are scored on the host while the next pass runs on the device
+        with ThreadPoolExecutor(max_workers=1) as scorer:
+            scored = [
+                scorer.submit(score, batch, measured)
+                for batch, measured in self.measurer.passes(
+                    [prepared for _, prepared in ready], batch_tokens=batch_tokens
+                )
+            ]
+            for done in scored:
+                done.result()  # raises what scoring raised
         return [r for r in results if r is not None]
 
     def _prepare(
@@ -455,7 +467,7 @@ class Grounder:
                 token_values[w.first : w.last] = np.fmin(part, value)
             word_values = best
         else:
-            detection = self._detect(measured, windows, context, checked)
+            detection, marked = self._detect(measured, windows, context, checked)
             token_values = 1.0 - detection.token_probability  # [G]
             word_values = np.array([token_values[w.first : w.last].min() for w in words])
         units = measured[0].units
@@ -506,7 +518,7 @@ class Grounder:
             found = []
             if score < threshold:  # only an unsupported response has unsupported spans
                 runs, peaks = self.detector.spans(
-                    checked, spans, detection.token_probability, lexicon_words(context, checked)
+                    checked, spans, detection.token_probability, marked
                 )
                 found = [
                     UnsupportedSpan(span.start, span.end, span.text, 1.0 - peak)
@@ -561,25 +573,28 @@ class Grounder:
 
     def _detect(
         self, measured: list[Measurement], windows: list[Window], context: str, checked: str
-    ) -> Detection:
+    ) -> tuple[Detection, list[ResponseWord]]:
         """The detector's view of the passes over ``windows``: each token keeps its lowest
         probability over the windows (where its support is best), the response features come
-        from the window of lowest mean probability and the whole context's words."""
+        from the window of lowest mean probability and the whole context's words; and the
+        response's words marked by the whole context's lexicon."""
         assert self.detector is not None
+        lexicon = Lexicon(context)
+        marked = lexicon.words_of(checked)
+        whole = len(windows) == 1 and windows[0].end - windows[0].start == len(context)
         per_window = np.stack(
             [
-                self.detector.token_probability(m, lexicon_words(context[w.start : w.end], checked))
+                self.detector.token_probability(
+                    m, marked if whole else lexicon_words(context[w.start : w.end], checked)
+                )
                 for m, w in zip(measured, windows, strict=True)
             ]
         )  # [windows, G]
         chosen = measured[int(np.argmin(per_window.mean(axis=1)))]
-        lexicon = Lexicon(context)
-        return self.detector.detect_tokens(
-            chosen,
-            lexicon.words_of(checked),
-            per_window.min(axis=0),
-            structured=lexicon.structured,
+        detection = self.detector.detect_tokens(
+            chosen, marked, per_window.min(axis=0), structured=lexicon.structured
         )
+        return detection, marked
 
 
 def _evidence(measured: Measurement, unit: int) -> tuple[TextSpan | None, float | None]:

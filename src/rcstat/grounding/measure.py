@@ -13,7 +13,7 @@ instruction are neither context nor response.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.result import eq10_normalize
 from rcstat.attribution.spans import DEFAULT_LANGUAGE
 from rcstat.capture import attention_layout, capture_scores, softmax_params
+from rcstat.capture.host import upload
 from rcstat.checks import check_count
 from rcstat.defaults import DEFAULT_BATCH_TOKENS
 from rcstat.generation import check_example, input_device
@@ -265,13 +266,20 @@ class Measurer:
         sequence; at least one example a pass). Default: :data:`DEFAULT_BATCH_TOKENS` on a
         GPU, one example a pass on a CPU (where batching saves nothing). Returns the
         measurements in the order of ``prepared``."""
-        budget = self.batch_budget(batch_tokens)
         out: list[Measurement | None] = [None] * len(prepared)
-        for batch in token_batches([p.example.seq_len for p in prepared], budget):
-            measured = self.measure_batch([prepared[k] for k in batch])
+        for batch, measured in self.passes(prepared, batch_tokens=batch_tokens):
             for at, one in zip(batch, measured, strict=True):
                 out[at] = one
         return [m for m in out if m is not None]
+
+    def passes(
+        self, prepared: Sequence[Prepared], *, batch_tokens: int | None = None
+    ) -> Iterator[tuple[list[int], list[Measurement]]]:
+        """:meth:`measure_many` one pass at a time: the indices of the examples of each
+        pass and their measurements (each pass runs when the next item is asked for)."""
+        budget = self.batch_budget(batch_tokens)
+        for batch in token_batches([p.example.seq_len for p in prepared], budget):
+            yield batch, self.measure_batch([prepared[k] for k in batch])
 
     def batch_budget(self, batch_tokens: int | None = None) -> int:
         """The most tokens of one pass of :meth:`measure_many`: ``batch_tokens`` checked, or
@@ -390,7 +398,8 @@ class Measurer:
         for b, (seq, t, r) in enumerate(zip(sequences, lengths, rows, strict=True)):
             ids[b, :t] = seq
             picked[b] = t - r + torch.arange(width).clamp_max(r - 2)
-        where = picked.to(device)  # moved again if the head sits on another device
+        targets = ids.gather(1, (picked + 1).clamp_max(ids.shape[1] - 1))  # [B, Gmax]
+        where, targets, ids = (upload(t, device) for t in (picked, targets, ids))
         head = self.model.get_output_embeddings()
 
         def pick(_: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -400,14 +409,14 @@ class Measurer:
 
         hook = head.register_forward_pre_hook(pick)
         try:
-            logits = self.model(ids.to(device), use_cache=False, logits_to_keep=0).logits
+            logits = self.model(ids, use_cache=False, logits_to_keep=0).logits  # [B, Gmax, V]
         finally:
             hook.remove()
+        targets = targets.to(logits.device)
         out = torch.zeros(len(sequences), 3, width, dtype=torch.float64, device=logits.device)
-        for b, (seq, r) in enumerate(zip(sequences, rows, strict=True)):
+        for b, r in enumerate(rows):  # one sequence at a time: [G, V] float32 at most
             log_probs = logits[b, : r - 1].float().log_softmax(-1)  # [G, V]
-            targets = seq[-(r - 1) :].to(logits.device)  # [G]
-            chosen = log_probs.gather(-1, targets[:, None])  # [G, 1]
+            chosen = log_probs.gather(-1, targets[b, : r - 1, None])  # [G, 1]
             entropy = -(log_probs.exp() * log_probs).sum(-1)  # [G]
             rank = (log_probs > chosen).sum(-1)  # [G]
             out[b, :, : r - 1] = torch.stack([-chosen[:, 0], entropy, rank.to(entropy.dtype)])

@@ -252,11 +252,11 @@ def ragged_rank_sums(
                 out[:, part],
                 out.stride(0),
                 blocks,
+                samples.ys.shape[-1].bit_length(),
                 BLOCK_K=tile_k,
                 BLOCK_N=tile_n,
                 SPLIT=split is not None,
                 TABLE=samples.table is not None,
-                STEPS=samples.ys.shape[-1].bit_length(),
             )
     return out.sum(-1)
 

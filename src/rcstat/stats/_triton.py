@@ -49,7 +49,26 @@ def _bucket(values, low, scale, buckets):
     return raw.to(tl.int32) + 1
 
 
-@triton.jit
+#: Sizes and strides change with every input: not specialised on their alignment (a new
+#: combination of multiples of 16 would compile the kernel again, ~0.1 s each; value 1 still
+#: specialises, so contiguous axes stay contiguous).
+_SIZES = (
+    "stride_k",
+    "stride_a",
+    "stride_b",
+    "groups",
+    "width_b",
+    "ys_stride",
+    "table_stride",
+    "buckets",
+    "prefix_stride",
+    "out_plane",
+    "blocks",
+    "steps_all",
+)
+
+
+@triton.jit(do_not_specialize_on_alignment=_SIZES, do_not_specialize=("steps_all",))
 def _rank_sums_kernel(
     x_ptr,
     row_base_ptr,
@@ -74,11 +93,11 @@ def _rank_sums_kernel(
     out_ptr,
     out_plane,
     blocks,
+    steps_all,
     BLOCK_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
     TABLE: tl.constexpr,
-    STEPS: tl.constexpr,
 ):
     """Partial sums of one tile ``[BLOCK_K groups, BLOCK_N samples]`` of one row.
 
@@ -117,7 +136,7 @@ def _rank_sums_kernel(
     else:  # a small set: search all of it
         lo = tl.zeros([BLOCK_K, BLOCK_N], dtype=tl.int32)
         hi = lo + tl.load(count_ptr + row)
-        steps = STEPS
+        steps = steps_all
     ys_row = ys_ptr + row.to(tl.int64) * ys_stride
     for _ in range(steps):  # lower bound: first index with y >= x
         active = lo < hi
