@@ -183,7 +183,8 @@ def grounding_reducer(
         for u, (a, z) in enumerate(e.units):
             unit_sum[b, u, a:z] = 1.0
     unit_at = torch.tensor(
-        [b * most + u for b, e in enumerate(examples) for u in range(len(e.units))]
+        [b * most + u for b, e in enumerate(examples) for u in range(len(e.units))],
+        dtype=torch.long,
     )
     match = torch.zeros(count, width, k1 - k0, dtype=torch.bool)  # [B, Gmax, K]
     for b, e in enumerate(examples):

@@ -498,7 +498,7 @@ def _summed(layers: list[dict[str, torch.Tensor]], key: str) -> torch.Tensor:
     """The ``key`` output summed over the layers (on the first layer's device), on the
     host."""
     first = layers[0][key].device
-    return sum(r[key].to(first, non_blocking=True) for r in layers).cpu()
+    return torch.stack([r[key].to(first, non_blocking=True) for r in layers]).sum(0).cpu()
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
