@@ -93,6 +93,20 @@ def test_ground_writes_results_matching_the_library(model_dir, profiles, tmp_pat
     assert not Grounding.load(out / "ground.json").supported
 
 
+def test_ground_outputs_get_the_users_umask(model_dir, profiles, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Every file of the output folder, the marker included, is ``0o666`` less the umask, as
+    any other tool's (the atomic writes once left them ``0o600``)."""
+    previous = os.umask(0o022)
+    try:
+        _ground(
+            model_dir, profiles[0], tmp_path / "out", "--context", CONTEXT, "--response", RESPONSE
+        )
+    finally:
+        os.umask(previous)
+    modes = {f.name: f.stat().st_mode & 0o777 for f in (tmp_path / "out").iterdir()}
+    assert OUTPUTS <= set(modes) and set(modes.values()) == {0o644}, modes
+
+
 def test_ground_reads_the_response_from_stdin(  # type: ignore[no-untyped-def]
     model_dir, profiles, tmp_path, monkeypatch
 ) -> None:

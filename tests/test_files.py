@@ -60,3 +60,16 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(
     assert Path(moves[0][0]).parent == tmp_path  # the temporary lay in the target's folder
     assert target.read_text(encoding="utf-8") == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_the_file_gets_the_users_umask(tmp_path: Path, mask: int) -> None:
+    """Like any new file (``open``): ``0o666`` less the umask, not the temporary's ``0o600``."""
+    previous = os.umask(mask)
+    try:
+        written = write_atomic(tmp_path / "run.json", "{}\n")
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x", encoding="utf-8")
+    finally:
+        os.umask(previous)
+    assert written.stat().st_mode & 0o777 == 0o666 & ~mask == plain.stat().st_mode & 0o777
