@@ -23,7 +23,8 @@ ranking (``head_scores``, ``[layers, heads]``), which a later run reads as its f
 A unit is correct when its argmax chunk is the gold one (docs/definitions.md); a unit whose scores
 are all zero counts as wrong.
 
-**Layout** (:data:`LAYOUTS`): every method sees the same prompt. ``numbered`` renders the
+**Layout** (:data:`~rcstat.evaluation.choices.LAYOUTS`): every method sees the same prompt.
+``numbered`` renders the
 sources as RAG prompts do, one per paragraph, ``[k] Title: text`` (the title where the dataset
 has one, QuoteSum's; VERI-GRAN's passages have none), and a candidate span is a whole source
 entry, marker and title included (some QuoteSum units quote a title); ``numbered-text`` is the
@@ -59,6 +60,7 @@ from rcstat.attribution import Attribution, Attributor, consensus_heads
 from rcstat.data import AttributionExample
 from rcstat.evaluation.bench.common import BenchRun
 from rcstat.evaluation.bench.results import AttributionResult
+from rcstat.evaluation.choices import LAYOUTS
 from rcstat.metrics.paired import paired_difference
 from rcstat.report.plots import save_figure
 from rcstat.runs.folder import staged_output
@@ -69,7 +71,6 @@ from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
 from rcstat.runs.shards import Shard
 
 __all__ = [
-    "LAYOUTS",
     "RANKED_METHODS",
     "AttributionBench",
     "AttributionJob",
@@ -91,8 +92,6 @@ RANKED_METHODS = ("top", "bottom", "top_post_softmax", "bottom_post_softmax")
 #: The method of a head set fixed over a dataset (``fixed_rankings``).
 FIXED = "top_fixed"
 ALL = "all"
-#: How the sources are written into the prompt (see the module notes).
-LAYOUTS = ("numbered", "numbered-text", "plain")
 #: Prompt-length buckets of ``accuracy_by_length.csv``: ``[low, high)`` in tokens.
 LENGTH_BUCKETS = ((0, 1000), (1000, 2500), (2500, None))
 #: The methods compared with the baselines in ``comparison.csv`` (at the table's k) and the

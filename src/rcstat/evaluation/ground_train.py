@@ -30,13 +30,15 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rcstat.checks import check_count, check_number, optional_count
-from rcstat.grounding.training import DetectorSample, FitOptions, LabelledResponse
 from rcstat.runs.devices import Devices
+
+if TYPE_CHECKING:  # the training imports torch: not before the options are checked
+    from rcstat.grounding.training import DetectorSample, FitOptions, LabelledResponse
 
 __all__ = [
     "GroundTrainConfig",
@@ -151,6 +153,8 @@ class GroundTrainConfig:
 
     def fit_options(self) -> FitOptions:
         """The options of the fit."""
+        from rcstat.grounding.training import FitOptions
+
         return FitOptions(
             folds=self.folds,
             seed=self.seed,
@@ -185,6 +189,7 @@ def labelled_responses(name: str, path: str | None, limit: int | None) -> list[L
     question, the summarization instruction for FaithBench and SummEdits; the unwanted spans
     of FaithBench; a pair's own question)."""
     from rcstat.data import GroundingExample, load_dataset
+    from rcstat.grounding.training import LabelledResponse
 
     out = []
     examples: list[GroundingExample] = load_dataset(name, path, limit=limit)  # type: ignore[assignment]
@@ -222,6 +227,7 @@ def swap_responses(
     from rcstat.data import load_dataset
     from rcstat.grounding.calibrate import document_texts
     from rcstat.grounding.swaps import swap_pairs
+    from rcstat.grounding.training import LabelledResponse
 
     texts = [t for name, path in sources for t in document_texts(load_dataset(name, path))]
     out = []
@@ -385,7 +391,7 @@ def _measure_cached(
     """Every item's sample, from ``cache`` when its key (model, texts, labels, feature
     version) is there, else measured and written there."""
     from rcstat.grounding.lexicon import Lexicon, ResponseWord
-    from rcstat.grounding.training import measure_samples
+    from rcstat.grounding.training import DetectorSample, measure_samples
 
     cache.mkdir(parents=True, exist_ok=True)
     samples: list[DetectorSample] = []

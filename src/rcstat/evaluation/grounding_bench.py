@@ -66,7 +66,6 @@ from rcstat.runs.shards import Shard
 
 __all__ = [
     "BASELINES",
-    "DATASETS",
     "VARIANTS",
     "GroundingBench",
     "GroundingItem",
@@ -94,7 +93,6 @@ RUN_FILES = RunFiles(
     folder="tokens",
     key_file=token_file_name,
 )
-DATASETS = ("ragtruth", "faithbench", "summedits", "jsonl", "squad-contrast", "squad-swaps")
 #: The datasets of (supported, unsupported) pairs of one response or one sentence.
 PAIR_DATASETS = ("squad-contrast", "squad-swaps")
 #: The datasets whose responses carry annotated spans: per-token files and span-level metrics.

@@ -9,6 +9,7 @@ where the model runs; where the question goes in a prompt is the *question place
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,6 +18,8 @@ from rcstat.runs.shards import Shard, process_gpus
 
 __all__ = ["DEVICE_MAPS", "DTYPES", "Devices"]
 
+#: A ``--device``: ``cpu``, ``cuda`` or ``cuda:N`` (``cpu:0`` as torch writes it).
+_DEVICE = re.compile(r"(cpu|cuda)(?::(\d+))?")
 #: ``--device-map`` strategies (accelerate) and ``--dtype`` names.
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -74,32 +77,28 @@ class Devices:
                 "leave it out to run on the CPU)"
             )
         if device is not None:
-            import torch
-
-            try:
-                parsed = torch.device(device)
-            except (RuntimeError, ValueError) as err:
+            parsed = _DEVICE.fullmatch(device.strip())
+            if parsed is None:
                 raise ValueError(
-                    f"--device {device!r} is not a device (cpu, cuda, cuda:N)"
-                ) from err
-            if parsed.type == "cuda":
+                    f"--device {device!r} is not a device: only cpu, cuda and cuda:N are supported"
+                )
+            if parsed[1] == "cuda":  # only then is torch asked what it sees
                 visible = visible_gpus()
-                if (parsed.index is not None and parsed.index >= visible) or not visible:
+                index = None if parsed[2] is None else int(parsed[2])
+                if (index is not None and index >= visible) or not visible:
                     raise ValueError(f"--device {device}: {visible} CUDA device(s) visible")
-            elif parsed.type != "cpu":
-                raise ValueError(f"--device {device!r}: only cpu and cuda devices are supported")
         return cls(device=device, device_map=device_map, dtype=dtype)
 
     def for_shard(self, shard: Shard) -> Devices:
         """This process's plan in a data-parallel run: its own GPU (or group of GPUs for
         ``--device-map``, see :func:`~rcstat.runs.shards.process_gpus`) unless ``--device``
         names one; unchanged for a single process or on the CPU."""
+        if not shard.split or (self.device is not None and self.device != "cuda"):
+            return self  # one process; or cpu, or an explicit cuda:N (no torch import)
         import torch
 
-        if not shard.split or not torch.cuda.is_available():
+        if not torch.cuda.is_available():
             return self
-        if self.device is not None and self.device != "cuda":
-            return self  # cpu, or an explicit cuda:N
         gpus = tuple(process_gpus(shard, torch.cuda.device_count()))
         return replace(self, gpus=gpus)
 

@@ -78,11 +78,8 @@ def from_namespace(ns: argparse.Namespace) -> AttributionConfig:
     for k in ks:
         if k != "all":
             int_list("--k", [k])
-    devices, shard = devices_and_shard(ns)
     config = AttributionConfig(
         model=ns.model,
-        devices=devices,
-        shard=shard,
         dataset=dataset_for(ns.dataset, "attribution", "bench attribution"),
         data=ns.data,
         ks=ks,
@@ -97,6 +94,7 @@ def from_namespace(ns: argparse.Namespace) -> AttributionConfig:
         fixed_heads_from=None if ns.fixed_heads_from is None else Path(ns.fixed_heads_from),
     )
     config.check()
+    config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
     return config
 
 

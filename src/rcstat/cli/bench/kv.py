@@ -82,11 +82,8 @@ def from_namespace(ns: argparse.Namespace) -> KVConfig:
     from rcstat.evaluation.bench.kv import KVConfig
 
     dataset = dataset_for(ns.dataset, "qa", "bench kv")
-    devices, shard = devices_and_shard(ns)
     config = KVConfig(
         model=ns.model,
-        devices=devices,
-        shard=shard,
         dataset=dataset,
         data=ns.data,
         presses=check_press_names(split_list(ns.presses)),
@@ -107,6 +104,7 @@ def from_namespace(ns: argparse.Namespace) -> KVConfig:
         retry_failed=getattr(ns, "retry_failed", True),
     )
     config.check()
+    config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
     return config
 
 

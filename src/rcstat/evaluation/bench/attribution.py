@@ -20,7 +20,6 @@ from typing import Any
 
 from rcstat.checks import check_count, optional_count
 from rcstat.defaults import default_span_score, resolve_span_score
-from rcstat.evaluation.attribution_bench import LAYOUTS, summarize_run
 from rcstat.evaluation.bench.common import (
     JobConfig,
     Loader,
@@ -31,8 +30,9 @@ from rcstat.evaluation.bench.common import (
     summarized,
 )
 from rcstat.evaluation.bench.results import AttributionResult
+from rcstat.evaluation.choices import LAYOUTS
 
-__all__ = ["AttributionConfig", "AttributionResult", "run", "summarize_run"]
+__all__ = ["AttributionConfig", "AttributionResult", "run"]
 
 _STATISTICS = ("expected", "upper")
 
@@ -129,6 +129,7 @@ def run(
         parse_ks,
         prompt_tokens,
         read_head_scores,
+        summarize_run,
     )
 
     say = say or say_default

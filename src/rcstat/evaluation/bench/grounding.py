@@ -22,9 +22,9 @@ from rcstat.checks import check_count, optional_count
 from rcstat.defaults import MAX_RESAMPLES
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved, summarized
 from rcstat.evaluation.bench.results import GroundingResult
-from rcstat.evaluation.grounding_bench import DATASETS, summarize_run
+from rcstat.evaluation.choices import GROUNDING_DATASETS
 
-__all__ = ["GroundingConfig", "GroundingResult", "run", "summarize_run"]
+__all__ = ["GroundingConfig", "GroundingResult", "run"]
 
 
 @dataclass
@@ -50,9 +50,10 @@ class GroundingConfig(JobConfig):
         """Every option in its range (``ValueError`` naming the option); the dataset's name
         is folded to its canonical spelling."""
         dataset = self.dataset.strip().lower().replace("_", "-")
-        if dataset not in DATASETS:
+        if dataset not in GROUNDING_DATASETS:
             raise ValueError(
-                f"bench grounding needs --dataset {' or '.join(DATASETS)}, not {self.dataset}"
+                f"bench grounding needs --dataset {' or '.join(GROUNDING_DATASETS)}, "
+                f"not {self.dataset}"
             )
         self.dataset = dataset
         if self.questionable and dataset != "faithbench":
@@ -93,7 +94,7 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
     the ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`)."""
     from rcstat.capture import attention_layout
     from rcstat.data import load_dataset
-    from rcstat.evaluation.grounding_bench import GroundingBench
+    from rcstat.evaluation.grounding_bench import GroundingBench, summarize_run
     from rcstat.evaluation.grounding_items import contrast_items, grounding_items, swap_items
     from rcstat.grounding import Grounder
 

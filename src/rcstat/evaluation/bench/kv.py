@@ -31,13 +31,12 @@ from rcstat.evaluation.bench.common import (
     summarized,
 )
 from rcstat.evaluation.bench.results import KVResult
-from rcstat.evaluation.kv_bench import summarize_run
 from rcstat.press.options import knob_default
 from rcstat.press.registry import PRESS_NAMES
 from rcstat.runs.manifest import read_manifest
 from rcstat.runs.parts import part_folder
 
-__all__ = ["KVConfig", "KVResult", "run", "summarize_run"]
+__all__ = ["KVConfig", "KVResult", "run"]
 
 SCATTER = "head_scatter.csv"
 #: Tokens left for the chat template around context and question.
@@ -188,6 +187,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     """Run (or resume) the KV-compression benchmark of ``config`` and summarise it; ``loader``,
     ``say`` and the ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`),
     and a ``ValueError`` when every example is longer than the window."""
+    from rcstat.evaluation.kv_bench import summarize_run
     from rcstat.press.extra import require_kvpress
 
     require_kvpress("rcstat bench kv")

@@ -1,0 +1,57 @@
+"""Every command refuses a bad option before its heavy imports (torch, transformers: about
+8 s on two cores), with a message naming the flag.
+
+Each case runs in a fresh interpreter and reports which heavy modules the refusal imported:
+none may be.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+_PROBE = """
+import contextlib, io, json, sys
+from rcstat import cli
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    code = cli.main(sys.argv[1:])
+heavy = [m for m in ("torch", "transformers", "sklearn") if m in sys.modules]
+print(json.dumps({"code": code, "heavy": heavy, "error": err.getvalue().strip()}))
+"""
+
+CASES = [
+    ("ground --context a --response b --threshold 2", "--threshold"),
+    ("ground --context a --response b --quantile 0", "--quantile"),
+    ("ground --context a --response b --max-chars 0", "--max-chars"),
+    ("ground --context a --response b --batch-tokens 9", "--batch-tokens"),
+    ("ground --pairs missing.jsonl", "--pairs"),
+    ("analyze --context a --question b --max-new-tokens 0", "--max-new-tokens"),
+    ("compress --context a --question b --ratio 2", "--ratio"),
+    ("attribute --context a --question b --answer c --top-k 0", "--top-k"),
+    ("bench kv --dataset squad_v2 --ratios 2", "--ratios"),
+    ("bench kv --dataset squad_v2 --ratios 0.5 --shard 1/2 --device cpu --n 0", "--n"),
+    ("bench attribution --dataset quotesum --k 0", "--k"),
+    ("bench grounding --dataset ragtruth --resamples 0", "--resamples"),
+    ("bench grounding --dataset ragtruth --batch-tokens 0", "--batch-tokens"),
+    ("heads --dataset squad_v2 --n 0", "--n"),
+    ("ground-train --dataset ragtruth --weight x", "--weight"),
+]
+
+
+@pytest.mark.parametrize(("args", "flag"), CASES)
+def test_a_bad_option_is_refused_before_the_heavy_imports(args: str, flag: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args.split()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["code"] == 2, found
+    assert flag in found["error"].splitlines()[-1], found
+    assert found["heavy"] == [], f"{args}: imported {found['heavy']} before refusing"
