@@ -52,7 +52,10 @@ def result(smollm: tuple[Any, Any]) -> HeadAnalysis:
 
 
 def test_analyze_shape_and_invariants(result: HeadAnalysis) -> None:
+    from rcstat.defaults import DEFAULT_MODEL_HEADS
+
     assert result.shape == (LAYERS, HEADS)
+    assert LAYERS * HEADS == DEFAULT_MODEL_HEADS  # what --top-k is checked against unloaded
     assert result.generation_text == ANSWER
     assert result.prompt_len > 40 and 5 <= result.gen_len <= 12
     for name in ("expected", "upper", "lower", "normalized"):

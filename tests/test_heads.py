@@ -747,6 +747,8 @@ def test_cli_shards_and_rcstat_merge(model_dir: Path, tmp_path: Path) -> None:
     printed = io.StringIO()
     assert _cli(printed, *common, "--out", str(out), "--shard", "0/2", "--tau", "2") == 0
     assert "results written to" in printed.getvalue()  # the last shard merged and summarised
+    # it did 3 of the 5 examples: the count of the merged run says whose they are
+    assert "5 examples analysed by the 2 shards (0 failed)" in " ".join(printed.getvalue().split())
     assert (out / "heads.csv").read_bytes() == (single / "heads.csv").read_bytes()
     summary = (out / "summary.json").read_bytes()
     assert json.loads(summary)["tau"] == 2

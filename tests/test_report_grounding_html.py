@@ -419,7 +419,7 @@ def test_header_shows_score_verdict_model_probe_warning_and_baselines():
     assert parsed.facts["probe"] == "0.830"
     assert parsed.facts["sentences"] == "4 · 2 unsupported"
     assert parsed.verdict == "⚠ unsupported"
-    assert "the response was cut at the model's window" in parsed.warning
+    assert "the response was cut at the tokens of one pass (max_tokens)" in parsed.warning
     assert parsed.baselines == [
         ["baseline", "score"],
         ["lookback", "0.42"],

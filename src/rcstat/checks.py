@@ -1,4 +1,4 @@
-"""Checks of user-given numbers, shared by the Python API and the command line.
+"""Checks of user-given numbers and files, shared by the Python API and the command line.
 
 Every option that is a number (thresholds, τ, ratios, counts, window sizes) goes through one of
 these functions, so the API and the CLI refuse the same values with the same message: NaN,
@@ -8,12 +8,15 @@ these functions, so the API and the CLI refuse the same values with the same mes
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "check_count",
+    "check_file",
     "check_number",
     "float_list",
     "int_list",
@@ -127,3 +130,20 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
     left = "(-∞" if low is None else ("(" if low_open else "[") + f"{low:g}"
     right = "∞)" if high is None else f"{high:g}" + (")" if high_open else "]")
     return f"{left}, {right}"
+
+
+def check_file(option: str, path: str | os.PathLike[str]) -> Path:
+    """``path`` as a :class:`~pathlib.Path` when it is a file; a ``ValueError`` naming
+    ``option`` and saying what is there instead otherwise.
+
+    >>> check_file("--pairs", "/")
+    Traceback (most recent call last):
+    ...
+    ValueError: --pairs /: a folder, not a file
+    """
+    found = Path(path)
+    if found.is_dir():
+        raise ValueError(f"{option} {path}: a folder, not a file")
+    if not found.is_file():
+        raise ValueError(f"{option} {path}: no such file")
+    return found

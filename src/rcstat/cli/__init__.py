@@ -34,7 +34,7 @@ from rcstat.cli import (
 )
 from rcstat.cli._common import HelpFormatter, error_console
 from rcstat.cli.exit_codes import EXIT_CODES, exit_status_text
-from rcstat.cli.options import join_dash_values
+from rcstat.cli.options import check_model_option, join_dash_values
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
 
@@ -97,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = COMMANDS[ns.command]
     args: Any = None
     try:
+        check_model_option(getattr(ns, "model", None))
         args = module.from_namespace(ns)
         _quiet_transformers()
         return int(module.run(args))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from rcstat.checks import check_number
+from rcstat.checks import check_file, check_number
 from rcstat.cli import ground_output, ground_pairs
 from rcstat.cli._common import (
     Devices,
@@ -168,9 +168,7 @@ class GroundArgs:
         files = {}
         for option, _ in _FILES:
             value = getattr(ns, option.removeprefix("--"))
-            if value is not None and not Path(value).is_file():
-                raise ValueError(f"{option} {value}: no such file")
-            files[option] = None if value is None else Path(value)
+            files[option] = None if value is None else check_file(option, value)
         fraction = ns.fraction
         if fraction is not None:
             fraction = check_number("--fraction", fraction, low=0.0, high=1.0, low_open=True)

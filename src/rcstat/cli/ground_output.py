@@ -160,7 +160,12 @@ def print_table(result: Grounding) -> None:
             evidence = "—" if support is None else escape(" ".join(support.text.split()))
             mark = ""
         elif sentence.status == "unverified":
-            evidence, mark = "[bold yellow]unverified[/]: past the model's window", "? "
+            limit = result.method.get("max_tokens")
+            where = "" if limit is None else f" {limit:,}"
+            evidence = (
+                f"[bold yellow]unverified[/]: past the{where} tokens of one pass (--max-tokens)"
+            )
+            mark = "? "
         else:
             inside = [
                 span.text

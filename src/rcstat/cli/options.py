@@ -15,6 +15,7 @@ from pathlib import Path
 from rcstat.data.registry import dataset_names
 from rcstat.defaults import (
     DEFAULT_BATCH_TOKENS,
+    DEFAULT_MODEL_HEADS,
     DEFAULT_MODEL_NAME,
     DEFAULT_SPAN_SCORE,
     SPAN_SCORES,
@@ -34,6 +35,7 @@ __all__ = [
     "add_special_tokens_option",
     "add_text_options",
     "check_language",
+    "check_model_option",
     "check_span_score",
     "check_top_k",
     "config_heads",
@@ -216,12 +218,29 @@ def check_language(code: str) -> str:
     return code.strip()
 
 
+def check_model_option(model: str | None) -> None:
+    """Refuse, before anything loads, a ``--model`` that names a local folder without a
+    ``config.json`` (not a checkpoint) or a missing ``.gguf`` file (``ValueError`` naming
+    ``--model``); hub ids and the embedded default pass."""
+    if model is None:
+        return
+    path = Path(model).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ValueError(
+            f"--model {model}: a folder without a config.json, not a model checkpoint (give a "
+            "checkpoint folder, a .gguf file or a hub id such as organization/name)"
+        )
+    if model.endswith(".gguf") and not path.is_file():
+        raise ValueError(f"--model {model}: no such file")
+
+
 def config_heads(model: str | None) -> int | None:
     """The number of attention heads (layers × heads per layer) of ``--model`` read from its
     ``config.json`` without loading any weight; None when there is no local config to read
-    (the embedded default, a GGUF file or a hub id: the library checks after loading)."""
-    if model is None:
-        return None
+    (a GGUF file or a hub id: the library checks after loading); the embedded default's
+    :data:`~rcstat.defaults.DEFAULT_MODEL_HEADS`."""
+    if model is None or model == DEFAULT_MODEL_NAME:
+        return DEFAULT_MODEL_HEADS
     config = Path(model).expanduser() / "config.json"
     if not config.is_file():
         return None

@@ -1,7 +1,7 @@
 """A self-contained HTML view of a grounding result (:class:`~rcstat.grounding.Grounding`).
 
 The page has a header (the verdict, the response's score against the threshold, the model,
-the probe's score, a warning when the response was cut at the model's window, the same-pass
+the probe's score, a warning when the response was cut at one pass's tokens, the same-pass
 baselines), a legend, and the response beside its context. The verdict is the result's
 (``supported``, ``unsupported`` or ``unverified``): an unverified response — no checked
 sentence unsupported, but part of it not checked — has its own badge and a line that says so.
@@ -14,7 +14,7 @@ sentence unsupported, but part of it not checked — has its own badge and a lin
   every sentence (whitespace between sentences) sit between them. An unsupported sentence has
   the class ``unsupported`` and ``data-supported="false"``, a dashed red outline and a
   "⚠ unsupported" badge; a sentence that could not be checked (past the cut of a response too
-  long for the model's window) has the class ``unverified``, ``data-supported="false"``, a
+  long for one pass) has the class ``unverified``, ``data-supported="false"``, a
   dotted amber outline and an "unverified" badge. Each sentence carries its status in
   ``data-status``.
 * The context is shown once, cut at the boundaries of every supporting span into pieces
@@ -76,12 +76,12 @@ PALETTE = (
 _WHITE_TEXT = frozenset({0, 1, 9})  # bins dark enough for white text (contrast >= 4.5)
 _NAN_COLOUR = "#d0d7de"
 _DATA_ID = "rcstat-grounding-data"
-_CUT = "the response was cut at the model's window"
+_CUT = "the response was cut at the tokens of one pass (max_tokens)"
 _UNVERIFIED_BADGE = '<span class="badge unverified">unverified</span>'
 _UNVERIFIED_KEY = (
     '<span class="key"><span class="mk sent unverified">sentence</span>'
-    f"{_UNVERIFIED_BADGE}sentence not checked (past the cut of a response too long for the "
-    "model's window)</span>"
+    f"{_UNVERIFIED_BADGE}sentence not checked (past the cut of a response too long for one "
+    "pass: max_tokens)</span>"
 )
 
 _STYLE = (

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rcstat.checks import check_number, optional_count
+from rcstat.checks import check_file, check_number, optional_count
 from rcstat.defaults import (
     DEFAULT_GROUNDING_QUANTILE,
     DEFAULT_MAX_CHARS,
@@ -93,16 +93,17 @@ class PairsConfig(JobConfig):
 
     def check(self) -> None:
         """Every option in its range (``ValueError`` naming the option)."""
-        if self.data is None or not Path(self.data).is_file():
-            raise ValueError(f"--pairs {self.data}: no such file")
+        if self.data is None:
+            raise ValueError("--pairs: give the JSON-lines file of the pairs")
+        check_file("--pairs", self.data)
         detector = self.detector if isinstance(self.detector, (str, Path)) else None
         for option, path in (
             ("--profile", self.profile),
             ("--probe", self.probe),
             ("--detector", detector),
         ):
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"{option} {path}: no such file")
+            if path is not None:
+                check_file(option, path)
         if self.fraction is not None:
             check_number("--fraction", self.fraction, low=0.0, high=1.0, low_open=True)
         check_threshold(self.threshold)

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rcstat.checks import check_count, optional_count
+from rcstat.checks import check_count, check_file, optional_count
 from rcstat.defaults import MAX_RESAMPLES
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved, summarized
 from rcstat.evaluation.bench.results import GroundingResult
@@ -58,10 +58,9 @@ class GroundingConfig(JobConfig):
         self.dataset = dataset
         if self.questionable and dataset != "faithbench":
             raise ValueError("--questionable applies to --dataset faithbench only")
-        if self.profile is not None and not Path(self.profile).is_file():
-            raise ValueError(f"--profile {self.profile}: no such file")
-        if self.detector is not None and not Path(self.detector).is_file():
-            raise ValueError(f"--detector {self.detector}: no such file")
+        for option, path in (("--profile", self.profile), ("--detector", self.detector)):
+            if path is not None:
+                check_file(option, path)
         if self.detector is not None and self.zero_shot:
             raise ValueError("--detector and --zero-shot exclude each other")
         if self.task is not None:

@@ -56,8 +56,10 @@ class HeadsResult:
             ok = log[log["error"] == ""]
             if len(ok):
                 seconds = pd.to_numeric(ok["seconds"])
+                # the merged run's examples: this process did only its shard of them
+                whose = f" by the {self.shard.count} shards" if self.shard.split else ""
                 lines.append(
-                    f"{len(ok)} examples analysed ({len(log) - len(ok)} failed): "
+                    f"{len(ok)} examples analysed{whose} ({len(log) - len(ok)} failed): "
                     f"{seconds.mean():.2f} s per example on average"
                 )
             cut = int((ok["finished"] == "False").sum())
