@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from rcstat import cli
+from rcstat.checks import check_language
 from rcstat.cli import EXIT_CODES, build_parser
-from rcstat.cli.options import check_language, config_heads, join_dash_values
+from rcstat.cli.options import config_heads, join_dash_values
 
 LONG = "word " * 60  # a context far wider than 80 columns
 

@@ -121,9 +121,13 @@ def test_grounder_refuses_a_long_response_before_any_pass(grounder, monkeypatch)
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"max_tokens": 10**12}, r"max_tokens must be an integer in \[1, 131072\]"),
-        ({"max_tokens": MAX_PASS_TOKENS + 1}, r"max_tokens must be an integer in \[1, 131072\]"),
+        ({"max_tokens": 10**12}, r"max_tokens must be an integer in \[128, 131072\]"),
+        ({"max_tokens": MAX_PASS_TOKENS + 1}, r"max_tokens must be an integer in \[128, 131072\]"),
         ({"max_tokens": 0}, "max_tokens must be an integer"),
+        ({"max_tokens": 127}, r"max_tokens must be an integer in \[128, 131072\]"),
+        ({"quantile": 1.0}, r"quantile must be in \(0, 1\)"),
+        ({"threshold": 1.5}, r"threshold must be in \[0, 1\]"),
+        ({"language": "xx-"}, "language 'xx-' is not a language code"),
         ({"max_chars": 0}, r"max_chars must be an integer in \[1, ∞\)"),
         ({"max_response_tokens": 2.5}, "max_response_tokens must be an integer"),
         ({"max_response_tokens": True}, "max_response_tokens must be an integer"),

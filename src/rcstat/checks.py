@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 __all__ = [
     "check_count",
     "check_file",
+    "check_language",
     "check_number",
     "float_list",
     "int_list",
@@ -147,3 +149,30 @@ def check_file(option: str, path: str | os.PathLike[str]) -> Path:
     if not found.is_file():
         raise ValueError(f"{option} {path}: no such file")
     return found
+
+
+# ISO 639-1 codes (and the deprecated sh, mo, iw, in, ji still in use); three-letter primary
+# subtags (ISO 639-2/3) are accepted by shape.
+_ISO_639_1 = frozenset(
+    """aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu
+    cv cy da de dv dz ee el en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho
+    hr ht hu hy hz ia id ie ig ii ik in io is it iu iw ja ji jv ka kg ki kj kk kl km kn ko kr
+    ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mo mr ms mt my na nb nd ne ng
+    nl nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg sh si sk
+    sl sm sn so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve
+    vi vo wa wo xh yi yo za zh zu""".split()
+)
+_LANGUAGE_TAG = re.compile(r"([a-z]{2,3})(?:[-_][a-z0-9]{2,8})*")
+
+
+def check_language(code: str, name: str = "--language") -> str:
+    """``code`` if it is a language tag (``en``, ``pt-br``, ``zh-hant``, ``yue``); a
+    ``ValueError`` naming ``name`` otherwise (the segmenter would fall back to English
+    rules without a word)."""
+    tag = code.strip().lower()
+    match = _LANGUAGE_TAG.fullmatch(tag)
+    if match is None or (len(match[1]) == 2 and match[1] not in _ISO_639_1):
+        raise ValueError(
+            f"{name} {code!r} is not a language code (ISO 639, e.g. en, de, ja, zh-hant)"
+        )
+    return code.strip()

@@ -11,7 +11,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from rcstat.checks import check_count
+from rcstat.checks import check_count, check_language
 from rcstat.cli._common import (
     CUT_MARK,
     Devices,
@@ -33,7 +33,6 @@ from rcstat.cli.options import (
     add_out_option,
     add_special_tokens_option,
     add_text_options,
-    check_language,
     check_span_score,
     check_top_k,
 )

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from rcstat.checks import check_file, check_number
 from rcstat.cli import ground_output, ground_pairs
 from rcstat.cli._common import (
     Devices,
@@ -19,30 +18,26 @@ from rcstat.cli._common import (
     console,
     error_console,
     load_model_quietly,
-    optional_count,
     read_texts,
     step,
 )
 from rcstat.cli.exit_codes import ERROR, exit_status_text
-from rcstat.cli.ground_limits import Limits, add_limit_options, check_texts, lowered_note
+from rcstat.cli.ground_limits import add_limit_options, check_texts, lowered_note
 from rcstat.cli.options import (
     add_language_option,
     add_out_option,
     add_special_tokens_option,
     add_text_options,
-    check_language,
-    check_top_k,
-    detector_choice,
+    grounding_options,
 )
 from rcstat.defaults import (
     DEFAULT_GROUNDING_QUANTILE,
-    DEFAULT_MAX_CHARS,
-    DEFAULT_MAX_RESPONSE_TOKENS,
     DEFAULT_TOP_K,
 )
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.ground_pairs import PairsConfig
+    from rcstat.grounding.options import GroundingOptions
 
 NAME = "ground"
 #: The JSON files ``ground`` reads: (option, what it holds); each must exist.
@@ -95,9 +90,9 @@ def register(sub: Any) -> None:
     gr.add_argument(
         "--quantile",
         type=float,
-        default=DEFAULT_GROUNDING_QUANTILE,
+        default=None,
         help="lower quantile over the response tokens of each head statistic (the probe's "
-        "features)",
+        f"features; default {DEFAULT_GROUNDING_QUANTILE})",
     )
     add_limit_options(gr)
     gr.add_argument(
@@ -126,27 +121,17 @@ def register(sub: Any) -> None:
 
 @dataclass
 class GroundArgs:
-    """Arguments of ``rcstat ground`` (checked)."""
+    """Arguments of ``rcstat ground`` (checked): the texts, where to write, and the
+    grounder's :class:`~rcstat.grounding.options.GroundingOptions`."""
 
     model: str | None
     devices: Devices
     context: str
     response: str
     question: str | None
-    profile: Path | None
-    probe: Path | None
-    fraction: float | None
-    quantile: float
-    threshold: float | None
-    top_k: int | None
-    language: str
     out: Path
-    allow_special_tokens: bool = False
+    options: GroundingOptions
     json: bool = False
-    max_tokens: int | None = None
-    max_chars: int = DEFAULT_MAX_CHARS
-    max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS
-    detector: Path | bool | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GroundArgs:
@@ -161,44 +146,19 @@ class GroundArgs:
                 raise ValueError(f"{option} is empty or whitespace only")
         if question is not None and not question.strip():
             raise ValueError("--question is empty or whitespace only")
-        limits = Limits.from_namespace(ns)
+        options = grounding_options(ns)
         check_texts(
-            {"context": context, "response": response, "question": question}, limits.max_chars
+            {"context": context, "response": response, "question": question}, options.max_chars
         )
-        files = {}
-        for option, _ in _FILES:
-            value = getattr(ns, option.removeprefix("--"))
-            files[option] = None if value is None else check_file(option, value)
-        fraction = ns.fraction
-        if fraction is not None:
-            fraction = check_number("--fraction", fraction, low=0.0, high=1.0, low_open=True)
-        from rcstat.grounding.score import check_threshold  # rcstat.grounding loads torch
-
-        threshold = check_threshold(ns.threshold)
-        top_k = optional_count("--top-k", ns.top_k)
-        check_top_k(top_k, ns.model)
         return cls(
             model=ns.model,
             devices=Devices.from_namespace(ns),
             context=context,
             response=response,
             question=question,
-            profile=files["--profile"],
-            probe=files["--probe"],
-            fraction=fraction,
-            quantile=check_number(
-                "--quantile", ns.quantile, low=0.0, high=1.0, low_open=True, high_open=True
-            ),
-            threshold=threshold,
-            top_k=top_k,
-            language=check_language(ns.language),
             out=Path(ns.out),
-            allow_special_tokens=ns.allow_special_tokens,
+            options=options,
             json=ns.json,
-            max_tokens=limits.max_tokens,
-            max_chars=limits.max_chars,
-            max_response_tokens=limits.max_response_tokens,
-            detector=detector_choice(files["--detector"], ns.zero_shot),
         )
 
 
@@ -218,8 +178,8 @@ def run(args: GroundArgs | PairsConfig) -> int:
     if warning is not None:
         error_console.print(warning, markup=False)
     model, tokenizer = load_model_quietly(args.model, args.devices)
-    grounder = Grounder.from_options(model, tokenizer, args)
-    note = lowered_note(args.max_tokens, grounder.max_tokens)
+    grounder = Grounder(model, tokenizer, args.options)
+    note = lowered_note(args.options.max_tokens, grounder.max_tokens)
     if note is not None:
         error_console.print(note, markup=False)
     with step("grounding…"):

@@ -14,16 +14,14 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
 from rcstat.defaults import (
-    DEFAULT_MAX_CHARS,
     DEFAULT_MAX_RESPONSE_TOKENS,
     MAX_PASS_TOKENS,
     MIN_PASS_TOKENS,
 )
 
-__all__ = ["Limits", "add_limit_options", "check_texts", "lowered_note"]
+__all__ = ["add_limit_options", "check_texts", "lowered_note"]
 
 
 def add_limit_options(parser: argparse.ArgumentParser) -> None:
@@ -40,39 +38,20 @@ def add_limit_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-chars",
         type=int,
-        default=DEFAULT_MAX_CHARS,
+        default=None,
         help="most characters of each text (context, response, question; with --pairs, of "
         "every line), refused before the model loads when longer: each window of a long "
-        "context is one more pass (100,000 characters: about 4 windows of the default model, "
-        "minutes on a CPU)",
+        "context is one more pass (default {DEFAULT_MAX_CHARS:,} characters: about 4 windows "
+        "of the default model, minutes on a CPU)",
     )
     parser.add_argument(
         "--max-response-tokens",
         type=int,
-        default=DEFAULT_MAX_RESPONSE_TOKENS,
-        help="most tokens of a response, refused before its forward pass when longer (with "
-        "--pairs, its row records the error): every response token is a row of every pass",
+        default=None,
+        help=f"most tokens of a response (default {DEFAULT_MAX_RESPONSE_TOKENS:,}), refused "
+        "before its forward pass when longer (with --pairs, its row records the error): every "
+        "response token is a row of every pass",
     )
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The checked limits of one command line."""
-
-    max_tokens: int | None
-    max_chars: int
-    max_response_tokens: int
-
-    @classmethod
-    def from_namespace(cls, ns: argparse.Namespace) -> Limits:
-        """The limits of ``ns`` (``ValueError`` naming the flag and its range)."""
-        from rcstat.grounding.limits import check_limit, check_pass_tokens
-
-        return cls(
-            max_tokens=check_pass_tokens("--max-tokens", ns.max_tokens, low=MIN_PASS_TOKENS),
-            max_chars=check_limit("--max-chars", ns.max_chars),
-            max_response_tokens=check_limit("--max-response-tokens", ns.max_response_tokens),
-        )
 
 
 def check_texts(texts: dict[str, str | None], max_chars: int) -> None:

@@ -18,12 +18,9 @@ from typing import TYPE_CHECKING
 
 from rcstat.cli._common import Devices, load_model_quietly, say
 from rcstat.cli.exit_codes import SUPPORTED, pairs_status, pairs_status_text
-from rcstat.cli.ground_limits import Limits
 from rcstat.cli.options import (
     add_batch_tokens_option,
-    check_language,
-    check_top_k,
-    detector_choice,
+    grounding_options,
 )
 
 if TYPE_CHECKING:
@@ -58,29 +55,15 @@ def from_namespace(ns: argparse.Namespace) -> PairsConfig:
     ]
     if given:
         raise ValueError(f"--pairs reads every pair from its file; drop {', '.join(given)}")
-    top_k = ns.top_k
-    limits = Limits.from_namespace(ns)
     config = PairsConfig(
         model=ns.model,
         devices=Devices.from_namespace(ns),
         data=ns.pairs,
         out=Path(ns.out),
-        profile=None if ns.profile is None else Path(ns.profile),
-        probe=None if ns.probe is None else Path(ns.probe),
-        detector=detector_choice(None if ns.detector is None else Path(ns.detector), ns.zero_shot),
-        fraction=ns.fraction,
-        quantile=ns.quantile,
-        threshold=ns.threshold,
-        top_k=top_k,
-        language=check_language(ns.language),
-        allow_special_tokens=ns.allow_special_tokens,
-        max_tokens=limits.max_tokens,
-        max_chars=limits.max_chars,
-        max_response_tokens=limits.max_response_tokens,
+        options=grounding_options(ns),
         batch_tokens=ns.batch_tokens,
     )
     config.check()
-    check_top_k(top_k, ns.model)
     return config
 
 

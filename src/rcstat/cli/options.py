@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rcstat.data.registry import dataset_names
 from rcstat.defaults import (
@@ -23,6 +24,9 @@ from rcstat.defaults import (
 )
 from rcstat.runs.devices import DEVICE_MAPS, DTYPES
 
+if TYPE_CHECKING:
+    from rcstat.grounding.options import GroundingOptions
+
 __all__ = [
     "add_attribution_options",
     "add_data_option",
@@ -34,11 +38,11 @@ __all__ = [
     "add_out_option",
     "add_special_tokens_option",
     "add_text_options",
-    "check_language",
     "check_model_option",
     "check_span_score",
     "check_top_k",
     "config_heads",
+    "grounding_options",
     "join_dash_values",
 ]
 
@@ -191,33 +195,6 @@ def check_span_score(span_score: str | None, statistic: str) -> str:
     return resolve_span_score(span_score, statistic, names=("--span-score", "--statistic"))
 
 
-# ISO 639-1 codes (and the deprecated sh, mo, iw, in, ji still in use); three-letter primary
-# subtags (ISO 639-2/3) are accepted by shape.
-_ISO_639_1 = frozenset(
-    """aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu
-    cv cy da de dv dz ee el en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho
-    hr ht hu hy hz ia id ie ig ii ik in io is it iu iw ja ji jv ka kg ki kj kk kl km kn ko kr
-    ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mo mr ms mt my na nb nd ne ng
-    nl nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg sh si sk
-    sl sm sn so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve
-    vi vo wa wo xh yi yo za zh zu""".split()
-)
-_LANGUAGE_TAG = re.compile(r"([a-z]{2,3})(?:[-_][a-z0-9]{2,8})*")
-
-
-def check_language(code: str) -> str:
-    """``code`` if it is a language tag (``en``, ``pt-br``, ``zh-hant``, ``yue``); a
-    ``ValueError`` naming ``--language`` otherwise (the segmenter would fall back to English
-    rules without a word)."""
-    tag = code.strip().lower()
-    match = _LANGUAGE_TAG.fullmatch(tag)
-    if match is None or (len(match[1]) == 2 and match[1] not in _ISO_639_1):
-        raise ValueError(
-            f"--language {code!r} is not a language code (ISO 639, e.g. en, de, ja, zh-hant)"
-        )
-    return code.strip()
-
-
 def check_model_option(model: str | None) -> None:
     """Refuse, before anything loads, a ``--model`` that names a local folder without a
     ``config.json`` (not a checkpoint) or a missing ``.gguf`` file (``ValueError`` naming
@@ -286,3 +263,15 @@ def detector_choice(path: Path | None, zero_shot: bool) -> Path | bool | None:
     if path is not None and zero_shot:
         raise ValueError("--detector and --zero-shot exclude each other")
     return False if zero_shot else path
+
+
+def grounding_options(ns: argparse.Namespace) -> GroundingOptions:
+    """The checked grounding options of ``rcstat ground``'s flags (``--zero-shot`` is
+    ``detector=False``; ``--top-k`` also against the model's heads where they are known before
+    it loads)."""
+    from rcstat.grounding.options import GroundingOptions
+
+    detector = detector_choice(None if ns.detector is None else Path(ns.detector), ns.zero_shot)
+    options = GroundingOptions.from_flags(ns, detector=detector)
+    check_top_k(options.top_k, ns.model)
+    return options

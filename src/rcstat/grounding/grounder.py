@@ -13,26 +13,20 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rcstat.attribution import TextSpan, split_sentences
-from rcstat.attribution.spans import DEFAULT_LANGUAGE
 from rcstat.capture import attention_layout
-from rcstat.defaults import DEFAULT_MAX_CHARS, DEFAULT_MAX_RESPONSE_TOKENS, DEFAULT_TOP_K
+from rcstat.defaults import DEFAULT_TOP_K
 from rcstat.grounding.detector import Detection, Detector, shipped_detector
 from rcstat.grounding.detector_features import lexicon_words
 from rcstat.grounding.features import HEAD_FEATURES
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
-from rcstat.grounding.limits import (
-    check_limit,
-    check_pass_tokens,
-    check_response_tokens,
-    check_texts,
-)
+from rcstat.grounding.limits import check_response_tokens, check_texts
 from rcstat.grounding.measure import (
     DEFAULT_INSTRUCTION,
     Measurement,
@@ -41,11 +35,11 @@ from rcstat.grounding.measure import (
     baselines,
     feature_names,
 )
+from rcstat.grounding.options import GroundingOptions
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.profile import HeadProfile, shipped_profile
 from rcstat.grounding.result import Grounding, SentenceGrounding, UnsupportedSpan
 from rcstat.grounding.score import (
-    DEFAULT_QUANTILE,
     Word,
     aggregate,
     response_words,
@@ -59,39 +53,10 @@ from rcstat.segments import Segmented
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-# Measurement, Measurer, baselines, feature_names and DEFAULT_INSTRUCTION live in .measure;
-# they stay importable from here, where earlier releases defined them.
-__all__ = [
-    "DEFAULT_INSTRUCTION",
-    "GROUNDER_OPTIONS",
-    "Grounder",
-    "Measurement",
-    "Measurer",
-    "baselines",
-    "feature_names",
-    "model_name",
-    "sentence_scores",
-]
+__all__ = ["Grounder", "model_name", "sentence_scores"]
 
 #: Tokens kept free in a window for tokens that merge differently at its boundaries.
 _MARGIN = 8
-
-#: The options of :class:`Grounder` that a command's arguments or a job's config carry under
-#: the same names (:meth:`Grounder.from_options`).
-GROUNDER_OPTIONS = (
-    "profile",
-    "fraction",
-    "quantile",
-    "threshold",
-    "probe",
-    "top_k",
-    "allow_special_tokens",
-    "language",
-    "max_tokens",
-    "max_chars",
-    "max_response_tokens",
-    "detector",
-)
 
 
 class Grounder:
@@ -102,47 +67,28 @@ class Grounder:
     model, tokenizer
         The analysis model (any Hugging Face causal LM that :mod:`rcstat.capture` supports)
         and its fast tokenizer with a chat template.
-    profile
-        The head profile (:class:`HeadProfile` or a path to its JSON): which heads are
-        contextual, and the threshold. Default: the profile shipped for the model; a model
-        without one needs ``rcstat ground-profile`` first.
-    fraction
-        Share of the heads (by profile value) the score averages over; default: the
-        profile's.
-    quantile
-        Lower quantile of its token scores that a sentence scores (the weakest part).
-    threshold
-        Override the profile's threshold.
-    probe
-        A trained :class:`GroundingProbe` (or a path to its JSON) whose probability of
-        "unsupported" is reported beside the zero-shot score.
-    top_k
-        Number of heads that attribute each sentence to its supporting span (paper eq. 10):
-        the profile's ``top_k`` most contextual heads (default 20, or every head of a model
-        with fewer).
+    options
+        The verdict's options (:class:`~rcstat.grounding.options.GroundingOptions`: the head
+        profile, the detector, the threshold, the limits on input size…); default: every
+        option at its default.
     all_heads
         Measure the RC of every head, not only of the profile's chosen ones (the probe's
         features and :attr:`Grounding.head_features` need it; a probe turns it on).
-    allow_special_tokens, language
-        As in :class:`~rcstat.attribution.Attributor`.
-    max_tokens
-        Longest input of one pass (default: the model's window). A longer context is read in
-        windows (:mod:`.windows`); the response is never cut unless it cannot fit beside any
-        context, and then its sentences past the cut are *unverified*. At most
-        :data:`~rcstat.defaults.MAX_PASS_TOKENS`; a value above the model's window is lowered
-        to it.
-    max_chars, max_response_tokens
-        The most characters of each text and the most tokens of the response that
-        :meth:`ground` accepts (:mod:`.limits`); more raises a ``ValueError`` before any
-        forward pass.
-    detector
-        The trained detector (:class:`~rcstat.grounding.detector.Detector` or a path to its
-        JSON) whose verdict, token scores and spans the result reports; default: the one
-        shipped for the model (:func:`~rcstat.grounding.detector.shipped_detector`), else the
-        zero-shot word score. ``False``: the zero-shot word score (docs/grounding.md).
     prior
         Also run the prior pass of :class:`Measurer` (the benchmark's ``pmi_words`` variant;
         no verdict needs it).
+    **changes
+        Options by name, over ``options`` (``Grounder(model, tok, top_k=5)``); an unknown
+        name raises ``TypeError``, a value out of range ``ValueError``.
+
+    Notes
+    -----
+    ``max_tokens`` above the model's window is lowered to it; a context longer than
+    ``max_tokens`` is read in windows (:mod:`.windows`) and the response is never cut unless it
+    cannot fit beside any context (its sentences past the cut are then *unverified*). The
+    detector, by default the one shipped for the model
+    (:func:`~rcstat.grounding.detector.shipped_detector`), gives the verdict, token scores and
+    spans; ``detector=False`` gives the zero-shot word score (docs/grounding.md).
 
     Examples
     --------
@@ -154,77 +100,61 @@ class Grounder:
     (False, ['It was finished in 1925.'])
     """
 
-    @classmethod
-    def from_options(
-        cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, options: Any
-    ) -> Grounder:
-        """A grounder whose options are the attributes of ``options`` named in
-        :data:`GROUNDER_OPTIONS` (a command's arguments, a job's config)."""
-        return cls(model, tokenizer, **{name: getattr(options, name) for name in GROUNDER_OPTIONS})
-
     def __init__(
         self,
         model: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
+        options: GroundingOptions | None = None,
         *,
-        profile: HeadProfile | str | Path | None = None,
-        fraction: float | None = None,
-        quantile: float = DEFAULT_QUANTILE,
-        threshold: float | None = None,
-        probe: GroundingProbe | str | Path | None = None,
-        top_k: int | None = None,
         all_heads: bool = False,
-        allow_special_tokens: bool = False,
-        language: str = DEFAULT_LANGUAGE,
-        max_tokens: int | None = None,
-        max_chars: int = DEFAULT_MAX_CHARS,
-        max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS,
-        detector: Detector | str | Path | bool | None = None,
         prior: bool = False,
+        **changes: Any,
     ) -> None:
+        unknown = sorted(set(changes) - {f.name for f in fields(GroundingOptions)})
+        if unknown:
+            known = ", ".join(f.name for f in fields(GroundingOptions))
+            raise TypeError(f"Grounder got unknown option(s) {unknown}; the options: {known}")
+        options = replace(options or GroundingOptions(), **changes).checked()
+        self.options = options
         layout = attention_layout(model)
         name = model_name(model)
-        self.detector = _resolve_detector(detector, name, layout.num_layers)
-        self.profile = _resolve_profile(profile, name)
+        self.detector = _resolve_detector(options.detector, name, layout.num_layers)
+        self.profile = _resolve_profile(options.profile, name)
         if self.profile.shape != (layout.num_layers, layout.num_heads):
             raise ValueError(
                 f"the head profile is for {self.profile.shape[0]} layers x "
                 f"{self.profile.shape[1]} heads ({self.profile.model}); the model has "
                 f"{layout.num_layers} x {layout.num_heads}"
             )
-        if not 0 < quantile < 1:
-            raise ValueError(f"quantile must be in (0, 1), got {quantile}")
-        self.heads = self.profile.heads(fraction)
+        self.heads = self.profile.heads(options.fraction)
         self.copy_heads = self.profile.copy_heads()
-        self.quantile = quantile
+        self.quantile = options.quantile
         default = self.profile.threshold if self.detector is None else 1.0 - self.detector.threshold
-        self.threshold = default if threshold is None else float(threshold)
+        self.threshold = default if options.threshold is None else options.threshold
         # a detector's default threshold is that of each response's kind (copied or other)
-        self._kind_threshold = threshold is None
-        if not np.isfinite(self.threshold):
-            raise ValueError(f"threshold must be finite, got {threshold}")
-        self.probe = _resolve_probe(probe, feature_names(layout.num_layers, layout.num_heads))
+        self._kind_threshold = options.threshold is None
+        self.probe = _resolve_probe(
+            options.probe, feature_names(layout.num_layers, layout.num_heads)
+        )
         self.model_name = name
         total = layout.num_layers * layout.num_heads
-        self.top_k = min(DEFAULT_TOP_K, total) if top_k is None else top_k
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
-            raise ValueError(f"top_k must be an integer, got {top_k!r}")
-        if not 1 <= self.top_k <= total:
-            raise ValueError(f"top_k must be in [1, {total}] (the model's heads), got {top_k}")
+        self.top_k = min(DEFAULT_TOP_K, total) if options.top_k is None else options.top_k
+        if self.top_k > total:
+            raise ValueError(f"top_k must be in [1, {total}] (the model's heads), got {self.top_k}")
         self.all_heads = all_heads or self.probe is not None
-        max_tokens = check_pass_tokens("max_tokens", max_tokens)
-        self.max_chars = check_limit("max_chars", max_chars)
-        self.max_response_tokens = check_limit("max_response_tokens", max_response_tokens)
+        self.max_chars = options.max_chars
+        self.max_response_tokens = options.max_response_tokens
         window = layout.max_positions
-        self.max_tokens = window if max_tokens is None else min(max_tokens, window or max_tokens)
-        self.language = language
+        limit = options.max_tokens
+        self.max_tokens = window if limit is None else min(limit, window or limit)
+        self.language = options.language
         self.measurer = Measurer(
             model,
             tokenizer,
             rc_heads=None if self.all_heads else np.zeros(0, dtype=np.int64),
             support_heads=self.profile.heads(self.top_k / total),
-            allow_special_tokens=allow_special_tokens,
-            language=language,
+            allow_special_tokens=options.allow_special_tokens,
+            language=options.language,
             prior=prior,
         )
 

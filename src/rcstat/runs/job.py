@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -230,7 +230,8 @@ def config_values(
 ) -> dict[str, Any]:
     """The keyword arguments of a job's config dataclass from a plain mapping: ``devices`` as
     a mapping of :class:`~rcstat.runs.devices.Devices` fields (checked), ``shard`` as
-    ``"i/N"``, the fields named in ``paths`` as paths.
+    ``"i/N"``, an options dataclass the config embeds as a mapping of its fields, the fields
+    named in ``paths`` as paths.
 
     Raises
     ------
@@ -247,6 +248,14 @@ def config_values(
         values["devices"] = Devices.from_dict(values["devices"])
     if isinstance(values.get("shard"), str):
         values["shard"] = parse_shard(values["shard"])
+    for item in fields(config):  # a nested options dataclass (e.g. GroundingOptions) as a mapping
+        kind = item.default_factory
+        if isinstance(values.get(item.name), Mapping) and is_dataclass(kind):
+            allowed = {f.name for f in fields(kind)}
+            extra = sorted(set(values[item.name]) - allowed)
+            if extra:
+                raise ValueError(f"unknown {item.name} {extra}; known: {sorted(allowed)}")
+            values[item.name] = kind(**values[item.name])
     for name in paths:
         if values.get(name) is not None:
             values[name] = Path(values[name])

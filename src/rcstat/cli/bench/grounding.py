@@ -16,6 +16,7 @@ from rcstat.cli.options import (
     add_dataset_option,
     add_n_option,
     add_out_option,
+    detector_choice,
 )
 from rcstat.defaults import MAX_RESAMPLES
 
@@ -83,6 +84,7 @@ def register(bench_sub: Any) -> None:
 def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
     """The checked config of ``rcstat bench grounding``."""
     from rcstat.evaluation.bench.grounding import GroundingConfig
+    from rcstat.grounding.options import GroundingOptions
 
     config = GroundingConfig(
         model=ns.model,
@@ -90,11 +92,9 @@ def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
         data=ns.data,
         n=ns.n,
         questionable=ns.questionable,
-        profile=None if ns.profile is None else Path(ns.profile),
         resamples=ns.resamples,
         task=ns.task,
-        detector=None if ns.detector is None else Path(ns.detector),
-        zero_shot=ns.zero_shot,
+        options=GroundingOptions.from_flags(ns, detector=bench_detector(ns)),
         batch_tokens=ns.batch_tokens,
         out=Path(ns.out),
         retry_failed=getattr(ns, "retry_failed", True),
@@ -102,6 +102,13 @@ def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
     config.check()  # the dataset first: its message names the choices
     config.devices, config.shard = devices_and_shard(ns)
     return config
+
+
+def bench_detector(ns: argparse.Namespace) -> Path | bool | None:
+    """``--detector PATH`` or ``--zero-shot`` (``detector=False``), not both."""
+    if ns.detector is not None and ns.zero_shot:
+        raise ValueError("--detector and --zero-shot exclude each other")
+    return detector_choice(None if ns.detector is None else Path(ns.detector), ns.zero_shot)
 
 
 def run(config: GroundingConfig, loader: Loader) -> GroundingResult:

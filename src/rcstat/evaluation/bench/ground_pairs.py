@@ -20,7 +20,7 @@ without a word refused before the model loads; :func:`summarize_run` counts the 
 >>> import json, pathlib, tempfile
 >>> data = pathlib.Path(tempfile.mkdtemp()) / "pairs.jsonl"
 >>> _ = data.write_text(json.dumps({"context": "The sky is blue.", "response": "Blue."}) + "\\n")
->>> PairsConfig.from_dict({"data": str(data), "quantile": 0.3}).quantile
+>>> PairsConfig.from_dict({"data": str(data), "options": {"quantile": 0.3}}).options.quantile
 0.3
 """
 
@@ -28,21 +28,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rcstat.checks import check_file, check_number, optional_count
-from rcstat.defaults import (
-    DEFAULT_GROUNDING_QUANTILE,
-    DEFAULT_MAX_CHARS,
-    DEFAULT_MAX_RESPONSE_TOKENS,
-    MIN_PASS_TOKENS,
-)
+from rcstat.checks import check_file
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
 from rcstat.evaluation.bench.results import Outcome
-from rcstat.grounding.limits import check_limit, check_pass_tokens, check_texts
-from rcstat.grounding.score import check_threshold
+from rcstat.grounding.limits import check_limit, check_texts
+from rcstat.grounding.options import GroundingOptions
 from rcstat.runs.folder import check_writable, staged_output
 from rcstat.runs.job import Item, Job, run_job
 from rcstat.runs.manifest import content_hash
@@ -68,50 +62,23 @@ PAIRS_PER_BATCH = 64
 
 @dataclass
 class PairsConfig(JobConfig):
-    """Everything ``rcstat ground --pairs`` runs with: ``data`` is the pairs file, the
-    grounder's options are ``rcstat ground``'s (None: the head profile's)."""
+    """Everything ``rcstat ground --pairs`` runs with: ``data`` is the pairs file,
+    ``options`` the grounder's (:class:`~rcstat.grounding.options.GroundingOptions`, as
+    ``rcstat ground``'s flags give them), ``batch_tokens`` the most tokens of one pass."""
 
     COMMAND = KIND
 
     dataset: str = "pairs"
     out: Path = Path("runs/ground")
-    profile: Path | None = None
-    probe: Path | None = None
-    fraction: float | None = None
-    quantile: float = DEFAULT_GROUNDING_QUANTILE
-    threshold: float | None = None
-    top_k: int | None = None
-    language: str = "en"
-    allow_special_tokens: bool = False
-    max_tokens: int | None = None
-    max_chars: int = DEFAULT_MAX_CHARS
-    max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS
-    detector: Path | bool | None = None
+    options: GroundingOptions = field(default_factory=GroundingOptions)
     batch_tokens: int | None = None
-
-    PATHS = ("out", "profile", "probe")
 
     def check(self) -> None:
         """Every option in its range (``ValueError`` naming the option)."""
         if self.data is None:
             raise ValueError("--pairs: give the JSON-lines file of the pairs")
         check_file("--pairs", self.data)
-        detector = self.detector if isinstance(self.detector, (str, Path)) else None
-        for option, path in (
-            ("--profile", self.profile),
-            ("--probe", self.probe),
-            ("--detector", detector),
-        ):
-            if path is not None:
-                check_file(option, path)
-        if self.fraction is not None:
-            check_number("--fraction", self.fraction, low=0.0, high=1.0, low_open=True)
-        check_threshold(self.threshold)
-        check_number("--quantile", self.quantile, low=0.0, high=1.0, low_open=True, high_open=True)
-        optional_count("--top-k", self.top_k)
-        check_pass_tokens("--max-tokens", self.max_tokens, low=MIN_PASS_TOKENS)
-        check_limit("--max-chars", self.max_chars)
-        check_limit("--max-response-tokens", self.max_response_tokens)
+        self.options = self.options.checked(flags=True)
         if self.batch_tokens is not None:
             check_limit("--batch-tokens", self.batch_tokens)
 
@@ -121,27 +88,13 @@ class PairsConfig(JobConfig):
         for pair in pairs:
             texts = {"context": pair.context, "response": pair.response, "question": pair.question}
             try:
-                check_texts(texts, self.max_chars, option="--max-chars")
+                check_texts(texts, self.options.max_chars, option="--max-chars")
             except ValueError as err:
                 raise ValueError(f"--pairs {self.data} line {pair.line}: {err}") from None
 
     def run_options(self) -> dict[str, Any]:
         """Every option that changes a row (compared on resume)."""
-        return {
-            "data": resolved(self.data),
-            "profile": resolved(self.profile),
-            "probe": resolved(self.probe),
-            "fraction": self.fraction,
-            "quantile": self.quantile,
-            "threshold": self.threshold,
-            "top_k": self.top_k,
-            "language": self.language,
-            "allow_special_tokens": self.allow_special_tokens,
-            "max_tokens": self.max_tokens,
-            "detector": self.detector
-            if isinstance(self.detector, bool) or self.detector is None
-            else resolved(self.detector),
-        }
+        return {"data": resolved(self.data), **self.options.manifest()}
 
 
 @dataclass
@@ -248,7 +201,7 @@ def run(config: PairsConfig, *, loader: Loader | None = None) -> PairsResult:
     config.require(pairs)
     config.check_pairs(pairs)
     model, tokenizer = config.load_model(loader)
-    grounder = Grounder.from_options(model, tokenizer, config)
+    grounder = Grounder(model, tokenizer, config.options)
     config.claim_folder()
     job = PairsJob(
         grounder, pairs, config.compared(), model_label(config.model), config.batch_tokens

@@ -13,16 +13,17 @@ grounder; runs the :class:`~rcstat.evaluation.grounding_bench.GroundingJob` thro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rcstat.checks import check_count, check_file, optional_count
+from rcstat.checks import check_count, optional_count
 from rcstat.defaults import MAX_RESAMPLES
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved, summarized
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.choices import GROUNDING_DATASETS
+from rcstat.grounding.options import GroundingOptions
 
 __all__ = ["GroundingConfig", "GroundingResult", "run"]
 
@@ -37,14 +38,10 @@ class GroundingConfig(JobConfig):
     dataset: str = "faithbench"
     out: Path = Path("runs/bench_grounding")
     questionable: bool = False
-    profile: Path | None = None
     resamples: int = 1000
     task: str | None = None
-    detector: Path | None = None
-    zero_shot: bool = False
+    options: GroundingOptions = field(default_factory=GroundingOptions)
     batch_tokens: int | None = None
-
-    PATHS = ("out", "profile", "detector")
 
     def check(self) -> None:
         """Every option in its range (``ValueError`` naming the option); the dataset's name
@@ -58,11 +55,7 @@ class GroundingConfig(JobConfig):
         self.dataset = dataset
         if self.questionable and dataset != "faithbench":
             raise ValueError("--questionable applies to --dataset faithbench only")
-        for option, path in (("--profile", self.profile), ("--detector", self.detector)):
-            if path is not None:
-                check_file(option, path)
-        if self.detector is not None and self.zero_shot:
-            raise ValueError("--detector and --zero-shot exclude each other")
+        self.options = self.options.checked(flags=True)
         if self.task is not None:
             from rcstat.data.ragtruth import TASKS
 
@@ -78,13 +71,13 @@ class GroundingConfig(JobConfig):
 
     def run_options(self) -> dict[str, Any]:
         """The options of the manifest besides the dataset and the grounder's method."""
+        detector = self.options.detector
         return {
             "data": resolved(self.data),
             "questionable": self.questionable,
-            "profile": str(self.profile.resolve()) if self.profile else None,
             "task": self.task,
-            "detector": str(self.detector.resolve()) if self.detector else None,
-            "zero_shot": self.zero_shot,
+            **self.options.manifest(),
+            "zero_shot": detector is False,
         }
 
 
@@ -112,14 +105,7 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
     config.require(items)
     model, tokenizer = config.load_model(loader)
     layout = attention_layout(model)
-    grounder = Grounder(
-        model,
-        tokenizer,
-        profile=config.profile,
-        all_heads=True,
-        prior=True,
-        detector=False if config.zero_shot else config.detector,
-    )
+    grounder = Grounder(model, tokenizer, config.options, all_heads=True, prior=True)
     bench = GroundingBench(
         dataset=config.dataset, n_resamples=config.resamples, **config.run_fields()
     )
