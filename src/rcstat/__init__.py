@@ -6,8 +6,9 @@ torch import and ``import rcstat`` does no work.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from rcstat.lazy import lazy_names
 
 if TYPE_CHECKING:
     from rcstat.analysis import HeadAnalysis, analyze
@@ -43,11 +44,12 @@ _HOMES = {
 }
 
 
+_names = lazy_names(__name__, _HOMES)
+
+
 def __getattr__(name: str) -> Any:
     if name == "__version__":  # one source: the installed package's metadata (pyproject.toml)
         from rcstat.runs import rcstat_version
 
         return rcstat_version()
-    if name in _HOMES:
-        return getattr(import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'rcstat' has no attribute {name!r}")
+    return _names(name)

@@ -12,8 +12,9 @@ heavy imports.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rcstat.lazy import lazy_names
 
 if TYPE_CHECKING:
     from rcstat.grounding.cross_validation import CrossValidation, cross_validate
@@ -38,24 +39,20 @@ __all__ = [
 ]
 
 _HOMES = {
-    "CrossValidation": "cross_validation",
-    "cross_validate": "cross_validation",
-    "Grounder": "grounder",
-    "DEFAULT_INSTRUCTION": "measure",
-    "Measurement": "measure",
-    "Measurer": "measure",
-    "GroundingProbe": "probe",
-    "HeadProfile": "profile",
-    "shipped_profile": "profile",
-    "Grounding": "result",
-    "SentenceGrounding": "result",
+    "CrossValidation": "rcstat.grounding.cross_validation",
+    "cross_validate": "rcstat.grounding.cross_validation",
+    "Grounder": "rcstat.grounding.grounder",
+    "DEFAULT_INSTRUCTION": "rcstat.grounding.measure",
+    "Measurement": "rcstat.grounding.measure",
+    "Measurer": "rcstat.grounding.measure",
+    "GroundingProbe": "rcstat.grounding.probe",
+    "HeadProfile": "rcstat.grounding.profile",
+    "shipped_profile": "rcstat.grounding.profile",
+    "Grounding": "rcstat.grounding.result",
+    "SentenceGrounding": "rcstat.grounding.result",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(import_module(f"rcstat.grounding.{_HOMES[name]}"), name)
-    raise AttributeError(f"module 'rcstat.grounding' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _HOMES)
 
 
 def __dir__() -> list[str]:

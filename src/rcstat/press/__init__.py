@@ -7,8 +7,9 @@ and its attention need only transformers; :class:`RCStatPress` and the baselines
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rcstat.lazy import lazy_names
 
 if TYPE_CHECKING:
     from rcstat.press.answer import (
@@ -62,8 +63,4 @@ _HOMES = {
     "make_press": "rcstat.press.registry",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'rcstat.press' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _HOMES)
