@@ -22,7 +22,7 @@ PACKAGE = SRC / "rcstat"
 
 #: Components from the bottom up; a component may import only its own modules and rows above.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"defaults", "checks", "progress", "files"}),
+    frozenset({"defaults", "checks", "progress", "files", "lazy"}),
     frozenset({"stats", "metrics", "report"}),
     frozenset({"segments", "models", "data", "runs"}),
     frozenset({"capture"}),
