@@ -321,7 +321,7 @@ def heads_run(run: str, processes: int, wall: float, folder: Path, collect: floa
 
 
 def agreement(one: Path, dp: Path) -> Agreement:
-    from rcstat.heads.collection import read_heads
+    from rcstat.heads.table import read_heads
 
     a, b = read_heads(one / "heads.csv"), read_heads(dp / "heads.csv")
     keys = ["example", "layer", "head"]

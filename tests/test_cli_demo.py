@@ -18,9 +18,11 @@ import pytest
 
 from rcstat import cli
 from rcstat.cli import demo
+from rcstat.cli._common import CUT_MARK
 from rcstat.defaults import INSTALL_PRESS
+from rcstat.demo import DemoTexts
 
-TEXTS = demo.DemoTexts(
+TEXTS = DemoTexts(
     question="When was the lighthouse automated?",
     answer="It was automated in 1962.",
     supporting="The lighthouse was built in 1871. It was automated in 1962 with a timer.",
@@ -64,7 +66,7 @@ def test_report_shows_full_and_compressed_answers(
     assert "ROUGE-L vs full" in report
     # four tokens are not enough for the tiny model to stop: every answer is marked as cut
     assert not full["finished"]
-    assert report.count(html.escape(cli.demo.CUT_MARK)) == 3
+    assert report.count(html.escape(CUT_MARK)) == 3
     # the attribution page is linked and written next to the report
     assert "<a href='attribution.html'>" in report
     assert (out / "attribution.html").is_file()

@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rcstat.report.attribution_data import B64
+from rcstat.report.attribution_data import B64, BINS
 from rcstat.report.attribution_html import (
-    BINS,
     attribution_html,
     attribution_page,
     save_attribution_html,

@@ -29,14 +29,8 @@ from hypothesis import strategies as st
 from rcstat.attribution.spans import TextSpan
 from rcstat.grounding.result import Grounding, SentenceGrounding
 from rcstat.report import grounding_html as module
-from rcstat.report.grounding_html import (
-    BINS,
-    PALETTE,
-    grounding_page,
-    save_grounding_html,
-    score_bins,
-)
-from rcstat.report.score_scale import bin_edges
+from rcstat.report.grounding_html import PALETTE, grounding_page, save_grounding_html
+from rcstat.report.score_scale import BINS, bin_edges, score_bins
 from tests._browser import PageReader, probe, rgb
 
 HOSTILE = '<img src=x onerror="window.__pwned = 9"><script>window.__pwned = 8</script>'

@@ -2,15 +2,9 @@
 
 from rcstat.attribution.attributor import Attributor
 from rcstat.attribution.consensus import consensus_heads, mean_head_ranks
-from rcstat.attribution.result import (
-    SPAN_SCORES,
-    Attribution,
-    Granularity,
-    HeadRanking,
-    SpanScore,
-    SpanStatistic,
-)
+from rcstat.attribution.result import Attribution, Granularity, HeadRanking, SpanStatistic
 from rcstat.attribution.spans import TextSpan, join_chunks, locate_spans, split_sentences
+from rcstat.defaults import SPAN_SCORES, SpanScore
 
 __all__ = [
     "SPAN_SCORES",

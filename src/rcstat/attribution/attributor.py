@@ -29,7 +29,6 @@ from rcstat.attribution.result import (
     Attribution,
     Granularity,
     HeadRanking,
-    SpanScore,
     SpanStatistic,
     _check_top_k,
 )
@@ -42,7 +41,7 @@ from rcstat.attribution.spans import (
 )
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.capture.host import HostStack, stack_on_host
-from rcstat.defaults import DEFAULT_TOP_K, default_span_score, resolve_span_score
+from rcstat.defaults import DEFAULT_TOP_K, SpanScore, default_span_score, resolve_span_score
 from rcstat.generation import check_example, check_max_new_tokens, generate_answer, input_device
 from rcstat.segments import Segmented, segment_chat
 

@@ -21,15 +21,13 @@ import pandas as pd
 
 from rcstat.attribution.spans import TextSpan, split_sentences
 from rcstat.checks import check_count
-from rcstat.defaults import DEFAULT_TOP_K, SPAN_SCORES, SpanScore, resolve_span_score
+from rcstat.defaults import DEFAULT_TOP_K, SpanScore, resolve_span_score
 
 __all__ = [
     "HEAD_RANKINGS",
-    "SPAN_SCORES",
     "Attribution",
     "Granularity",
     "HeadRanking",
-    "SpanScore",
     "SpanStatistic",
     "eq10_normalize",
 ]

@@ -19,7 +19,6 @@ from rich.table import Table
 
 from rcstat.checks import check_number
 from rcstat.cli._common import (
-    CUT_MARK,
     Devices,
     add_command,
     answer_line,
@@ -43,7 +42,7 @@ from rcstat.demo import (
 from rcstat.report.attribution_html import save_attribution_page
 from rcstat.report.console import format_bytes
 
-__all__ = ["CUT_MARK", "DEMO_TEXTS", "MAX_NEW_TOKENS", "SETTINGS", "DemoTexts", "run_contrast"]
+__all__ = ["run_contrast"]
 
 NAME = "demo"
 

@@ -167,8 +167,8 @@ def from_namespace(ns: argparse.Namespace) -> HeadsConfig | CompareArgs:
 
 def run(args: HeadsConfig | CompareArgs) -> int:
     """Run ``rcstat heads`` (collect, or compare two runs) and print what it found."""
-    from rcstat.evaluation.bench.heads import compare_runs
     from rcstat.evaluation.bench.heads import run as run_heads
+    from rcstat.evaluation.bench.heads_results import compare_runs
 
     note = None
     if isinstance(args, CompareArgs):

@@ -43,12 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import GroundingExample, LabeledSpan
-from rcstat.data.records import _Where, data_files, keyed_records, load_limited, read_json
+from rcstat.data.records import _Where, keyed_records, load_limited, read_json
 
 __all__ = [
     "BINARY_DETECTORS",
     "PROBABILITY_DETECTORS",
-    "data_files",
     "load_faithbench",
     "text_group",
 ]

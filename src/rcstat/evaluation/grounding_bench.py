@@ -43,9 +43,6 @@ from rcstat.evaluation.bench.common import BenchRun
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.grounding_items import (
     GroundingItem,
-    contrast_items,
-    grounding_items,
-    swap_items,
 )
 from rcstat.grounding.cross_validation import cross_validate
 from rcstat.grounding.features import HEAD_FEATURES
@@ -68,12 +65,8 @@ __all__ = [
     "BASELINES",
     "VARIANTS",
     "GroundingBench",
-    "GroundingItem",
     "GroundingJob",
-    "contrast_items",
-    "grounding_items",
     "method_scores",
-    "swap_items",
 ]
 
 #: The kind of run recorded in the manifest.

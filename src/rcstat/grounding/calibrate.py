@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from rcstat.data import QAExample
 
 __all__ = [
-    "DEFAULT_THRESHOLD_QUANTILE",
     "Calibration",
     "build_profile",
     "calibrate_threshold",

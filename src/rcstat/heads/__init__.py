@@ -20,9 +20,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rcstat.heads.collection import JsonlExample, collect, load_jsonl, read_heads
+    from rcstat.heads.collection import JsonlExample, collect, load_jsonl
     from rcstat.heads.comparison import Comparison, MannWhitney, compare
     from rcstat.heads.summary import HeadSummary, summarize
+    from rcstat.heads.table import read_heads
 
 __all__ = [
     "Comparison",
@@ -37,9 +38,8 @@ __all__ = [
 ]
 
 _HOMES = {
-    **dict.fromkeys(
-        ("JsonlExample", "collect", "load_jsonl", "read_heads"), "rcstat.heads.collection"
-    ),
+    **dict.fromkeys(("JsonlExample", "collect", "load_jsonl"), "rcstat.heads.collection"),
+    "read_heads": "rcstat.heads.table",
     **dict.fromkeys(("HeadSummary", "summarize"), "rcstat.heads.summary"),
     **dict.fromkeys(("Comparison", "MannWhitney", "compare"), "rcstat.heads.comparison"),
 }

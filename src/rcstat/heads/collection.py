@@ -62,14 +62,10 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
-    "COLUMNS",
-    "EXAMPLE_COLUMNS",
-    "RUN_FILES",
     "HeadsJob",
     "JsonlExample",
     "collect",
     "load_jsonl",
-    "read_heads",
 ]
 
 

@@ -42,7 +42,6 @@ import numpy as np
 
 from rcstat.files import write_atomic
 from rcstat.report.attribution_data import (
-    BINS,
     RANKED,
     Method,
     at_unit,
@@ -58,7 +57,6 @@ from rcstat.report.attribution_data import (
 from rcstat.report.attribution_style import DATA_ID, PALETTE, SCRIPT, STYLE, method_css
 
 __all__ = [
-    "BINS",
     "attribution_html",
     "attribution_page",
     "save_attribution_html",

@@ -57,7 +57,7 @@ from rcstat.report.html import (
 )
 from rcstat.report.score_scale import BINS, bin_edges, decades, score_bins, token_label
 
-__all__ = ["BINS", "PALETTE", "grounding_page", "save_grounding_html", "score_bins"]
+__all__ = ["PALETTE", "grounding_page", "save_grounding_html"]
 
 PALETTE = (
     "#a50026",

@@ -31,7 +31,8 @@ from rcstat.press.registry import PRESS_NAMES, check_press_names
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
-    from rcstat.evaluation.bench.kv import KVConfig, KVResult
+    from rcstat.evaluation.bench.kv import KVConfig
+    from rcstat.evaluation.bench.results import KVResult
 
 #: ``--context`` values; ``window`` is the old name of ``fit`` (still accepted).
 CONTEXTS = ("full", "relevant", "fit")

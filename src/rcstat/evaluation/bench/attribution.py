@@ -32,7 +32,7 @@ from rcstat.evaluation.bench.common import (
 from rcstat.evaluation.bench.results import AttributionResult
 from rcstat.evaluation.choices import LAYOUTS
 
-__all__ = ["AttributionConfig", "AttributionResult", "run"]
+__all__ = ["AttributionConfig", "run"]
 
 _STATISTICS = ("expected", "upper")
 

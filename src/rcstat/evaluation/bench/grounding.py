@@ -25,7 +25,7 @@ from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.choices import GROUNDING_DATASETS
 from rcstat.grounding.options import GroundingOptions
 
-__all__ = ["GroundingConfig", "GroundingResult", "run"]
+__all__ = ["GroundingConfig", "run"]
 
 
 @dataclass

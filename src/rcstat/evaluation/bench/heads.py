@@ -21,15 +21,12 @@ from rcstat.checks import check_count, check_number, optional_count
 from rcstat.data.registry import DATASETS, canonical_name
 from rcstat.defaults import DEFAULT_TAU
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
-from rcstat.evaluation.bench.heads_results import HeadsResult, compare_runs, summarize_run
+from rcstat.evaluation.bench.heads_results import HeadsResult, summarize_run
 
 __all__ = [
     "DATASET_CHOICES",
     "HeadsConfig",
-    "HeadsResult",
-    "compare_runs",
     "run",
-    "summarize_run",
 ]
 
 #: The registry's datasets with a question (QA and attribution), plus the user's own JSONL.

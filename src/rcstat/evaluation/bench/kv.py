@@ -36,7 +36,7 @@ from rcstat.press.registry import PRESS_NAMES
 from rcstat.runs.manifest import read_manifest
 from rcstat.runs.parts import part_folder
 
-__all__ = ["KVConfig", "KVResult", "run"]
+__all__ = ["KVConfig", "run"]
 
 SCATTER = "head_scatter.csv"
 #: Tokens left for the chat template around context and question.
