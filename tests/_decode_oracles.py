@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from rcstat.press import PackedKV
-from rcstat.press.layout import _pack
+from rcstat.press.layout import pack_rows
 
 
 def ragged_layout(
@@ -32,7 +32,7 @@ def ragged_layout(
     rank = torch.arange(live) - (torch.cumsum(lengths, 0) - lengths)[segment]
     keys, values = (torch.randn(live, dim, generator=gen) for _ in "kv")
     max_len = max(seg_len)
-    packed = _pack(
+    packed = pack_rows(
         keys,
         values,
         torch.arange(live),

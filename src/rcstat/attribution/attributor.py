@@ -30,7 +30,7 @@ from rcstat.attribution.result import (
     Granularity,
     HeadRanking,
     SpanStatistic,
-    _check_top_k,
+    check_heads_top_k,
 )
 from rcstat.attribution.spans import (
     DEFAULT_LANGUAGE,
@@ -121,7 +121,7 @@ class Attributor:
         if statistic not in ("expected", "upper"):
             raise ValueError(f"statistic must be 'expected' or 'upper', got {statistic!r}")
         if head_ranking != "all":
-            _check_top_k(top_k, layout.num_layers * layout.num_heads)
+            check_heads_top_k(top_k, layout.num_layers * layout.num_heads)
         chosen = cast(SpanScore, span_score or default_span_score(statistic))
         resolve_span_score(chosen, statistic)
         if not isinstance(question_first, bool):

@@ -140,7 +140,7 @@ class Attribution:
         layers, heads = self.per_head.shape[:2]
         if head_ranking == "all":
             return [(layer, head) for layer in range(layers) for head in range(heads)]
-        _check_top_k(top_k, self.num_heads)
+        check_heads_top_k(top_k, self.num_heads)
         post = head_ranking.endswith("post_softmax")
         values = self.ranking[_RANK_ROW[(self.statistic, post)]].reshape(-1)
         if np.isnan(values).any():
@@ -416,6 +416,6 @@ def _method_name(head_ranking: str, top_k: int | None, statistic: str) -> str:
     return f"{side}-{top_k} {source} heads{stat}"
 
 
-def _check_top_k(top_k: int | None, num_heads: int) -> None:
+def check_heads_top_k(top_k: int | None, num_heads: int) -> None:
     """``top_k`` must be an int in ``1 .. num_heads`` for a top/bottom ranking."""
     check_count("top_k", top_k, high=num_heads)

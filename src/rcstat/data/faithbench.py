@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import GroundingExample, LabeledSpan
-from rcstat.data.records import _Where, keyed_records, load_limited, read_json
+from rcstat.data.records import Where, keyed_records, load_limited, read_json
 
 __all__ = [
     "BINARY_DETECTORS",
@@ -114,7 +114,7 @@ def text_group(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def _literal(where: _Where, value: Any, what: str) -> Any:
+def _literal(where: Where, value: Any, what: str) -> Any:
     """`value`, or the Python literal (else JSON) it spells when it is a string."""
     if not isinstance(value, str):
         return value
@@ -130,7 +130,7 @@ def _literal(where: _Where, value: Any, what: str) -> Any:
         ) from None
 
 
-def _labels(where: _Where, value: Any) -> tuple[str, ...]:
+def _labels(where: Where, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) and value.strip() in _SEVERITY:
         value = [value.strip()]
     labels = where.strings(_literal(where, value, "key 'label'"), "key 'label'")
@@ -142,7 +142,7 @@ def _labels(where: _Where, value: Any) -> tuple[str, ...]:
     return tuple(labels)
 
 
-def _offsets(where: _Where, annotation: dict[str, Any], side: str, text: str) -> tuple[int, int]:
+def _offsets(where: Where, annotation: dict[str, Any], side: str, text: str) -> tuple[int, int]:
     """Checked ``[<side>_start, <side>_end)`` of ``<side>_span`` in `text`."""
     keys = (f"{side}_start", f"{side}_end", f"{side}_span")
     start = where.get(annotation, keys[0], int)
@@ -161,7 +161,7 @@ def _offsets(where: _Where, annotation: dict[str, Any], side: str, text: str) ->
     return start, end
 
 
-def _span(where: _Where, annotation: Any, source: str, summary: str) -> LabeledSpan:
+def _span(where: Where, annotation: Any, source: str, summary: str) -> LabeledSpan:
     annotation = where.check(_literal(where, annotation, "the annotation"), dict, "the annotation")
     if "label" not in annotation:
         raise where.error("missing key 'label'")
@@ -174,7 +174,7 @@ def _span(where: _Where, annotation: Any, source: str, summary: str) -> LabeledS
     return LabeledSpan(start, end, labels, annotator, source_start, source_end)
 
 
-def _detectors(where: _Where, metadata: dict[str, Any]) -> dict[str, float | int]:
+def _detectors(where: Where, metadata: dict[str, Any]) -> dict[str, float | int]:
     """The stored predictions, typed: probabilities as floats, binary verdicts as 0/1 ints."""
     out: dict[str, float | int] = {}
     for name in PROBABILITY_DETECTORS:
@@ -199,7 +199,7 @@ def _detectors(where: _Where, metadata: dict[str, Any]) -> dict[str, float | int
 
 
 def _iter_batch(path: Path, questionable: bool) -> Iterator[GroundingExample]:
-    root = _Where(path, "document")
+    root = Where(path, "document")
     document = root.check(read_json(path), dict, "the document")
     samples = keyed_records(
         path,

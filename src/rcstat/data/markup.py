@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rcstat.data.records import _Where
+from rcstat.data.records import Where
 
 __all__ = ["MarkedSpan", "MarkupError", "parse_record_markup", "parse_span_markup"]
 
@@ -151,7 +151,7 @@ def parse_span_markup(
     return "".join(pieces), tuple(spans)
 
 
-def parse_record_markup(where: _Where, key: str, marked: str) -> tuple[str, tuple[MarkedSpan, ...]]:
+def parse_record_markup(where: Where, key: str, marked: str) -> tuple[str, tuple[MarkedSpan, ...]]:
     """:func:`parse_span_markup` on a record field, with errors located in the file."""
     try:
         return parse_span_markup(marked)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import GroundingExample, LabeledSpan
-from rcstat.data.records import DatasetFormatError, _Where, iter_jsonl, load_limited
+from rcstat.data.records import DatasetFormatError, Where, iter_jsonl, load_limited
 
 __all__ = ["LABELLED_FORMAT", "PAIRS_FORMAT", "ResponsePair", "load_labelled_pairs", "load_pairs"]
 
@@ -90,7 +90,7 @@ def load_labelled_pairs(path: str | Path, *, limit: int | None = None) -> list[G
     return load_limited(path, DATASET, ".jsonl", _iter_labelled, limit)
 
 
-def _lines(path: Path, id_required: bool) -> Iterator[tuple[int, _Where, dict[str, Any], str]]:
+def _lines(path: Path, id_required: bool) -> Iterator[tuple[int, Where, dict[str, Any], str]]:
     """Each line with its checked id (``line-<n>`` when optional and absent)."""
     seen: dict[str, int] = {}
     for number, where, record in iter_jsonl(path):
@@ -104,7 +104,7 @@ def _lines(path: Path, id_required: bool) -> Iterator[tuple[int, _Where, dict[st
         yield number, where, record, item
 
 
-def _texts(where: _Where, record: dict[str, Any]) -> tuple[str, str, str | None]:
+def _texts(where: Where, record: dict[str, Any]) -> tuple[str, str, str | None]:
     context = where.text(record, "context", non_empty=True)
     response = where.text(record, "response", non_empty=True)
     question: str | None = where.get_optional(record, "question", str, None)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rcstat.data.examples import QAExample
-from rcstat.data.records import _Where, iter_jsonl, load_limited
+from rcstat.data.records import Where, iter_jsonl, load_limited
 
 __all__ = ["fit_turns", "load_qmsum"]
 
@@ -72,7 +72,7 @@ def load_qmsum(
     return load_limited(path, DATASET, ".jsonl", partial(_iter_qmsum, mode=context), limit)
 
 
-def _parse_spans(where: _Where, value: Any, n_turns: int) -> tuple[tuple[int, int], ...]:
+def _parse_spans(where: Where, value: Any, n_turns: int) -> tuple[tuple[int, int], ...]:
     """Inclusive ``(start, end)`` turn ranges from upstream ``[["5", "27"], ...]``."""
     spans = []
     for j, pair in enumerate(where.check(value, list, "relevant_text_span")):

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import GroundingExample, LabeledSpan
-from rcstat.data.records import _Where, check_limit, data_files, iter_jsonl
+from rcstat.data.records import Where, check_limit, data_files, iter_jsonl
 
 __all__ = [
     "DATA2TXT_INSTRUCTION",
@@ -138,7 +138,7 @@ def load_ragtruth(
     return out
 
 
-def ragtruth_context(task: str, source: Any, where: _Where) -> tuple[str, str]:
+def ragtruth_context(task: str, source: Any, where: Where) -> tuple[str, str]:
     """The context and question of a RAGTruth source of ``task`` (see the module notes)."""
     if task == "qa":
         record = where.check(source, dict, "the QA source")
@@ -198,7 +198,7 @@ def _release(root: Path, task: str | None, split: str | None) -> Iterator[Ground
         yield _example(name, kind, source_id, context, question, where, record)
 
 
-def _source_id(where: _Where, record: dict[str, Any], key: str) -> str:
+def _source_id(where: Where, record: dict[str, Any], key: str) -> str:
     value = where.get(record, key, object)
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip():
         raise where.error(f"key {key!r} must be an integer or a non-empty string")
@@ -211,7 +211,7 @@ def _example(
     source_id: str,
     context: str,
     question: str,
-    where: _Where,
+    where: Where,
     entry: Any,
 ) -> GroundingExample:
     entry = where.check(entry, dict, "the response")

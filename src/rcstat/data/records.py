@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "DatasetFormatError",
+    "Where",
     "check_limit",
     "data_files",
     "find_shared_data",
@@ -70,7 +71,7 @@ class DatasetFormatError(ValueError):
 
 
 @dataclass(frozen=True)
-class _Where:
+class Where:
     """A record's location in a file, for error messages and typed key access."""
 
     path: Path
@@ -79,8 +80,8 @@ class _Where:
     def error(self, problem: str) -> DatasetFormatError:
         return DatasetFormatError(self.path, self.location, problem)
 
-    def child(self, suffix: str) -> _Where:
-        return _Where(self.path, f"{self.location}{suffix}")
+    def child(self, suffix: str) -> Where:
+        return Where(self.path, f"{self.location}{suffix}")
 
     def check(self, value: Any, kind: type[T], what: str) -> T:
         """Return `value` if it is a `kind` (bool is not an int), else raise."""
@@ -117,7 +118,7 @@ class _Where:
         return items
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, _Where, dict[str, Any]]]:
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Where, dict[str, Any]]]:
     """Yield ``(line_number, where, record)`` for every non-blank line of a JSON-lines file.
 
     Raises
@@ -127,7 +128,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, _Where, dict[str, Any]]]:
     """
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            where = _Where(path, f"line {number}")
+            where = Where(path, f"line {number}")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -147,9 +148,9 @@ def keyed_records(
     *,
     label: str,
     key: str,
-    read_key: Callable[[_Where, dict[str, Any]], K],
+    read_key: Callable[[Where, dict[str, Any]], K],
     what: str = "the record",
-) -> Iterator[tuple[K, _Where, dict[str, Any]]]:
+) -> Iterator[tuple[K, Where, dict[str, Any]]]:
     """Yield ``(key value, where, record)`` for a JSON list of objects with a unique key.
 
     ``label`` names record ``i`` as ``label.format(i)`` (e.g. ``"record {}"``), ``what`` names
@@ -164,13 +165,13 @@ def keyed_records(
     """
     seen: dict[K, int] = {}
     for i, record in enumerate(records):
-        where = _Where(path, label.format(i))
+        where = Where(path, label.format(i))
         record = where.check(record, dict, what)
         value = read_key(where, record)
         if value in seen:
             raise where.error(f"duplicate {key} {value!r} (also {label.format(seen[value])})")
         seen[value] = i
-        yield value, _Where(path, f"{label.format(i)} ({key} {value!r})"), record
+        yield value, Where(path, f"{label.format(i)} ({key} {value!r})"), record
 
 
 def read_json(path: Path) -> Any:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import QAExample
-from rcstat.data.records import _Where, load_limited, read_json
+from rcstat.data.records import Where, load_limited, read_json
 
 __all__ = ["load_squad_v2"]
 
@@ -59,7 +59,7 @@ def load_squad_v2(
 
 
 def _distinct_answers(
-    where: _Where, items: Any, key: str
+    where: Where, items: Any, key: str
 ) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """Distinct answer texts (upstream order) and the first ``answer_start`` of each."""
     texts: dict[str, int] = {}
@@ -73,11 +73,11 @@ def _distinct_answers(
 
 
 def _iter_squad_v2(path: Path, include_unanswerable: bool) -> Iterator[QAExample]:
-    root = _Where(path, "document")
+    root = Where(path, "document")
     document = root.check(read_json(path), dict, "the document")
     articles = root.get(document, "data", list)
     for a, article in enumerate(articles):
-        a_where = _Where(path, f"data[{a}]")
+        a_where = Where(path, f"data[{a}]")
         article = a_where.check(article, dict, "the article")
         title = a_where.get_optional(article, "title", str, "")
         for p, paragraph in enumerate(a_where.get(article, "paragraphs", list)):

@@ -24,7 +24,7 @@ from typing import Any
 
 from rcstat.data.examples import GroundingExample
 from rcstat.data.faithbench import text_group
-from rcstat.data.records import _Where, keyed_records, load_limited, read_json
+from rcstat.data.records import Where, keyed_records, load_limited, read_json
 
 __all__ = ["load_summedits"]
 
@@ -60,7 +60,7 @@ def load_summedits(path: str | Path, *, limit: int | None = None) -> list[Ground
     return load_limited(path, DATASET, ".json", _iter_domain, limit, every_file=True)
 
 
-def _consistent(where: _Where, record: dict[str, Any]) -> bool:
+def _consistent(where: Where, record: dict[str, Any]) -> bool:
     """Upstream ``label`` (1 = consistent) as a bool; the strings ``"1"``/``"0"`` too."""
     if "label" not in record:
         raise where.error("missing key 'label'")
@@ -74,7 +74,7 @@ def _consistent(where: _Where, record: dict[str, Any]) -> bool:
 
 def _iter_domain(path: Path) -> Iterator[GroundingExample]:
     domain = path.stem.removeprefix(_PREFIX)
-    document = _Where(path, "document").check(read_json(path), list, "the document")
+    document = Where(path, "document").check(read_json(path), list, "the document")
     records = keyed_records(
         path,
         document,

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from rcstat.data.examples import AttributedSpan, AttributionExample
 from rcstat.data.markup import MarkedSpan, parse_record_markup
-from rcstat.data.records import _Where, iter_jsonl, load_limited
+from rcstat.data.records import Where, iter_jsonl, load_limited
 
 __all__ = ["load_verigran"]
 
@@ -133,7 +133,7 @@ def _iter_verigran(path: Path, mode: AnswerMode) -> Iterator[AttributionExample]
 
 
 def _require_statement(
-    where: _Where,
+    where: Where,
     located: tuple[int, int] | None,
     summary: str,
     statement: str,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.data.examples import QAExample
-from rcstat.data.records import _Where, load_limited, read_json
+from rcstat.data.records import Where, load_limited, read_json
 
 __all__ = ["load_2wiki"]
 
@@ -64,7 +64,7 @@ def load_2wiki(
     return load_limited(path, DATASET, ".json", read, limit)
 
 
-def _paragraphs(where: _Where, value: Any) -> tuple[list[str], str]:
+def _paragraphs(where: Where, value: Any) -> tuple[list[str], str]:
     """Titles and the rendered context from upstream ``[[title, [sentences]], ...]``."""
     titles, rendered, has_text = [], [], False
     for j, item in enumerate(where.check(value, list, "key 'context'")):
@@ -82,7 +82,7 @@ def _paragraphs(where: _Where, value: Any) -> tuple[list[str], str]:
     return titles, context
 
 
-def _pairs(where: _Where, record: dict[str, Any], key: str, width: int) -> tuple[Any, ...]:
+def _pairs(where: Where, record: dict[str, Any], key: str, width: int) -> tuple[Any, ...]:
     """A list of fixed-width lists (supporting facts, evidences) as a tuple of tuples."""
     out = []
     for j, item in enumerate(where.get_optional(record, key, list, [])):
@@ -93,12 +93,12 @@ def _pairs(where: _Where, record: dict[str, Any], key: str, width: int) -> tuple
 
 
 def _iter_2wiki(path: Path, allow_missing_answer: bool) -> Iterator[QAExample]:
-    document = _Where(path, "document").check(read_json(path), list, "the document")
+    document = Where(path, "document").check(read_json(path), list, "the document")
     for i, record in enumerate(document):
-        where = _Where(path, f"record {i}")
+        where = Where(path, f"record {i}")
         record = where.check(record, dict, "the record")
         qid = where.text(record, "_id", non_empty=True)
-        where = _Where(path, f"record {i} (_id {qid!r})")
+        where = Where(path, f"record {i} (_id {qid!r})")
         question = where.text(record, "question", non_empty=True)
         titles, context = _paragraphs(where, where.get(record, "context", list))
         if "answer" in record:

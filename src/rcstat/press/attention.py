@@ -25,7 +25,7 @@ from transformers.masking_utils import sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.switch import switched_attention
-from rcstat.press.layout import _SESSION, Backend, PackedKV, Padding, _Session
+from rcstat.press.layout import RAGGED_SESSION, Backend, PackedKV, Padding, RaggedSession
 from rcstat.stats import triton_available
 
 IMPLEMENTATION = "rcstat_ragged"
@@ -305,7 +305,7 @@ def _attention(
             "the ragged attention supports full-attention layers only (this layer has "
             f"sliding_window={sliding_window}, softcap={softcap})"
         )
-    session = _SESSION.get()
+    session = RAGGED_SESSION.get()
     layer = int(getattr(module, "layer_idx", -1))
     packed = session.pending.pop(layer, None) if session is not None else None
     if packed is None:
@@ -351,7 +351,7 @@ def _mask(**kwargs: Any) -> torch.Tensor | None:
     attention_mask = kwargs.get("attention_mask")
     kv_length = int(kwargs["kv_length"])
     unpadded = attention_mask is None or bool(attention_mask[:, -kv_length:].all())
-    session = _SESSION.get()
+    session = RAGGED_SESSION.get()
     if session is not None:
         session.padding = None
     if unpadded and kwargs.get("allow_is_causal_skip", True):
@@ -388,11 +388,11 @@ def ragged_attention(model: torch.nn.Module, *, backend: Backend = "auto") -> It
     the forward passes in the thread that entered the context.
     """
     _check_backend(backend)
-    if _SESSION.get() is not None:
+    if RAGGED_SESSION.get() is not None:
         raise RuntimeError("ragged_attention contexts cannot be nested")
-    token = _SESSION.set(_Session(backend=backend))
+    token = RAGGED_SESSION.set(RaggedSession(backend=backend))
     try:
         with switched_attention(model, IMPLEMENTATION, _attention, _mask):
             yield
     finally:
-        _SESSION.reset(token)
+        RAGGED_SESSION.reset(token)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from rcstat.press.layout import _SESSION, PackedKV, _live_rows, _pack
+from rcstat.press.layout import RAGGED_SESSION, PackedKV, live_rows, pack_rows
 
 
 class RaggedLayer(DynamicLayer):
@@ -108,7 +108,7 @@ class RaggedLayer(DynamicLayer):
             segment, positions = rows // length, rows % length
             keys, values = dense_keys.reshape(-1, dim), dense_values.reshape(-1, dim)  # [S·T, D]
         else:
-            live, live_segment = _live_rows(packed)
+            live, live_segment = live_rows(packed)
             selected = flat_keep[live_segment, packed.positions[live]]  # [live] bool
             rows, segment = live[selected], live_segment[selected]
             positions = packed.positions[rows]
@@ -122,7 +122,7 @@ class RaggedLayer(DynamicLayer):
                 f"{' …' if len(pairs) > 8 else ''}: keep at least one entry per segment"
             )
         self.slack = slack
-        self.packed = _pack(
+        self.packed = pack_rows(
             keys,
             values,
             rows,
@@ -156,8 +156,8 @@ class RaggedLayer(DynamicLayer):
                 f"is {packed.keys.dtype} on {packed.keys.device}"
             )
         if packed.room < q_len:  # repack with a room that doubles with the decoded length
-            rows, segment = _live_rows(packed)
-            packed = _pack(
+            rows, segment = live_rows(packed)
+            packed = pack_rows(
                 packed.keys,
                 packed.values,
                 rows,
@@ -200,7 +200,7 @@ class RaggedLayer(DynamicLayer):
     def _stored_new(packed: PackedKV, q_len: int) -> tuple[tuple[bool, ...], ...] | None:
         """Which new tokens a padding-free layer stores, per batch row (host), when some of
         them are padding; None when every new token is stored."""
-        session = _SESSION.get()
+        session = RAGGED_SESSION.get()
         padding = session.padding if session is not None else None
         if not packed.padding_free or padding is None:
             return None
@@ -357,7 +357,7 @@ class RaggedCache(DynamicCache):
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new states; for a packed layer, also hand its layout to the attention."""
-        session = _SESSION.get()
+        session = RAGGED_SESSION.get()
         if layer_idx < len(self.layers) and self.is_packed(layer_idx) and session is None:
             raise RuntimeError(
                 f"layer {layer_idx} of the RaggedCache is compressed: run the model inside "

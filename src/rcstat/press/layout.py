@@ -3,7 +3,7 @@
 A compressed layer stores, per (batch, KV head) segment, only the entries it keeps, followed by
 free room for appended tokens (:class:`PackedKV`). :class:`RaggedCache` (``cache.py``)
 builds and grows these layouts; :func:`ragged_attention` (``attention.py``) reads them.
-The two meet in a :class:`_Session`: the cache publishes a layer's layout when the model
+The two meet in a :class:`RaggedSession`: the cache publishes a layer's layout when the model
 updates it and the attention function of the same layer takes it back. See
 ``docs/press.md`` for the whole design.
 """
@@ -56,7 +56,7 @@ class PackedKV:
         return 2 * int(self.keys.shape[1]) * self.keys.element_size()
 
 
-def _live_rows(packed: PackedKV) -> tuple[torch.Tensor, torch.Tensor]:
+def live_rows(packed: PackedKV) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of the live entries in segment order, and their segment: two ``[live]`` int64."""
     device = packed.seg_len.device
     segments = packed.seg_len.numel()
@@ -68,7 +68,7 @@ def _live_rows(packed: PackedKV) -> tuple[torch.Tensor, torch.Tensor]:
     return packed.seg_start[segment] + rank, segment
 
 
-def _pack(
+def pack_rows(
     keys: torch.Tensor,
     values: torch.Tensor,
     rows: torch.Tensor,
@@ -138,7 +138,7 @@ class Padding:
 
 
 @dataclass
-class _Session:
+class RaggedSession:
     """State of one :func:`ragged_attention` context."""
 
     backend: Backend
@@ -148,6 +148,6 @@ class _Session:
     padding: Padding | None = None
 
 
-_SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+RAGGED_SESSION: contextvars.ContextVar[RaggedSession | None] = contextvars.ContextVar(
     "rcstat_ragged", default=None
 )

@@ -216,7 +216,7 @@ def ragged_rank_sums(
     ``row_len[r]·B`` samples (``shape = (K, A, B)`` with ``A >= row_len``, element strides
     ``strides`` of the ``K``, ``A`` and ``B`` axes).
     """
-    from rcstat.stats._triton import _rank_sums_kernel
+    from rcstat.stats._triton import rank_sums_kernel
 
     rows = row_base.shape[0]
     groups, width_a, width_b = shape
@@ -228,7 +228,7 @@ def ragged_rank_sums(
     for first in range(0, rows, _MAX_ROWS):
         part = slice(first, first + _MAX_ROWS)
         count = min(rows - first, _MAX_ROWS)
-        launch = _rank_sums_kernel[(blocks * -(-groups // tile_k), count)]
+        launch = rank_sums_kernel[(blocks * -(-groups // tile_k), count)]
         with on_device(storage.device):
             launch(
                 storage,
@@ -312,7 +312,7 @@ def _radix_crossing(
     ``x`` may be part of a set of ``size`` values of which ``below`` (int64 ``[R]``) lie
     under every value of ``x`` (the bracket's collected values).
     """
-    from rcstat.stats._triton import _radix_histogram_kernel, _radix_select_kernel
+    from rcstat.stats._triton import radix_histogram_kernel, radix_select_kernel
 
     rows, width_a, width_b = x.shape
     n = width_a * width_b if size is None else size
@@ -328,7 +328,7 @@ def _radix_crossing(
     with on_device(x.device):
         for shift in (24, 16, 8, 0):
             high_mask = (1 << 32) - (1 << (shift + 8)) if shift < 24 else 0
-            _radix_histogram_kernel[(rows, -(-held // (tile * chunks)))](
+            radix_histogram_kernel[(rows, -(-held // (tile * chunks)))](
                 x,
                 *x.stride(),
                 width_a,
@@ -342,7 +342,7 @@ def _radix_crossing(
                 CHUNKS=chunks,
                 SKIP=done is not None,
             )
-            _radix_select_kernel[(rows,)](
+            radix_select_kernel[(rows,)](
                 hist,
                 ys,
                 ys.stride(0),
@@ -390,7 +390,7 @@ def _bracketed(
     bracket was kept and the selected value is at most ``high``: then it is ``t``. The others
     (a sample far from the whole, heavy ties) are left to the radix selection over all ``x``.
     """
-    from rcstat.stats._triton import _bracket_kernel
+    from rcstat.stats._triton import bracket_kernel
 
     rows, width_a, width_b = x.shape
     n = width_a * width_b
@@ -413,7 +413,7 @@ def _bracketed(
     inside = torch.full((rows, capacity), torch.inf, device=x.device)  # +inf: never selected
     tile = _tile(n)
     with on_device(x.device):
-        _bracket_kernel[(rows, -(-n // tile))](
+        bracket_kernel[(rows, -(-n // tile))](
             x,
             *x.stride(),
             width_a,

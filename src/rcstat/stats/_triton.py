@@ -69,7 +69,7 @@ _SIZES = (
 
 
 @triton.jit(do_not_specialize_on_alignment=_SIZES, do_not_specialize=("steps_all",))
-def _rank_sums_kernel(
+def rank_sums_kernel(
     x_ptr,
     row_base_ptr,
     row_len_ptr,
@@ -175,7 +175,7 @@ def _row_tile(
 
 
 @triton.jit
-def _radix_histogram_kernel(
+def radix_histogram_kernel(
     x_ptr,
     stride_r,
     stride_a,
@@ -213,7 +213,7 @@ def _radix_histogram_kernel(
 
 
 @triton.jit
-def _radix_select_kernel(
+def radix_select_kernel(
     hist_ptr,
     ys_ptr,
     ys_stride,
@@ -265,7 +265,7 @@ def _radix_select_kernel(
 
 
 @triton.jit
-def _bracket_kernel(
+def bracket_kernel(
     x_ptr,
     stride_r,
     stride_a,
