@@ -105,7 +105,7 @@ def test_compress_passes_the_gqa_rule_to_the_press(
 def test_compress_query_aware_with_the_question_as_window(
     model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--placement question --window question: the press's window is the question's tokens,
+    """--press-scope question --window question: the press's window is the question's tokens,
     which end the compressed prompt; the pooled budget and the upper-bound score reach it."""
     from rcstat.press import answer
 
@@ -121,7 +121,7 @@ def test_compress_query_aware_with_the_question_as_window(
     monkeypatch.setattr(answer, "prefill", spy)
     context = "The cat sat on the warm mat near the door. " * 4
     argv = ["compress", "--model", str(model_dir), "--context", context, "--question", "Where?"]
-    extra = ["--placement", "question", "--window", "question", "--ratio", "0.5"]
+    extra = ["--press-scope", "question", "--window", "question", "--ratio", "0.5"]
     knobs = ["--budget", "pooled", "--floor", "0.1", "--score", "upper", "--sinks", "3"]
     assert cli.main([*argv, *extra, *knobs, "--max-new-tokens", "2", "--no-full"]) == 0
     split = answer.split_prompt(_tokenizer(model_dir), context, "Where?", placement="question")
@@ -136,19 +136,22 @@ def _tokenizer(model_dir: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("command", [["compress"], ["bench", "kv"]])
-def test_question_placement_is_the_flag_and_placement_its_old_spelling(command: list[str]) -> None:
-    """``--question-placement`` (as ``rcstat analyze`` spells it) is shown first; the old
-    ``--placement`` still sets it."""
+def test_press_scope_is_the_one_flag_of_what_is_compressed(command: list[str]) -> None:
+    """``--press-scope`` sets what the press compresses; ``--question-placement`` means where
+    the question sits in ``rcstat analyze`` only, and ``--placement`` is gone."""
     parser = cli.build_parser()
-    for flag in ("--question-placement", "--placement"):
-        ns = parser.parse_args([*command, flag, "question"])
-        assert ns.question_placement == "question"
+    assert parser.parse_args([*command, "--press-scope", "question"]).question_placement == (
+        "question"
+    )
     assert parser.parse_args(command).question_placement == "context"
+    for gone in ("--placement", "--question-placement"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*command, gone, "question"])
     sub = parser._subparsers._group_actions[0].choices[command[0]]  # type: ignore[union-attr]
     if len(command) > 1:
         sub = sub._subparsers._group_actions[0].choices[command[1]]  # type: ignore[union-attr]
     text = " ".join(sub.format_help().split())
-    assert "--question-placement {context,question}, --placement {context,question}" in text
+    assert "--press-scope {context,question}" in text and "--placement" not in text
 
 
 def test_a_questions_file_is_answered_in_one_batch_as_each_alone(
@@ -196,7 +199,7 @@ def test_a_questions_file_is_checked(
                 str(two),
                 "--window",
                 "question",
-                "--question-placement",
+                "--press-scope",
                 "question",
             ],
             "one at a time",

@@ -1,6 +1,6 @@
 """RCStatPress's options on the command line (``rcstat compress`` and ``rcstat bench kv``):
 ``--window``, ``--group``, ``--score``, ``--budget``, ``--floor``, ``--sinks`` and
-``--question-placement``, one value each or comma-separated lists for a sweep, with their
+``--press-scope``, one value each or comma-separated lists for a sweep, with their
 checks. The values and defaults are the press's own (:mod:`rcstat.press.options`).
 """
 
@@ -48,13 +48,14 @@ PRESS_CHOICES: tuple[tuple[str, tuple[str, ...], str], ...] = (
 
 def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
     """RCStatPress's ``--window``, ``--group``, ``--score``, ``--budget`` (comma-separated lists
-    when ``sweep``), ``--floor``, ``--sinks`` and ``--question-placement`` (``--placement``, its
-    old spelling, still accepted)."""
+    when ``sweep``), ``--floor``, ``--sinks`` and ``--press-scope`` (what the press compresses:
+    the context alone or with the question; ``rcstat analyze``'s ``--question-placement`` is
+    where the question sits in the prompt)."""
     parser.add_argument(
         "--window",
         default=f"{DEFAULT_WINDOW},16" if sweep else str(DEFAULT_WINDOW),
         help=("RCStat window sizes" if sweep else "window size w")
-        + f"; '{QUESTION_WINDOW}' (with --question-placement question): the question's tokens",
+        + f"; '{QUESTION_WINDOW}' (with --press-scope question): the question's tokens",
     )
     for flag, values, meaning in PRESS_CHOICES:
         press_default = knob_default(flag.removeprefix("--"))
@@ -76,13 +77,13 @@ def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
         + "the first N prompt tokens are never evicted (attention sinks, the chat template)",
     )
     parser.add_argument(
-        "--question-placement",
-        "--placement",
+        "--press-scope",
+        dest="question_placement",
         choices=["context", "question"],
         default="context",
-        help="context: compress the context, then read the question (question-agnostic, "
-        "kvpress's pipeline); question: compress the question with it (query-aware"
-        + ("; reported apart)" if sweep else ")"),
+        help="what the press compresses. context: the context alone, then the question is read "
+        "(question-agnostic, kvpress's pipeline); question: the context with the question "
+        "(query-aware" + ("; reported apart)" if sweep else ")"),
     )
 
 
@@ -108,7 +109,7 @@ def check_groups(value: str | None) -> list[str | None]:
 def check_windows(values: list[str], placement: str) -> list[int | str]:
     """``--window``: token counts, and ``question`` where the question is compressed too."""
     if QUESTION_WINDOW in values and placement != "question":
-        raise ValueError(f"--window {QUESTION_WINDOW} needs --question-placement question")
+        raise ValueError(f"--window {QUESTION_WINDOW} needs --press-scope question")
     if len(set(values)) != len(values):
         raise ValueError(f"--window lists a value twice: {','.join(values)}")
     sizes = [v for v in values if v != QUESTION_WINDOW]

@@ -112,7 +112,7 @@ class KVConfig(JobConfig):
         if self.context is not None and self.dataset != "qmsum":
             raise ValueError("--context applies to --dataset qmsum only")
         if QUESTION_WINDOW in self.windows and self.question_placement != "question":
-            raise ValueError(f"--window {QUESTION_WINDOW} needs --question-placement question")
+            raise ValueError(f"--window {QUESTION_WINDOW} needs --press-scope question")
 
     def grid(self) -> list[Any]:
         """The settings grid (:func:`~rcstat.evaluation.kv_bench.settings_grid`)."""
