@@ -121,35 +121,36 @@ def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:
     assert from_namespace(ns).groups == ["max", "mean"]
 
 
-def test_bench_kv_qmsum_fit_cuts_each_meeting_to_fit(model_dir: Path, tmp_path: Path) -> None:
-    """``--context fit`` (``window``, its old name, is still accepted) cuts each meeting to the
-    turns around the query that fit; a folder recorded under the old name resumes."""
+def test_bench_kv_qmsum_fit_cuts_each_meeting_to_fit(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--context fit`` cuts each meeting to the turns around the query that fit; ``window``,
+    its old name, is refused, and so is resuming a folder that recorded it (rerun into a new
+    ``--out``)."""
     from tests.test_data import _qmsum_record, _write_jsonl
 
     record = _qmsum_record()
     for t, turn in enumerate(record["meeting_transcripts"]):
         turn["content"] = f"turn {t} " + "word " * 10  # about 48 tokens
     data = _write_jsonl(tmp_path / "val.jsonl", [record])
-    out = tmp_path / "window"
+    out = tmp_path / "fit"
     args = ["bench", "kv", "--model", str(model_dir), "--dataset", "qmsum", "--data", str(data)]
     args += ["--presses", "knorm", "--ratios", "0.5", "--max-new-tokens", "2", "--out", str(out)]
-    assert cli.main([*args, "--context", "window", "--max-tokens", "200"]) == 0
+    assert cli.main([*args, "--context", "fit", "--max-tokens", "200"]) == 0
     config = json.loads((out / "config.json").read_text())
     # turn 1 (the first specific query's span) fits with a neighbour; turns 1..4 do not
     assert len(config["skipped_too_long"]) == 1 and config["skipped_too_long"][0].endswith(":1")
     assert len(pd.read_csv(out / "results.csv")) == 2
     assert json.loads((out / "run.json").read_text())["options"]["context"] == "fit"
-    # A folder made when `fit` was called `window` (its manifest and config say so) resumes
-    # under either name: nothing is computed again and it keeps the name it recorded.
-    for name in ("run.json", "config.json"):
-        recorded = json.loads((out / name).read_text())
-        (recorded["options"] if name == "run.json" else recorded)["context"] = "window"
-        (out / name).write_text(json.dumps(recorded))
-    predictions = (out / "predictions.jsonl").read_bytes()
-    for context in ("fit", "window"):
-        assert cli.main([*args, "--context", context, "--max-tokens", "200"]) == 0
-        assert (out / "predictions.jsonl").read_bytes() == predictions
-        assert json.loads((out / "run.json").read_text())["options"]["context"] == "window"
+    with pytest.raises(SystemExit):  # the old name is no choice of --context
+        cli.main([*args, "--context", "window", "--max-tokens", "200"])
+    # a folder made when `fit` was called `window` is refused, naming what differs
+    recorded = json.loads((out / "run.json").read_text())
+    recorded["options"]["context"] = "window"
+    (out / "run.json").write_text(json.dumps(recorded))
+    capsys.readouterr()
+    assert cli.main([*args, "--context", "fit", "--max-tokens", "200"]) == 2
+    assert "context" in capsys.readouterr().err
     assert cli.main([*args, "--context", "relevant", "--max-tokens", "200"]) == 2
 
 
@@ -190,8 +191,9 @@ def test_a_library_config_refuses_what_the_command_refuses() -> None:
     with pytest.raises(ValueError, match=r"ratios must be in \[0, 1\)"):
         KVConfig.from_dict({"ratios": [1.0]})
     with pytest.raises(ValueError, match="--context applies to --dataset qmsum only"):
-        KVConfig.from_dict({"context": "window"})
-    assert KVConfig.from_dict({"dataset": "qmsum", "context": "window"}).context == "fit"
+        KVConfig.from_dict({"context": "fit"})
+    with pytest.raises(ValueError, match="--context takes full, relevant, fit, got 'window'"):
+        KVConfig.from_dict({"dataset": "qmsum", "context": "window"})
     with pytest.raises(ValueError, match="--context takes full, relevant, fit, got 'turns'"):
         KVConfig.from_dict({"dataset": "qmsum", "context": "turns"})
     with pytest.raises(ValueError, match="bench kv needs"):

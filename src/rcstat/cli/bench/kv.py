@@ -38,11 +38,6 @@ if TYPE_CHECKING:
 CONTEXTS = ("full", "relevant", "fit")
 
 
-def _context(value: str) -> str:
-    """``--context``: ``window`` (its old name) is ``fit``."""
-    return "fit" if value == "window" else value
-
-
 def register(bench_sub: Any) -> None:
     """Add ``kv`` to the sub-commands of ``bench``."""
     kv = add_command(
@@ -61,12 +56,11 @@ def register(bench_sub: Any) -> None:
     add_out_option(kv, "bench_kv", " (resumable)")
     kv.add_argument(
         "--context",
-        type=_context,
         choices=CONTEXTS,
         default=None,
         help="qmsum only: whole transcript (default), the query's relevant turns, or the most "
         "turns around them that fit the model's context (fit; --max-tokens, else the model's "
-        "window; 'window' is its old name)",
+        "window)",
     )
     kv.add_argument(
         "--max-tokens",

@@ -33,7 +33,6 @@ from rcstat.evaluation.bench.common import (
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.press.options import knob_default
 from rcstat.press.registry import PRESS_NAMES
-from rcstat.runs.manifest import read_manifest
 from rcstat.runs.parts import part_folder
 
 __all__ = ["KVConfig", "run"]
@@ -44,8 +43,6 @@ TEMPLATE_TOKENS = 32
 #: QMSum's ``context`` values: the whole transcript, the query's relevant turns, or the most
 #: turns around them that fit the model's context.
 CONTEXTS = ("full", "relevant", "fit")
-#: Old names of :data:`CONTEXTS` values, still accepted (``window`` until rcstat renamed it).
-RENAMED_CONTEXTS = {"window": "fit"}
 
 
 @dataclass
@@ -56,8 +53,7 @@ class KVConfig(JobConfig):
     ``groups`` None entries are the press's default of each mode; ``windows`` holds token
     counts or :data:`~rcstat.defaults.QUESTION_WINDOW` (with ``question_placement``
     ``"question"``); ``n`` None takes every example; ``max_tokens`` None is the model's
-    window; ``context`` one of :data:`CONTEXTS` (an old name of :data:`RENAMED_CONTEXTS`
-    becomes its new one).
+    window; ``context`` one of :data:`CONTEXTS`.
     """
 
     COMMAND = "bench kv"
@@ -77,9 +73,6 @@ class KVConfig(JobConfig):
     question_placement: str = "context"
     context: str | None = None
     max_tokens: int | None = None
-
-    def __post_init__(self) -> None:
-        self.context = RENAMED_CONTEXTS.get(self.context or "", self.context)
 
     def check_values(self) -> None:
         """The dataset (a QA set, by its registry name), the press names and every list's
@@ -132,20 +125,8 @@ class KVConfig(JobConfig):
 
     def run_options(self) -> dict[str, Any]:
         """The options recorded in the manifest besides the grid (not ``n``: a run grows by
-        resuming with a larger ``n``); ``context`` as :meth:`recorded_context` spells it."""
-        context = self.recorded_context()
-        return {"data": resolved(self.data), "context": context, "max_tokens": self.max_tokens}
-
-    def recorded_context(self) -> str | None:
-        """``context`` as the run folder (or this shard's part) recorded it: a folder made when
-        ``fit`` was called ``window`` resumes under the name it recorded (the same cut of the
-        meetings); a new folder records the new name."""
-        folders = [self.out, *([part_folder(self.out, self.shard)] if self.shard.split else [])]
-        for folder in folders:
-            recorded = ((read_manifest(folder) or {}).get("options") or {}).get("context")
-            if isinstance(recorded, str) and RENAMED_CONTEXTS.get(recorded) == self.context:
-                return recorded
-        return self.context
+        resuming with a larger ``n``)."""
+        return {"data": resolved(self.data), "context": self.context, "max_tokens": self.max_tokens}
 
 
 def _count(tokenizer: Any, text: str) -> int:
