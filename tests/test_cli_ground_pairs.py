@@ -458,12 +458,10 @@ def test_ground_pairs_interrupted_says_its_rows_are_kept(  # type: ignore[no-unt
     model_dir, profile, tmp_path, monkeypatch, capsys
 ) -> None:
     """Ctrl-C in a ``--pairs`` run keeps the finished rows (a resumable job), and says so."""
-    from rcstat.cli import ground_pairs
-
     def interrupt(args: object) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ground_pairs, "run", interrupt)
+    monkeypatch.setattr("rcstat.cli.ground.run_pairs", interrupt)  # `rcstat ground --pairs`
     data = _write(tmp_path / "pairs.jsonl", PAIRS)
     out = tmp_path / "out"
     assert _ground(model_dir, profile, out, "--pairs", str(data)) == 130

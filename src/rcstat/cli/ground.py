@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from rcstat.cli import ground_output, ground_pairs
 from rcstat.cli._common import (
     Devices,
     add_command,
@@ -23,6 +22,17 @@ from rcstat.cli._common import (
 )
 from rcstat.cli.exit_codes import ERROR, exit_status_text
 from rcstat.cli.ground_limits import add_limit_options, check_texts, lowered_note
+from rcstat.cli.ground_output import (
+    MODEL_LANGUAGES,
+    language_warning,
+    print_json,
+    print_table,
+    verdict_status,
+    write_results,
+)
+from rcstat.cli.ground_pairs import add_pairs_option
+from rcstat.cli.ground_pairs import from_namespace as pairs_from_namespace
+from rcstat.cli.ground_pairs import run as run_pairs
 from rcstat.cli.options import (
     add_language_option,
     add_out_option,
@@ -70,7 +80,7 @@ def register(sub: Any) -> None:
         "--max-response-tokens are refused before any forward pass.",
     )
     gr.epilog = (
-        f"Languages: {ground_output.MODEL_LANGUAGES}; a text mostly not in the Latin script "
+        f"Languages: {MODEL_LANGUAGES}; a text mostly not in the Latin script "
         "gets a warning on standard error; scores in other languages are unreliable "
         "(pass --model). "
         "Without --pairs: " + exit_status_text() + " With --pairs: see --pairs."
@@ -116,7 +126,7 @@ def register(sub: Any) -> None:
         help="print one JSON object on standard output (verdict, score, threshold, every "
         "sentence with its score, verdict and evidence) instead of the table",
     )
-    ground_pairs.add_pairs_option(gr)
+    add_pairs_option(gr)
 
 
 @dataclass
@@ -169,12 +179,12 @@ def run(args: GroundArgs | PairsConfig) -> int:
     from rcstat.grounding import Grounder
 
     if not isinstance(args, GroundArgs):  # --pairs (rcstat.cli.ground_pairs)
-        return ground_pairs.run(args)
+        return run_pairs(args)
 
     check_output_folder(args.out, NAME)
     check_writable(args.out)
     texts = {"context": args.context, "response": args.response}
-    warning = ground_output.language_warning(args.model, texts)
+    warning = language_warning(args.model, texts)
     if warning is not None:
         error_console.print(warning, markup=False)
     model, tokenizer = load_model_quietly(args.model, args.devices)
@@ -184,12 +194,12 @@ def run(args: GroundArgs | PairsConfig) -> int:
         error_console.print(note, markup=False)
     with step("grounding…"):
         result = grounder.ground(args.context, args.response, args.question, show_progress=True)
-    failed = ground_output.write_results(result, args.out, NAME)
+    failed = write_results(result, args.out, NAME)
     out = None if failed else args.out
     if args.json:
-        ground_output.print_json(result, out)
+        print_json(result, out)
     else:
-        ground_output.print_table(result)
+        print_table(result)
         baselines = ", ".join(f"{k} {v:.3f}" for k, v in result.baselines.items())
         console.print(f"same-pass baselines (higher = more supported): {escape(baselines)}")
     if failed is not None:  # the verdict first, then the one error line
@@ -200,7 +210,7 @@ def run(args: GroundArgs | PairsConfig) -> int:
         error_console.print(f"results written to {where}/")
     else:
         console.print(f"results written to {where}/ (open ground.html)")
-    return ground_output.verdict_status(result)
+    return verdict_status(result)
 
 
 def from_namespace(ns: argparse.Namespace) -> GroundArgs | PairsConfig:
@@ -208,7 +218,7 @@ def from_namespace(ns: argparse.Namespace) -> GroundArgs | PairsConfig:
     if ns.pairs is not None:
         if ns.json:
             raise ValueError("--json grounds one pair; --pairs writes a JSON row a pair to --out")
-        return ground_pairs.from_namespace(ns)
+        return pairs_from_namespace(ns)
     if ns.batch_tokens is not None:
         raise ValueError("--batch-tokens sizes the passes of --pairs; one pair is one pass")
     return GroundArgs.from_namespace(ns)
