@@ -458,6 +458,7 @@ def test_ground_pairs_interrupted_says_its_rows_are_kept(  # type: ignore[no-unt
     model_dir, profile, tmp_path, monkeypatch, capsys
 ) -> None:
     """Ctrl-C in a ``--pairs`` run keeps the finished rows (a resumable job), and says so."""
+
     def interrupt(args: object) -> int:
         raise KeyboardInterrupt
 
