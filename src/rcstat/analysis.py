@@ -21,7 +21,7 @@ import torch
 from rcstat.capture import attention_layout, capture_scores
 from rcstat.capture.host import stack_on_host
 from rcstat.checks import check_count, check_number
-from rcstat.defaults import DEFAULT_TAU
+from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TAU
 from rcstat.generation import (
     check_example,
     check_max_new_tokens,
@@ -279,7 +279,7 @@ def analyze(
     prompt: str | None = None,
     generation: str | None = None,
     question_placement: Literal["prompt", "generation"] = "prompt",
-    max_new_tokens: int = 64,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     scaled: bool = False,
     keep_samples: Sequence[tuple[int, int]] = (),
     allow_special_tokens: bool = False,

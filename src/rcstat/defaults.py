@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
+    "DATASET_MAX_NEW_TOKENS",
     "DEFAULT_BATCH_TOKENS",
     "DEFAULT_GROUNDING_FRACTION",
     "DEFAULT_GROUNDING_QUANTILE",
     "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_NEW_TOKENS",
     "DEFAULT_MAX_RESPONSE_TOKENS",
     "DEFAULT_MODEL_HEADS",
     "DEFAULT_MODEL_NAME",
@@ -37,6 +39,11 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 #: Its attention heads, layers × heads per layer (30 × 9): options that count heads are checked
 #: against them before the model loads.
 DEFAULT_MODEL_HEADS = 270
+#: Most tokens of one generated answer (``--max-new-tokens`` of analyze, attribute, compress).
+DEFAULT_MAX_NEW_TOKENS = 64
+#: Most tokens of each generated answer in a dataset job (``bench kv``, ``heads``): many
+#: examples, short reference answers.
+DATASET_MAX_NEW_TOKENS = 32
 #: Threshold on a head's upper bound ``A`` above which the head contextualizes (paper §5.1).
 DEFAULT_TAU = 1.5
 #: Number of RC-ranked heads used for attribution (paper §4.2).

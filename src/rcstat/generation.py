@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from rcstat.capture import AttentionLayout, attention_layout
+from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS
 from rcstat.segments import Segmented
 
 if TYPE_CHECKING:
@@ -183,7 +184,10 @@ def greedy_batch(
 
 
 def generate_answer(
-    model: PreTrainedModel, tokenizer: Any, example: Segmented, max_new_tokens: int = 64
+    model: PreTrainedModel,
+    tokenizer: Any,
+    example: Segmented,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
 ) -> Answered:
     """Greedily generate the continuation of ``example`` and append it as the generation."""
     from transformers import DynamicCache

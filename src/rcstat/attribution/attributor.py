@@ -41,7 +41,13 @@ from rcstat.attribution.spans import (
 )
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.capture.host import HostStack, stack_on_host
-from rcstat.defaults import DEFAULT_TOP_K, SpanScore, default_span_score, resolve_span_score
+from rcstat.defaults import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_TOP_K,
+    SpanScore,
+    default_span_score,
+    resolve_span_score,
+)
 from rcstat.generation import check_example, check_max_new_tokens, generate_answer, input_device
 from rcstat.segments import Segmented, segment_chat
 
@@ -108,7 +114,7 @@ class Attributor:
         head_ranking: HeadRanking = "top",
         statistic: SpanStatistic = "expected",
         *,
-        max_new_tokens: int = 64,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         rank_post_softmax: bool | None = None,
         allow_special_tokens: bool = False,
         language: str = DEFAULT_LANGUAGE,

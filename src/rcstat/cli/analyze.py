@@ -28,7 +28,7 @@ from rcstat.cli.options import (
     add_special_tokens_option,
     add_text_options,
 )
-from rcstat.defaults import DEFAULT_TAU
+from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TAU
 
 NAME = "analyze"
 _TEXTS = (
@@ -76,7 +76,7 @@ def register(sub: Any) -> None:
         default="prompt",
         help="chat mode: the question ends the prompt or starts the generation",
     )
-    add_max_new_tokens_option(an, 64, "length of a generated answer")
+    add_max_new_tokens_option(an, DEFAULT_MAX_NEW_TOKENS, "length of a generated answer")
     an.add_argument("--scaled", action="store_true", help="use <q,k>/sqrt(d) instead of raw")
     an.add_argument(
         "--lower-bound",

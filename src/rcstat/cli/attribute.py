@@ -36,7 +36,7 @@ from rcstat.cli.options import (
     check_span_score,
     check_top_k,
 )
-from rcstat.defaults import DEFAULT_TOP_K
+from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TOP_K
 from rcstat.report.attribution_html import save_attribution_page
 
 NAME = "attribute"
@@ -76,7 +76,7 @@ def register(sub: Any) -> None:
     at.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="number of heads")
     at.add_argument("--ranking", choices=RANKINGS, default="top", help="how heads are chosen")
     add_attribution_options(at)
-    add_max_new_tokens_option(at, 64, "length of a generated answer")
+    add_max_new_tokens_option(at, DEFAULT_MAX_NEW_TOKENS, "length of a generated answer")
     add_language_option(at)
     add_out_option(at, NAME)
     add_special_tokens_option(at)

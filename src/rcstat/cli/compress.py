@@ -27,7 +27,7 @@ from rcstat.cli.options import (
     add_text_options,
 )
 from rcstat.cli.press_options import add_press_options, check_windows
-from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
+from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.press.options import knob_default
 
 NAME = "compress"
@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
         help="target compression ratio in [0, 1): target-ratio mode instead of --threshold",
     )
     add_press_options(co, sweep=False)
-    add_max_new_tokens_option(co, 64, "answer length limit")
+    add_max_new_tokens_option(co, DEFAULT_MAX_NEW_TOKENS, "answer length limit")
     co.add_argument(
         "--no-full", action="store_true", help="skip the full-cache answer used for comparison"
     )

@@ -39,7 +39,7 @@ from rcstat.cli.options import (
     add_n_option,
     add_out_option,
 )
-from rcstat.defaults import DEFAULT_TAU
+from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_TAU
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.heads import HeadsConfig
@@ -84,7 +84,9 @@ def register(sub: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--statistic", choices=["upper", "expected"], default="upper", help="statistic summarised"
     )
-    add_max_new_tokens_option(p, 32, "answer length generated for examples without an answer")
+    add_max_new_tokens_option(
+        p, DATASET_MAX_NEW_TOKENS, "answer length generated for examples without an answer"
+    )
     p.add_argument("--top", type=int, default=10, help="rows of the top-heads table")
     add_run_options(p, items="examples", redo="analysing them again")
     p.add_argument(

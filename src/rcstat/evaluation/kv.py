@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from rcstat.defaults import DATASET_MAX_NEW_TOKENS
 from rcstat.evaluation.metrics import head_outputs, rouge_f1, value_errors
 from rcstat.generation import input_device, stop_token_ids
 from rcstat.press.answer import answer_on_cache, attention_for, prefill, split_prompt
@@ -97,7 +98,7 @@ def full_reference(
     context: str,
     question: str,
     *,
-    max_new_tokens: int = 32,
+    max_new_tokens: int = DATASET_MAX_NEW_TOKENS,
     placement: str = "context",
 ) -> FullReference:
     """Steps 1–2 of the module doc with the full cache (shared by every press of an example);
@@ -136,7 +137,7 @@ def evaluate_example(
     references: Sequence[str],
     press: Any,
     *,
-    max_new_tokens: int = 32,
+    max_new_tokens: int = DATASET_MAX_NEW_TOKENS,
     cache_factory: CacheFactory = DynamicCache,
     full: FullReference | None = None,
 ) -> KVResult:

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from rcstat.data import QAExample
-from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
+from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.evaluation.bench.common import BenchRun
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.evaluation.kv import CacheFactory, FullReference, evaluate_example, full_reference
@@ -202,7 +202,7 @@ class KVBench(BenchRun):
     """
 
     settings: list[Setting]
-    max_new_tokens: int = 32
+    max_new_tokens: int = DATASET_MAX_NEW_TOKENS
     config: dict[str, Any] = field(default_factory=dict)
     placement: str = "context"
 

@@ -35,6 +35,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
 from rcstat.capture import attention_probs, capture_scores, grouped_scores, softmax_params
 from rcstat.capture.switch import switched_attention
+from rcstat.defaults import DATASET_MAX_NEW_TOKENS
 from rcstat.evaluation.kv import FullReference, full_reference
 from rcstat.evaluation.metrics import head_outputs, value_errors
 from rcstat.press.answer import prefill
@@ -202,7 +203,7 @@ def diagnose(
     question: str,
     presses: Mapping[str, Any],
     *,
-    max_new_tokens: int = 32,
+    max_new_tokens: int = DATASET_MAX_NEW_TOKENS,
 ) -> Diagnosis:
     """Diagnose every press of ``presses`` (name → kvpress press) on one example."""
     if not presses:

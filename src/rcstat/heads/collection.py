@@ -42,6 +42,7 @@ from rcstat.analysis import analyze
 from rcstat.capture import attention_layout
 from rcstat.data import AttributionExample, QAExample
 from rcstat.data.records import check_limit, iter_jsonl
+from rcstat.defaults import DATASET_MAX_NEW_TOKENS
 from rcstat.heads.table import (
     COLUMNS,
     DTYPES,
@@ -236,7 +237,7 @@ class HeadsJob(Job):
     model: Any
     tokenizer: Any
     examples: list[_Item]
-    max_new_tokens: int = 32
+    max_new_tokens: int = DATASET_MAX_NEW_TOKENS
     model_name: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -303,7 +304,7 @@ def collect(
     examples: Iterable[Any],
     *,
     out: str | Path | None = None,
-    max_new_tokens: int = 32,
+    max_new_tokens: int = DATASET_MAX_NEW_TOKENS,
     progress: bool = True,
     retry_failed: bool = True,
     model_name: str | None = None,

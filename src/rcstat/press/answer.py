@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import DynamicCache
 
+from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS
 from rcstat.generation import (
     Generated,
     greedy,
@@ -168,7 +169,7 @@ def answer_full(
     context: str,
     question: str,
     *,
-    max_new_tokens: int = 64,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     allow_special_tokens: bool = False,
     placement: str = "context",
 ) -> Generated:
@@ -188,7 +189,7 @@ def compress_and_answer(
     question: str,
     press: RCStatPress,
     *,
-    max_new_tokens: int = 64,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     slack: int = 64,
     allow_special_tokens: bool = False,
     placement: str = "context",
@@ -231,7 +232,7 @@ def compress_and_answer_batch(
     questions: Sequence[str],
     press: RCStatPress,
     *,
-    max_new_tokens: int = 64,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     slack: int = 64,
     allow_special_tokens: bool = False,
     placement: str = "context",
@@ -273,7 +274,7 @@ def answer_full_batch(
     contexts: Sequence[str],
     questions: Sequence[str],
     *,
-    max_new_tokens: int = 64,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     allow_special_tokens: bool = False,
     placement: str = "context",
 ) -> list[Generated]:

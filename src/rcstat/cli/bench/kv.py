@@ -27,6 +27,7 @@ from rcstat.cli.options import (
     add_out_option,
 )
 from rcstat.cli.press_options import add_press_options, check_groups, check_named, check_windows
+from rcstat.defaults import DATASET_MAX_NEW_TOKENS
 from rcstat.press.registry import PRESS_NAMES, check_press_names
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def register(bench_sub: Any) -> None:
     )
     add_press_options(kv, sweep=True)
     add_n_option(kv)
-    add_max_new_tokens_option(kv, 32, "answer length limit")
+    add_max_new_tokens_option(kv, DATASET_MAX_NEW_TOKENS, "answer length limit")
     add_out_option(kv, "bench_kv", " (resumable)")
     kv.add_argument(
         "--context",

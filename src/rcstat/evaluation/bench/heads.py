@@ -19,7 +19,7 @@ from typing import Any
 
 from rcstat.checks import check_count, check_number, optional_count
 from rcstat.data.registry import DATASETS, canonical_name
-from rcstat.defaults import DEFAULT_TAU
+from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_TAU
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
 from rcstat.evaluation.bench.heads_results import HeadsResult, summarize_run
 
@@ -47,7 +47,7 @@ class HeadsConfig(JobConfig):
     context: str | None = None
     tau: float = DEFAULT_TAU
     statistic: str = "upper"
-    max_new_tokens: int = 32
+    max_new_tokens: int = DATASET_MAX_NEW_TOKENS
     top: int = 10
 
     def check(self) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rcstat.checks import check_count, check_number, optional_count
-from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
+from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.evaluation.bench.common import (
     JobConfig,
     Loader,
@@ -64,7 +64,7 @@ class KVConfig(JobConfig):
     ratios: list[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
     thresholds: list[float] = field(default_factory=lambda: [0.2, 0.7, 0.8, 1.0, 1.2, 1.3, 1.8])
     windows: list[int | str] = field(default_factory=lambda: [DEFAULT_WINDOW, 16])
-    max_new_tokens: int = 32
+    max_new_tokens: int = DATASET_MAX_NEW_TOKENS
     groups: list[str | None] = field(default_factory=lambda: [None])
     scores: list[str] = field(default_factory=lambda: ["expected"])
     budgets: list[str] = field(default_factory=lambda: ["pooled"])
