@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from rcstat.attribution.spans import (
     CHUNK_SEPARATOR,
-    DEFAULT_LANGUAGE,
     TextSpan,
     join_chunks,
     locate_spans,
     split_sentences,
 )
+from rcstat.defaults import DEFAULT_LANGUAGE
 
 _TEXT = st.text(alphabet=st.sampled_from(list("ab .!?\n\"')")), max_size=60)
 # Letters and terminators of several scripts, quotes, brackets, digits and odd whitespace.

@@ -13,6 +13,7 @@ __all__ = [
     "DEFAULT_BATCH_TOKENS",
     "DEFAULT_GROUNDING_FRACTION",
     "DEFAULT_GROUNDING_QUANTILE",
+    "DEFAULT_LANGUAGE",
     "DEFAULT_MAX_CHARS",
     "DEFAULT_MAX_NEW_TOKENS",
     "DEFAULT_MAX_RESPONSE_TOKENS",
@@ -44,6 +45,8 @@ DEFAULT_MAX_NEW_TOKENS = 64
 #: Most tokens of each generated answer in a dataset job (``bench kv``, ``heads``): many
 #: examples, short reference answers.
 DATASET_MAX_NEW_TOKENS = 32
+#: The language of the sentence splitter unless told (``--language``).
+DEFAULT_LANGUAGE = "en"
 #: Threshold on a head's upper bound ``A`` above which the head contextualizes (paper §5.1).
 DEFAULT_TAU = 1.5
 #: Number of RC-ranked heads used for attribution (paper §4.2).

@@ -33,7 +33,6 @@ from rcstat.attribution.result import (
     check_heads_top_k,
 )
 from rcstat.attribution.spans import (
-    DEFAULT_LANGUAGE,
     TextSpan,
     join_chunks,
     locate_spans,
@@ -42,6 +41,7 @@ from rcstat.attribution.spans import (
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.capture.host import HostStack, stack_on_host
 from rcstat.defaults import (
+    DEFAULT_LANGUAGE,
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_TOP_K,
     SpanScore,

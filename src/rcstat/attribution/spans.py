@@ -36,9 +36,10 @@ from dataclasses import dataclass
 
 import sentencex
 
+from rcstat.defaults import DEFAULT_LANGUAGE
+
 __all__ = [
     "CHUNK_SEPARATOR",
-    "DEFAULT_LANGUAGE",
     "TextSpan",
     "join_chunks",
     "locate_spans",
@@ -49,7 +50,6 @@ __all__ = [
 CHUNK_SEPARATOR = "\n\n"
 
 #: Language code :func:`split_sentences` uses when none is given.
-DEFAULT_LANGUAGE = "en"
 
 # A blank line (only whitespace between two line breaks) always ends a sentence.
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")

@@ -36,7 +36,7 @@ from rcstat.cli.options import (
     check_span_score,
     check_top_k,
 )
-from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TOP_K
+from rcstat.defaults import DEFAULT_LANGUAGE, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TOP_K
 from rcstat.report.attribution_html import save_attribution_page
 
 NAME = "attribute"
@@ -98,7 +98,7 @@ class AttributeArgs:
     max_new_tokens: int
     out: Path
     allow_special_tokens: bool = False
-    language: str = "en"
+    language: str = DEFAULT_LANGUAGE
     span_score: str = "sentence"
     question_first: bool = False
 

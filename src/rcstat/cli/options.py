@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from rcstat.data.registry import dataset_names
 from rcstat.defaults import (
     DEFAULT_BATCH_TOKENS,
+    DEFAULT_LANGUAGE,
     DEFAULT_MODEL_HEADS,
     DEFAULT_MODEL_NAME,
     DEFAULT_SPAN_SCORE,
@@ -137,7 +138,7 @@ def add_language_option(parser: argparse.ArgumentParser) -> None:
     """``--language CODE`` for sentence splitting (refused when it is not a language code)."""
     parser.add_argument(
         "--language",
-        default="en",
+        default=DEFAULT_LANGUAGE,
         help="language code for sentence splitting, e.g. en, ja, zh-hant (any script splits)",
     )
 

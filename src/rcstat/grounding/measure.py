@@ -22,11 +22,10 @@ import torch
 
 from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.result import eq10_normalize
-from rcstat.attribution.spans import DEFAULT_LANGUAGE
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.capture.host import upload
 from rcstat.checks import check_count
-from rcstat.defaults import DEFAULT_BATCH_TOKENS
+from rcstat.defaults import DEFAULT_BATCH_TOKENS, DEFAULT_LANGUAGE
 from rcstat.generation import check_example, input_device
 from rcstat.grounding.features import (
     HEAD_FEATURES,

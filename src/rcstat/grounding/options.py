@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rcstat.checks import check_file, check_language, check_number, optional_count
 from rcstat.defaults import (
     DEFAULT_GROUNDING_QUANTILE,
+    DEFAULT_LANGUAGE,
     DEFAULT_MAX_CHARS,
     DEFAULT_MAX_RESPONSE_TOKENS,
     MIN_PASS_TOKENS,
@@ -86,7 +87,7 @@ class GroundingOptions:
     probe: GroundingProbe | str | Path | None = None
     top_k: int | None = None
     allow_special_tokens: bool = False
-    language: str = "en"
+    language: str = DEFAULT_LANGUAGE
     max_tokens: int | None = None
     max_chars: int = DEFAULT_MAX_CHARS
     max_response_tokens: int = DEFAULT_MAX_RESPONSE_TOKENS

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rcstat.attribution import split_sentences
-from rcstat.attribution.spans import DEFAULT_LANGUAGE
+from rcstat.defaults import DEFAULT_LANGUAGE
 
 __all__ = ["FactKind", "SwapPair", "find_facts", "swap_pairs"]
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rcstat.attribution import TextSpan, split_sentences
+from rcstat.defaults import DEFAULT_LANGUAGE
 
 __all__ = ["MIN_CONTEXT_TOKENS", "Window", "plan_windows"]
 
@@ -32,7 +33,7 @@ class Window:
 
 
 def plan_windows(
-    context: str, room: int, count: Callable[[str], int], *, language: str = "en"
+    context: str, room: int, count: Callable[[str], int], *, language: str = DEFAULT_LANGUAGE
 ) -> list[Window]:
     """Cover ``context`` with windows of at most ``room`` tokens (see the module notes).
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import mannwhitneyu, spearmanr
 
+from rcstat.defaults import DEFAULT_TAU
 from rcstat.heads.summary import (
     HeadStatistic,
     HeadSummary,
@@ -204,7 +205,7 @@ def compare(
     *,
     labels: tuple[str, str] = ("a", "b"),
     statistic: HeadStatistic = "upper",
-    tau: float = 1.5,
+    tau: float = DEFAULT_TAU,
     top_n: int = 20,
 ) -> Comparison:
     """Do the examples of dataset B recruit more high-RC heads than those of A?

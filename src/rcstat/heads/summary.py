@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from rcstat.defaults import DEFAULT_TAU
+
 __all__ = [
     "MAX_STABILITY_EXAMPLES",
     "PERCENTILES",
@@ -350,7 +352,7 @@ def summarize(
     frame: pd.DataFrame,
     *,
     statistic: HeadStatistic = "upper",
-    tau: float = 1.5,
+    tau: float = DEFAULT_TAU,
     top_n: int = 20,
 ) -> HeadSummary:
     """Per-head distribution over a dataset, head counts, layer profile and stability.
