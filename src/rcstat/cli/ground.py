@@ -21,6 +21,7 @@ from rcstat.cli._common import (
     step,
 )
 from rcstat.cli.exit_codes import ERROR, exit_status_text
+from rcstat.cli.ground_flags import grounding_options
 from rcstat.cli.ground_limits import add_limit_options, check_texts, lowered_note
 from rcstat.cli.ground_output import (
     MODEL_LANGUAGES,
@@ -38,7 +39,6 @@ from rcstat.cli.options import (
     add_out_option,
     add_special_tokens_option,
     add_text_options,
-    grounding_options,
 )
 from rcstat.defaults import (
     DEFAULT_GROUNDING_QUANTILE,

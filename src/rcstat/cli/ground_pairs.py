@@ -18,10 +18,7 @@ from typing import TYPE_CHECKING
 
 from rcstat.cli._common import Devices, load_model_quietly, say
 from rcstat.cli.exit_codes import SUPPORTED, pairs_status, pairs_status_text
-from rcstat.cli.options import (
-    add_batch_tokens_option,
-    grounding_options,
-)
+from rcstat.cli.ground_flags import add_batch_tokens_option, grounding_options
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.ground_pairs import PairsConfig

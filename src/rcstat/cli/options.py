@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from rcstat.data.registry import dataset_names
 from rcstat.defaults import (
-    DEFAULT_BATCH_TOKENS,
     DEFAULT_LANGUAGE,
     DEFAULT_MODEL_HEADS,
     DEFAULT_MODEL_NAME,
@@ -26,7 +25,7 @@ from rcstat.defaults import (
 from rcstat.runs.devices import DEVICE_MAPS, DTYPES
 
 if TYPE_CHECKING:
-    from rcstat.grounding.options import GroundingOptions
+    pass
 
 __all__ = [
     "add_attribution_options",
@@ -43,7 +42,6 @@ __all__ = [
     "check_span_score",
     "check_top_k",
     "config_heads",
-    "grounding_options",
     "join_dash_values",
 ]
 
@@ -119,19 +117,6 @@ def add_dataset_option(
 def add_max_new_tokens_option(parser: argparse.ArgumentParser, default: int, what: str) -> None:
     """``--max-new-tokens N``: the token limit of each generated ``what``."""
     parser.add_argument("--max-new-tokens", type=int, default=default, help=what)
-
-
-def add_batch_tokens_option(parser: argparse.ArgumentParser, note: str = "") -> None:
-    """``--batch-tokens N``: the most tokens of one batched grounding pass."""
-    parser.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=None,
-        metavar="N",
-        help=f"{note}the most tokens of one forward pass: pairs of similar length share a pass "
-        f"up to N tokens (pairs x the longest; default {DEFAULT_BATCH_TOKENS:,} on a GPU, one "
-        "pair a pass on a CPU, where batching saves nothing)",
-    )
 
 
 def add_language_option(parser: argparse.ArgumentParser) -> None:
@@ -256,23 +241,3 @@ def join_dash_values(argv: Sequence[str]) -> list[str]:
         out.append(items[i])
         i += 1
     return out
-
-
-def detector_choice(path: Path | None, zero_shot: bool) -> Path | bool | None:
-    """The ``detector`` option of the grounder: a file, ``False`` for ``--zero-shot``, or
-    None (the shipped one, if any); both flags are refused together."""
-    if path is not None and zero_shot:
-        raise ValueError("--detector and --zero-shot exclude each other")
-    return False if zero_shot else path
-
-
-def grounding_options(ns: argparse.Namespace) -> GroundingOptions:
-    """The checked grounding options of ``rcstat ground``'s flags (``--zero-shot`` is
-    ``detector=False``; ``--top-k`` also against the model's heads where they are known before
-    it loads)."""
-    from rcstat.grounding.options import GroundingOptions
-
-    detector = detector_choice(None if ns.detector is None else Path(ns.detector), ns.zero_shot)
-    options = GroundingOptions.from_flags(ns, detector=detector)
-    check_top_k(options.top_k, ns.model)
-    return options

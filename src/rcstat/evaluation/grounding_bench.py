@@ -34,20 +34,16 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from rcstat.evaluation.bench.common import BenchRun
 from rcstat.evaluation.bench.results import GroundingResult
-from rcstat.evaluation.grounding_items import (
-    GroundingItem,
-)
 from rcstat.grounding.cross_validation import cross_validate
-from rcstat.grounding.features import HEAD_FEATURES
 from rcstat.grounding.grounder import Grounder, sentence_scores
-from rcstat.grounding.measure import Measurement, Prepared, baselines, feature_names
+from rcstat.grounding.measure import Measurement, baselines, feature_names
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.grounding.score import response_words
 from rcstat.metrics.detector import breakdown, evaluate
@@ -56,16 +52,14 @@ from rcstat.metrics.spans import char_prf, example_prf, group_bootstrap
 from rcstat.metrics.thresholds import threshold_transfer
 from rcstat.report.plots import save_figure
 from rcstat.runs.folder import staged_output
-from rcstat.runs.job import Item, Job
 from rcstat.runs.parts import RunFiles
-from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
+from rcstat.runs.rows import RowFile, read_jsonl
 from rcstat.runs.shards import Shard
 
 __all__ = [
     "BASELINES",
     "VARIANTS",
     "GroundingBench",
-    "GroundingJob",
     "method_scores",
 ]
 
@@ -97,9 +91,6 @@ BASELINES = ("lookback", "attention_score", "neg_nll", "overlap", "unigram_overl
 #: The verdicts whose example- and span-level detection is reported: the default (the
 #: grounder's: the trained detector when one ships) and the zero-shot word score's.
 VERDICTS = ("rcstat", "zero_shot")
-#: Items given to each batch of passes where a pass takes several (their rows are written
-#: after it).
-ITEMS_PER_BATCH = 64
 
 
 def method_scores(
@@ -134,15 +125,6 @@ def method_scores(
     }
 
 
-def _token_labels(measured: Measurement, spans: Sequence[tuple[int, int]]) -> np.ndarray:
-    """``[G]`` True for response tokens overlapping an annotated span (character offsets)."""
-    offsets = measured.token_spans()  # [G, 2]
-    labels = np.zeros(len(offsets), dtype=bool)
-    for start, end in spans:
-        labels |= (offsets[:, 1] > start) & (offsets[:, 0] < end)
-    return labels
-
-
 @dataclass
 class GroundingBench(BenchRun):
     """A resumable grounding benchmark run writing into ``out`` (a
@@ -154,23 +136,6 @@ class GroundingBench(BenchRun):
     def manifest_options(self, grounder: Grounder) -> dict[str, Any]:
         """The options of the manifest (besides model, tokenizer and rcstat version)."""
         return {"dataset": self.dataset, "method": grounder.method, **self.options}
-
-    def collect(
-        self,
-        grounder: Grounder,
-        items: Sequence[GroundingItem],
-        *,
-        shard: Shard | None = None,
-        merge_settings: dict[str, Any] | None = None,
-        batch_tokens: int | None = None,
-    ) -> int:
-        """Measure every item not yet done: :meth:`run_job` of a :class:`GroundingJob`
-        (sharding, merging and the errors raised are described there), ``batch_tokens`` a
-        pass (:meth:`~rcstat.grounding.Measurer.measure_many`); return how many were
-        measured."""
-        zero_shot = grounder if grounder.detector is None else grounder.zero_shot()
-        job = GroundingJob(self, grounder, items, zero_shot, batch_tokens)
-        return self.run_job(job, shard, merge_settings)
 
     def _token_file(self, item_id: str) -> Path:
         return self.out / "tokens" / token_file_name(item_id)
@@ -473,118 +438,6 @@ def _detection_row(
         except ValueError:
             row[f"{name}_lo"] = row[f"{name}_hi"] = float("nan")
     return row
-
-
-def _save_tokens(
-    folder: Path, grounder: Grounder, item: GroundingItem, measured: Measurement
-) -> None:
-    """Write the per-token scores, labels and per-head statistics of ``item`` (FaithBench)."""
-    path = folder / "tokens" / token_file_name(item.id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scores = grounder.score(measured).token_scores
-    flat = measured.features.reshape(len(HEAD_FEATURES), -1, len(measured.nll))
-    np.savez(
-        path,
-        score=scores,
-        label=_token_labels(measured, item.spans),
-        nll=measured.nll,
-        rc=flat[0].T.astype(np.float16),  # [G, L·H]
-        lookback=flat[1].T.astype(np.float16),  # [G, L·H]
-    )
-
-
-@dataclass
-class GroundingJob(Job):
-    """The grounding benchmark as a :class:`~rcstat.runs.job.Job`: one item per (context,
-    response); FaithBench items also keep their per-token file ``tokens/<hash>.npz``."""
-
-    kind: ClassVar[str] = KIND
-    files: ClassVar[RunFiles] = RUN_FILES
-
-    bench: GroundingBench
-    grounder: Grounder
-    measured: Sequence[GroundingItem]
-    zero_shot: Grounder
-    batch_tokens: int | None = None
-
-    def source(self) -> tuple[Any, Any, str | None]:
-        measurer = self.grounder.measurer
-        return measurer.model, measurer.tokenizer, self.bench.model_name
-
-    def manifest_options(self) -> dict[str, Any]:
-        return self.bench.manifest_options(self.grounder)
-
-    def items(self) -> list[Item]:
-        return [Item(it.id, it.hash(), i, it) for i, it in enumerate(self.measured)]
-
-    def progress_label(self) -> tuple[str, str]:
-        return f"bench grounding {self.bench.dataset}", "item"
-
-    def batch_size(self) -> int:
-        """:data:`ITEMS_PER_BATCH` items at a time where passes take several."""
-        budget = self.grounder.measurer.batch_budget(self.batch_tokens)
-        return 1 if budget == 1 else ITEMS_PER_BATCH
-
-    def run_one(self, item: Item, folder: Path | None) -> dict[str, list[dict[str, Any]]]:
-        return self.run_batch([item], folder)[0]
-
-    def run_batch(
-        self, items: Sequence[Item], folder: Path | None
-    ) -> list[dict[str, list[dict[str, Any]]]]:
-        """Measure the items, several in each pass (:meth:`Measurer.measure_many`), then
-        score each with every method."""
-        measurer = self.grounder.measurer
-        lines: list[dict[str, Any]] = []
-        ready: list[tuple[dict[str, Any], GroundingItem, Prepared]] = []
-        for item in items:
-            entry: GroundingItem = item.data
-            line: dict[str, Any] = {
-                "item": entry.id,
-                EXAMPLE_HASH: item.hash,
-                "label": entry.label,
-                "group": entry.group,
-                "by": entry.by,
-                "pair": entry.pair,
-                "detectors": entry.detectors,
-            }
-            lines.append(line)
-            try:
-                ready.append(
-                    (line, entry, measurer.prepare(entry.context, entry.response, entry.question))
-                )
-            except ValueError as err:  # recorded (e.g. longer than the window)
-                line["error"] = f"{type(err).__name__}: {err}"
-        measured = measurer.measure_many([p for _, _, p in ready], batch_tokens=self.batch_tokens)
-        for (line, entry, _), one in zip(ready, measured, strict=True):
-            try:
-                line.update(self._scored(entry, one, folder))
-            except ValueError as err:
-                line["error"] = f"{type(err).__name__}: {err}"
-        return [{RUN_FILES.commit.name: [line]} for line in lines]
-
-    def _scored(
-        self, entry: GroundingItem, measured: Measurement, folder: Path | None
-    ) -> dict[str, Any]:
-        """One item's scores by every method, verdicts and spans from its measurement."""
-        grounder = self.grounder
-        line: dict[str, Any] = {
-            "scores": method_scores(grounder, measured, entry.response, entry.context)
-        }
-        result = grounder.score(measured)
-        line["threshold"] = result.threshold
-        line["verdict"] = result.verdict
-        line["spans"] = [[s.start, s.end] for s in result.spans]
-        zero_shot = self.zero_shot.score(measured)
-        line["zero_shot_threshold"] = zero_shot.threshold
-        line["zero_shot_spans"] = [[s.start, s.end] for s in zero_shot.spans]
-        line["labelled_spans"] = [list(span) for span in entry.spans]
-        line["head_features"] = measured.head_vector().round(5).tolist()
-        line["tokens"] = len(measured.nll)
-        line["context_tokens"] = int(np.diff(measured.example.token_span("context"))[0])
-        if self.bench.dataset in SPAN_DATASETS and folder is not None:
-            _save_tokens(folder, grounder, entry, measured)
-        line["error"] = None
-        return line
 
 
 def summarize_run(

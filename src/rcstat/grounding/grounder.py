@@ -14,7 +14,6 @@ import copy
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 from rcstat.attribution import TextSpan, split_sentences
 from rcstat.capture import attention_layout
 from rcstat.defaults import DEFAULT_TOP_K
-from rcstat.grounding.detector import Detection, Detector, shipped_detector
+from rcstat.grounding.detector import Detection
 from rcstat.grounding.detector_features import lexicon_words
 from rcstat.grounding.features import HEAD_FEATURES
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
@@ -36,8 +35,7 @@ from rcstat.grounding.measure import (
     feature_names,
 )
 from rcstat.grounding.options import GroundingOptions
-from rcstat.grounding.probe import GroundingProbe
-from rcstat.grounding.profile import HeadProfile, shipped_profile
+from rcstat.grounding.resolve import resolve_detector, resolve_probe, resolve_profile
 from rcstat.grounding.result import Grounding, SentenceGrounding, UnsupportedSpan
 from rcstat.grounding.score import (
     Word,
@@ -118,8 +116,8 @@ class Grounder:
         self.options = options
         layout = attention_layout(model)
         name = model_name(model)
-        self.detector = _resolve_detector(options.detector, name, layout.num_layers)
-        self.profile = _resolve_profile(options.profile, name)
+        self.detector = resolve_detector(options.detector, name, layout.num_layers)
+        self.profile = resolve_profile(options.profile, name)
         if self.profile.shape != (layout.num_layers, layout.num_heads):
             raise ValueError(
                 f"the head profile is for {self.profile.shape[0]} layers x "
@@ -133,7 +131,7 @@ class Grounder:
         self.threshold = default if options.threshold is None else options.threshold
         # a detector's default threshold is that of each response's kind (copied or other)
         self._kind_threshold = options.threshold is None
-        self.probe = _resolve_probe(
+        self.probe = resolve_probe(
             options.probe, feature_names(layout.num_layers, layout.num_heads)
         )
         self.model_name = name
@@ -592,55 +590,3 @@ def _flag_by_spans(sentence: SentenceGrounding, spans: list[UnsupportedSpan]) ->
     sentences follow its spans)."""
     hit = any(s.start < sentence.end and s.end > sentence.start for s in spans)
     return replace(sentence, supported=not hit)
-
-
-def _resolve_detector(
-    detector: Detector | str | Path | bool | None, model_name: str, layers: int
-) -> Detector | None:
-    if detector is False:
-        return None
-    if isinstance(detector, Detector):
-        chosen: Detector | None = detector
-    elif detector is None or detector is True:
-        chosen = shipped_detector(model_name)
-        if chosen is None and detector is True:
-            raise ValueError(
-                f"no detector ships for {model_name!r}: train one with `rcstat ground-train`"
-            )
-    else:
-        chosen = Detector.load(detector)
-    if chosen is not None and chosen.layers != layers:
-        raise ValueError(
-            f"the detector is for a {chosen.layers}-layer model ({chosen.model}); the model "
-            f"has {layers} layers"
-        )
-    return chosen
-
-
-def _resolve_profile(profile: HeadProfile | str | Path | None, model_name: str) -> HeadProfile:
-    if isinstance(profile, HeadProfile):
-        return profile
-    if profile is not None:
-        return HeadProfile.load(profile)
-    shipped = shipped_profile(model_name)
-    if shipped is None:
-        raise ValueError(
-            f"no head profile ships for {model_name!r}: compute one with "
-            "`rcstat ground-profile --model <model> --out <folder>` and pass "
-            "profile=<folder>/profile.json"
-        )
-    return shipped
-
-
-def _resolve_probe(
-    probe: GroundingProbe | str | Path | None, names: list[str]
-) -> GroundingProbe | None:
-    if probe is None:
-        return None
-    loaded = probe if isinstance(probe, GroundingProbe) else GroundingProbe.load(probe)
-    if loaded.feature_names != names:
-        raise ValueError(
-            f"the probe was trained on {len(loaded.feature_names)} features "
-            f"({loaded.feature_names[0]} ...); this model gives {len(names)} ({names[0]} ...)"
-        )
-    return loaded

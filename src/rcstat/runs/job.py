@@ -84,7 +84,7 @@ JOBS: dict[str, JobKind] = {
         "rcstat.evaluation.attribution_bench:summarize_run",
     ),
     "bench grounding": JobKind(
-        "rcstat.evaluation.grounding_bench:GroundingJob",
+        "rcstat.evaluation.grounding_job:GroundingJob",
         "rcstat.evaluation.grounding_bench:summarize_run",
     ),
     "ground pairs": JobKind(

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcstat.cli._common import add_command, add_run_options, devices_and_shard
+from rcstat.cli.ground_flags import add_batch_tokens_option, grounding_options
 from rcstat.cli.options import (
-    add_batch_tokens_option,
     add_data_option,
     add_dataset_option,
     add_n_option,
     add_out_option,
-    detector_choice,
 )
 from rcstat.defaults import MAX_RESAMPLES
 
@@ -84,7 +83,6 @@ def register(bench_sub: Any) -> None:
 def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
     """The checked config of ``rcstat bench grounding``."""
     from rcstat.evaluation.bench.grounding import GroundingConfig
-    from rcstat.grounding.options import GroundingOptions
 
     config = GroundingConfig(
         model=ns.model,
@@ -94,7 +92,7 @@ def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
         questionable=ns.questionable,
         resamples=ns.resamples,
         task=ns.task,
-        options=GroundingOptions.from_flags(ns, detector=bench_detector(ns)),
+        options=grounding_options(ns),
         batch_tokens=ns.batch_tokens,
         out=Path(ns.out),
         retry_failed=getattr(ns, "retry_failed", True),
@@ -102,13 +100,6 @@ def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
     config.check()  # the dataset first: its message names the choices
     config.devices, config.shard = devices_and_shard(ns)
     return config
-
-
-def bench_detector(ns: argparse.Namespace) -> Path | bool | None:
-    """``--detector PATH`` or ``--zero-shot`` (``detector=False``), not both."""
-    if ns.detector is not None and ns.zero_shot:
-        raise ValueError("--detector and --zero-shot exclude each other")
-    return detector_choice(None if ns.detector is None else Path(ns.detector), ns.zero_shot)
 
 
 def run(config: GroundingConfig, loader: Loader) -> GroundingResult:

@@ -7,7 +7,7 @@
 :func:`run` refuses, before the model loads, an output folder of another command or a run
 made with other options; builds the items (FaithBench / SummEdits / labelled-pairs responses,
 or SQuAD v2 supporting-vs-unrelated or copied-vs-changed pairs); loads the model and the
-grounder; runs the :class:`~rcstat.evaluation.grounding_bench.GroundingJob` through
+grounder; runs the :class:`~rcstat.evaluation.grounding_job.GroundingJob` through
 :func:`~rcstat.runs.job.run_job`; and summarises the folder (:func:`summarize_run`).
 """
 
@@ -88,6 +88,7 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
     from rcstat.data import load_dataset
     from rcstat.evaluation.grounding_bench import GroundingBench, summarize_run
     from rcstat.evaluation.grounding_items import contrast_items, grounding_items, swap_items
+    from rcstat.evaluation.grounding_job import GroundingJob
     from rcstat.grounding import Grounder
 
     out = config.out
@@ -117,12 +118,8 @@ def run(config: GroundingConfig, *, loader: Loader | None = None) -> GroundingRe
         "layers": layout.num_layers,
         "heads": layout.num_heads,
     }
-    bench.collect(
-        grounder,
-        items,
-        shard=config.shard,
-        merge_settings=settings,
-        batch_tokens=config.batch_tokens,
-    )
+    zero_shot = grounder if grounder.detector is None else grounder.zero_shot()
+    job = GroundingJob(bench, grounder, items, zero_shot, config.batch_tokens)
+    bench.run_job(job, config.shard, settings)  # measure every item not yet done
     summary = partial(summarize_run, out, settings, shard=config.shard)
     return summarized(bench, GroundingResult, config.shard, summary)
