@@ -30,7 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"analysis", "press", "attribution"}),
     frozenset({"heads", "grounding"}),
     frozenset({"evaluation"}),
-    frozenset({"demo"}),
+    frozenset({"demo", "commands"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )

@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from rcstat.runs.job import JOBS, Item, Job, check_run_folder, job_kind, run_job, run_summary
+from rcstat.evaluation.bench.registry import JOBS, job_kind, run_summary
+from rcstat.runs.job import Item, Job, check_run_folder, run_job
 from rcstat.runs.manifest import RunMismatchError
 from rcstat.runs.parts import RunFiles
 from rcstat.runs.rows import RowFile, read_csv_rows, read_jsonl

@@ -4,8 +4,8 @@ The processes of a run launched with torchrun / accelerate / srun / ``--shard`` 
 part under ``RUN/parts/``; the last to finish merges them. This command does the same by hand:
 after a run whose last process was killed, to look at what is done so far (``--partial``), or
 to choose between parts of different shard counts (``--shards``). The kind of run is looked up
-in :data:`rcstat.runs.job.JOBS`; the summaries are those the run's own command writes, with the
-settings it recorded in its parts.
+in :data:`rcstat.evaluation.bench.registry.JOBS`; the summaries are those the run's own command
+writes, with the settings it recorded in its parts.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from_namespace = MergeArgs.from_namespace
 
 def run(args: MergeArgs) -> int:
     """Merge, summarise, and say what is missing when the merge is partial."""
-    from rcstat.runs.job import job_kind, run_summary
+    from rcstat.evaluation.bench.registry import job_kind, run_summary
     from rcstat.runs.manifest import read_manifest
     from rcstat.runs.parts import merge_parts, read_parts
 

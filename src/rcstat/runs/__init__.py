@@ -9,7 +9,7 @@
 * :mod:`~rcstat.runs.parts` — the parts of a sharded run and their merge into the files of a
   single-process run.
 * :mod:`~rcstat.runs.folder` — output-folder safety (rcstat writes only folders it owns).
-* :mod:`~rcstat.runs.job` — the :class:`Job` interface, the registry :data:`JOBS` of job kinds
+* :mod:`~rcstat.runs.job` — the :class:`Job` interface,
   and the one driver :func:`run_job`.
 
 Every module imports only the standard library at import time (torch when a device is asked
@@ -25,15 +25,11 @@ from rcstat.runs.folder import (
     staged_output,
 )
 from rcstat.runs.job import (
-    JOBS,
     Item,
     Job,
-    JobKind,
     JobRun,
     check_run_folder,
-    job_kind,
     run_job,
-    run_summary,
 )
 from rcstat.runs.manifest import (
     MANIFEST_FILE,
@@ -81,7 +77,6 @@ __all__ = [
     "DEVICE_MAPS",
     "DTYPES",
     "EXAMPLE_HASH",
-    "JOBS",
     "MANIFEST_FILE",
     "OUTPUT_MARKER",
     "PARTS",
@@ -89,7 +84,6 @@ __all__ = [
     "Devices",
     "Item",
     "Job",
-    "JobKind",
     "JobRun",
     "MergeResult",
     "Part",
@@ -112,7 +106,6 @@ __all__ = [
     "detect_shard",
     "drop_cut_last_line",
     "finish_part",
-    "job_kind",
     "merge_if_last",
     "merge_parts",
     "model_label",
@@ -126,7 +119,6 @@ __all__ = [
     "read_parts",
     "resume_plan",
     "run_job",
-    "run_summary",
     "staged_output",
     "start_part",
     "tokenizer_digest",

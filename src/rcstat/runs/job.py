@@ -23,17 +23,15 @@ same way for every job:
 5. **Merge**: the process that completes the last part merges the run
    (:func:`~rcstat.runs.parts.merge_if_last`).
 
-:data:`JOBS` names, for every kind, its job class and the function that rebuilds a run folder's
-summaries from its rows (both imported when asked for, so that the CLI's ``--help`` and this
-module import no torch); ``rcstat merge`` looks the kind of a run up there. A job makes rows;
-its summary — tables and figures — belongs to the evaluation layer that renders it.
+This module knows no job by name: the registry of job kinds (``rcstat merge`` looks a run's
+kind up there) sits beside the jobs, in :mod:`rcstat.evaluation.bench.registry`. A job makes
+rows; its summary — tables and figures — belongs to the evaluation layer that renders it.
 """
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -47,81 +45,14 @@ from rcstat.runs.rows import RowFile, resume_plan
 from rcstat.runs.shards import Shard, parse_shard
 
 __all__ = [
-    "JOBS",
     "Item",
     "Job",
-    "JobKind",
     "JobRun",
     "check_run_folder",
     "config_values",
-    "job_kind",
     "resume_rows",
     "run_job",
-    "run_summary",
 ]
-
-
-@dataclass(frozen=True)
-class JobKind:
-    """Where a kind of job lives: its :class:`Job` class and its summary function
-    ``(out, settings) -> result`` (a result with ``lines()``, what the command prints), each
-    as ``"module:name"``."""
-
-    job: str
-    summary: str
-
-
-#: Every kind of job: its class and the function that summarises a run folder of it.
-JOBS: dict[str, JobKind] = {
-    "heads": JobKind(
-        "rcstat.heads.collection:HeadsJob", "rcstat.evaluation.bench.heads_results:summarize_run"
-    ),
-    "bench kv": JobKind(
-        "rcstat.evaluation.kv_bench:KVJob", "rcstat.evaluation.kv_bench:summarize_run"
-    ),
-    "bench attribution": JobKind(
-        "rcstat.evaluation.attribution_bench:AttributionJob",
-        "rcstat.evaluation.attribution_bench:summarize_run",
-    ),
-    "bench grounding": JobKind(
-        "rcstat.evaluation.grounding_job:GroundingJob",
-        "rcstat.evaluation.grounding_bench:summarize_run",
-    ),
-    "ground pairs": JobKind(
-        "rcstat.evaluation.bench.ground_pairs:PairsJob",
-        "rcstat.evaluation.bench.ground_pairs:summarize_run",
-    ),
-}
-
-
-def _registered(kind: str) -> JobKind:
-    if kind not in JOBS:
-        raise ValueError(f"a `{kind}` run is not a job of rcstat (known: {', '.join(JOBS)})")
-    return JOBS[kind]
-
-
-def _named(where: str) -> Any:
-    module, name = where.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def job_kind(kind: str) -> type[Job]:
-    """The job class of ``kind`` (see :data:`JOBS`).
-
-    Raises
-    ------
-    ValueError
-        An unknown kind (the message lists the known ones).
-    """
-    found: type[Job] = _named(_registered(kind).job)
-    return found
-
-
-def run_summary(kind: str) -> Callable[[Path, Mapping[str, Any]], Any]:
-    """The function that rebuilds the summaries of a run folder of ``kind`` from its rows
-    (see :data:`JOBS`); ``ValueError`` for an unknown kind."""
-    found: Callable[[Path, Mapping[str, Any]], Any] = _named(_registered(kind).summary)
-    return found
 
 
 @dataclass(frozen=True)
@@ -143,7 +74,8 @@ class Job(ABC):
     :meth:`check`, :meth:`begin` and :meth:`expected_rows` are optional hooks.
     """
 
-    #: The kind of run recorded in the manifest (a key of :data:`JOBS`).
+    #: The kind of run recorded in the manifest (a key of
+    #: :data:`rcstat.evaluation.bench.registry.JOBS`).
     kind: ClassVar[str]
     #: The row files of a run and the files its parts and their merge carry.
     files: ClassVar[RunFiles]

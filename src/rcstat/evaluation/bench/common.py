@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Self, TypeVar
 from rcstat.evaluation.bench.results import Outcome
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import Job, check_run_folder, config_values, run_job
+from rcstat.runs.job import Job, JobRun, check_run_folder, config_values, run_job
 from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
@@ -113,6 +113,25 @@ class JobConfig(ABC):
         :func:`~rcstat.runs.job.check_run_folder`)."""
         options = self.compared() if compared is None else compared
         check_run_folder(self.out, self.COMMAND, options, self.shard)
+
+    def run_job(self, job: Job, settings: Mapping[str, Any] | None = None) -> JobRun:
+        """:func:`~rcstat.runs.job.run_job` of ``job`` in ``out``: every item not yet done (an
+        item recorded with an error again if ``retry_failed``), this process's ``shard`` only;
+        ``settings`` are recorded in the shard's part for the summary of the merged run (the
+        process that completes the last part merges it: ``JobRun.merged``).
+
+        Raises
+        ------
+        RunMismatchError
+            ``out`` holds a run with other settings (each difference named) or rows without a
+            manifest.
+        RowFileError
+            A row file's line before the last is malformed (a cut last line is dropped with a
+            warning naming file and line).
+        """
+        return run_job(
+            job, self.out, shard=self.shard, retry_failed=self.retry_failed, settings=settings
+        )
 
     def load_model(self, loader: Loader | None) -> tuple[Any, Any]:
         """``(model, tokenizer)`` of ``model`` on ``devices``, loaded by ``loader`` (default
