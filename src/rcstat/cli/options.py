@@ -10,8 +10,9 @@ import argparse
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rcstat.data.registry import dataset_names
 from rcstat.defaults import (
@@ -114,8 +115,11 @@ def add_dataset_option(
     return names
 
 
-def add_max_new_tokens_option(parser: argparse.ArgumentParser, default: int, what: str) -> None:
-    """``--max-new-tokens N``: the token limit of each generated ``what``."""
+def add_max_new_tokens_option(
+    parser: argparse.ArgumentParser, default: int | None, what: str
+) -> None:
+    """``--max-new-tokens N``: the token limit of each generated ``what`` (None: the config's
+    default, which ``what`` tells)."""
     parser.add_argument("--max-new-tokens", type=int, default=default, help=what)
 
 
@@ -241,3 +245,14 @@ def join_dash_values(argv: Sequence[str]) -> list[str]:
         out.append(items[i])
         i += 1
     return out
+
+
+def config_default(config: type, name: str) -> Any:
+    """The default of the field ``name`` of the dataclass ``config`` (what ``--help`` shows for
+    a flag that defaults to None so that the config holds the default)."""
+    for item in fields(config):
+        if item.name == name:
+            if item.default_factory is not MISSING:
+                return item.default_factory()
+            return item.default
+    raise KeyError(f"{config.__name__} has no field {name!r}")

@@ -7,12 +7,21 @@ checks. The values and defaults are the press's own (:mod:`rcstat.press.options`
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from rcstat.checks import int_list, split_list
+from rcstat.checks import float_list, int_list, split_list
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
-from rcstat.press.options import knob_choices, knob_default
+from rcstat.press.options import KNOBS, knob_choices, knob_default, knob_type
 
-__all__ = ["PRESS_CHOICES", "add_press_options", "check_groups", "check_named", "check_windows"]
+__all__ = [
+    "PRESS_CHOICES",
+    "add_press_options",
+    "check_groups",
+    "check_named",
+    "check_windows",
+    "knob_lists",
+    "window_list",
+]
 
 
 def _default_first(name: str, default: str | None = None) -> tuple[str, ...]:
@@ -46,35 +55,42 @@ PRESS_CHOICES: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
-def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
-    """RCStatPress's ``--window``, ``--group``, ``--score``, ``--budget`` (comma-separated lists
-    when ``sweep``), ``--floor``, ``--sinks`` and ``--press-scope`` (what the press compresses:
-    the context alone or with the question; ``rcstat analyze``'s ``--question-placement`` is
-    where the question sits in the prompt)."""
+def add_press_options(
+    parser: argparse.ArgumentParser, *, sweep: bool, windows: str = str(DEFAULT_WINDOW)
+) -> None:
+    """RCStatPress's ``--window`` and its knobs (``--group``, ``--score``, ``--budget``,
+    ``--floor``, ``--sinks``) and ``--press-scope`` (what the press compresses: the context alone
+    or with the question; ``rcstat analyze``'s ``--question-placement`` is where the question
+    sits in the prompt). With ``sweep`` each takes a comma-separated list and defaults to None
+    (the config holds the default: the press's own, and ``windows`` for ``--window``)."""
     parser.add_argument(
         "--window",
-        default=f"{DEFAULT_WINDOW},16" if sweep else str(DEFAULT_WINDOW),
-        help=("RCStat window sizes" if sweep else "window size w")
+        default=None if sweep else windows,
+        help=("RCStat window sizes (default: " + windows + ")" if sweep else "window size w")
         + f"; '{QUESTION_WINDOW}' (with --press-scope question): the question's tokens",
     )
     for flag, values, meaning in PRESS_CHOICES:
         press_default = knob_default(flag.removeprefix("--"))
         if sweep:  # --group's default: the press's, which depends on the mode
-            parser.add_argument(flag, default=press_default, help=f"comma-separated; {meaning}")
+            shown = "the mode's" if press_default is None else press_default
+            parser.add_argument(flag, help=f"comma-separated; {meaning} (default: {shown})")
         else:  # None (--group, --budget): the press's own default, which depends on the mode
             default = press_default if flag == "--score" else None
             parser.add_argument(flag, choices=list(values), default=default, help=meaning)
     parser.add_argument(
         "--floor",
-        type=float,
-        default=knob_default("floor"),
-        help="pooled budget: every KV head keeps at least this share of a uniform budget",
+        type=str if sweep else float,
+        default=None if sweep else knob_default("floor"),
+        help=("comma-separated; " if sweep else "")
+        + "pooled budget: every KV head keeps at least this share of a uniform budget"
+        + (f" (default: {knob_default('floor')})" if sweep else ""),
     )
     parser.add_argument(
         "--sinks",
-        default=str(knob_default("sinks")),
+        default=None if sweep else str(knob_default("sinks")),
         help=("comma-separated; " if sweep else "")
-        + "the first N prompt tokens are never evicted (attention sinks, the chat template)",
+        + "the first N prompt tokens are never evicted (attention sinks, the chat template)"
+        + (f" (default: {knob_default('sinks')})" if sweep else ""),
     )
     parser.add_argument(
         "--press-scope",
@@ -85,6 +101,36 @@ def add_press_options(parser: argparse.ArgumentParser, *, sweep: bool) -> None:
         "(question-agnostic, kvpress's pipeline); question: the context with the question "
         "(query-aware" + ("; reported apart)" if sweep else ")"),
     )
+
+
+def knob_lists(ns: argparse.Namespace) -> dict[str, list[Any]]:
+    """The comma-separated values of every knob flag given (``--group`` … ``--sinks``, one
+    flag per name of :data:`~rcstat.press.options.KNOBS`), each parsed as the knob's type
+    (a named value, a number or an integer); the config checks them."""
+    knobs: dict[str, list[Any]] = {}
+    for name in KNOBS:
+        text = getattr(ns, name)
+        if text is None:
+            continue
+        values = split_list(str(text))
+        kind = knob_type(name)
+        if kind is str:
+            knobs[name] = check_named(f"--{name}", values)
+        elif kind is float:
+            knobs[name] = float_list(f"--{name}", values, low=0, high=1)
+        else:
+            knobs[name] = int_list(f"--{name}", values, low=0)
+    return knobs
+
+
+def window_list(values: list[str]) -> list[int | str]:
+    """``--window``: token counts and ``question`` (which needs ``--press-scope question``, a
+    check the config makes), none twice."""
+    if len(set(values)) != len(values):
+        raise ValueError(f"--window lists a value twice: {','.join(values)}")
+    sizes = [v for v in values if v != QUESTION_WINDOW]
+    checked = iter(int_list("--window", sizes) if sizes else [])
+    return [v if v == QUESTION_WINDOW else next(checked) for v in values]
 
 
 def check_named(option: str, names: list[str]) -> list[str]:
@@ -110,8 +156,4 @@ def check_windows(values: list[str], placement: str) -> list[int | str]:
     """``--window``: token counts, and ``question`` where the question is compressed too."""
     if QUESTION_WINDOW in values and placement != "question":
         raise ValueError(f"--window {QUESTION_WINDOW} needs --press-scope question")
-    if len(set(values)) != len(values):
-        raise ValueError(f"--window lists a value twice: {','.join(values)}")
-    sizes = [v for v in values if v != QUESTION_WINDOW]
-    checked = iter(int_list("--window", sizes) if sizes else [])
-    return [v if v == QUESTION_WINDOW else next(checked) for v in values]
+    return window_list(values)

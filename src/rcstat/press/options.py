@@ -9,7 +9,7 @@ neither torch nor kvpress, so ``--help`` can show the values without loading eit
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal, get_args, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from rcstat.defaults import DEFAULT_WINDOW
 
@@ -17,7 +17,7 @@ __all__ = [
     "BUDGETS",
     "GROUP_RULES",
     "KNOBS",
-    "PAPER_KNOBS",
+    "RATIO_ONLY_KNOBS",
     "SCORES",
     "Budget",
     "GroupRule",
@@ -25,6 +25,7 @@ __all__ = [
     "TokenScore",
     "knob_choices",
     "knob_default",
+    "knob_type",
 ]
 
 #: How a GQA group's query heads combine their relative scores.
@@ -54,13 +55,14 @@ class RCStatOptions:
     sinks: int = 0
 
 
-#: The knobs besides the mode (threshold or target ratio) and the window.
-KNOBS: tuple[str, ...] = ("group", "score", "budget", "floor", "sinks")
+#: The knobs besides the mode (threshold or target ratio) and the window: every field of
+#: :class:`RCStatOptions` after ``compression_ratio``. The benchmark sweeps each, names it in
+#: its setting key and rows, and builds the press with it, reading this tuple: a new field of
+#: :class:`RCStatOptions` is a new knob everywhere.
+KNOBS: tuple[str, ...] = tuple(f.name for f in fields(RCStatOptions))[3:]
 
-#: The paper's press where it differs from :class:`RCStatOptions`' defaults: the any-head GQA
-#: rule and a per-layer budget (§4.1). ``rcstat bench kv`` keys its settings relative to these,
-#: so that rows of runs made before a knob existed still name their settings.
-PAPER_KNOBS: dict[str, Any] = {"group": "max", "budget": "layer"}
+#: The knobs only the target-ratio mode reads (the threshold mode has no budget to share).
+RATIO_ONLY_KNOBS: tuple[str, ...] = ("budget", "floor")
 
 
 def knob_default(name: str) -> Any:
@@ -73,6 +75,21 @@ def knob_default(name: str) -> Any:
         if item.name == name:
             return item.default
     raise KeyError(f"RCStatPress has no option {name!r}")
+
+
+def knob_type(name: str) -> type:
+    """The type of the press's option ``name``: ``str`` for named values, else ``float`` or
+    ``int``.
+
+    >>> knob_type("group"), knob_type("floor"), knob_type("sinks")
+    (<class 'str'>, <class 'float'>, <class 'int'>)
+    """
+    hint = get_type_hints(RCStatOptions)[name]
+    if get_origin(hint) is Literal or any(get_origin(a) is Literal for a in get_args(hint)):
+        return str
+    kinds = [a for a in (get_args(hint) or (hint,)) if a is not type(None)]
+    found: type = kinds[0]
+    return found
 
 
 def knob_choices(name: str) -> tuple[str, ...]:

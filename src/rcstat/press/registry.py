@@ -7,12 +7,12 @@ Names are plain data, so the CLI can validate ``--presses`` before anything heav
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_WINDOW
 from rcstat.press.extra import require_kvpress
-from rcstat.press.options import knob_default
+from rcstat.press.options import KNOBS, RATIO_ONLY_KNOBS
 
 __all__ = ["BASELINES", "PRESS_NAMES", "check_press_names", "make_press"]
 
@@ -40,17 +40,18 @@ def make_press(
     ratio: float | None = None,
     threshold: float | None = None,
     window: int = DEFAULT_WINDOW,
-    group: str | None = knob_default("group"),
-    score: str = knob_default("score"),
-    budget: str = knob_default("budget"),
-    floor: float = knob_default("floor"),
-    sinks: int = knob_default("sinks"),
+    **knobs: Any,
 ) -> Any:
     """Build the press ``name``: RCStatPress in threshold mode (``threshold``) or target-ratio
-    mode (``ratio``) with its GQA ``group`` rule, token ``score``, ``budget`` (with its
-    ``floor``) and protected ``sinks`` (defaults: :class:`~rcstat.press.options.RCStatOptions`),
-    or a kvpress baseline at compression ratio ``ratio``."""
+    mode (``ratio``) with its ``window`` and ``knobs`` (any of
+    :data:`~rcstat.press.options.KNOBS`; the others at the press's defaults,
+    :class:`~rcstat.press.options.RCStatOptions`), or a kvpress baseline at compression ratio
+    ``ratio``."""
     check_press_names([name])
+    unknown = sorted(set(knobs) - set(KNOBS))
+    if unknown:
+        known = ", ".join(KNOBS)
+        raise ValueError(f"RCStatPress has no option {unknown[0]!r} (its knobs: {known})")
     require_kvpress()
     from kvpress import AdaKVPress, KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress
 
@@ -58,17 +59,10 @@ def make_press(
 
     if name == "rcstat":
         window = check_count("window", window)
-        options: dict[str, Any] = {
-            "window_size": window,
-            "group": group,
-            "score": score,
-            "sinks": sinks,
-        }
         if threshold is not None:
-            return RCStatPress(threshold=threshold, **options)
-        return RCStatPress(
-            compression_ratio=ratio, budget=cast(Any, budget), floor=floor, **options
-        )
+            kept = {k: v for k, v in knobs.items() if k not in RATIO_ONLY_KNOBS}
+            return RCStatPress(threshold=threshold, window_size=window, **kept)
+        return RCStatPress(compression_ratio=ratio, window_size=window, **knobs)
     r = check_number("ratio", 0.0 if ratio is None else ratio, low=0, high=1, high_open=True)
     factories: dict[str, Callable[[], Any]] = {
         "knorm": lambda: KnormPress(compression_ratio=r),

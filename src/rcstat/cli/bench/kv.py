@@ -1,42 +1,43 @@
 """``rcstat bench kv``: its options, the :class:`~rcstat.evaluation.bench.kv.KVConfig` they make,
 the run (:func:`rcstat.evaluation.bench.kv.run`) and the examples its folder holds (what it
-prints is :mod:`rcstat.cli.bench`'s)."""
+prints is :mod:`rcstat.cli.bench`'s).
+
+Every flag defaults to None and the config holds the default (``--help`` shows it): the flags
+given are the config's fields, checked once by the config (lm-evaluation-harness's
+``from_cli``)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcstat.checks import check_count, check_number
-from rcstat.cli._common import (
-    add_command,
-    add_run_options,
-    devices_and_shard,
-    float_list,
-    int_list,
-    optional_count,
-    say,
-    split_list,
-)
+from rcstat.checks import float_list, split_list
+from rcstat.cli._common import add_command, add_run_options, devices_and_shard, say
 from rcstat.cli.options import (
     add_data_option,
     add_dataset_option,
     add_max_new_tokens_option,
     add_n_option,
     add_out_option,
+    config_default,
 )
-from rcstat.cli.press_options import add_press_options, check_groups, check_named, check_windows
-from rcstat.defaults import DATASET_MAX_NEW_TOKENS
-from rcstat.press.registry import PRESS_NAMES, check_press_names
+from rcstat.cli.press_options import add_press_options, knob_lists, window_list
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
     from rcstat.evaluation.bench.kv import KVConfig
     from rcstat.evaluation.bench.results import KVResult
 
-#: ``--context`` values; ``window`` is the old name of ``fit`` (still accepted).
+#: ``--context`` values (:data:`rcstat.evaluation.bench.kv.CONTEXTS`).
 CONTEXTS = ("full", "relevant", "fit")
+
+
+def _shown(name: str) -> str:
+    """``KVConfig``'s default of field ``name`` as ``--help`` shows it."""
+    from rcstat.evaluation.bench.kv import KVConfig
+
+    value = config_default(KVConfig, name)
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def register(bench_sub: Any) -> None:
@@ -44,17 +45,19 @@ def register(bench_sub: Any) -> None:
     kv = add_command(
         bench_sub, "kv", "KV-cache compression: VER, ROUGE, realized ratio (needs rcstat[press])"
     )
-    add_dataset_option(kv, "squad_v2", ("qa",))
+    add_dataset_option(kv, None, ("qa",), note=f" (default: {_shown('dataset')})")
     add_data_option(kv)
-    kv.add_argument("--presses", default=",".join(PRESS_NAMES), help="comma-separated press names")
-    kv.add_argument("--ratios", default="0.3,0.5,0.7", help="compression ratios in [0, 1)")
+    kv.add_argument("--presses", help=f"comma-separated press names (default: {_shown('presses')})")
+    kv.add_argument("--ratios", help=f"compression ratios in [0, 1) (default: {_shown('ratios')})")
     kv.add_argument(
-        "--thresholds", default="0.2,0.7,0.8,1.0,1.2,1.3,1.8", help="RCStat thresholds c >= 0"
+        "--thresholds", help=f"RCStat thresholds c >= 0 (default: {_shown('thresholds')})"
     )
-    add_press_options(kv, sweep=True)
+    add_press_options(kv, sweep=True, windows=_shown("windows"))
     add_n_option(kv)
-    add_max_new_tokens_option(kv, DATASET_MAX_NEW_TOKENS, "answer length limit")
-    add_out_option(kv, "bench_kv", " (resumable)")
+    add_max_new_tokens_option(
+        kv, None, f"answer length limit (default: {_shown('max_new_tokens')})"
+    )
+    add_out_option(kv, None, f" (resumable; default: {_shown('out')})")
     kv.add_argument(
         "--context",
         choices=CONTEXTS,
@@ -73,33 +76,32 @@ def register(bench_sub: Any) -> None:
 
 
 def from_namespace(ns: argparse.Namespace) -> KVConfig:
-    """The checked config of ``rcstat bench kv`` (nothing heavy is imported)."""
-    from rcstat.evaluation.bench.common import dataset_for
+    """The checked config of ``rcstat bench kv``: the flags given, as the config's fields
+    (nothing heavy is imported)."""
     from rcstat.evaluation.bench.kv import KVConfig
 
-    dataset = dataset_for(ns.dataset, "qa", "bench kv")
-    config = KVConfig(
-        model=ns.model,
-        dataset=dataset,
-        data=ns.data,
-        presses=check_press_names(split_list(ns.presses)),
-        ratios=float_list("--ratios", split_list(ns.ratios), low=0, high=1, high_open=True),
-        thresholds=float_list("--thresholds", split_list(ns.thresholds), low=0),
-        windows=check_windows(split_list(ns.window), ns.question_placement),
-        groups=check_groups(ns.group),
-        scores=check_named("--score", split_list(ns.score)),
-        budgets=check_named("--budget", split_list(ns.budget)),
-        floor=check_number("--floor", ns.floor, low=0, high=1),
-        sinks=int_list("--sinks", split_list(ns.sinks), low=0),
-        question_placement=ns.question_placement,
-        n=optional_count("--n", ns.n),
-        max_new_tokens=check_count("--max-new-tokens", ns.max_new_tokens),
-        out=Path(ns.out),
-        context=ns.context,
-        max_tokens=optional_count("--max-tokens", ns.max_tokens, low=2),
-        retry_failed=getattr(ns, "retry_failed", True),
-    )
-    config.check()
+    given: dict[str, Any] = {
+        "model": ns.model,
+        "dataset": ns.dataset,
+        "data": ns.data,
+        "n": ns.n,
+        "max_new_tokens": ns.max_new_tokens,
+        "out": ns.out,
+        "context": ns.context,
+        "max_tokens": ns.max_tokens,
+        "press_scope": ns.question_placement,
+        "retry_failed": getattr(ns, "retry_failed", True),
+    }
+    if ns.presses is not None:
+        given["presses"] = split_list(ns.presses)
+    if ns.ratios is not None:
+        given["ratios"] = float_list("--ratios", split_list(ns.ratios))
+    if ns.thresholds is not None:
+        given["thresholds"] = float_list("--thresholds", split_list(ns.thresholds))
+    if ns.window is not None:
+        given["windows"] = window_list(split_list(ns.window))
+    given["knobs"] = knob_lists(ns)
+    config = KVConfig.from_dict({k: v for k, v in given.items() if v is not None})
     config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
     return config
 
