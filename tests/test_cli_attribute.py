@@ -177,7 +177,7 @@ def check_predictions_against_attributor(
     on the same prompt (``layout``), and the attention baseline's; examples the run left out
     (too long) are skipped."""
     from rcstat.data import load_dataset
-    from rcstat.evaluation.attribution_bench import render
+    from rcstat.evaluation.attribution_scoring import render
 
     units = pd.read_csv(out / "units.csv")
     model, tokenizer = load_model(model_dir)

@@ -1,18 +1,25 @@
-"""The attribution benchmark's prompt layouts, length buckets and paired comparisons."""
+"""The attribution benchmark: its prompt layouts, length buckets and paired comparisons, its
+config (one validator, naming the flag or the field), its job and its library call."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from rcstat import cli
-from rcstat.data import AttributionExample
+from rcstat.data import AttributionExample, load_dataset
 from rcstat.data.examples import AttributedSpan
-from rcstat.evaluation.attribution_bench import AttributionBench, by_length, render
+from rcstat.evaluation.attribution_scoring import render
+from rcstat.evaluation.attribution_summary import by_length, comparison
+from rcstat.evaluation.bench.attribution import AttributionConfig, AttributionJob, run
+from rcstat.models import load_model
 from tests.test_cli_attribute import check_accuracy_from_units, check_predictions_against_attributor
 from tests.test_data import _quotesum_record, _write_jsonl
 
@@ -66,8 +73,7 @@ def test_by_length_buckets_and_comparison_by_hand() -> None:
     assert table.loc[("top", "0-1000"), "accuracy"] == 1.0
     assert table.loc[("top", ">=2500"), "accuracy"] == 0.0
     assert table.loc[("attention", "0-1000"), "units"] == 2
-    bench = AttributionBench(Path("unused"), "quotesum", "m", [1, 20], table_k=20)
-    found = bench.comparison(units).set_index("baseline")
+    found = comparison(units, [1, 20]).set_index("baseline")
     # per example: a 100 vs 50 (2 units), b 0 vs 100 (1 unit): (2·50 − 100) / 3 = 0
     assert found.loc["attention", "difference"] == pytest.approx(0.0)
     assert found.loc["attention", "wins"] == 1 and found.loc["attention", "losses"] == 1
@@ -157,3 +163,139 @@ def test_bench_attribution_bad_options_are_refused_before_work(
     assert cli.main([*args, *extra]) == 2
     assert message in " ".join(capsys.readouterr().err.splitlines()[-1].split())
     assert not (tmp_path / "o").exists()
+
+
+def _flags(values: dict[str, Any]) -> SimpleNamespace:
+    """``values`` as the command line's namespace gives them (``--k`` as its text)."""
+    return SimpleNamespace(**{k: ",".join(v) if k == "ks" else v for k, v in values.items()})
+
+
+@pytest.mark.parametrize(
+    ("values", "flag", "field"),
+    [
+        ({"ks": []}, "--k needs at least one value", "ks needs at least one value"),
+        ({"ks": ["1", "0"]}, "--k must be an integer in [1, ∞), got 0", "ks must be an integer"),
+        ({"ks": ["all", "x"]}, "--k: 'x' is not an integer", "ks: 'x' is not an integer"),
+        ({"n": 0}, "--n must be an integer in [1, ∞)", "n must be an integer in [1, ∞)"),
+        ({"max_tokens": 1}, "--max-tokens must be an integer in [2", "max_tokens must be"),
+        ({"layout": "xml"}, "--layout 'xml': choose one of numbered", "layout 'xml': choose"),
+        ({"statistic": "lower"}, "--statistic 'lower': choose", "statistic 'lower': choose"),
+        (
+            {"statistic": "upper", "span_score": "sum"},
+            "--span-score 'sum' adds up the expected RC of single keys",
+            "span_score 'sum' adds up the expected RC of single keys",
+        ),
+        (
+            {"fixed_heads_from": "nowhere"},
+            "--fixed-heads-from nowhere: no bench attribution run there",
+            "fixed_heads_from nowhere: no bench attribution run there",
+        ),
+        ({"dataset": "squad_v2"}, "bench attribution needs quotesum", "bench attribution needs"),
+    ],
+)
+def test_one_validator_names_the_flag_on_the_command_line_and_the_field_in_python(
+    values: dict[str, Any], flag: str, field: str
+) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(flag)):
+        AttributionConfig.from_flags(_flags(values))
+    with pytest.raises(ValueError, match="^" + re.escape(field)):
+        AttributionConfig.from_dict(values)
+
+
+def test_a_fixed_run_is_not_the_output_folder(tmp_path: Path) -> None:
+    run_folder = tmp_path / "run"
+    run_folder.mkdir()
+    (run_folder / "predictions.jsonl").write_text("")
+    same = {"fixed_heads_from": str(run_folder), "out": str(run_folder)}
+    with pytest.raises(ValueError, match=r"^--fixed-heads-from: give another run than --out$"):
+        AttributionConfig.from_flags(_flags(same))
+    with pytest.raises(ValueError, match=r"^fixed_heads_from: give another run than out$"):
+        AttributionConfig.from_dict(same)
+
+
+def test_flags_left_out_keep_the_config_defaults_which_help_shows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    defaults = AttributionConfig()
+    assert AttributionConfig.from_flags(SimpleNamespace()) == AttributionConfig.from_dict({})
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "attribution", "--help"])
+    assert exc.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    for default in (",".join(defaults.ks), defaults.dataset, defaults.layout, str(defaults.out)):
+        assert f"default: {default})" in shown, default
+    ns = cli.build_parser().parse_args(["bench", "attribution"])
+    assert (ns.ks, ns.dataset, ns.layout, ns.out) == (None, None, None, None)
+
+
+def test_the_job_of_a_config_records_the_options_of_the_runs_before_it(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """The manifest options of a job made from its config: the ``k`` values resolved against
+    the tiny model's 3 × 4 heads, and the keys and values (in this order) that the runs made
+    before the job took its config recorded, so that they resume."""
+    data = _write_jsonl(tmp_path / "dev.jsonl", [_quotesum_record()])
+    config = AttributionConfig.from_dict(
+        {
+            "data": str(data),
+            "ks": ["5", "all", "1", "5", "40"],
+            "span_score": "mean",
+            "question_first": True,
+            "max_tokens": 300,
+            "layout": "plain",
+            "out": str(tmp_path / "out"),
+        }
+    )
+    model, tokenizer = load_model(model_dir)
+    job = AttributionJob(config, model, tokenizer, load_dataset("quotesum", data))
+    assert job.ks == [1, 5, 12]
+    options = job.manifest_options()
+    assert list(options.items()) == [
+        ("dataset", "quotesum"),
+        ("ks", [1, 5, 12]),
+        ("statistic", "expected"),
+        ("allow_special_tokens", False),
+        ("layout", "plain"),
+        ("data", str(data.resolve())),
+        ("max_tokens", 300),
+        ("question_first", True),
+    ]
+    assert [item.key for item in job.items()] == ["AMBIG_x_1_0"]
+    default = AttributionJob(AttributionConfig(), model, tokenizer, [])
+    assert default.manifest_options()["span_score"] == "sentence"
+    assert "question_first" not in default.manifest_options()
+
+
+def test_run_of_a_config_writes_the_folder_the_command_writes(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    records = [_quotesum_record(qid=f"AMBIG_x_{i}", unique_id=f"AMBIG_x_{i}_0") for i in (1, 2)]
+    data = _write_jsonl(tmp_path / "dev.jsonl", records)
+    library, command = tmp_path / "library", tmp_path / "command"
+    config = AttributionConfig.from_dict(
+        {"model": str(model_dir), "data": str(data), "ks": ["1", "3", "all"], "out": str(library)}
+    )
+    loaded: list[str | None] = []
+
+    def loader(model: str | None, devices: Any) -> tuple[Any, Any]:
+        loaded.append(model)
+        return load_model(model)
+
+    result = run(config, loader=loader)
+    assert loaded == [str(model_dir)]
+    args = ["bench", "attribution", "--model", str(model_dir), "--dataset", "quotesum"]
+    assert cli.main([*args, "--data", str(data), "--k", "1,3,all", "--out", str(command)]) == 0
+    for name in ("predictions.jsonl", "units.csv", "accuracy.csv", "comparison.csv", "table1.csv"):
+        assert (library / name).read_bytes() == (command / name).read_bytes(), name
+    manifest = json.loads((library / "run.json").read_text())
+    assert manifest == json.loads((command / "run.json").read_text())
+    assert manifest["kind"] == "bench attribution" and manifest["options"]["ks"] == [1, 3, 12]
+    assert result.accuracy is not None and result.comparison is not None
+    pd.testing.assert_frame_equal(result.accuracy, pd.read_csv(library / "accuracy.csv"))
+    assert result.lines()[-1] == f"results written to {library}/"
+    check_accuracy_from_units(library)
+    # a second run resumes: no line is added or rewritten, the summaries are the same
+    again = run(config, loader=loader)
+    assert len(loaded) == 2 and again.accuracy is not None
+    for name in ("predictions.jsonl", "units.csv"):
+        assert (library / name).read_bytes() == (command / name).read_bytes(), name

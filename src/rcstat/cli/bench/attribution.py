@@ -1,31 +1,29 @@
 """``rcstat bench attribution``: its options, the
 :class:`~rcstat.evaluation.bench.attribution.AttributionConfig` they make, the run
 (:func:`rcstat.evaluation.bench.attribution.run`) and the examples its folder holds (what it
-prints is :mod:`rcstat.cli.bench`'s)."""
+prints is :mod:`rcstat.cli.bench`'s).
+
+A flag the config has a default for defaults to None, and ``--help`` shows the config's
+default: the flags given become the config's fields
+(:meth:`~rcstat.evaluation.bench.attribution.AttributionConfig.from_flags`), checked once, by
+the config, with messages that name the flags (lm-evaluation-harness's ``from_cli``).
+"""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcstat.cli._common import (
-    add_command,
-    add_run_options,
-    devices_and_shard,
-    int_list,
-    optional_count,
-    say,
-    split_list,
-)
+from rcstat.cli._common import add_command, add_run_options, devices_and_shard, say
 from rcstat.cli.options import (
     add_attribution_options,
     add_data_option,
     add_dataset_option,
     add_n_option,
     add_out_option,
-    check_span_score,
+    config_default,
 )
+from rcstat.evaluation.choices import LAYOUTS
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.attribution import AttributionConfig
@@ -33,67 +31,56 @@ if TYPE_CHECKING:
     from rcstat.evaluation.bench.results import AttributionResult
 
 
+def _shown(name: str) -> str:
+    """The config's default of field ``name`` as ``--help`` shows it (a list comma-separated)."""
+    from rcstat.evaluation.bench.attribution import AttributionConfig
+
+    value = config_default(AttributionConfig, name)
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def register(bench_sub: Any) -> None:
     """Add ``attribution`` to the sub-commands of ``bench``."""
     ab = add_command(bench_sub, "attribution", "chunk-level attribution accuracy vs k")
-    add_dataset_option(ab, "quotesum", ("attribution",))
+    add_dataset_option(ab, None, ("attribution",), note=f" (default: {_shown('dataset')})")
     add_data_option(ab)
-    ab.add_argument("--k", default="1,2,5,10,20,50,100,all", help="numbers of heads")
+    ab.add_argument(
+        "--k",
+        dest="ks",
+        metavar="K",
+        help=f"numbers of heads, comma-separated; all: every head (default: {_shown('ks')})",
+    )
     add_n_option(ab)
     ab.add_argument(
         "--layout",
-        choices=["numbered", "numbered-text", "plain"],
-        default="numbered",
+        choices=list(LAYOUTS),
         help="numbered: sources as '[k] Title: text' paragraphs (as RAG prompts write them), "
         "each entry a candidate span; numbered-text: the same prompt, the chunk text alone "
-        "the span; "
-        "plain: the bare chunks joined by blank lines (the first benchmark runs)",
+        "the span; plain: the bare chunks joined by blank lines (the first benchmark runs) "
+        f"(default: {_shown('layout')})",
     )
     ab.add_argument(
         "--max-tokens",
         type=int,
-        default=None,
         help="skip examples whose prompt is longer than this (default: the model's window)",
     )
     add_attribution_options(ab)
     ab.add_argument(
         "--fixed-heads-from",
-        default=None,
         metavar="RUN",
         help="another bench attribution run of the same model: adds top_fixed, one head set "
         "for every example (the heads of lowest mean rank over that run's examples)",
     )
-    add_out_option(ab, "bench_attribution", " (resumable)")
+    add_out_option(ab, None, f" (resumable; default: {_shown('out')})")
     add_run_options(ab)
 
 
 def from_namespace(ns: argparse.Namespace) -> AttributionConfig:
-    """The checked config of ``rcstat bench attribution``."""
+    """The checked config of ``rcstat bench attribution``: the flags given, as the config's
+    fields (nothing heavy is imported before they are checked)."""
     from rcstat.evaluation.bench.attribution import AttributionConfig
-    from rcstat.evaluation.bench.common import dataset_for
 
-    ks = split_list(ns.k)
-    if not ks:
-        raise ValueError("--k needs at least one value")
-    for k in ks:
-        if k != "all":
-            int_list("--k", [k])
-    config = AttributionConfig(
-        model=ns.model,
-        dataset=dataset_for(ns.dataset, "attribution", "bench attribution"),
-        data=ns.data,
-        ks=ks,
-        n=optional_count("--n", ns.n),
-        out=Path(ns.out),
-        retry_failed=getattr(ns, "retry_failed", True),
-        layout=ns.layout,
-        max_tokens=optional_count("--max-tokens", ns.max_tokens, low=2),
-        statistic=ns.statistic,
-        span_score=check_span_score(ns.span_score, ns.statistic),
-        question_first=ns.question_first,
-        fixed_heads_from=None if ns.fixed_heads_from is None else Path(ns.fixed_heads_from),
-    )
-    config.check()
+    config = AttributionConfig.from_flags(ns)
     config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
     return config
 

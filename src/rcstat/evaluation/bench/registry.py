@@ -37,8 +37,8 @@ JOBS: dict[str, JobKind] = {
         "rcstat.evaluation.kv_bench:KVJob", "rcstat.evaluation.kv_bench:summarize_run"
     ),
     "bench attribution": JobKind(
-        "rcstat.evaluation.attribution_bench:AttributionJob",
-        "rcstat.evaluation.attribution_bench:summarize_run",
+        "rcstat.evaluation.bench.attribution:AttributionJob",
+        "rcstat.evaluation.bench.attribution:summarize_run",
     ),
     "bench grounding": JobKind(
         "rcstat.evaluation.grounding_job:GroundingJob",
