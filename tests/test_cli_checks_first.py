@@ -45,6 +45,22 @@ CASES = [
     ("bench grounding --dataset ragtruth --batch-tokens 0", "--batch-tokens"),
     ("heads --dataset squad_v2 --n 0", "--n"),
     ("ground-train --dataset ragtruth --weight x", "--weight"),
+    # the configs of rcstat.commands.{analyze,attribute,compress} (their one check)
+    ("analyze --prompt p --tau nan", "--tau"),
+    ("analyze --prompt p --top 0", "--top"),
+    ("analyze --prompt p --head -1.0", "--head -1.0"),
+    ("analyze --context a --question b --prompt p", "(--prompt), not both"),
+    ("analyze --generation g", "raw mode needs --prompt"),
+    ("attribute --context a --question b --max-new-tokens 0", "--max-new-tokens"),
+    ("attribute --context a --question b --span-score sum --statistic upper", "--span-score"),
+    ("attribute --context a --question b --language xx", "--language"),
+    ("compress --context a --question b --threshold -1", "--threshold"),
+    ("compress --context a --question b --window 0", "--window"),
+    ("compress --context a --question b --window question", "--press-scope question"),
+    ("compress --context a --question b --budget pooled", "--budget pooled needs --ratio"),
+    ("compress --context a --question b --ratio 0.5 --floor 2", "--floor"),
+    ("compress --context a --question b --sinks -1", "--sinks"),
+    ("compress --context a --question b --max-new-tokens 0", "--max-new-tokens"),
 ]
 
 

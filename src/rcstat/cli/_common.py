@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +113,15 @@ def devices_and_shard(ns: argparse.Namespace) -> tuple[Devices, Shard]:
     """The checked device plan and shard of a dataset job's process (its own GPUs)."""
     shard = shard_from_namespace(ns)
     return Devices.from_namespace(ns).for_shard(shard), shard
+
+
+def flag_values(config: type, ns: argparse.Namespace, **given: Any) -> dict[str, Any]:
+    """The values of the config dataclass ``config``'s fields that the flags in ``ns`` give
+    (an attribute named as a field), with ``given`` (what the command read or made itself) on
+    top; None is left out: a flag not given keeps the config's default, the one home of it."""
+    values = {f.name: getattr(ns, f.name, None) for f in fields(config)}
+    values.update(given)
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def read_texts(ns: argparse.Namespace, names: Sequence[str]) -> dict[str, str | None]:

@@ -1,0 +1,9 @@
+"""Each single-example command as a library call: a config dataclass (every option with its
+default, ``from_dict`` and one ``check()`` whose messages name the command-line flags),
+``run(config, *, loader=None)`` and a result that writes the folder the command writes.
+The command line (:mod:`rcstat.cli`) parses its flags into the config, calls ``run`` and prints.
+
+* :mod:`~rcstat.commands.analyze` — ``rcstat analyze``: per-head RC scores of one example;
+* :mod:`~rcstat.commands.attribute` — ``rcstat attribute``: an answer attributed to the context;
+* :mod:`~rcstat.commands.compress` — ``rcstat compress``: answers on a compressed KV cache.
+"""
