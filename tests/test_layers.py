@@ -111,7 +111,7 @@ def test_report_imports_nothing_of_the_applications() -> None:
 
 
 #: The components that render results through report: everything below them is rendered.
-RENDERERS = frozenset({"report", "evaluation", "demo", "cli", "__main__"})
+RENDERERS = frozenset({"report", "evaluation", "demo", "commands", "cli", "__main__"})
 
 
 def test_no_application_imports_report() -> None:
