@@ -21,7 +21,7 @@ from rcstat import cli
 from rcstat.cli.ground_output import language_warning, latin_share
 from rcstat.data import find_shared_data
 from rcstat.defaults import DEFAULT_MODEL_NAME
-from rcstat.evaluation.grounding_bench import BASELINES, VARIANTS
+from rcstat.evaluation.grounding_methods import BASELINES, VARIANTS
 from rcstat.grounding import Grounder, Grounding, HeadProfile
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
@@ -677,6 +677,8 @@ def test_bench_grounding_squad_contrast_and_resume(  # type: ignore[no-untyped-d
         (["--dataset", "faithbench", "--resamples", "0"], "--resamples"),
         (["--dataset", "faithbench", "--resamples", "100001"], "--resamples must be"),
         (["--dataset", "jsonl"], "--dataset jsonl needs --data FILE"),
+        (["--dataset", "ragtruth", "--task", "qa,summary"], "--task must be one of qa, summary"),
+        (["--dataset", "faithbench", "--task", "qa"], "--task applies to --dataset ragtruth"),
     ],
 )
 def test_bench_grounding_bad_options_exit_2(  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ import pytest
 
 from rcstat import cli
 from rcstat.data import DatasetFormatError, load_dataset, load_pairs
-from rcstat.evaluation.grounding_bench import token_file_name
+from rcstat.evaluation.grounding_methods import token_file_name
 from rcstat.grounding import Grounder, Measurer
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer

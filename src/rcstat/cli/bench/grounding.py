@@ -1,12 +1,19 @@
 """``rcstat bench grounding``: its options, the
 :class:`~rcstat.evaluation.bench.grounding.GroundingConfig` they make, the run
 (:func:`rcstat.evaluation.bench.grounding.run`) and the examples its folder holds (what it
-prints is :mod:`rcstat.cli.bench`'s)."""
+prints is :mod:`rcstat.cli.bench`'s).
+
+A flag whose default is the config's defaults to None and ``--help`` shows the config's
+default: the flags given become the config's fields and the config's checks
+(:meth:`~rcstat.evaluation.bench.common.JobConfig.from_dict`) are the only ones, their
+messages naming the flag (lm-evaluation-harness's ``from_cli``); the grounder's flags become
+its :class:`~rcstat.grounding.options.GroundingOptions` the way every command that grounds
+makes them (:func:`rcstat.cli.ground_flags.grounding_options`).
+"""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcstat.cli._common import add_command, add_run_options, devices_and_shard
@@ -16,13 +23,23 @@ from rcstat.cli.options import (
     add_dataset_option,
     add_n_option,
     add_out_option,
+    config_default,
 )
+from rcstat.data.ragtruth import TASKS
 from rcstat.defaults import MAX_RESAMPLES
+from rcstat.evaluation.choices import PAIR_DATASETS
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
     from rcstat.evaluation.bench.grounding import GroundingConfig
     from rcstat.evaluation.bench.results import GroundingResult
+
+
+def _shown(name: str) -> Any:
+    """``GroundingConfig``'s default of field ``name``, which ``--help`` shows."""
+    from rcstat.evaluation.bench.grounding import GroundingConfig
+
+    return config_default(GroundingConfig, name)
 
 
 def register(bench_sub: Any) -> None:
@@ -35,26 +52,27 @@ def register(bench_sub: Any) -> None:
     )
     add_dataset_option(
         gb,
-        "faithbench",
+        None,
         ("grounding",),
-        extra=("squad-contrast", "squad-swaps"),
+        extra=PAIR_DATASETS,
         note=" (ragtruth: RAGTruth's QA, summary and data-to-text responses, --task to pick "
         "one; jsonl: your labelled pairs, --data FILE; squad-contrast: SQuAD v2, supporting "
         "vs unrelated context; squad-swaps: SQuAD v2, the answer's sentence copied vs its "
-        "answer changed)",
+        f"answer changed) (default: {_shown('dataset')})",
     )
     add_data_option(gb)
     add_n_option(gb)
     gb.add_argument(
         "--questionable",
         action="store_true",
+        default=None,
         help="faithbench: a 'Questionable' annotation also makes a response hallucinated",
     )
     gb.add_argument("--profile", default=None, metavar="PATH", help="head profile JSON")
     gb.add_argument(
         "--task",
         default=None,
-        choices=("qa", "summary", "data2txt"),
+        metavar="{" + ",".join(TASKS) + "}",
         help="ragtruth: only this task's responses (default: all three)",
     )
     gb.add_argument(
@@ -72,33 +90,34 @@ def register(bench_sub: Any) -> None:
     gb.add_argument(
         "--resamples",
         type=int,
-        default=1000,
-        help=f"bootstrap resamples (1 to {MAX_RESAMPLES:,})",
+        default=None,
+        help=f"bootstrap resamples (1 to {MAX_RESAMPLES:,}) (default: {_shown('resamples')})",
     )
     add_batch_tokens_option(gb)
-    add_out_option(gb, "bench_grounding", " (resumable)")
+    add_out_option(gb, None, f" (resumable) (default: {_shown('out')})")
     add_run_options(gb)
 
 
 def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
-    """The checked config of ``rcstat bench grounding``."""
+    """The checked config of ``rcstat bench grounding``: the flags given, as the config's
+    fields (nothing heavy is imported)."""
     from rcstat.evaluation.bench.grounding import GroundingConfig
 
-    config = GroundingConfig(
-        model=ns.model,
-        dataset=ns.dataset,
-        data=ns.data,
-        n=ns.n,
-        questionable=ns.questionable,
-        resamples=ns.resamples,
-        task=ns.task,
-        options=grounding_options(ns),
-        batch_tokens=ns.batch_tokens,
-        out=Path(ns.out),
-        retry_failed=getattr(ns, "retry_failed", True),
-    )
-    config.check()  # the dataset first: its message names the choices
-    config.devices, config.shard = devices_and_shard(ns)
+    given = {
+        "model": ns.model,
+        "dataset": ns.dataset,
+        "data": ns.data,
+        "n": ns.n,
+        "questionable": ns.questionable,
+        "resamples": ns.resamples,
+        "task": ns.task,
+        "options": grounding_options(ns),
+        "batch_tokens": ns.batch_tokens,
+        "out": ns.out,
+        "retry_failed": getattr(ns, "retry_failed", None),
+    }
+    config = GroundingConfig.from_dict({k: v for k, v in given.items() if v is not None})
+    config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
     return config
 
 
@@ -116,4 +135,4 @@ def held(result: GroundingResult) -> int | None:
     if result.report is None:
         return None
     items = int(result.report["items"])
-    return items // 2 if result.report["dataset"] in ("squad-contrast", "squad-swaps") else items
+    return items // 2 if result.report["dataset"] in PAIR_DATASETS else items

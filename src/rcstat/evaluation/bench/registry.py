@@ -41,8 +41,8 @@ JOBS: dict[str, JobKind] = {
         "rcstat.evaluation.bench.attribution:summarize_run",
     ),
     "bench grounding": JobKind(
-        "rcstat.evaluation.grounding_job:GroundingJob",
-        "rcstat.evaluation.grounding_bench:summarize_run",
+        "rcstat.evaluation.bench.grounding:GroundingJob",
+        "rcstat.evaluation.bench.grounding:summarize_run",
     ),
     "ground pairs": JobKind(
         "rcstat.evaluation.bench.ground_pairs:PairsJob",
