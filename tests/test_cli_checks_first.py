@@ -61,6 +61,15 @@ CASES = [
     ("compress --context a --question b --ratio 0.5 --floor 2", "--floor"),
     ("compress --context a --question b --sinks -1", "--sinks"),
     ("compress --context a --question b --max-new-tokens 0", "--max-new-tokens"),
+    # the configs of rcstat.commands.{ground,ground_profile} and rcstat.demo (their one check)
+    ("ground --context a", "ground needs --context (or --context-file) and --response"),
+    ("ground --context a --response b --max-response-tokens 0", "--max-response-tokens"),
+    ("ground --context a --response b --language xx", "--language"),
+    ("ground-profile --fraction 0", "--fraction must be in (0, 1]"),
+    ("ground-profile --threshold-quantile 1", "--threshold-quantile"),
+    ("ground-profile --dataset ragtruth", "--dataset must be one of"),
+    ("ground-profile --calibrate-on nosuch", "--calibrate-on: unknown dataset 'nosuch'"),
+    ("demo --tau nan", "--tau must be a finite number"),
 ]
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from rcstat import cli
-from rcstat.cli.ground_output import language_warning, latin_share
+from rcstat.commands.ground import language_warning, latin_share
 from rcstat.data import find_shared_data
 from rcstat.defaults import DEFAULT_MODEL_NAME
 from rcstat.evaluation.grounding_methods import BASELINES, VARIANTS

@@ -13,42 +13,64 @@ install the extra. Finally the answer is attributed to the sentences of both con
 
 The texts, settings and report wording are data (``demo_texts.json`` in the package);
 :mod:`rcstat.report.demo` renders the report.
+
+As every command, the demo is a library call: :class:`DemoConfig` → :func:`run` (load the model,
+:func:`contrast`, write the folder when ``out`` is set) → :class:`DemoResult`, whose
+:meth:`~DemoResult.write` writes the folder of ``rcstat demo`` (``report.html`` linking
+``attribution.html``, the scores of both examples, ``attribution.json``, ``summary.json``).
+
+>>> DemoConfig.from_dict({"tau": 2, "texts": {"max_new_tokens": 4}})  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: unknown texts ['max_new_tokens']; known: ['answer', 'question', 'supporting', ...]
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from importlib.resources import files
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from rcstat.defaults import DEFAULT_TOP_K, DEFAULT_WINDOW, INSTALL_PRESS
+from rcstat.checks import check_count, check_number
+from rcstat.defaults import DEFAULT_TAU, DEFAULT_TOP_K, DEFAULT_WINDOW, INSTALL_PRESS
+from rcstat.runs.devices import Devices
+from rcstat.runs.folder import check_output_folder, staged_output
+from rcstat.runs.job import config_values
 
 if TYPE_CHECKING:
     from rcstat.analysis import HeadAnalysis, Statistic
     from rcstat.attribution import Attribution
+    from rcstat.evaluation.bench.common import Loader
     from rcstat.press.answer import CompressionReport
 
 __all__ = [
     "DEMO_TEXTS",
     "MAX_NEW_TOKENS",
+    "NAME",
     "SETTINGS",
     "AnswerComparison",
     "CompressedAnswer",
+    "DemoConfig",
     "DemoResult",
     "DemoTexts",
     "Setting",
     "attribution_summary",
     "compare_answers",
+    "contrast",
     "demo_data",
     "run",
     "summary_rows",
 ]
+
+#: The command, and the owner of the folders it writes.
+NAME = "demo"
 
 #: Shows a message while a step runs (the CLI's spinner or log line); silent by default.
 Step = Callable[[str], AbstractContextManager[Any]]
@@ -240,7 +262,8 @@ def attribution_summary(result: Attribution) -> str:
 
 @dataclass
 class DemoResult:
-    """What :func:`run` measured: both analyses, the answers, the attribution, the summary."""
+    """What :func:`contrast` measured: both analyses, the answers, the attribution, the
+    summary; and the folder it was written to (None: not written)."""
 
     results: dict[str, HeadAnalysis]
     comparison: AnswerComparison
@@ -248,6 +271,7 @@ class DemoResult:
     rows: dict[str, dict[str, float]]
     grounding: str  # attribution_summary's line
     tau: float
+    out: Path | None = None
 
     @property
     def lengths(self) -> str:
@@ -278,8 +302,160 @@ class DemoResult:
             demo_data()["report"],
         )
 
+    def write(self, out: Path) -> Path:
+        """Write the folder of ``rcstat demo`` into ``out`` (staged: all or none):
+        ``report.html`` (:meth:`report_html`) linking ``attribution.html``, the scores of each
+        example (``scores_<name>.csv`` and ``.json``), ``attribution.json`` and
+        ``summary.json`` (:meth:`summary`); remember it as :attr:`out`."""
+        from rcstat.report.attribution_html import save_attribution_page
 
-def run(
+        out = Path(out)
+        report = self.report_html()
+        with staged_output(out, NAME) as stage:
+            for name, scores in self.results.items():
+                scores.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
+                scores.save(stage / f"scores_{name}.json")
+            (stage / "report.html").write_text(report, encoding="utf-8")
+            save_attribution_page(stage / "attribution.html", self.attribution)
+            (stage / "attribution.json").write_text(self.attribution.to_json(), encoding="utf-8")
+            summary = json.dumps(self.summary(), indent=1)
+            (stage / "summary.json").write_text(summary, encoding="utf-8")
+        self.out = out
+        return out
+
+
+@dataclass
+class DemoConfig:
+    """The options of ``rcstat demo`` (the flag ``--tau`` is the field ``tau``; the texts, the
+    settings and the answer length are the package's unless a caller gives others, e.g. short
+    texts for a tiny model).
+
+    Attributes
+    ----------
+    model
+        Hub id, local folder or ``.gguf`` file; None: the embedded default model.
+    devices
+        Where the model runs (:class:`~rcstat.runs.devices.Devices`).
+    out
+        The folder :func:`run` writes; None: nothing is written.
+    tau
+        Threshold of the head counts on the upper bound A and the expected RC E.
+    texts
+        The question, answer and two contexts (:data:`DEMO_TEXTS`).
+    settings
+        The RCStatPress settings the supporting context is compressed with (:data:`SETTINGS`).
+    max_new_tokens
+        Token limit of the full-cache and compressed answers (:data:`MAX_NEW_TOKENS`).
+    """
+
+    model: str | None = None
+    devices: Devices = field(default_factory=Devices)
+    out: Path | None = None
+    tau: float = DEFAULT_TAU
+    texts: DemoTexts = DEMO_TEXTS
+    settings: tuple[Setting, ...] = SETTINGS
+    max_new_tokens: int = MAX_NEW_TOKENS
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """A checked config from a mapping of field names (missing: the defaults; ``devices``
+        and ``texts`` mappings of their fields, ``settings`` a list of ``{"name",
+        "threshold"}``, ``out`` a path).
+
+        Raises
+        ------
+        ValueError
+            An unknown field, or a value out of its range (the message names it).
+        """
+        values = dict(data)
+        if isinstance(values.get("texts"), Mapping):
+            values["texts"] = DemoTexts(**_known("texts", DemoTexts, values["texts"]))
+        if "settings" in values:
+            values["settings"] = tuple(
+                Setting(**_known("settings", Setting, item)) if isinstance(item, Mapping) else item
+                for item in values["settings"]
+            )
+        config = cls(**config_values(cls, values))
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Refuse what ``rcstat demo`` refuses before the model loads (``ValueError`` naming
+        the flag, or the field where it has none).
+
+        >>> DemoConfig(tau=float("-inf")).check()
+        Traceback (most recent call last):
+        ...
+        ValueError: --tau must be a finite number, got -inf
+        """
+        self.tau = check_number("--tau", self.tau)
+        self.max_new_tokens = check_count("max_new_tokens", self.max_new_tokens)
+        for item in fields(DemoTexts):
+            text = getattr(self.texts, item.name)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"texts.{item.name} must be a text that is not empty")
+        self.settings = tuple(self.settings)
+        for setting in self.settings:
+            check_number(f"the threshold of setting {setting.name!r}", setting.threshold, low=0.0)
+
+
+def _known(what: str, kind: type, values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``values`` when its keys are the fields of the dataclass ``kind``; ``ValueError`` naming
+    the unknown or missing ones otherwise."""
+    allowed = sorted(f.name for f in fields(kind))
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown}; known: {allowed}")
+    missing = sorted(set(allowed) - set(values))
+    if missing:
+        raise ValueError(f"{what} without {missing}")
+    return values
+
+
+def run(config: DemoConfig, *, loader: Loader | None = None, step: Step = _silent) -> DemoResult:
+    """Run the demo of ``config`` (:func:`contrast` on its model) and, when ``config.out`` is
+    set, write the folder of ``rcstat demo`` there.
+
+    Parameters
+    ----------
+    config
+        The options (checked again here).
+    loader
+        Loads ``(model, tokenizer)`` from ``config.model`` and ``config.devices``; default
+        :func:`rcstat.evaluation.bench.common.load`.
+    step
+        ``step(message)`` shows progress around each long step; silent by default.
+
+    Raises
+    ------
+    ValueError
+        A bad option, or an output folder of another command or with files rcstat did not
+        write (before the model loads).
+    """
+    config.check()
+    if config.out is not None:
+        check_output_folder(Path(config.out), NAME)
+    if loader is None:
+        from rcstat.evaluation.bench.common import load
+
+        loader = load
+    model, tokenizer = loader(config.model, config.devices)
+    result = contrast(
+        model,
+        tokenizer,
+        config.tau,
+        texts=config.texts,
+        settings=config.settings,
+        max_new_tokens=config.max_new_tokens,
+        step=step,
+    )
+    if config.out is not None:
+        with step("writing the report…"):
+            result.write(Path(config.out))
+    return result
+
+
+def contrast(
     model: Any,
     tokenizer: Any,
     tau: float,
@@ -290,7 +466,7 @@ def run(
     step: Step = _silent,
 ) -> DemoResult:
     """Analyse both examples, compare full-cache and compressed answers, attribute the answer
-    (see the module docstring); ``step(message)`` shows progress."""
+    (see the module docstring) with a loaded model; ``step(message)`` shows progress."""
     from rcstat.analysis import analyze
     from rcstat.attribution import Attributor
 

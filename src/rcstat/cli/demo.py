@@ -1,50 +1,45 @@
 """``rcstat demo``: the paper's two contrasting examples (§5.1), on texts written for rcstat.
 
-The job is :func:`rcstat.demo.run` (its texts are data, ``demo_texts.json``) and the report is
-:mod:`rcstat.report.demo`; this command loads the model, prints the head counts side by side,
-the full-cache and compressed-cache answers (with a warning when they differ) and the
-attribution line, and writes the report with the scores.
+The work is the library's: :func:`rcstat.demo.run` of a :class:`~rcstat.demo.DemoConfig` (its
+texts are data, ``demo_texts.json``) loads the model, contrasts the two examples and writes the
+report with the scores (:meth:`rcstat.demo.DemoResult.write`; the report is
+:mod:`rcstat.report.demo`); this command parses, calls it and prints the head counts side by
+side, the full-cache and compressed-cache answers (with a warning when they differ) and the
+attribution line.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from rcstat.checks import check_number
 from rcstat.cli._common import (
     Devices,
     add_command,
     answer_line,
-    check_output_folder,
     console,
     load_model_quietly,
-    staged_output,
     step,
 )
 from rcstat.cli.options import add_out_option
-from rcstat.defaults import DEFAULT_TAU
 from rcstat.demo import (
     DEMO_TEXTS,
     MAX_NEW_TOKENS,
+    NAME,
     SETTINGS,
     AnswerComparison,
+    DemoConfig,
     DemoResult,
     DemoTexts,
     Setting,
 )
-from rcstat.report.attribution_html import save_attribution_page
 from rcstat.report.console import format_bytes
 
-__all__ = ["run_contrast"]
-
-NAME = "demo"
+__all__ = ["from_namespace", "register", "run", "run_contrast"]
 
 
 def print_answers(comparison: AnswerComparison) -> None:
@@ -99,41 +94,19 @@ def run_contrast(
     max_new_tokens: int | None = None,
     devices: Devices | None = None,
 ) -> int:
-    """Run :func:`rcstat.demo.run`, print the results and write ``report.html`` (linking
-    ``attribution.html``), the scores and ``summary.json`` into ``out``.
-
-    ``texts``, ``settings`` and ``max_new_tokens`` default to :data:`DEMO_TEXTS`,
-    :data:`SETTINGS` and :data:`MAX_NEW_TOKENS` (tests give shorter texts to tiny models).
-    """
-    from rcstat.demo import run as run_demo
-
-    check_output_folder(out, NAME)
-    model, tokenizer = load_model_quietly(model_name, devices)
-    result = run_demo(
-        model,
-        tokenizer,
-        tau,
+    """``rcstat demo`` with other texts, settings or answer length (tests give shorter texts
+    to tiny models): the config checked, then :func:`run`."""
+    config = DemoConfig(
+        model=model_name,
+        devices=devices or Devices(),
+        out=out,
+        tau=tau,
         texts=DEMO_TEXTS if texts is None else texts,
         settings=SETTINGS if settings is None else settings,
         max_new_tokens=MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens,
-        step=step,
     )
-    console.print(_counts_table(result))
-    print_answers(result.comparison)
-    console.print(result.grounding, markup=False)
-    with step("writing the report…"):
-        report = result.report_html()
-        with staged_output(out, NAME) as stage:
-            for name, scores in result.results.items():
-                scores.to_frame().to_csv(stage / f"scores_{name}.csv", index=False)
-                scores.save(stage / f"scores_{name}.json")
-            (stage / "report.html").write_text(report, encoding="utf-8")
-            save_attribution_page(stage / "attribution.html", result.attribution)
-            (stage / "attribution.json").write_text(result.attribution.to_json(), encoding="utf-8")
-            summary = json.dumps(result.summary(), indent=1)
-            (stage / "summary.json").write_text(summary, encoding="utf-8")
-    console.print(f"report written to {escape(str(out / 'report.html'))}")
-    return 0
+    config.check()
+    return run(config)
 
 
 def register(sub: Any) -> None:
@@ -146,32 +119,35 @@ def register(sub: Any) -> None:
         "compressed-cache answer beside the full-cache one, and attribution, in an HTML report.",
     )
     add_out_option(demo, NAME)
-    demo.add_argument("--tau", type=float, default=DEFAULT_TAU, help="threshold on the upper bound")
+    demo.add_argument(
+        "--tau", type=float, default=DemoConfig.tau, help="threshold on the upper bound"
+    )
 
 
-@dataclass
-class DemoArgs:
-    """Arguments of ``rcstat demo`` (checked)."""
-
-    model: str | None
-    out: Path
-    tau: float
-    devices: Devices
-
-    @classmethod
-    def from_namespace(cls, ns: argparse.Namespace) -> DemoArgs:
-        return cls(
-            model=ns.model,
-            out=Path(ns.out),
-            tau=check_number("--tau", ns.tau),
-            devices=Devices.from_namespace(ns),
-        )
+def from_namespace(ns: argparse.Namespace) -> DemoConfig:
+    """The checked config of ``rcstat demo`` (``ValueError`` naming the flag)."""
+    config = DemoConfig(
+        model=ns.model,
+        out=Path(ns.out),
+        tau=ns.tau,
+        # this module's names, which a test replaces with short texts for a tiny model
+        texts=DEMO_TEXTS,
+        max_new_tokens=MAX_NEW_TOKENS,
+    )
+    config.check()
+    config.devices = Devices.from_namespace(ns)  # last: it may ask torch for the GPUs
+    return config
 
 
-def run(args: DemoArgs) -> int:
-    """Run the demo (see the module docstring)."""
-    return run_contrast(args.model, args.out, args.tau, devices=args.devices)
+def run(config: DemoConfig) -> int:
+    """Run the demo (:func:`rcstat.demo.run`, which writes the report into ``config.out``);
+    print the head counts, the answers and the attribution line."""
+    from rcstat.demo import run as run_demo
 
-
-#: The checked arguments of ``rcstat demo``.
-from_namespace = DemoArgs.from_namespace
+    result = run_demo(config, loader=load_model_quietly, step=step)
+    console.print(_counts_table(result))
+    print_answers(result.comparison)
+    console.print(result.grounding, markup=False)
+    if config.out is not None:
+        console.print(f"report written to {escape(str(config.out / 'report.html'))}")
+    return 0

@@ -1,19 +1,24 @@
-"""``rcstat ground``: is a response supported by its context? Scores per token and sentence."""
+"""``rcstat ground``: is a response supported by its context? Scores per token and sentence.
+
+The work is the library's: one pair is :mod:`rcstat.commands.ground` (a
+:class:`~rcstat.commands.ground.GroundConfig`, ``run``, a result that writes the folder), many
+pairs (``--pairs``) are :mod:`rcstat.evaluation.bench.ground_pairs`. :func:`from_namespace`
+chooses one of the two from the flags, once, and returns arguments whose ``run()`` calls the
+library and prints (:mod:`rcstat.cli.ground_output`, :mod:`rcstat.cli.ground_pairs`).
+"""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.markup import escape
 
 from rcstat.cli._common import (
     Devices,
     add_command,
-    check_output_folder,
-    check_writable,
     console,
     error_console,
     load_model_quietly,
@@ -21,16 +26,8 @@ from rcstat.cli._common import (
     step,
 )
 from rcstat.cli.exit_codes import ERROR, exit_status_text
-from rcstat.cli.ground_flags import grounding_options
-from rcstat.cli.ground_limits import add_limit_options, check_texts, lowered_note
-from rcstat.cli.ground_output import (
-    MODEL_LANGUAGES,
-    language_warning,
-    print_json,
-    print_table,
-    verdict_status,
-    write_results,
-)
+from rcstat.cli.ground_flags import add_limit_options, grounding_options
+from rcstat.cli.ground_output import print_json, print_table, verdict_status
 from rcstat.cli.ground_pairs import add_pairs_option
 from rcstat.cli.ground_pairs import from_namespace as pairs_from_namespace
 from rcstat.cli.ground_pairs import run as run_pairs
@@ -40,6 +37,14 @@ from rcstat.cli.options import (
     add_special_tokens_option,
     add_text_options,
 )
+from rcstat.commands.ground import (
+    MODEL_LANGUAGES,
+    NAME,
+    TEXTS,
+    GroundConfig,
+    NotSavedError,
+)
+from rcstat.commands.ground import run as run_ground
 from rcstat.defaults import (
     DEFAULT_GROUNDING_QUANTILE,
     DEFAULT_TOP_K,
@@ -49,7 +54,6 @@ if TYPE_CHECKING:
     from rcstat.evaluation.bench.ground_pairs import PairsConfig
     from rcstat.grounding.options import GroundingOptions
 
-NAME = "ground"
 #: The JSON files ``ground`` reads: (option, what it holds); each must exist.
 _FILES = (
     ("--profile", "head profile JSON (default: shipped)"),
@@ -129,96 +133,97 @@ def register(sub: Any) -> None:
     add_pairs_option(gr)
 
 
+class GroundCommand(Protocol):
+    """What :func:`from_namespace` returns: one pair (:class:`GroundArgs`) or many
+    (:class:`PairsArgs`), chosen once from the flags; :func:`run` runs either."""
+
+    def run(self) -> int: ...
+
+
 @dataclass
 class GroundArgs:
-    """Arguments of ``rcstat ground`` (checked): the texts, where to write, and the
-    grounder's :class:`~rcstat.grounding.options.GroundingOptions`."""
+    """``rcstat ground`` on one pair: the library's checked
+    :class:`~rcstat.commands.ground.GroundConfig`, and whether to print ``--json``."""
 
-    model: str | None
-    devices: Devices
-    context: str
-    response: str
-    question: str | None
-    out: Path
-    options: GroundingOptions
+    config: GroundConfig
     json: bool = False
+
+    @property
+    def options(self) -> GroundingOptions:
+        """The grounder's options (``config.options``)."""
+        return self.config.options
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GroundArgs:
-        texts = read_texts(ns, ["context", "response", "question"])
-        context, response, question = texts["context"], texts["response"], texts["question"]
-        if context is None or response is None:
-            raise ValueError(
-                "ground needs --context (or --context-file) and --response (or --response-file)"
-            )
-        for option, text in (("--context", context), ("--response", response)):
-            if not text.strip():
-                raise ValueError(f"{option} is empty or whitespace only")
-        if question is not None and not question.strip():
-            raise ValueError("--question is empty or whitespace only")
-        options = grounding_options(ns)
-        check_texts(
-            {"context": context, "response": response, "question": question}, options.max_chars
-        )
-        return cls(
+        texts = read_texts(ns, TEXTS)
+        config = GroundConfig(
+            context=texts["context"],
+            response=texts["response"],
+            question=texts["question"],
             model=ns.model,
-            devices=Devices.from_namespace(ns),
-            context=context,
-            response=response,
-            question=question,
             out=Path(ns.out),
-            options=options,
-            json=ns.json,
+            options=grounding_options(ns),  # with --top-k against the model's heads
         )
+        config.check()
+        config.devices = Devices.from_namespace(ns)  # last: it may ask torch for the GPUs
+        return cls(config, json=ns.json)
+
+    def run(self) -> int:
+        """Ground the response (:func:`rcstat.commands.ground.run`, which writes
+        ground.{json,csv,html}); print its sentences (or the ``--json`` object); exit with the
+        verdict (0 supported, 1 unsupported, 3 unverified), or 2 after the verdict when --out
+        could not be written."""
+        try:
+            result = run_ground(self.config, loader=load_model_quietly, say=_note, step=step)
+            failed = None
+        except NotSavedError as err:  # the verdict first, then the one error line
+            result, failed = err.result, f"{err}; the verdict above is not saved"
+        if self.json:
+            print_json(result.document())
+        else:
+            print_table(result.grounding)
+            baselines = ", ".join(f"{k} {v:.3f}" for k, v in result.grounding.baselines.items())
+            console.print(f"same-pass baselines (higher = more supported): {escape(baselines)}")
+        if failed is not None:
+            error_console.print(f"[red]error:[/red] {escape(failed)}")
+            return ERROR
+        where = escape(str(self.config.out))
+        if self.json:
+            error_console.print(f"results written to {where}/")
+        else:
+            console.print(f"results written to {where}/ (open ground.html)")
+        return verdict_status(result.verdict)
 
 
-def run(args: GroundArgs | PairsConfig) -> int:
-    """Ground the response; write ground.{json,csv,html}; print its sentences (or the
-    ``--json`` object); exit with the verdict (0 supported, 1 unsupported, 3 unverified), or 2
-    after the verdict when --out could not be written."""
-    from rcstat.grounding import Grounder
-
-    if not isinstance(args, GroundArgs):  # --pairs (rcstat.cli.ground_pairs)
-        return run_pairs(args)
-
-    check_output_folder(args.out, NAME)
-    check_writable(args.out)
-    texts = {"context": args.context, "response": args.response}
-    warning = language_warning(args.model, texts)
-    if warning is not None:
-        error_console.print(warning, markup=False)
-    model, tokenizer = load_model_quietly(args.model, args.devices)
-    grounder = Grounder(model, tokenizer, args.options)
-    note = lowered_note(args.options.max_tokens, grounder.max_tokens)
-    if note is not None:
-        error_console.print(note, markup=False)
-    with step("grounding…"):
-        result = grounder.ground(args.context, args.response, args.question, show_progress=True)
-    failed = write_results(result, args.out, NAME)
-    out = None if failed else args.out
-    if args.json:
-        print_json(result, out)
-    else:
-        print_table(result)
-        baselines = ", ".join(f"{k} {v:.3f}" for k, v in result.baselines.items())
-        console.print(f"same-pass baselines (higher = more supported): {escape(baselines)}")
-    if failed is not None:  # the verdict first, then the one error line
-        error_console.print(f"[red]error:[/red] {escape(failed)}")
-        return ERROR
-    where = escape(str(args.out))
-    if args.json:
-        error_console.print(f"results written to {where}/")
-    else:
-        console.print(f"results written to {where}/ (open ground.html)")
-    return verdict_status(result)
+def _note(line: str) -> None:
+    """A warning or note of the library, as it is, on standard error."""
+    error_console.print(line, markup=False)
 
 
-def from_namespace(ns: argparse.Namespace) -> GroundArgs | PairsConfig:
-    """The checked arguments of ``rcstat ground`` (with ``--pairs``, its config)."""
+@dataclass
+class PairsArgs:
+    """``rcstat ground --pairs``: the library's checked
+    :class:`~rcstat.evaluation.bench.ground_pairs.PairsConfig`
+    (:mod:`rcstat.cli.ground_pairs`)."""
+
+    config: PairsConfig
+
+    def run(self) -> int:
+        return run_pairs(self.config)
+
+
+def from_namespace(ns: argparse.Namespace) -> GroundCommand:
+    """The checked arguments of ``rcstat ground``: one pair, or with ``--pairs`` many."""
     if ns.pairs is not None:
         if ns.json:
             raise ValueError("--json grounds one pair; --pairs writes a JSON row a pair to --out")
-        return pairs_from_namespace(ns)
+        return PairsArgs(pairs_from_namespace(ns))
     if ns.batch_tokens is not None:
         raise ValueError("--batch-tokens sizes the passes of --pairs; one pair is one pass")
     return GroundArgs.from_namespace(ns)
+
+
+def run(args: GroundCommand) -> int:
+    """Run ``rcstat ground`` on one pair or many (see :class:`GroundArgs` and
+    :mod:`rcstat.cli.ground_pairs`)."""
+    return args.run()

@@ -1,6 +1,19 @@
 """The flags of the commands that ground (``rcstat ground``, ``--pairs``, ``rcstat bench
 grounding``) turned into :class:`~rcstat.grounding.options.GroundingOptions`, before any heavy
-import."""
+import.
+
+The limits of ``rcstat ground`` (one pair or ``--pairs``) are registered once here
+(:func:`add_limit_options`) and checked before the model loads
+(:mod:`rcstat.grounding.limits` holds the checks the library makes with them):
+
+* ``--max-tokens``: the longest input of one pass, in [:data:`~rcstat.defaults.MIN_PASS_TOKENS`,
+  :data:`~rcstat.defaults.MAX_PASS_TOKENS`]; the library lowers a value above the model's window
+  to it (``rcstat ground`` says so in one line).
+* ``--max-chars``: the most characters of each text, checked on the texts as they are read (of
+  every line of ``--pairs``), before the model loads.
+* ``--max-response-tokens``: the most tokens of a response, checked once the tokenizer has
+  read it, before its forward pass.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +22,53 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rcstat.cli.options import check_top_k
-from rcstat.defaults import DEFAULT_BATCH_TOKENS
+from rcstat.defaults import (
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_RESPONSE_TOKENS,
+    MAX_PASS_TOKENS,
+    MIN_PASS_TOKENS,
+)
 
 if TYPE_CHECKING:
     from rcstat.grounding.options import GroundingOptions
 
-__all__ = ["add_batch_tokens_option", "detector_choice", "grounding_options"]
+__all__ = [
+    "add_batch_tokens_option",
+    "add_limit_options",
+    "detector_choice",
+    "grounding_options",
+]
+
+
+def add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """``--max-tokens``, ``--max-chars`` and ``--max-response-tokens`` on ``rcstat ground``."""
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help=f"longest input of one pass, {MIN_PASS_TOKENS:,} to {MAX_PASS_TOKENS:,} tokens "
+        "(default: the model's window; a larger value is lowered to the window); a longer "
+        "context is read in windows, and a response that cannot fit beside any context is "
+        "checked up to where it fits, the rest reported unverified",
+    )
+    parser.add_argument(
+        "--max-chars",
+        type=int,
+        default=None,
+        help="most characters of each text (context, response, question; with --pairs, of "
+        "every line), refused before the model loads when longer: each window of a long "
+        f"context is one more pass (default {DEFAULT_MAX_CHARS:,} characters: about 4 windows "
+        "of the default model, minutes on a CPU)",
+    )
+    parser.add_argument(
+        "--max-response-tokens",
+        type=int,
+        default=None,
+        help=f"most tokens of a response (default {DEFAULT_MAX_RESPONSE_TOKENS:,}), refused "
+        "before its forward pass when longer (with --pairs, its row records the error): every "
+        "response token is a row of every pass",
+    )
 
 
 def add_batch_tokens_option(parser: argparse.ArgumentParser, note: str = "") -> None:
