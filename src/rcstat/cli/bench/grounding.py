@@ -5,10 +5,10 @@ prints is :mod:`rcstat.cli.bench`'s).
 
 A flag whose default is the config's defaults to None and ``--help`` shows the config's
 default: the flags given become the config's fields and the config's checks
-(:meth:`~rcstat.evaluation.bench.common.JobConfig.from_dict`) are the only ones, their
-messages naming the flag (lm-evaluation-harness's ``from_cli``); the grounder's flags become
-its :class:`~rcstat.grounding.options.GroundingOptions` the way every command that grounds
-makes them (:func:`rcstat.cli.ground_flags.grounding_options`).
+(:meth:`~rcstat.evaluation.bench.grounding.GroundingConfig.from_flags`) are the only ones,
+their messages naming the flag (lm-evaluation-harness's ``from_cli``); the grounder's flags
+become its :class:`~rcstat.grounding.options.GroundingOptions` the way every command that
+grounds makes them (:func:`rcstat.cli.ground_flags.grounding_options`).
 """
 
 from __future__ import annotations
@@ -103,20 +103,7 @@ def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
     fields (nothing heavy is imported)."""
     from rcstat.evaluation.bench.grounding import GroundingConfig
 
-    given = {
-        "model": ns.model,
-        "dataset": ns.dataset,
-        "data": ns.data,
-        "n": ns.n,
-        "questionable": ns.questionable,
-        "resamples": ns.resamples,
-        "task": ns.task,
-        "options": grounding_options(ns),
-        "batch_tokens": ns.batch_tokens,
-        "out": ns.out,
-        "retry_failed": getattr(ns, "retry_failed", None),
-    }
-    config = GroundingConfig.from_dict({k: v for k, v in given.items() if v is not None})
+    config = GroundingConfig.from_flags(ns, options=grounding_options(ns))
     config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
     return config
 
