@@ -34,7 +34,7 @@ JOBS: dict[str, JobKind] = {
         "rcstat.heads.collection:HeadsJob", "rcstat.evaluation.bench.heads_results:summarize_run"
     ),
     "bench kv": JobKind(
-        "rcstat.evaluation.kv_bench:KVJob", "rcstat.evaluation.kv_bench:summarize_run"
+        "rcstat.evaluation.bench.kv:KVJob", "rcstat.evaluation.bench.kv:summarize_run"
     ),
     "bench attribution": JobKind(
         "rcstat.evaluation.bench.attribution:AttributionJob",
