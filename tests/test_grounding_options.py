@@ -83,6 +83,7 @@ def test_the_pairs_config_embeds_the_same_options(files: dict[str, Path], tmp_pa
     manifest = config.run_options()
     assert manifest["quantile"] == 0.4 and manifest["profile"] == str(files["profile"].resolve())
     assert "max_chars" not in manifest  # a limit on input changes no row
+    assert manifest["language"] == config.options.language  # a code, not a path
     again = PairsConfig.from_dict({"data": str(pairs), "options": {"quantile": 0.4}})
     assert again.options.quantile == 0.4
     with pytest.raises(ValueError, match="unknown options"):

@@ -152,7 +152,7 @@ class GroundingOptions:
             "detector",
         ):
             value = getattr(self, option)
-            if isinstance(value, (str, Path)):
+            if option in _FILES and isinstance(value, (str, Path)):
                 value = str(Path(value).resolve())
             elif value is not None and not isinstance(value, (bool, int, float)):
                 raise ValueError(
