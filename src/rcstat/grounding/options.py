@@ -154,7 +154,7 @@ class GroundingOptions:
             value = getattr(self, option)
             if option in _FILES and isinstance(value, (str, Path)):
                 value = str(Path(value).resolve())
-            elif value is not None and not isinstance(value, (bool, int, float)):
+            elif value is not None and not isinstance(value, (bool, int, float, str)):
                 raise ValueError(
                     f"{option}: a run folder records files, not objects; pass the {option}'s "
                     "JSON file"
