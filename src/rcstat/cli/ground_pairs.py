@@ -13,7 +13,6 @@ standard output), whose exit status reflects the verdicts
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rcstat.cli._common import Devices, load_model_quietly, say
@@ -52,15 +51,8 @@ def from_namespace(ns: argparse.Namespace) -> PairsConfig:
     ]
     if given:
         raise ValueError(f"--pairs reads every pair from its file; drop {', '.join(given)}")
-    config = PairsConfig(
-        model=ns.model,
-        devices=Devices.from_namespace(ns),
-        data=ns.pairs,
-        out=Path(ns.out),
-        options=grounding_options(ns),
-        batch_tokens=ns.batch_tokens,
-    )
-    config.check()
+    config = PairsConfig.from_flags(ns, data=ns.pairs, options=grounding_options(ns))
+    config.devices = Devices.from_namespace(ns)
     return config
 
 

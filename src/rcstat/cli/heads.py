@@ -149,20 +149,7 @@ def from_namespace(ns: argparse.Namespace) -> HeadsConfig | CompareArgs:
         raise ValueError("--labels applies to --compare only")
     from rcstat.evaluation.bench.heads import HeadsConfig
 
-    config = HeadsConfig(
-        model=ns.model,
-        dataset=ns.dataset or "squad_v2",
-        data=ns.data,
-        n=ns.n,
-        out=Path(ns.out or DEFAULT_OUT),
-        context=ns.context,
-        tau=ns.tau,
-        statistic=ns.statistic,
-        max_new_tokens=ns.max_new_tokens,
-        top=ns.top,
-        retry_failed=getattr(ns, "retry_failed", True),
-    )
-    config.check()
+    config = HeadsConfig.from_flags(ns)
     config.devices, config.shard = devices_and_shard(ns)
     return config
 

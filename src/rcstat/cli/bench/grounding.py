@@ -5,7 +5,7 @@ prints is :mod:`rcstat.cli.bench`'s).
 
 A flag whose default is the config's defaults to None and ``--help`` shows the config's
 default: the flags given become the config's fields and the config's checks
-(:meth:`~rcstat.evaluation.bench.grounding.GroundingConfig.from_flags`) are the only ones,
+(:meth:`~rcstat.evaluation.bench.common.JobConfig.from_flags`) are the only ones,
 their messages naming the flag (lm-evaluation-harness's ``from_cli``); the grounder's flags
 become its :class:`~rcstat.grounding.options.GroundingOptions` the way every command that
 grounds makes them (:func:`rcstat.cli.ground_flags.grounding_options`).

@@ -77,21 +77,11 @@ def register(bench_sub: Any) -> None:
 
 def from_namespace(ns: argparse.Namespace) -> KVConfig:
     """The checked config of ``rcstat bench kv``: the flags given, as the config's fields
-    (nothing heavy is imported)."""
+    (:meth:`~rcstat.evaluation.bench.common.JobConfig.from_flags`; nothing heavy is
+    imported)."""
     from rcstat.evaluation.bench.kv import KVConfig
 
-    given: dict[str, Any] = {
-        "model": ns.model,
-        "dataset": ns.dataset,
-        "data": ns.data,
-        "n": ns.n,
-        "max_new_tokens": ns.max_new_tokens,
-        "out": ns.out,
-        "context": ns.context,
-        "max_tokens": ns.max_tokens,
-        "press_scope": ns.question_placement,
-        "retry_failed": getattr(ns, "retry_failed", True),
-    }
+    given: dict[str, Any] = {"press_scope": ns.question_placement, "knobs": knob_lists(ns)}
     if ns.presses is not None:
         given["presses"] = split_list(ns.presses)
     if ns.ratios is not None:
@@ -100,8 +90,7 @@ def from_namespace(ns: argparse.Namespace) -> KVConfig:
         given["thresholds"] = float_list("--thresholds", split_list(ns.thresholds))
     if ns.window is not None:
         given["windows"] = window_list(split_list(ns.window))
-    given["knobs"] = knob_lists(ns)
-    config = KVConfig.from_dict({k: v for k, v in given.items() if v is not None})
+    config = KVConfig.from_flags(ns, **given)
     config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
     return config
 

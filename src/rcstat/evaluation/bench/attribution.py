@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -81,7 +81,7 @@ from rcstat.evaluation.bench.common import (
 from rcstat.evaluation.bench.results import AttributionResult
 from rcstat.evaluation.choices import LAYOUTS
 from rcstat.runs.folder import staged_output
-from rcstat.runs.job import Item, Job, config_values
+from rcstat.runs.job import Item, Job
 from rcstat.runs.manifest import MANIFEST_FILE, RunManifest, content_hash, model_label
 from rcstat.runs.parts import RunFiles
 from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
@@ -140,7 +140,7 @@ class AttributionConfig(JobConfig):
     FLAGS: ClassVar[dict[str, str]] = {"ks": "--k"}
 
     @classmethod
-    def from_flags(cls, flags: Any) -> Self:
+    def from_flags(cls, flags: Any, **given: Any) -> Self:
         """The checked config of the command line: ``flags`` has an attribute named as each
         field (an argparse namespace; ``ks`` the text of ``--k``, comma-separated), None
         keeping the field's default, and every message names the flag (``--k``, not ``ks``).
@@ -155,18 +155,8 @@ class AttributionConfig(JobConfig):
         ...
         ValueError: --k must be an integer in [1, ∞), got 0
         """
-        given = {
-            f.name: getattr(flags, f.name, None)
-            for f in fields(cls)
-            if f.name not in ("devices", "shard")
-        }
-        if isinstance(given["ks"], str):
-            given["ks"] = split_list(given["ks"])
-        values = {k: v for k, v in given.items() if v is not None}
-        config = cls(**config_values(cls, values, paths=cls.PATHS))
-        config.check_values()
-        config.check(flags=True)
-        return config
+        ks = getattr(flags, "ks", None)
+        return super().from_flags(flags, ks=split_list(ks) if isinstance(ks, str) else ks)
 
     def check_values(self) -> None:
         """The ``k`` values as text and the dataset (an attribution set, by its registry

@@ -1,13 +1,12 @@
-"""What the dataset jobs' library API shares: the options every config holds
-(:class:`JobConfig`), the run object of every benchmark (:class:`BenchRun`), the model loader,
-notes, dataset names."""
+"""What the dataset jobs' library API shares: the options every config holds, its two
+builders and its run folder (:class:`JobConfig`), the model loader, notes, dataset names."""
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -19,7 +18,6 @@ from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
 __all__ = [
-    "BenchRun",
     "JobConfig",
     "Loader",
     "Say",
@@ -27,7 +25,6 @@ __all__ = [
     "load",
     "resolved",
     "say_default",
-    "summarized",
 ]
 
 logger = logging.getLogger("rcstat.evaluation")
@@ -77,14 +74,34 @@ class JobConfig(ABC):
         config.check()
         return config
 
+    @classmethod
+    def from_flags(cls, flags: Any, **given: Any) -> Self:
+        """The checked config of the command line (lm-evaluation-harness's ``from_cli``):
+        ``flags`` has an attribute named as each field (an argparse namespace, whose flags
+        default to None), ``given`` the fields its flags make another way (parsed lists,
+        nested options); None keeps the field's default, and every message names the flag.
+        ``devices`` and ``shard`` are the caller's (several flags and the launcher's
+        environment make them)."""
+        values = {
+            f.name: getattr(flags, f.name, None)
+            for f in fields(cls)
+            if f.name not in ("devices", "shard")
+        }
+        values.update(given)
+        present = {k: v for k, v in values.items() if v is not None}
+        config = cls(**config_values(cls, present, paths=cls.PATHS))
+        config.check_values()
+        config.check(flags=True)
+        return config
+
     def check_values(self) -> None:  # noqa: B027 (optional: most jobs have none)
         """The checks of single values that the command line makes as it reads its flags,
         made here for :meth:`from_dict` (``ValueError`` naming the field); none by default."""
 
     @abstractmethod
-    def check(self) -> None:
+    def check(self, *, flags: bool = False) -> None:
         """The checks that the command line and :meth:`from_dict` both make (``ValueError``
-        naming the option)."""
+        naming the option: its flag when ``flags``, where the two differ)."""
 
     @abstractmethod
     def run_options(self) -> dict[str, Any]:
@@ -147,62 +164,6 @@ class JobConfig(ABC):
         """Refuse a run with no example (``ValueError`` naming the dataset and its data)."""
         if not items:
             raise ValueError(f"no examples in {self.dataset} ({self.data or 'default slice'})")
-
-
-@dataclass
-class BenchRun:
-    """A resumable benchmark run writing into ``out``: what the three benchmarks share.
-
-    ``dataset`` and ``model_name`` are recorded in the run's manifest, with ``options`` (more
-    settings that change rows, such as the data file) compared on resume; ``retry_failed``
-    runs again the items recorded with an error. A benchmark's ``collect`` runs its
-    :class:`~rcstat.runs.job.Job` through :meth:`run_job`.
-    """
-
-    out: Path
-    dataset: str
-    model_name: str
-    options: dict[str, Any] = field(default_factory=dict, kw_only=True)
-    retry_failed: bool = field(default=True, kw_only=True)
-    #: Whether the last ``collect`` with a shard merged the run.
-    merged: bool = field(default=False, init=False)
-
-    @property
-    def predictions(self) -> Path:
-        return self.out / "predictions.jsonl"
-
-    def run_job(self, job: Job, shard: Shard | None, merge_settings: dict[str, Any] | None) -> int:
-        """:func:`~rcstat.runs.job.run_job` of ``job`` in ``out``: every item not yet done (an
-        item recorded with an error again if ``retry_failed``); returns how many ran now.
-
-        With a ``shard`` of several, only its examples, into the shard's part
-        ``out/parts/<i>-of-<N>/``, where ``merge_settings`` are recorded; the process that
-        completes the last part merges the run (:mod:`rcstat.runs.parts`; see :attr:`merged`).
-
-        Raises
-        ------
-        RunMismatchError
-            ``out`` holds a run with other settings (each difference named) or rows without a
-            manifest.
-        RowFileError
-            A line of ``predictions.jsonl`` before the last is malformed (a cut last line is
-            dropped with a warning naming file and line).
-        """
-        done = run_job(
-            job, self.out, shard=shard, retry_failed=self.retry_failed, settings=merge_settings
-        )
-        self.merged = done.merged
-        return done.ran
-
-
-def summarized(
-    bench: BenchRun, outcome: type[ResultT], shard: Shard, summarize: Callable[[], ResultT]
-) -> ResultT:
-    """The result of a benchmark run whose ``collect`` is done: ``summarize()`` of the run
-    folder, or the bare ``outcome`` of this process's part while another shard still
-    works."""
-    result = outcome(bench.out, shard, bench.merged)
-    return result if result.part_only else summarize()
 
 
 def say_default(message: str) -> None:

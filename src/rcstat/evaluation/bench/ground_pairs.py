@@ -73,7 +73,7 @@ class PairsConfig(JobConfig):
     options: GroundingOptions = field(default_factory=GroundingOptions)
     batch_tokens: int | None = None
 
-    def check(self) -> None:
+    def check(self, *, flags: bool = False) -> None:
         """Every option in its range (``ValueError`` naming the option)."""
         if self.data is None:
             raise ValueError("--pairs: give the JSON-lines file of the pairs")

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcstat.checks import check_count, optional_count
 from rcstat.defaults import MAX_RESAMPLES
@@ -90,31 +90,7 @@ class GroundingConfig(JobConfig):
     options: GroundingOptions = field(default_factory=GroundingOptions)
     batch_tokens: int | None = None
 
-    @classmethod
-    def from_flags(cls, flags: Any, **given: Any) -> Self:
-        """The checked config of the command line: ``flags`` has an attribute named as each
-        field (an argparse namespace), None keeping the field's default, with ``given`` on
-        top (the grounder's ``options``, which its own flags make); every message names the
-        flag. ``devices`` and ``shard`` are the caller's (several flags and the launcher's
-        environment make them).
-
-        >>> from types import SimpleNamespace
-        >>> GroundingConfig.from_flags(SimpleNamespace(dataset="ragtruth", task="qa", n=None)).task
-        'qa'
-        >>> GroundingConfig.from_flags(SimpleNamespace(resamples=0))
-        Traceback (most recent call last):
-        ...
-        ValueError: --resamples must be an integer in [1, 100000], got 0
-        """
-        values = {
-            f.name: getattr(flags, f.name, None)
-            for f in fields(cls)
-            if f.name not in ("devices", "shard")
-        }
-        values.update(given)
-        return cls.from_dict({k: v for k, v in values.items() if v is not None})
-
-    def check(self) -> None:
+    def check(self, *, flags: bool = False) -> None:
         """Every option in its range (``ValueError`` naming the option); the dataset's name
         is folded to its canonical spelling."""
         dataset = self.dataset.strip().lower().replace("_", "-")

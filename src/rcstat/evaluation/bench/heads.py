@@ -50,7 +50,7 @@ class HeadsConfig(JobConfig):
     max_new_tokens: int = DATASET_MAX_NEW_TOKENS
     top: int = 10
 
-    def check(self) -> None:
+    def check(self, *, flags: bool = False) -> None:
         """Every option in its range and the dataset's canonical name (``ValueError`` naming
         the option)."""
         optional_count("--n", self.n)

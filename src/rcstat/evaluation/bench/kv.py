@@ -127,7 +127,7 @@ class KVConfig(JobConfig):
             if window != QUESTION_WINDOW:
                 check_count("--window", window)
 
-    def check(self) -> None:
+    def check(self, *, flags: bool = False) -> None:
         """The checks that tie options together and the knobs' names and lists (``ValueError``
         naming the options; the knobs' values are checked by the press, :func:`run`)."""
         unknown = sorted(set(self.knobs) - set(KNOBS))
