@@ -122,7 +122,7 @@ def test_bench_kv_defaults_are_the_press_defaults_of_each_mode() -> None:
     assert knobs["sinks"] == [0, 4] and knobs["floor"] == [0.1]
     for flag, value, message in (
         ("--group", "max,max", "--group lists a value twice"),
-        ("--score", "lower", "--score takes"),
+        ("--score", "lower", "--score must be one of expected, upper"),
         ("--sinks", "-1", "--sinks"),
         ("--floor", "2", "--floor"),
         ("--ratios", "1.5", "--ratios"),

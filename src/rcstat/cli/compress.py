@@ -31,7 +31,7 @@ from rcstat.cli.options import (
     add_special_tokens_option,
     add_text_options,
 )
-from rcstat.cli.press_options import add_press_options
+from rcstat.cli.press_options import add_press_options, knob_values
 from rcstat.commands.compress import NAME, CompressConfig
 from rcstat.commands.compress import run as run_compress
 from rcstat.defaults import QUESTION_WINDOW
@@ -102,7 +102,7 @@ def from_namespace(ns: argparse.Namespace) -> CompressConfig:
             **texts,
             questions=questions,
             window=window,
-            sinks=None if ns.sinks is None else int_list("--sinks", [ns.sinks], low=0)[0],
+            knobs=knob_values(ns),
             press_scope=ns.question_placement,
             devices=Devices.from_namespace(ns),
         )

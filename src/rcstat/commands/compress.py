@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_WINDOW, QUESTION_WINDOW
-from rcstat.press.options import BUDGETS, GROUP_RULES, SCORES, knob_default
+from rcstat.press.options import KNOBS, check_knob, knob_default
 from rcstat.runs.devices import Devices
 from rcstat.runs.job import config_values
 
@@ -72,9 +72,10 @@ class CompressConfig:
     window
         The press's window ``w`` in tokens, or ``"question"``: the question's tokens (with
         ``press_scope="question"``).
-    group, score, budget, floor, sinks
-        The press's knobs (:class:`~rcstat.press.rcstat_press.RCStatPress`); ``group`` and
-        ``budget`` None: the press's default of the mode.
+    knobs
+        The press's knobs given (``{"sinks": 4}``: any of
+        :data:`~rcstat.press.options.KNOBS`); the others at the press's defaults
+        (:class:`~rcstat.press.options.RCStatOptions`; ``group``: the default of the mode).
     press_scope
         What the press compresses: the context alone (``"context"``, question-agnostic) or the
         context with the question (``"question"``, query-aware).
@@ -96,11 +97,7 @@ class CompressConfig:
     threshold: float | None = None
     ratio: float | None = None
     window: int | str = DEFAULT_WINDOW
-    group: str | None = knob_default("group")
-    score: str = knob_default("score")
-    budget: str | None = None
-    floor: float = knob_default("floor")
-    sinks: int = knob_default("sinks")
+    knobs: dict[str, Any] = field(default_factory=dict)
     press_scope: str = "context"
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     full: bool = True
@@ -158,7 +155,11 @@ class CompressConfig:
             )
         if self.ratio is not None:
             check_number("--ratio", self.ratio, low=0, high=1, high_open=True)
-        if self.budget == "pooled" and self.ratio is None:
+        unknown = sorted(set(self.knobs) - set(KNOBS))
+        if unknown:
+            raise ValueError(f"--{unknown[0]}: RCStatPress has no such option")
+        self.knobs = {name: check_knob(name, v, flags=True) for name, v in self.knobs.items()}
+        if self.knobs.get("budget") == "pooled" and self.ratio is None:
             raise ValueError("--budget pooled needs --ratio (a target ratio for the whole model)")
         if self.threshold is not None:
             check_number("--threshold", self.threshold, low=0)
@@ -168,17 +169,10 @@ class CompressConfig:
         else:
             check_count("--window", self.window)
         check_count("--max-new-tokens", self.max_new_tokens)
-        for flag, value, allowed in (
-            ("--group", self.group, (None, *GROUP_RULES)),
-            ("--score", self.score, SCORES),
-            ("--budget", self.budget, (None, *BUDGETS)),
-            ("--press-scope", self.press_scope, SCOPES),
-        ):
-            if value not in allowed:
-                names = ", ".join(str(a) for a in allowed if a is not None)
-                raise ValueError(f"{flag} {value!r}: choose one of {names}")
-        check_number("--floor", self.floor, low=0, high=1)
-        check_count("--sinks", self.sinks, low=0)
+        if self.press_scope not in SCOPES:
+            raise ValueError(
+                f"--press-scope {self.press_scope!r}: choose one of {', '.join(SCOPES)}"
+            )
         for name in ("full", "allow_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected True or False")
@@ -187,16 +181,11 @@ class CompressConfig:
         """The press of these options (needs the ``rcstat[press]`` extra)."""
         from rcstat.press.rcstat_press import RCStatPress
 
-        budget = {} if self.budget is None else {"budget": self.budget}
         return RCStatPress(
             threshold=knob_default("threshold") if self.threshold is None else self.threshold,
             window_size=DEFAULT_WINDOW if self.window == QUESTION_WINDOW else int(self.window),
             compression_ratio=self.ratio,
-            group=self.group,  # type: ignore[arg-type]
-            score=self.score,  # type: ignore[arg-type]
-            **budget,  # type: ignore[arg-type]
-            floor=self.floor,
-            sinks=self.sinks,
+            **self.knobs,
         )
 
 

@@ -8,9 +8,10 @@ neither torch nor kvpress, so ``--help`` can show the values without loading eit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
+from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_WINDOW
 
 __all__ = [
@@ -23,8 +24,11 @@ __all__ = [
     "GroupRule",
     "RCStatOptions",
     "TokenScore",
+    "check_knob",
     "knob_choices",
     "knob_default",
+    "knob_field",
+    "knob_help",
     "knob_type",
 ]
 
@@ -40,19 +44,55 @@ SCORES: tuple[str, ...] = get_args(TokenScore)
 BUDGETS: tuple[str, ...] = get_args(Budget)
 
 
+def _help(text: str, **bounds: float) -> dict[str, Any]:
+    """A knob field's metadata: the ``--help`` text of its flag and, for a number, its
+    ``low``/``high`` bounds (both included)."""
+    return {"help": text, **bounds}
+
+
 @dataclass
 class RCStatOptions:
     """The knobs of :class:`~rcstat.press.rcstat_press.RCStatPress` with their defaults (see its
-    docstring for what each one does)."""
+    docstring for what each one does); each knob's field also holds the help of its flag and
+    its bounds, which :func:`check_knob` applies."""
 
     threshold: float = 1.0
     window_size: int = DEFAULT_WINDOW
     compression_ratio: float | None = None
-    group: GroupRule | None = None
-    score: TokenScore = "expected"
-    budget: Budget = "pooled"
-    floor: float = 0.2
-    sinks: int = 0
+    group: GroupRule | None = field(
+        default=None,
+        metadata=_help(
+            "how a GQA group's query heads decide for their KV head: mean (the group's mean "
+            "relative score) or max (any head keeps an entry, the paper's rule); the press's "
+            "default: mean with a target ratio, max with a threshold"
+        ),
+    )
+    score: TokenScore = field(
+        default="expected",
+        metadata=_help("token score: the exact expected RC or its upper bound A"),
+    )
+    budget: Budget = field(
+        default="pooled",
+        metadata=_help(
+            "target-ratio mode: r of the whole model, layers differing (pooled), or r per "
+            "layer (layer, the paper's)"
+        ),
+    )
+    floor: float = field(
+        default=0.2,
+        metadata=_help(
+            "pooled budget: every KV head keeps at least this share of a uniform budget",
+            low=0,
+            high=1,
+        ),
+    )
+    sinks: int = field(
+        default=0,
+        metadata=_help(
+            "the first N prompt tokens are never evicted (attention sinks, the chat template)",
+            low=0,
+        ),
+    )
 
 
 #: The knobs besides the mode (threshold or target ratio) and the window: every field of
@@ -104,3 +144,41 @@ def knob_choices(name: str) -> tuple[str, ...]:
     if not choices:
         raise KeyError(f"RCStatPress's option {name!r} takes no named values")
     return choices
+
+
+def knob_field(name: str) -> Field[Any]:
+    """The field of the press's knob ``name`` (``KeyError`` for another name)."""
+    if name not in KNOBS:
+        raise KeyError(f"RCStatPress has no option {name!r} (its knobs: {', '.join(KNOBS)})")
+    return next(item for item in fields(RCStatOptions) if item.name == name)
+
+
+def knob_help(name: str) -> str:
+    """The ``--help`` text of the knob ``name``'s flag."""
+    return str(knob_field(name).metadata["help"])
+
+
+def check_knob(name: str, value: Any, *, flags: bool = False) -> Any:
+    """``value`` if the press's knob ``name`` takes it: one of its named values (None where
+    the default is None: the mode's), or a number of its type within its bounds; a
+    ``ValueError`` naming ``--name`` with ``flags``, else ``name``.
+
+    >>> check_knob("floor", 1.5, flags=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: --floor must be in [0, 1], got 1.5
+    >>> check_knob("group", None), check_knob("sinks", 4)
+    (None, 4)
+    """
+    shown = f"--{name}" if flags else name
+    kind, meta = knob_type(name), knob_field(name).metadata
+    if kind is str:
+        allowed = knob_choices(name)
+        if value is None and knob_default(name) is None:
+            return None
+        if value not in allowed:
+            raise ValueError(f"{shown} must be one of {', '.join(allowed)}, got {value!r}")
+        return value
+    if kind is int:
+        return check_count(shown, value, low=int(meta.get("low", 0)))
+    return check_number(shown, value, low=meta.get("low"), high=meta.get("high"))

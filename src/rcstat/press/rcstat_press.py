@@ -38,7 +38,7 @@ from rcstat.capture.graphs import GraphedCalls
 from rcstat.capture.host import stack_on_host
 from rcstat.checks import check_count, check_number
 from rcstat.press.extra import require_kvpress
-from rcstat.press.options import BUDGETS, GROUP_RULES, SCORES, RCStatOptions, TokenScore
+from rcstat.press.options import KNOBS, RCStatOptions, TokenScore, check_knob
 from rcstat.stats import expected_rc_shared, rc_statistics, self_samples
 
 require_kvpress()
@@ -172,15 +172,8 @@ class RCStatPress(BasePress, RCStatOptions):
             )
         if self.group is None:  # the default of the mode (see the docstring)
             self.group = "max" if self.compression_ratio is None else "mean"
-        for name, value, allowed in (
-            ("group", self.group, GROUP_RULES),
-            ("score", self.score, SCORES),
-            ("budget", self.budget, BUDGETS),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-        self.floor = check_number("floor", self.floor, low=0, high=1)
-        self.sinks = check_count("sinks", self.sinks, low=0)
+        for name in KNOBS:
+            setattr(self, name, check_knob(name, getattr(self, name)))
 
     def relative(
         self,

@@ -44,7 +44,7 @@ from rcstat.evaluation.bench.common import (
 )
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.files import write_atomic
-from rcstat.press.options import KNOBS, knob_default
+from rcstat.press.options import KNOBS, check_knob, knob_default
 from rcstat.press.registry import PRESS_NAMES
 from rcstat.runs.folder import staged_output
 from rcstat.runs.job import Item, Job
@@ -128,8 +128,8 @@ class KVConfig(JobConfig):
                 check_count("--window", window)
 
     def check(self, *, flags: bool = False) -> None:
-        """The checks that tie options together and the knobs' names and lists (``ValueError``
-        naming the options; the knobs' values are checked by the press, :func:`run`)."""
+        """The checks that tie options together and every knob's values (``ValueError``
+        naming the options)."""
         unknown = sorted(set(self.knobs) - set(KNOBS))
         if unknown:
             raise ValueError(
@@ -141,6 +141,7 @@ class KVConfig(JobConfig):
                 raise ValueError(f"--{name} needs at least one value")
             if len(set(map(str, values))) != len(values):
                 raise ValueError(f"--{name} lists a value twice: {','.join(map(str, values))}")
+            self.knobs[name] = [check_knob(name, value, flags=True) for value in values]
         check_count("--max-new-tokens", self.max_new_tokens)
         optional_count("--n", self.n)
         optional_count("--max-tokens", self.max_tokens, low=2)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from rcstat.press.options import KNOBS
 from rcstat.runs.shards import Shard
 
 __all__ = [
@@ -91,7 +92,7 @@ def comparison_table(frame: pd.DataFrame | None) -> str | None:
     """``comparison.csv`` of a bench kv run as a short text table (None when empty)."""
     if frame is None or frame.empty:
         return None
-    knobs = [c for c in ("window", "group", "score", "budget", "floor", "sinks") if c in frame]
+    knobs = [c for c in ("window", *KNOBS) if c in frame]
     varying = [c for c in knobs if frame[c].nunique() > 1]  # RCStat's knobs
     return paired_table(frame, ["subset", "ratio", *varying, "metric", "quotient"])
 
