@@ -28,21 +28,22 @@ ValueError: unknown texts ['max_new_tokens']; known: ['answer', 'question', 'sup
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_TAU, DEFAULT_TOP_K, DEFAULT_WINDOW, INSTALL_PRESS
+from rcstat.progress import Step
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder, staged_output
-from rcstat.runs.job import config_values
+from rcstat.runs.job import Config
 
 if TYPE_CHECKING:
     from rcstat.analysis import HeadAnalysis, Statistic
@@ -71,14 +72,6 @@ __all__ = [
 
 #: The command, and the owner of the folders it writes.
 NAME = "demo"
-
-#: Shows a message while a step runs (the CLI's spinner or log line); silent by default.
-Step = Callable[[str], AbstractContextManager[Any]]
-
-
-@contextmanager
-def _silent(message: str) -> Iterator[None]:
-    yield
 
 
 @cache
@@ -184,7 +177,7 @@ def compare_answers(
     settings: tuple[Setting, ...] = SETTINGS,
     *,
     max_new_tokens: int = MAX_NEW_TOKENS,
-    step: Step = _silent,
+    step: Step = nullcontext,
 ) -> AnswerComparison:
     """Answer on the full cache, then on a cache compressed at each of ``settings``.
 
@@ -325,7 +318,7 @@ class DemoResult:
 
 
 @dataclass
-class DemoConfig:
+class DemoConfig(Config):
     """The options of ``rcstat demo`` (the flag ``--tau`` is the field ``tau``; the texts, the
     settings and the answer length are the package's unless a caller gives others, e.g. short
     texts for a tiny model).
@@ -357,27 +350,17 @@ class DemoConfig:
     max_new_tokens: int = MAX_NEW_TOKENS
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        and ``texts`` mappings of their fields, ``settings`` a list of ``{"name",
-        "threshold"}``, ``out`` a path).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names it).
-        """
-        values = dict(data)
-        if isinstance(values.get("texts"), Mapping):
-            values["texts"] = DemoTexts(**_known("texts", DemoTexts, values["texts"]))
-        if "settings" in values:
-            values["settings"] = tuple(
+    def prepared(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """``texts`` as :class:`DemoTexts` and ``settings`` as :class:`Setting` from mappings of
+        their fields (an unknown key refused, naming it)."""
+        if isinstance(data.get("texts"), Mapping):
+            data["texts"] = DemoTexts(**_known("texts", DemoTexts, data["texts"]))
+        if "settings" in data:
+            data["settings"] = tuple(
                 Setting(**_known("settings", Setting, item)) if isinstance(item, Mapping) else item
-                for item in values["settings"]
+                for item in data["settings"]
             )
-        config = cls(**config_values(cls, values))
-        config.check()
-        return config
+        return data
 
     def check(self) -> None:
         """Refuse what ``rcstat demo`` refuses before the model loads (``ValueError`` naming
@@ -412,19 +395,14 @@ def _known(what: str, kind: type, values: Mapping[str, Any]) -> Mapping[str, Any
     return values
 
 
-def run(config: DemoConfig, *, loader: Loader | None = None, step: Step = _silent) -> DemoResult:
+def run(
+    config: DemoConfig, *, loader: Loader | None = None, step: Step = nullcontext
+) -> DemoResult:
     """Run the demo of ``config`` (:func:`contrast` on its model) and, when ``config.out`` is
     set, write the folder of ``rcstat demo`` there.
 
-    Parameters
-    ----------
-    config
-        The options (checked again here).
-    loader
-        Loads ``(model, tokenizer)`` from ``config.model`` and ``config.devices``; default
-        :func:`rcstat.evaluation.bench.common.load`.
-    step
-        ``step(message)`` shows progress around each long step; silent by default.
+    ``config`` (checked again), ``loader`` and ``step`` as for every command
+    (:mod:`rcstat.commands`).
 
     Raises
     ------
@@ -463,7 +441,7 @@ def contrast(
     texts: DemoTexts = DEMO_TEXTS,
     settings: tuple[Setting, ...] = SETTINGS,
     max_new_tokens: int = MAX_NEW_TOKENS,
-    step: Step = _silent,
+    step: Step = nullcontext,
 ) -> DemoResult:
     """Analyse both examples, compare full-cache and compressed answers, attribute the answer
     (see the module docstring) with a loaded model; ``step(message)`` shows progress."""

@@ -5,11 +5,17 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TextIO, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, TextIO, TypeVar
 
-__all__ = ["progress"]
+__all__ = ["Step", "progress"]
 
 T = TypeVar("T")
+
+
+#: Shows a message while a long step of a library call runs (the command line's spinner or log
+#: line); the calls take ``step=contextlib.nullcontext``, silent, by default.
+Step = Callable[[str], AbstractContextManager[Any]]
 
 
 def progress(

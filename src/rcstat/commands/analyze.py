@@ -15,35 +15,32 @@ imports neither torch nor pandas: the options are checked before anything heavy 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TAU
+from rcstat.progress import Step
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder, staged_output
-from rcstat.runs.job import config_values
+from rcstat.runs.job import Config
 
 if TYPE_CHECKING:
     from rcstat.analysis import HeadAnalysis
     from rcstat.evaluation.bench.common import Loader
 
-__all__ = ["NAME", "PLACEMENTS", "AnalyzeConfig", "AnalyzeResult", "Step", "run"]
+__all__ = ["NAME", "PLACEMENTS", "AnalyzeConfig", "AnalyzeResult", "run"]
 
 #: The command, and the owner of the folders it writes.
 NAME = "analyze"
 #: Chat mode: the question ends the prompt, or starts the generation (as in the paper's §5.1).
 PLACEMENTS = ("prompt", "generation")
-#: Shows a message while a step runs (the command line's spinner or log line); silent by
-#: default.
-Step = Callable[[str], AbstractContextManager[Any]]
 
 
 @dataclass
-class AnalyzeConfig:
+class AnalyzeConfig(Config):
     """The options of ``rcstat analyze`` (each flag ``--x-y`` is the field ``x_y``).
 
     Chat mode gives ``context`` and ``question`` (and ``answer``, generated when absent), raw
@@ -95,27 +92,6 @@ class AnalyzeConfig:
     scaled: bool = False
     lower_bound: bool | None = None
     allow_special_tokens: bool = False
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``out`` a path).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the flag).
-
-        Examples
-        --------
-        >>> AnalyzeConfig.from_dict({"prompt": "Once", "colour": "red"})  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: unknown option(s) ['colour']; known: [...]
-        """
-        config = cls(**config_values(cls, data))
-        config.check()
-        return config
 
     @property
     def raw(self) -> bool:
@@ -243,15 +219,8 @@ def run(
     """Analyse the example of ``config`` and, when ``config.out`` is set, write the folder
     of ``rcstat analyze`` there.
 
-    Parameters
-    ----------
-    config
-        The options (checked again here).
-    loader
-        Loads ``(model, tokenizer)`` from ``config.model`` and ``config.devices``; default
-        :func:`rcstat.evaluation.bench.common.load`.
-    step
-        ``step(message)`` shows progress around each long step; silent by default.
+    ``config`` (checked again), ``loader`` and ``step`` as for every command
+    (:mod:`rcstat.commands`).
 
     Raises
     ------

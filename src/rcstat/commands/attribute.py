@@ -16,11 +16,10 @@ heavy loads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING
 
 from rcstat.checks import check_count, check_language
 from rcstat.defaults import (
@@ -29,9 +28,10 @@ from rcstat.defaults import (
     DEFAULT_TOP_K,
     resolve_span_score,
 )
+from rcstat.progress import Step
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder, staged_output
-from rcstat.runs.job import config_values
+from rcstat.runs.job import Config
 
 if TYPE_CHECKING:
     from rcstat.attribution import Attribution
@@ -44,7 +44,6 @@ __all__ = [
     "STATISTICS",
     "AttributeConfig",
     "AttributeResult",
-    "Step",
     "run",
 ]
 
@@ -56,13 +55,10 @@ RANKINGS = ("top", "bottom", "all", "top_post_softmax", "bottom_post_softmax")
 GRANULARITIES = ("chunk", "sentence", "token")
 #: The RC statistic that scores spans and ranks heads.
 STATISTICS = ("expected", "upper")
-#: Shows a message while a step runs (the command line's spinner or log line); silent by
-#: default.
-Step = Callable[[str], AbstractContextManager[Any]]
 
 
 @dataclass
-class AttributeConfig:
+class AttributeConfig(Config):
     """The options of ``rcstat attribute`` (each flag ``--x-y`` is the field ``x_y``).
 
     Attributes
@@ -116,27 +112,6 @@ class AttributeConfig:
     model: str | None = None
     devices: Devices = field(default_factory=Devices)
     out: Path | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``out`` a path).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the flag).
-
-        Examples
-        --------
-        >>> AttributeConfig.from_dict({"context": "c.", "question": "q?", "granularity": "word"})
-        Traceback (most recent call last):
-        ...
-        ValueError: --granularity 'word': choose one of chunk, sentence, token
-        """
-        config = cls(**config_values(cls, data))
-        config.check()
-        return config
 
     def check(self) -> None:
         """Refuse a config that ``rcstat attribute`` refuses (``ValueError`` naming the flag).
@@ -202,15 +177,8 @@ def run(
     """Attribute the answer of ``config`` and, when ``config.out`` is set, write the folder of
     ``rcstat attribute`` there.
 
-    Parameters
-    ----------
-    config
-        The options (checked again here).
-    loader
-        Loads ``(model, tokenizer)`` from ``config.model`` and ``config.devices``; default
-        :func:`rcstat.evaluation.bench.common.load`.
-    step
-        ``step(message)`` shows progress around each long step; silent by default.
+    ``config`` (checked again), ``loader`` and ``step`` as for every command
+    (:mod:`rcstat.commands`).
 
     Raises
     ------

@@ -17,16 +17,17 @@ anything heavy loads (the press needs the ``rcstat[press]`` extra).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.press.options import KNOBS, check_knob, knob_default
+from rcstat.progress import Step
 from rcstat.runs.devices import Devices
-from rcstat.runs.job import config_values
+from rcstat.runs.job import Config
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
@@ -39,7 +40,6 @@ __all__ = [
     "CompressConfig",
     "CompressResult",
     "FullAnswer",
-    "Step",
     "run",
 ]
 
@@ -47,13 +47,10 @@ __all__ = [
 NAME = "compress"
 #: What the press compresses (``--press-scope``): the context alone, or with the question.
 SCOPES = ("context", "question")
-#: Shows a message while a step runs (the command line's spinner or log line); silent by
-#: default.
-Step = Callable[[str], AbstractContextManager[Any]]
 
 
 @dataclass
-class CompressConfig:
+class CompressConfig(Config):
     """The options of ``rcstat compress`` (each flag ``--x-y`` is the field ``x_y``).
 
     Attributes
@@ -105,29 +102,14 @@ class CompressConfig:
     model: str | None = None
     devices: Devices = field(default_factory=Devices)
 
+    PATHS = ()
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the flag).
-
-        Examples
-        --------
-        >>> CompressConfig.from_dict({"context": "c", "question": "q?", "ratio": 1})
-        Traceback (most recent call last):
-        ...
-        ValueError: --ratio must be in [0, 1), got 1.0
-        """
-        values = config_values(cls, data, paths=())
-        if isinstance(values.get("questions"), list):
-            values["questions"] = tuple(values["questions"])
-        config = cls(**values)
-        config.check()
-        return config
+    def prepared(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """``questions`` as a tuple."""
+        if isinstance(data.get("questions"), list):
+            data["questions"] = tuple(data["questions"])
+        return data
 
     def check(self) -> None:
         """Refuse a config that ``rcstat compress`` refuses (``ValueError`` naming the flag).
@@ -220,15 +202,8 @@ def run(
 ) -> CompressResult:
     """Answer the question(s) of ``config`` on the compressed cache (and on the full cache).
 
-    Parameters
-    ----------
-    config
-        The options (checked again here).
-    loader
-        Loads ``(model, tokenizer)`` from ``config.model`` and ``config.devices``; default
-        :func:`rcstat.evaluation.bench.common.load`.
-    step
-        ``step(message)`` shows progress around each long step; silent by default.
+    ``config`` (checked again), ``loader`` and ``step`` as for every command
+    (:mod:`rcstat.commands`).
 
     Raises
     ------

@@ -25,17 +25,18 @@ import logging
 import math
 import unicodedata
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from rcstat.defaults import DEFAULT_MODEL_NAME
 from rcstat.grounding.limits import check_texts
 from rcstat.grounding.options import GroundingOptions
+from rcstat.progress import Step
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder, check_writable, staged_output
-from rcstat.runs.job import config_values
+from rcstat.runs.job import Config
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
@@ -50,7 +51,6 @@ __all__ = [
     "GroundResult",
     "NotSavedError",
     "Say",
-    "Step",
     "language_warning",
     "latin_share",
     "lowered_note",
@@ -70,16 +70,13 @@ LATIN_SHARE_MIN = 0.5
 #: The text fields (each the flag ``--NAME`` or ``--NAME-file`` on the command line).
 TEXTS = ("context", "response", "question")
 
-#: Shows a message while a step runs (the command line's spinner or log line); silent by
-#: default.
-Step = Callable[[str], AbstractContextManager[Any]]
 #: Where the notes go (a warning on the texts, a lowered ``max_tokens``); default: the
 #: ``rcstat.commands`` logger.
 Say = Callable[[str], None]
 
 
 @dataclass
-class GroundConfig:
+class GroundConfig(Config):
     """The options of ``rcstat ground`` on one pair (each flag ``--x-y`` is the field ``x_y``,
     the grounder's among ``options``).
 
@@ -106,28 +103,6 @@ class GroundConfig:
     devices: Devices = field(default_factory=Devices)
     out: Path | None = None
     options: GroundingOptions = field(default_factory=GroundingOptions)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        and ``options`` mappings of their fields, ``out`` a path).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the flag).
-
-        Examples
-        --------
-        >>> GroundConfig.from_dict({"context": "a.", "response": "b.", "colour": 1})
-        ... # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: unknown option(s) ['colour']; known: [...]
-        """
-        config = cls(**config_values(cls, data))
-        config.check()
-        return config
 
     def check(self) -> None:
         """Refuse what ``rcstat ground`` refuses before the model loads: a missing or empty
@@ -278,13 +253,11 @@ def run(
     """Ground the response of ``config`` against its context and, when ``config.out`` is set,
     write the folder of ``rcstat ground`` there.
 
+    ``config`` (checked again), ``loader`` and ``step`` as for every command
+    (:mod:`rcstat.commands`).
+
     Parameters
     ----------
-    config
-        The options (checked again here).
-    loader
-        Loads ``(model, tokenizer)`` from ``config.model`` and ``config.devices``; default
-        :func:`rcstat.evaluation.bench.common.load`.
     say
         Receives the notes: a text mostly not in the Latin script for the default (English)
         model, before it loads; a ``max_tokens`` lowered to the model's window. Default: the

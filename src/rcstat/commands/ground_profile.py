@@ -15,17 +15,16 @@ result writes the command's folder (:meth:`GroundProfileResult.write`: ``profile
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import check_count, check_number, optional_count, split_list
 from rcstat.data.registry import DATASETS, canonical_name, dataset_names
 from rcstat.defaults import DEFAULT_GROUNDING_FRACTION, DEFAULT_THRESHOLD_QUANTILE
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder, staged_output
-from rcstat.runs.job import config_values
+from rcstat.runs.job import Config
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
@@ -42,7 +41,7 @@ QA_DATASETS = dataset_names(("qa",))
 
 
 @dataclass
-class GroundProfileConfig:
+class GroundProfileConfig(Config):
     """The options of ``rcstat ground-profile`` (each flag ``--x-y`` is the field ``x_y``).
 
     Attributes
@@ -82,27 +81,6 @@ class GroundProfileConfig:
     threshold_quantile: float = DEFAULT_THRESHOLD_QUANTILE
     calibrate_on: tuple[str, ...] = ()
     out: Path | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``out`` a path).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the flag).
-
-        Examples
-        --------
-        >>> GroundProfileConfig.from_dict({"fraction": 0})
-        Traceback (most recent call last):
-        ...
-        ValueError: --fraction must be in (0, 1], got 0.0
-        """
-        config = cls(**config_values(cls, data))
-        config.check()
-        return config
 
     def check(self) -> None:
         """Refuse what ``rcstat ground-profile`` refuses before anything loads (``ValueError``
@@ -212,13 +190,7 @@ def run(config: GroundProfileConfig, *, loader: Loader | None = None) -> GroundP
     """Measure the head profile of ``config.model`` and, when ``config.out`` is set, write the
     folder of ``rcstat ground-profile`` there (progress on standard error).
 
-    Parameters
-    ----------
-    config
-        The options (checked again here).
-    loader
-        Loads ``(model, tokenizer)`` from ``config.model`` and ``config.devices``; default
-        :func:`rcstat.evaluation.bench.common.load`.
+    ``config`` (checked again) and ``loader`` as for every command (:mod:`rcstat.commands`).
 
     Raises
     ------

@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from rcstat.progress import progress as show_progress
 from rcstat.runs.devices import Devices
@@ -45,6 +45,7 @@ from rcstat.runs.rows import RowFile, resume_plan
 from rcstat.runs.shards import Shard, parse_shard
 
 __all__ = [
+    "Config",
     "Item",
     "Job",
     "JobRun",
@@ -155,6 +156,45 @@ class JobRun:
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     merged: bool = False
     split: bool = False
+
+
+class Config(ABC):
+    """A dataclass of a command's or a job's options, built from a plain mapping by
+    :meth:`from_dict` and checked by its one validator, :meth:`check`."""
+
+    #: The fields that :meth:`from_dict` reads as paths.
+    PATHS: ClassVar[tuple[str, ...]] = ("out",)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """A checked config from a mapping of field names (missing: the defaults; as
+        :func:`config_values` reads them: ``devices`` and an embedded options dataclass as
+        mappings of their fields, ``shard`` as ``"i/N"``, :attr:`PATHS` as paths).
+
+        Raises
+        ------
+        ValueError
+            An unknown field, or a value out of its range (the message names the option).
+        """
+        config = cls(**config_values(cls, cls.prepared(dict(data)), paths=cls.PATHS))
+        config.check_values()
+        config.check()
+        return config
+
+    @classmethod
+    def prepared(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The mapping :meth:`from_dict` reads, with the values that a plain mapping holds in
+        another shape converted (e.g. a list for a tuple); as it is by default."""
+        return data
+
+    def check_values(self) -> None:  # noqa: B027 (optional: most configs have none)
+        """The checks of single values that a command line makes as it reads its flags, made
+        here for :meth:`from_dict` (``ValueError`` naming the field); none by default."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Every option in its range and the options that go together (``ValueError`` naming
+        the option)."""
 
 
 def config_values(

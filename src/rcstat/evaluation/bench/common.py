@@ -4,7 +4,7 @@ builders and its run folder (:class:`JobConfig`), the model loader, notes, datas
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Self, TypeVar
 from rcstat.evaluation.bench.results import Outcome
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import claim_output_folder
-from rcstat.runs.job import Job, JobRun, check_run_folder, config_values, run_job
+from rcstat.runs.job import Config, Job, JobRun, check_run_folder, config_values, run_job
 from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
@@ -37,7 +37,7 @@ ResultT = TypeVar("ResultT", bound=Outcome)
 
 
 @dataclass
-class JobConfig(ABC):
+class JobConfig(Config):
     """The options every dataset job runs with: the model and its devices, the dataset (its
     name, a data file, how many examples: None takes them all), the output folder, whether
     the items recorded with an error run again, and this process's shard.
@@ -56,23 +56,6 @@ class JobConfig(ABC):
 
     #: The command whose output folder a run of this job is (and the kind of its manifest).
     COMMAND: ClassVar[str]
-    #: The fields that :meth:`from_dict` reads as paths.
-    PATHS: ClassVar[tuple[str, ...]] = ("out",)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """A checked config from a mapping of field names (missing: the defaults; ``devices``
-        a mapping of :class:`~rcstat.runs.devices.Devices` fields, ``shard`` an ``"i/N"``).
-
-        Raises
-        ------
-        ValueError
-            An unknown field, or a value out of its range (the message names the field).
-        """
-        config = cls(**config_values(cls, data, paths=cls.PATHS))
-        config.check_values()
-        config.check()
-        return config
 
     @classmethod
     def from_flags(cls, flags: Any, **given: Any) -> Self:
@@ -93,10 +76,6 @@ class JobConfig(ABC):
         config.check_values()
         config.check(flags=True)
         return config
-
-    def check_values(self) -> None:  # noqa: B027 (optional: most jobs have none)
-        """The checks of single values that the command line makes as it reads its flags,
-        made here for :meth:`from_dict` (``ValueError`` naming the field); none by default."""
 
     @abstractmethod
     def check(self, *, flags: bool = False) -> None:
