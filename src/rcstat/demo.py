@@ -321,16 +321,11 @@ class DemoResult:
 class DemoConfig(Config):
     """The options of ``rcstat demo`` (the flag ``--tau`` is the field ``tau``; the texts, the
     settings and the answer length are the package's unless a caller gives others, e.g. short
-    texts for a tiny model).
+    texts for a tiny model; ``model``, ``devices`` and ``out`` as in every command,
+    :mod:`rcstat.commands`).
 
     Attributes
     ----------
-    model
-        Hub id, local folder or ``.gguf`` file; None: the embedded default model.
-    devices
-        Where the model runs (:class:`~rcstat.runs.devices.Devices`).
-    out
-        The folder :func:`run` writes; None: nothing is written.
     tau
         Threshold of the head counts on the upper bound A and the expected RC E.
     texts
@@ -413,11 +408,9 @@ def run(
     config.check()
     if config.out is not None:
         check_output_folder(Path(config.out), NAME)
-    if loader is None:
-        from rcstat.evaluation.bench.common import load
+    from rcstat.evaluation.bench.common import load_for
 
-        loader = load
-    model, tokenizer = loader(config.model, config.devices)
+    model, tokenizer = load_for(config, loader)
     result = contrast(
         model,
         tokenizer,

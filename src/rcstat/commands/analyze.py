@@ -41,7 +41,8 @@ PLACEMENTS = ("prompt", "generation")
 
 @dataclass
 class AnalyzeConfig(Config):
-    """The options of ``rcstat analyze`` (each flag ``--x-y`` is the field ``x_y``).
+    """The options of ``rcstat analyze`` (each flag ``--x-y`` is the field ``x_y``;
+    ``model``, ``devices`` and ``out`` as in every command, :mod:`rcstat.commands`).
 
     Chat mode gives ``context`` and ``question`` (and ``answer``, generated when absent), raw
     mode gives ``prompt`` (and ``generation``, generated when absent); not both.
@@ -54,12 +55,6 @@ class AnalyzeConfig(Config):
         Raw mode's texts (no chat template).
     question_placement
         Chat mode: the question ends the prompt (``"prompt"``) or starts the generation.
-    model
-        Hub id, local folder or ``.gguf`` file; None: the embedded default model.
-    devices
-        Where the model runs (:class:`~rcstat.runs.devices.Devices`).
-    out
-        The folder :func:`run` writes; None: nothing is written.
     tau
         Threshold of the head counts printed and of the heatmap's title.
     top
@@ -234,11 +229,9 @@ def run(
     config.check()
     if config.out is not None:
         check_output_folder(Path(config.out), NAME)
-    if loader is None:
-        from rcstat.evaluation.bench.common import load
+    from rcstat.evaluation.bench.common import load_for
 
-        loader = load
-    model, tokenizer = loader(config.model, config.devices)
+    model, tokenizer = load_for(config, loader)
     layout = attention_layout(model)
     for layer, head in config.heads:
         if layer >= layout.num_layers or head >= layout.num_heads:

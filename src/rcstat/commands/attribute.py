@@ -59,7 +59,8 @@ STATISTICS = ("expected", "upper")
 
 @dataclass
 class AttributeConfig(Config):
-    """The options of ``rcstat attribute`` (each flag ``--x-y`` is the field ``x_y``).
+    """The options of ``rcstat attribute`` (each flag ``--x-y`` is the field ``x_y``;
+    ``model``, ``devices`` and ``out`` as in every command, :mod:`rcstat.commands`).
 
     Attributes
     ----------
@@ -89,12 +90,6 @@ class AttributeConfig(Config):
         Language code of the sentence splitter.
     allow_special_tokens
         Special-token strings in the texts become special tokens (trusted text only).
-    model
-        Hub id, local folder or ``.gguf`` file; None: the embedded default model.
-    devices
-        Where the model runs (:class:`~rcstat.runs.devices.Devices`).
-    out
-        The folder :func:`run` writes; None: nothing is written.
     """
 
     context: str | list[str] | None = None
@@ -192,11 +187,9 @@ def run(
     config.check()
     if config.out is not None:
         check_output_folder(Path(config.out), NAME)
-    if loader is None:
-        from rcstat.evaluation.bench.common import load
+    from rcstat.evaluation.bench.common import load_for
 
-        loader = load
-    model, tokenizer = loader(config.model, config.devices)
+    model, tokenizer = load_for(config, loader)
     layout = attention_layout(model)
     heads = layout.num_layers * layout.num_heads
     if config.ranking != "all" and config.top_k > heads:

@@ -51,7 +51,8 @@ SCOPES = ("context", "question")
 
 @dataclass
 class CompressConfig(Config):
-    """The options of ``rcstat compress`` (each flag ``--x-y`` is the field ``x_y``).
+    """The options of ``rcstat compress`` (each flag ``--x-y`` is the field ``x_y``;
+    ``model``, ``devices`` and ``out`` as in every command, :mod:`rcstat.commands`).
 
     Attributes
     ----------
@@ -82,10 +83,6 @@ class CompressConfig(Config):
         Answer with the full cache too, and compare.
     allow_special_tokens
         Special-token strings in the texts become special tokens (trusted text only).
-    model
-        Hub id, local folder or ``.gguf`` file; None: the embedded default model.
-    devices
-        Where the model runs (:class:`~rcstat.runs.devices.Devices`).
     """
 
     context: str | None = None
@@ -224,11 +221,9 @@ def run(
     )
 
     press = config.press()
-    if loader is None:
-        from rcstat.evaluation.bench.common import load
+    from rcstat.evaluation.bench.common import load_for
 
-        loader = load
-    model, tokenizer = loader(config.model, config.devices)
+    model, tokenizer = load_for(config, loader)
     assert config.context is not None  # checked
     questions = list(config.questions) or [str(config.question)]
     contexts = [config.context] * len(questions)

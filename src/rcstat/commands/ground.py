@@ -78,7 +78,8 @@ Say = Callable[[str], None]
 @dataclass
 class GroundConfig(Config):
     """The options of ``rcstat ground`` on one pair (each flag ``--x-y`` is the field ``x_y``,
-    the grounder's among ``options``).
+    the grounder's among ``options``; ``model``, ``devices`` and ``out`` as in every command,
+    :mod:`rcstat.commands`).
 
     Attributes
     ----------
@@ -86,12 +87,6 @@ class GroundConfig(Config):
         The context (source) and the response to check (both needed).
     question
         The question or instruction the response answers; None: a default instruction.
-    model
-        Hub id, local folder or ``.gguf`` file; None: the embedded default model.
-    devices
-        Where the model runs (:class:`~rcstat.runs.devices.Devices`).
-    out
-        The folder :func:`run` writes; None: nothing is written.
     options
         The grounder's options (:class:`~rcstat.grounding.options.GroundingOptions`).
     """
@@ -287,11 +282,9 @@ def run(
     warning = language_warning(config.model, {"context": context, "response": response})
     if warning is not None:
         notes(warning)
-    if loader is None:
-        from rcstat.evaluation.bench.common import load
+    from rcstat.evaluation.bench.common import load_for
 
-        loader = load
-    model, tokenizer = loader(config.model, config.devices)
+    model, tokenizer = load_for(config, loader)
     grounder = Grounder(model, tokenizer, config.options)
     note = lowered_note(config.options.max_tokens, grounder.max_tokens)
     if note is not None:

@@ -42,14 +42,11 @@ QA_DATASETS = dataset_names(("qa",))
 
 @dataclass
 class GroundProfileConfig(Config):
-    """The options of ``rcstat ground-profile`` (each flag ``--x-y`` is the field ``x_y``).
+    """The options of ``rcstat ground-profile`` (each flag ``--x-y`` is the field ``x_y``;
+    ``model``, ``devices`` and ``out`` as in every command, :mod:`rcstat.commands`).
 
     Attributes
     ----------
-    model
-        Hub id, local folder or ``.gguf`` file; None: the embedded default model.
-    devices
-        Where the model runs (:class:`~rcstat.runs.devices.Devices`).
     dataset
         The QA dataset answered (one of :data:`QA_DATASETS`).
     data
@@ -67,8 +64,6 @@ class GroundProfileConfig(Config):
         More datasets whose contexts (or chunks) give calibration pairs: ``NAME`` reads its
         developer slice, ``NAME:PATH`` a file in its format (a string: a comma-separated
         list).
-    out
-        The folder :func:`run` writes; None: nothing is written.
     """
 
     model: str | None = None
@@ -214,11 +209,9 @@ def run(config: GroundProfileConfig, *, loader: Loader | None = None) -> GroundP
         for name, path in config.calibration_sets()
         for text in document_texts(load_dataset(name, path))
     ]
-    if loader is None:
-        from rcstat.evaluation.bench.common import load
+    from rcstat.evaluation.bench.common import load_for
 
-        loader = load
-    model, tokenizer = loader(config.model, config.devices)
+    model, tokenizer = load_for(config, loader)
     profile = build_profile(
         model,
         tokenizer,

@@ -23,6 +23,7 @@ __all__ = [
     "Say",
     "dataset_for",
     "load",
+    "load_for",
     "resolved",
     "say_default",
 ]
@@ -156,6 +157,12 @@ def load(model: str | None, devices: Devices) -> tuple[Any, Any]:
 
     devices.select()
     return load_model(model, **devices.load_kwargs())
+
+
+def load_for(config: Any, loader: Loader | None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``config.model`` on ``config.devices``, loaded by ``loader``
+    (default :func:`load`): what every command's ``run`` loads (:mod:`rcstat.commands`)."""
+    return (loader or load)(config.model, config.devices)
 
 
 def resolved(path: str | Path | None) -> str | None:
