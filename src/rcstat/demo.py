@@ -40,9 +40,10 @@ import numpy as np
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_TAU, DEFAULT_TOP_K, DEFAULT_WINDOW, INSTALL_PRESS
+from rcstat.evaluation.bench.common import load_for
 from rcstat.progress import Step
 from rcstat.runs.devices import Devices
-from rcstat.runs.folder import check_output_folder, staged_output
+from rcstat.runs.folder import staged_output
 from rcstat.runs.job import Config
 
 if TYPE_CHECKING:
@@ -405,12 +406,7 @@ def run(
         A bad option, or an output folder of another command or with files rcstat did not
         write (before the model loads).
     """
-    config.check()
-    if config.out is not None:
-        check_output_folder(Path(config.out), NAME)
-    from rcstat.evaluation.bench.common import load_for
-
-    model, tokenizer = load_for(config, loader)
+    model, tokenizer = load_for(config, loader, NAME)
     result = contrast(
         model,
         tokenizer,

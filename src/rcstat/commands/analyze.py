@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TAU
+from rcstat.evaluation.bench.common import load_for
 from rcstat.progress import Step
 from rcstat.runs.devices import Devices
-from rcstat.runs.folder import check_output_folder, staged_output
+from rcstat.runs.folder import staged_output
 from rcstat.runs.job import Config
 
 if TYPE_CHECKING:
@@ -226,12 +227,7 @@ def run(
     from rcstat.analysis import analyze
     from rcstat.capture import attention_layout
 
-    config.check()
-    if config.out is not None:
-        check_output_folder(Path(config.out), NAME)
-    from rcstat.evaluation.bench.common import load_for
-
-    model, tokenizer = load_for(config, loader)
+    model, tokenizer = load_for(config, loader, NAME)
     layout = attention_layout(model)
     for layer, head in config.heads:
         if layer >= layout.num_layers or head >= layout.num_heads:

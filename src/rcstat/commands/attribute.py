@@ -28,9 +28,10 @@ from rcstat.defaults import (
     DEFAULT_TOP_K,
     resolve_span_score,
 )
+from rcstat.evaluation.bench.common import load_for
 from rcstat.progress import Step
 from rcstat.runs.devices import Devices
-from rcstat.runs.folder import check_output_folder, staged_output
+from rcstat.runs.folder import staged_output
 from rcstat.runs.job import Config
 
 if TYPE_CHECKING:
@@ -184,12 +185,7 @@ def run(
     from rcstat.attribution import Attributor
     from rcstat.capture import attention_layout
 
-    config.check()
-    if config.out is not None:
-        check_output_folder(Path(config.out), NAME)
-    from rcstat.evaluation.bench.common import load_for
-
-    model, tokenizer = load_for(config, loader)
+    model, tokenizer = load_for(config, loader, NAME)
     layout = attention_layout(model)
     heads = layout.num_layers * layout.num_heads
     if config.ranking != "all" and config.top_k > heads:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import check_count, check_number
 from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_WINDOW, QUESTION_WINDOW
+from rcstat.evaluation.bench.common import load_for
 from rcstat.press.options import KNOBS, check_knob, knob_default
 from rcstat.progress import Step
 from rcstat.runs.devices import Devices
@@ -221,8 +222,6 @@ def run(
     )
 
     press = config.press()
-    from rcstat.evaluation.bench.common import load_for
-
     model, tokenizer = load_for(config, loader)
     assert config.context is not None  # checked
     questions = list(config.questions) or [str(config.question)]

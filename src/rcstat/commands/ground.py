@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcstat.defaults import DEFAULT_MODEL_NAME
+from rcstat.evaluation.bench.common import load_for
 from rcstat.grounding.limits import check_texts
 from rcstat.grounding.options import GroundingOptions
 from rcstat.progress import Step
@@ -282,8 +283,6 @@ def run(
     warning = language_warning(config.model, {"context": context, "response": response})
     if warning is not None:
         notes(warning)
-    from rcstat.evaluation.bench.common import load_for
-
     model, tokenizer = load_for(config, loader)
     grounder = Grounder(model, tokenizer, config.options)
     note = lowered_note(config.options.max_tokens, grounder.max_tokens)

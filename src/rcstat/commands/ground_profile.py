@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rcstat.checks import check_count, check_number, optional_count, split_list
 from rcstat.data.registry import DATASETS, canonical_name, dataset_names
 from rcstat.defaults import DEFAULT_GROUNDING_FRACTION, DEFAULT_THRESHOLD_QUANTILE
+from rcstat.evaluation.bench.common import load_for
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder, staged_output
 from rcstat.runs.job import Config
@@ -209,8 +210,6 @@ def run(config: GroundProfileConfig, *, loader: Loader | None = None) -> GroundP
         for name, path in config.calibration_sets()
         for text in document_texts(load_dataset(name, path))
     ]
-    from rcstat.evaluation.bench.common import load_for
-
     model, tokenizer = load_for(config, loader)
     profile = build_profile(
         model,

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from rcstat.evaluation.bench.results import Outcome
 from rcstat.runs.devices import Devices
-from rcstat.runs.folder import claim_output_folder
+from rcstat.runs.folder import check_output_folder, claim_output_folder
 from rcstat.runs.job import Config, Job, JobRun, check_run_folder, config_values, run_job
 from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
@@ -159,9 +159,16 @@ def load(model: str | None, devices: Devices) -> tuple[Any, Any]:
     return load_model(model, **devices.load_kwargs())
 
 
-def load_for(config: Any, loader: Loader | None) -> tuple[Any, Any]:
+def load_for(config: Any, loader: Loader | None, command: str | None = None) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of ``config.model`` on ``config.devices``, loaded by ``loader``
-    (default :func:`load`): what every command's ``run`` loads (:mod:`rcstat.commands`)."""
+    (default :func:`load`): what every command's ``run`` loads (:mod:`rcstat.commands`). With
+    ``command``, ``config`` is checked again and its output folder ``config.out``, where set,
+    is checked to be ``command``'s before the model loads
+    (:func:`~rcstat.runs.folder.check_output_folder`)."""
+    if command is not None:
+        config.check()
+        if config.out is not None:
+            check_output_folder(Path(config.out), command)
     return (loader or load)(config.model, config.devices)
 
 
