@@ -82,16 +82,10 @@ class SentenceGrounding:
 
 @dataclass(frozen=True)
 class UnsupportedSpan:
-    """A run of response words the context does not support.
-
-    Attributes
-    ----------
-    start, end, text
-        ``response[start:end]``.
-    score
-        Its weakest support: the lowest word score (zero-shot) or one minus the detector's
-        largest token probability in it (higher = better supported; below the token threshold).
-    """
+    """A run of response words the context does not support, ``response[start:end]`` (its
+    ``text``), with its weakest support ``score``: the lowest word score (zero-shot) or one minus
+    the detector's largest token probability in it (higher = better supported; below the token
+    threshold)."""
 
     start: int
     end: int

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from rcstat.grounding import detector_features as features
 from rcstat.grounding.detector import (
     COPIED_KIND,
     Detector,
@@ -41,14 +42,6 @@ from rcstat.grounding.detector import (
     unsupported_spans,
     with_novel_words,
     word_peaks,
-)
-from rcstat.grounding.detector_features import (
-    RESPONSE_FEATURES,
-    context_tokens,
-    copied_share,
-    response_features,
-    token_feature_names,
-    token_features,
 )
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.measure import Measurer
@@ -146,7 +139,7 @@ class DetectorSample:
 
     def response_x(self, probability: np.ndarray) -> np.ndarray:
         """``[R]`` response features for token probabilities ``probability`` ``[G]``."""
-        return response_features(
+        return features.response_features(
             probability,
             self.nll,
             self.context_tokens,
@@ -180,7 +173,7 @@ def measure_samples(
             continue
         lexicon = Lexicon(item.context)
         words = lexicon.words_of(measured.example.part_text("answer"))
-        x, _ = token_features(measured, words)
+        x, _ = features.token_features(measured, words)
         offsets = measured.token_spans()
         label = np.zeros(len(offsets), dtype=bool)
         for start, end in item.spans:
@@ -192,7 +185,7 @@ def measure_samples(
                 token_label=label,
                 offsets=offsets,
                 nll=np.asarray(measured.nll, dtype=np.float64),
-                context_tokens=context_tokens(measured),
+                context_tokens=features.context_tokens(measured),
                 words=tuple(words),
                 structured=lexicon.structured,
             )
@@ -272,13 +265,13 @@ def fit_detector(
     """
     options = options or FitOptions()
     _check_samples(samples, options.folds)
-    names = token_feature_names(layers)
+    names = features.token_feature_names(layers)
     if samples[0].x.shape[1] != len(names):
         raise ValueError(f"the samples' token features are not those of a {layers}-layer model")
     token_C, token_oof = _choose_token_model(samples, names, options)
     token_model = _fit_tokens(samples, names, range(len(samples)), token_C, options)
     rows = np.stack([s.response_x(p) for s, p in zip(samples, token_oof, strict=True)])
-    copied = np.array([copied_share(list(s.words)) >= COPIED_KIND for s in samples])
+    copied = np.array([features.copied_share(list(s.words)) >= COPIED_KIND for s in samples])
     other = _fit_kind(samples, rows, ~copied, options, options.max_false_alarms)
     if other is None:
         raise ValueError("too few responses of the other kind (not copied) to fit a detector")
@@ -405,13 +398,13 @@ def _fit_kind(
         oof = np.zeros(len(index))
         for train, test in _folds(labels, groups, options):
             fitted = LinearModel.fit(
-                x[train], labels[train], RESPONSE_FEATURES, C=C, weight=weights[train]
+                x[train], labels[train], features.RESPONSE_FEATURES, C=C, weight=weights[train]
             )
             oof[test] = fitted.probability(x[test])
         value = auroc(oof, labels)
         if value > best:
             best_C, best, best_oof = C, value, oof
-    model = LinearModel.fit(x, labels, RESPONSE_FEATURES, C=best_C, weight=weights)
+    model = LinearModel.fit(x, labels, features.RESPONSE_FEATURES, C=best_C, weight=weights)
     full = np.zeros(len(samples))
     full[index] = best_oof
     return _KindFit(model, full, best, _threshold(picked, best_oof, max_false_alarms))

@@ -103,17 +103,9 @@ def auroc_columns(X: Any, labels: Any) -> np.ndarray:
 
 
 def auc_pr(scores: Any, labels: Any) -> float:
-    """Area under the precision-recall curve as average precision (``average_precision_score``).
-
-    Parameters
-    ----------
-    scores, labels
-        As in :func:`auroc`.
-
-    Returns
-    -------
-    float
-        In ``[0, 1]``; the positive rate is chance.
+    """Area under the precision-recall curve as average precision (``average_precision_score``)
+    of ``scores`` and ``labels`` (as in :func:`auroc`): in ``[0, 1]``, the positive rate being
+    chance.
 
     Notes
     -----

@@ -264,17 +264,10 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
     title
         The page's title.
 
-    Returns
-    -------
-    str
-        The HTML document: inline CSS and JS, no network references.
-
-    Raises
-    ------
-    ValueError
-        When ``token_scores`` does not have one score per token, a sentence's token range is
-        out of ``[0, len(token_texts)]``, reversed or overlaps the previous sentence's, or a
-        supporting span is out of the context.
+    The page is one HTML document with inline CSS and JS and no network reference. A
+    ``ValueError`` is raised when ``token_scores`` does not have one score per token, a
+    sentence's token range is out of ``[0, len(token_texts)]``, reversed or overlaps the
+    previous sentence's, or a supporting span is out of the context.
 
     Notes
     -----
