@@ -196,3 +196,18 @@ def _contributing_layers() -> list[frozenset[str]]:
 def test_contributing_lists_the_layers_of_this_test() -> None:
     """CONTRIBUTING.md's layer table is the one enforced here, row for row."""
     assert _contributing_layers() == list(LAYERS)
+
+
+#: The most lines of a module, and of a command-line module (a module past its limit is split
+#: where its code has a seam).
+MODULE_LINES, CLI_LINES = 600, 250
+
+
+def test_no_module_is_over_its_line_limit() -> None:
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        limit = CLI_LINES if "cli" in path.relative_to(PACKAGE).parts[:-1] else MODULE_LINES
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            too_long.append(f"{path.relative_to(SRC)}: {lines} > {limit}")
+    assert not too_long, too_long

@@ -10,9 +10,8 @@ import argparse
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rcstat.data.registry import dataset_names
 from rcstat.defaults import (
@@ -245,14 +244,3 @@ def join_dash_values(argv: Sequence[str]) -> list[str]:
         out.append(items[i])
         i += 1
     return out
-
-
-def config_default(config: type, name: str) -> Any:
-    """The default of the field ``name`` of the dataclass ``config`` (what ``--help`` shows for
-    a flag that defaults to None so that the config holds the default)."""
-    for item in fields(config):
-        if item.name == name:
-            if item.default_factory is not MISSING:
-                return item.default_factory()
-            return item.default
-    raise KeyError(f"{config.__name__} has no field {name!r}")

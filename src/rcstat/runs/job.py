@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -180,6 +180,16 @@ class Config(ABC):
         config.check_values()
         config.check()
         return config
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of the field ``name`` (what ``--help`` shows for a flag that defaults to
+        None so that the config holds the default)."""
+        for item in fields(cls):  # type: ignore[arg-type]  # a dataclass subclass
+            if item.name == name:
+                factory = item.default_factory
+                return factory() if factory is not MISSING else item.default
+        raise KeyError(f"{cls.__name__} has no field {name!r}")
 
     @classmethod
     def prepared(cls, data: dict[str, Any]) -> dict[str, Any]:

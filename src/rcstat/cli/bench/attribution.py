@@ -21,7 +21,6 @@ from rcstat.cli.options import (
     add_dataset_option,
     add_n_option,
     add_out_option,
-    config_default,
 )
 from rcstat.evaluation.choices import LAYOUTS
 
@@ -35,7 +34,7 @@ def _shown(name: str) -> str:
     """The config's default of field ``name`` as ``--help`` shows it (a list comma-separated)."""
     from rcstat.evaluation.bench.attribution import AttributionConfig
 
-    value = config_default(AttributionConfig, name)
+    value = AttributionConfig.default(name)
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 

@@ -23,7 +23,6 @@ from rcstat.cli.options import (
     add_dataset_option,
     add_n_option,
     add_out_option,
-    config_default,
 )
 from rcstat.data.ragtruth import TASKS
 from rcstat.defaults import MAX_RESAMPLES
@@ -39,7 +38,7 @@ def _shown(name: str) -> Any:
     """``GroundingConfig``'s default of field ``name``, which ``--help`` shows."""
     from rcstat.evaluation.bench.grounding import GroundingConfig
 
-    return config_default(GroundingConfig, name)
+    return GroundingConfig.default(name)
 
 
 def register(bench_sub: Any) -> None:

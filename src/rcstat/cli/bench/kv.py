@@ -19,7 +19,6 @@ from rcstat.cli.options import (
     add_max_new_tokens_option,
     add_n_option,
     add_out_option,
-    config_default,
 )
 from rcstat.cli.press_options import add_press_options, knob_lists, window_list
 
@@ -36,7 +35,7 @@ def _shown(name: str) -> str:
     """``KVConfig``'s default of field ``name`` as ``--help`` shows it."""
     from rcstat.evaluation.bench.kv import KVConfig
 
-    value = config_default(KVConfig, name)
+    value = KVConfig.default(name)
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
