@@ -39,7 +39,6 @@ from rcstat.cli.options import (
     add_n_option,
     add_out_option,
 )
-from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_TAU
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.heads import HeadsConfig
@@ -80,14 +79,23 @@ def register(sub: Any) -> argparse.ArgumentParser:
         default=None,
         help="qmsum only: whole transcript (default) or the query's relevant turns",
     )
-    p.add_argument("--tau", type=float, default=DEFAULT_TAU, help="threshold for head counts")
     p.add_argument(
-        "--statistic", choices=["upper", "expected"], default="upper", help="statistic summarised"
+        "--tau", type=float, help=f"threshold for head counts (default: {_shown('tau')})"
+    )
+    p.add_argument(
+        "--statistic",
+        choices=["upper", "expected"],
+        help=f"statistic summarised (default: {_shown('statistic')})",
     )
     add_max_new_tokens_option(
-        p, DATASET_MAX_NEW_TOKENS, "answer length generated for examples without an answer"
+        p,
+        None,
+        "answer length generated for examples without an answer (default: "
+        f"{_shown('max_new_tokens')})",
     )
-    p.add_argument("--top", type=int, default=10, help="rows of the top-heads table")
+    p.add_argument(
+        "--top", type=int, help=f"rows of the top-heads table (default: {_shown('top')})"
+    )
     add_run_options(p, items="examples", redo="analysing them again")
     p.add_argument(
         "--compare",
@@ -113,9 +121,19 @@ class CompareArgs:
     tau: float
 
 
+def _shown(name: str) -> object:
+    """``HeadsConfig``'s default of field ``name`` (``--help`` shows it; ``--compare`` uses it
+    for a flag left out)."""
+    from rcstat.evaluation.bench.heads import HeadsConfig
+
+    return HeadsConfig.default(name)
+
+
 def _compare_args(ns: argparse.Namespace) -> CompareArgs:
-    check_count("--top", ns.top)
-    check_number("--tau", ns.tau)
+    if ns.top is not None:
+        check_count("--top", ns.top)
+    tau = check_number("--tau", _shown("tau") if ns.tau is None else ns.tau)
+    statistic = _shown("statistic") if ns.statistic is None else ns.statistic
     used = [
         f"--{name}"
         for name in ("model", "dataset", "data", "n", "context", "shard")
@@ -138,7 +156,7 @@ def _compare_args(ns: argparse.Namespace) -> CompareArgs:
     if names[0] == names[1]:
         raise ValueError(f"the two runs need distinct --labels, got {names[0]!r} twice")
     out = Path(ns.out or DEFAULT_COMPARE_OUT)
-    return CompareArgs((a, b), (names[0], names[1]), out, ns.statistic, ns.tau)
+    return CompareArgs((a, b), (names[0], names[1]), out, statistic, tau)  # type: ignore[arg-type]
 
 
 def from_namespace(ns: argparse.Namespace) -> HeadsConfig | CompareArgs:

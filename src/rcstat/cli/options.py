@@ -159,8 +159,7 @@ def add_attribution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--statistic",
         choices=["expected", "upper"],
-        default="expected",
-        help="the RC statistic that scores spans and ranks heads",
+        help="the RC statistic that scores spans and ranks heads (default: expected)",
     )
     parser.add_argument(
         "--span-score",
