@@ -73,13 +73,13 @@ CHAT = ["--model", NO_MODEL, "--context", CONTEXT, "--question", QUESTION]
         (["heads", "--model", NO_MODEL, "--shard", "2/2"], "need 0 <= i < N"),
         (
             ["bench", "kv", "--model", NO_MODEL, "--group", "max,median"],
-            "--group takes mean and/or max",
+            "--group must be one of max, mean, got 'median'",
         ),
         (["bench", "kv", "--model", NO_MODEL, "--group", "mean,mean"], "--group lists a value"),
-        (["bench", "kv", "--model", NO_MODEL, "--score", "lower"], "--score takes expected"),
+        (["bench", "kv", "--model", NO_MODEL, "--score", "lower"], "--score must be one of"),
         (
             ["bench", "kv", "--model", NO_MODEL, "--budget", "layer,head"],
-            "--budget takes pooled and/or layer",
+            "--budget must be one of layer, pooled, got 'head'",
         ),
         (["bench", "kv", "--model", NO_MODEL, "--floor", "2"], "--floor must be in [0, 1]"),
         (
