@@ -819,10 +819,10 @@ def test_grounding_round_trip_keeps_spans_and_token_threshold(tiny, profile, tmp
         assert all(isinstance(s, UnsupportedSpan) for s in loaded.spans)
         assert loaded.token_threshold == result.token_threshold
         assert loaded.to_dict() == data
-    # an older file without spans loads with none
+    # an older file (without spans) is refused, naming its format
     older = {k: v for k, v in data.items() if k not in ("spans", "token_threshold")}
     older["format"] = "rcstat-grounding-2"
     path = tmp_path / "old.json"
     path.write_text(json.dumps(older))
-    loaded = Grounding.load(path)
-    assert loaded.spans == [] and loaded.token_threshold is None
+    with pytest.raises(ValueError, match="format 'rcstat-grounding-2'"):
+        Grounding.load(path)

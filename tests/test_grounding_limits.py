@@ -171,40 +171,11 @@ def test_question_given_and_its_round_trip(grounder, tmp_path) -> None:  # type:
     for result in (plain, asked):
         loaded = Grounding.load(result.save(tmp_path / "g.json"))
         assert loaded.question_given is result.question_given
-    # a file of format 1 (no question_given): the default instruction means no question
+    # a file of an earlier format is refused, saying why and what to do
     data = json.loads(plain.save(tmp_path / "g.json").read_text())
-    old = _format_1(data, plain)
-    (tmp_path / "old.json").write_text(json.dumps(old))
-    loaded = Grounding.load(tmp_path / "old.json")
-    assert not loaded.question_given
-    assert loaded.sentences == plain.sentences
-
-
-def _format_1(data: dict[str, Any], result: Grounding) -> dict[str, Any]:
-    """``data`` (format 2) as rcstat wrote it before the one sentence schema."""
-    old = {k: v for k, v in data.items() if k != "question_given"}
-    old["format"] = "rcstat-grounding-1"
-    old["sentences"] = [
-        {
-            "start": s.start,
-            "end": s.end,
-            "text": s.text,
-            "tokens": list(s.tokens),
-            "score": s.score,
-            "supported": s.supported,
-            "support": None
-            if s.support is None
-            else [s.support.start, s.support.end, s.support.text],
-            "support_share": s.support_share,
-            "weakest": None
-            if s.weakest is None
-            else [s.weakest.start, s.weakest.end, s.weakest.text],
-            "verified": s.verified,
-            "status": s.status,
-        }
-        for s in result.sentences
-    ]
-    return old
+    (tmp_path / "old.json").write_text(json.dumps({**data, "format": "rcstat-grounding-1"}))
+    with pytest.raises(ValueError, match=r"earlier rcstat \(format 'rcstat-grounding-1'.*again"):
+        Grounding.load(tmp_path / "old.json")
 
 
 def test_to_dict_sentences_are_the_one_schema(grounder) -> None:  # type: ignore[no-untyped-def]

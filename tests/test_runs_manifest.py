@@ -123,8 +123,8 @@ def test_a_hub_model_is_named_by_its_revision_not_its_parameters(
     model.name_or_path, model.config._commit_hash = "org/tiny", "c0ffee"
     new = RunManifest.build(tmp_path, "heads", model, tok, {"n": 1}, model_name="org/tiny")
     assert new.model["weights"] == "hub:org/tiny@c0ffee"
-    open_run(tmp_path, new, rows=[])  # the same parameters: resumed, and renamed
-    assert json.loads((tmp_path / MANIFEST_FILE).read_text())["model"] == new.model
+    with pytest.raises(RunMismatchError, match=r"model\.weights: params:"):
+        open_run(tmp_path, new, rows=[])  # no rule keeps an earlier naming resuming
     # Named by revision, the parameters are never read again.
     monkeypatch.setattr(manifest_module, "_parameter_digest", None)
     assert describe_model(model)[0]["weights"] == "hub:org/tiny@c0ffee"

@@ -397,14 +397,8 @@ def run(
     """Run the demo of ``config`` (:func:`contrast` on its model) and, when ``config.out`` is
     set, write the folder of ``rcstat demo`` there.
 
-    ``config`` (checked again), ``loader`` and ``step`` as for every command
-    (:mod:`rcstat.commands`).
-
-    Raises
-    ------
-    ValueError
-        A bad option, or an output folder of another command or with files rcstat did not
-        write (before the model loads).
+    ``config`` (checked again), ``loader``, ``step`` and the ``ValueError`` of a bad option or
+    folder as for every command (:mod:`rcstat.commands`).
     """
     model, tokenizer = load_for(config, loader, NAME)
     result = contrast(

@@ -215,14 +215,9 @@ def run(
     """Analyse the example of ``config`` and, when ``config.out`` is set, write the folder
     of ``rcstat analyze`` there.
 
-    ``config`` (checked again), ``loader`` and ``step`` as for every command
-    (:mod:`rcstat.commands`).
-
-    Raises
-    ------
-    ValueError
-        A bad option, an output folder of another command or with files rcstat did not write
-        (both before the model loads), or a ``heads`` pair the model does not have.
+    ``config`` (checked again), ``loader``, ``step`` and the ``ValueError`` of a bad option or
+    folder as for every command (:mod:`rcstat.commands`); a ``ValueError`` also for a ``heads``
+    pair the model does not have.
     """
     from rcstat.analysis import analyze
     from rcstat.capture import attention_layout

@@ -173,14 +173,9 @@ def run(
     """Attribute the answer of ``config`` and, when ``config.out`` is set, write the folder of
     ``rcstat attribute`` there.
 
-    ``config`` (checked again), ``loader`` and ``step`` as for every command
-    (:mod:`rcstat.commands`).
-
-    Raises
-    ------
-    ValueError
-        A bad option, an output folder of another command or with files rcstat did not write
-        (both before the model loads), or a ``top_k`` beyond the model's heads.
+    ``config`` (checked again), ``loader``, ``step`` and the ``ValueError`` of a bad option or
+    folder as for every command (:mod:`rcstat.commands`); a ``ValueError`` also for a ``top_k``
+    beyond the model's heads.
     """
     from rcstat.attribution import Attributor
     from rcstat.capture import attention_layout

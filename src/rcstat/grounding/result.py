@@ -23,14 +23,10 @@ import pandas as pd
 
 from rcstat.attribution.spans import TextSpan
 from rcstat.grounding.json_file import save_json
-from rcstat.grounding.measure import DEFAULT_INSTRUCTION
 
 __all__ = ["Grounding", "SentenceGrounding", "UnsupportedSpan"]
 
 _SAVE_FORMAT = "rcstat-grounding-3"
-#: Formats :meth:`Grounding.load` reads: 1 kept each sentence's fields as they are in Python
-#: (``support`` and ``weakest`` as ``[start, end, text]``, ``supported``, ``verified``).
-_FORMATS = ("rcstat-grounding-1", "rcstat-grounding-2", _SAVE_FORMAT)
 
 
 @dataclass(frozen=True)
@@ -312,8 +308,17 @@ class Grounding:
     def load(cls, path: str | Path) -> Grounding:
         """Read a file written by :meth:`save`."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("format") not in _FORMATS:
-            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        if (
+            isinstance(found, str)
+            and found.startswith("rcstat-grounding-")
+            and found != _SAVE_FORMAT
+        ):
+            raise ValueError(
+                f"{path}: a grounding file of an earlier rcstat (format {found!r}, this one reads "
+                f"{_SAVE_FORMAT!r}); ground the pair again to write it"
+            )
+        if found != _SAVE_FORMAT:
             raise ValueError(f"{path}: not an rcstat grounding file (format {found!r})")
         tokens = data["tokens"]
         return cls(
@@ -334,15 +339,13 @@ class Grounding:
             method=data["method"],
             model=data["model"],
             finished=bool(data["finished"]),
-            windows=int(data.get("windows", 1)),
-            question_given=bool(
-                data.get("question_given", data["question"] != DEFAULT_INSTRUCTION)
-            ),
+            windows=int(data["windows"]),
+            question_given=bool(data["question_given"]),
             spans=[
                 UnsupportedSpan(int(d["start"]), int(d["end"]), d["text"], _nan(d["score"]))
-                for d in data.get("spans", [])
+                for d in data["spans"]
             ],
-            token_threshold=data.get("token_threshold"),
+            token_threshold=data["token_threshold"],
         )
 
 
@@ -354,40 +357,25 @@ def _nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def _span(value: Any) -> TextSpan | None:
-    """A span as saved: ``{"start", "end", "text", ...}`` (format 2) or ``[start, end, text]``."""
+def _span(value: dict[str, Any] | None) -> TextSpan | None:
+    """A span as saved: ``{"start", "end", "text", ...}`` or None."""
     if value is None:
         return None
-    if isinstance(value, dict):
-        return TextSpan(int(value["start"]), int(value["end"]), value["text"])
-    return TextSpan(int(value[0]), int(value[1]), value[2])
+    return TextSpan(int(value["start"]), int(value["end"]), value["text"])
 
 
 def _sentence_of(d: dict[str, Any]) -> SentenceGrounding:
-    if "verdict" in d:  # format 2: the schema of Grounding.sentence_dict
-        support = d["support"]
-        return SentenceGrounding(
-            start=int(d["start"]),
-            end=int(d["end"]),
-            text=d["text"],
-            tokens=(int(d["tokens"][0]), int(d["tokens"][1])),
-            score=_nan(d["score"]),
-            supported=d["verdict"] == "supported",
-            support=_span(support),
-            support_share=None if support is None else support["share"],
-            weakest=_span(d["weakest_word"]),
-            verified=d["verdict"] != "unverified",
-        )
-    support, weakest = d["support"], d.get("weakest")
+    """A sentence as saved (:meth:`Grounding.sentence_dict` with its ``tokens``)."""
+    support = d["support"]
     return SentenceGrounding(
         start=int(d["start"]),
         end=int(d["end"]),
         text=d["text"],
         tokens=(int(d["tokens"][0]), int(d["tokens"][1])),
         score=_nan(d["score"]),
-        supported=bool(d["supported"]),
+        supported=d["verdict"] == "supported",
         support=_span(support),
-        support_share=d["support_share"],
-        weakest=_span(weakest),
-        verified=bool(d.get("verified", True)),
+        support_share=None if support is None else support["share"],
+        weakest=_span(d["weakest_word"]),
+        verified=d["verdict"] != "unverified",
     )

@@ -300,12 +300,6 @@ class RunManifest:
         known = previous.get("notes", {}).get("weight_files", [])
         identity, files = describe_model(model, model_name, known_files=known)
         notes: dict[str, Any] = {"weight_files": files}
-        before = str(previous.get("model", {}).get("weights", ""))
-        if before.startswith("params:") and not identity["weights"].startswith("params:"):
-            # a run named this model by its parameters (rcstat before hub revisions): the
-            # parameters are read once more, and an equal digest resumes the run
-            if before == "params:" + _parameter_digest(model):
-                notes["same_weights_as"] = before
         return cls(
             kind=kind,
             model=identity,
@@ -439,9 +433,7 @@ def open_run(out: str | Path, manifest: RunManifest, *, rows: Sequence[str]) -> 
     A folder without a manifest is started (``run.json`` written) unless it already holds
     one of the row files ``rows`` (rows of unknown settings are never resumed). A folder with a
     manifest is resumed when every compared field is equal, else :class:`RunMismatchError`
-    names each difference; the notes of the manifest are refreshed. A manifest that named a
-    hub model by its parameters (``params:``, rcstat before hub revisions) is resumed when the
-    parameters are the same (:meth:`RunManifest.build` checked them), and renamed.
+    names each difference; the notes of the manifest are refreshed.
     """
     out = Path(out)
     previous = read_manifest(out)
@@ -454,10 +446,7 @@ def open_run(out: str | Path, manifest: RunManifest, *, rows: Sequence[str]) -> 
                 "checked, so they are not resumed; choose another output folder"
             )
     else:
-        before = compared_fields(previous)
-        if before.get("model.weights") == manifest.notes.get("same_weights_as"):
-            before["model.weights"] = manifest.model["weights"]  # the same weights, renamed
-        found = differences(before, manifest.compared())
+        found = differences(compared_fields(previous), manifest.compared())
         if found:
             raise _refuse(out, manifest.kind, previous["kind"], found)
     out.mkdir(parents=True, exist_ok=True)
