@@ -31,6 +31,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"heads", "grounding"}),
     frozenset({"evaluation"}),
     frozenset({"demo", "commands"}),
+    frozenset({"serve", "integrations"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )
@@ -111,7 +112,9 @@ def test_report_imports_nothing_of_the_applications() -> None:
 
 
 #: The components that render results through report: everything below them is rendered.
-RENDERERS = frozenset({"report", "evaluation", "demo", "commands", "cli", "__main__"})
+RENDERERS = frozenset(
+    {"report", "evaluation", "demo", "commands", "serve", "integrations", "cli", "__main__"}
+)
 
 
 def test_no_application_imports_report() -> None:
