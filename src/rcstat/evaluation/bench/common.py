@@ -8,9 +8,8 @@ from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self
 
-from rcstat.evaluation.bench.results import Outcome
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder, claim_output_folder
 from rcstat.runs.job import Config, Job, JobRun, check_run_folder, config_values, run_job
@@ -34,7 +33,6 @@ logger = logging.getLogger("rcstat.evaluation")
 Say = Callable[[str], None]
 #: Loads ``(model, tokenizer)`` from a ``--model`` value on a device plan.
 Loader = Callable[[str | None, Devices], tuple[Any, Any]]
-ResultT = TypeVar("ResultT", bound=Outcome)
 
 
 @dataclass

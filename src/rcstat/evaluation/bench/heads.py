@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import check_count, check_number, optional_count
 from rcstat.data.registry import DATASETS, canonical_name
 from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_TAU
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
-from rcstat.evaluation.bench.heads_results import HeadsResult, summarize_run
+
+if TYPE_CHECKING:
+    from rcstat.evaluation.bench.heads_results import HeadsResult
 
 __all__ = [
     "DATASET_CHOICES",
@@ -109,6 +111,7 @@ def _examples(config: HeadsConfig) -> list[Any]:
 def run(config: HeadsConfig, *, loader: Loader | None = None) -> HeadsResult:
     """Collect (or resume) the per-head statistics of ``config`` and summarise the folder;
     ``loader`` and the ``ValueError`` raised as for every job (:mod:`rcstat.evaluation.bench`)."""
+    from rcstat.evaluation.bench.heads_results import HeadsResult, summarize_run
     from rcstat.heads.collection import collect
 
     out = config.out

@@ -7,12 +7,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from rcstat.press.options import KNOBS
 from rcstat.runs.shards import Shard
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "AttributionResult",
@@ -145,6 +146,8 @@ class GroundingResult(Outcome):
         if "note" in report:  # no metric could be computed (e.g. one class only)
             lines = [f"note: {report['note']}"]
         else:
+            import pandas as pd
+
             table = pd.DataFrame(report["metrics"])
             lines = [table.to_string(index=False, float_format=lambda v: f"{v:.3f}")]
         probe = report.get("probe", {})
