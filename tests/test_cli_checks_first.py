@@ -1,5 +1,5 @@
-"""Every command refuses a bad option before its heavy imports (torch, transformers: about
-8 s on two cores), with a message naming the flag.
+"""Every command refuses a bad option before its heavy imports (torch, transformers, pandas:
+together about 8 s on two cores), with a message naming the flag.
 
 Each case runs in a fresh interpreter and reports which heavy modules the refusal imported:
 none may be.
@@ -19,7 +19,7 @@ from rcstat import cli
 err = io.StringIO()
 with contextlib.redirect_stderr(err):
     code = cli.main(sys.argv[1:])
-heavy = [m for m in ("torch", "transformers", "sklearn") if m in sys.modules]
+heavy = [m for m in ("torch", "transformers", "sklearn", "pandas") if m in sys.modules]
 print(json.dumps({"code": code, "heavy": heavy, "error": err.getvalue().strip()}))
 """
 
