@@ -102,13 +102,26 @@ def _class() -> type:
                     device=device,
                     options=_options(options, threshold),
                 )
-            self.threshold = threshold
+            self._threshold = threshold
             self.include_reason = include_reason
             self.async_mode = async_mode
             self.verbose_mode = verbose_mode
             self.evaluation_model = "rcstat (no LLM judge)"
             self.grounding: Any = None
             self.error: str | None = None
+
+        @property
+        def threshold(self) -> float:
+            """The last measured response's threshold; before any, the one given, else the
+            grounder's default (read when ``deepeval.evaluate`` checks it: the model loads
+            then)."""
+            if self._threshold is None:
+                self._threshold = float(self.scorer.get().threshold)
+            return self._threshold
+
+        @threshold.setter
+        def threshold(self, value: float | None) -> None:
+            self._threshold = value
 
         def measure(self, test_case: Any, *args: Any, **kwargs: Any) -> float:
             """Ground ``test_case`` and set ``score``, ``threshold``, ``success``, ``reason``."""
