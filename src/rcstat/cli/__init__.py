@@ -1,5 +1,5 @@
 """The ``rcstat`` command line: ``demo``, ``analyze``, ``compress``, ``attribute``, ``ground``,
-``ground-profile``, ``ground-train``, ``heads``, ``bench``, ``merge``.
+``ground-profile``, ``ground-train``, ``heads``, ``bench``, ``merge``, ``serve``.
 
 Each sub-command is a module of this package with ``register(sub)`` (its parser),
 ``from_namespace(ns)`` (its checked arguments: every option is validated before a model is
@@ -31,6 +31,7 @@ from rcstat.cli import (
     ground_train,
     heads,
     merge,
+    serve,
 )
 from rcstat.cli._common import HelpFormatter, error_console
 from rcstat.cli.exit_codes import EXIT_CODES, exit_status_text
@@ -51,6 +52,7 @@ COMMANDS: dict[str, ModuleType] = {
         heads,
         bench,
         merge,
+        serve,
     )
 }
 # Commands whose results are kept row by row and resume when run again.

@@ -1,0 +1,261 @@
+"""The service: :func:`create_app` (the FastAPI application) and :func:`run` (uvicorn).
+
+Endpoints: ``GET /`` (the page, :mod:`.page`), ``GET /health`` (200 once the model is loaded,
+503 before), ``GET /v1/model``, ``POST /v1/ground`` (the object of ``rcstat ground --json``),
+``POST /v1/attribute`` (:func:`~rcstat.serve.worker.attribution_document`); the OpenAPI schema
+at ``/docs``. A request is checked before it is queued — the options by
+:meth:`ServeConfig.request_options`, the texts by :meth:`GroundConfig.check` — and a refusal is
+``422 {"error": "<the line rcstat ground prints>"}``. Then it waits in the
+:class:`~rcstat.serve.batcher.Batcher`'s bounded queue (full: 503 with ``Retry-After``, at
+once). With a token, ``/v1/`` needs ``Authorization: Bearer <token>`` (401). A body over
+``max_body_bytes`` is 413, one without a length 411. Each request is one line on ``log``
+(default: standard error). On SIGTERM uvicorn stops accepting, finishes the requests in flight,
+then the worker finishes its queue, and :func:`run` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict
+
+from rcstat.commands.attribute import AttributeConfig
+from rcstat.commands.ground import GroundConfig
+from rcstat.defaults import DEFAULT_TOP_K
+from rcstat.serve.batcher import Batcher, QueueFullError
+from rcstat.serve.config import REQUEST_OPTIONS, ServeConfig
+from rcstat.serve.page import PAGE
+from rcstat.serve.worker import Worker
+
+if TYPE_CHECKING:
+    from rcstat.evaluation.bench.common import Loader
+
+__all__ = ["AttributeRequest", "GroundRequest", "create_app", "run"]
+
+#: The instruction an attribution reads when a request has no question (the grounder's).
+NO_QUESTION = "Write a response based on the text above."
+
+
+class GroundRequest(BaseModel):
+    """``POST /v1/ground``: the texts of ``rcstat ground`` and its options by name (each as its
+    flag: ``top_k`` is ``--top-k``; ``zero_shot`` is ``--zero-shot``; None: the service's)."""
+
+    model_config = ConfigDict(extra="forbid")
+    context: str | None = None
+    response: str | None = None
+    question: str | None = None
+    fraction: float | None = None
+    quantile: float | None = None
+    threshold: float | None = None
+    top_k: int | None = None
+    language: str | None = None
+    max_tokens: int | None = None
+    max_chars: int | None = None
+    max_response_tokens: int | None = None
+    zero_shot: bool | None = None
+
+
+class AttributeRequest(BaseModel):
+    """``POST /v1/attribute``: the response attributed to the context, sentence by sentence
+    (the options of ``rcstat attribute``; None: its defaults, ``top_k`` at most the model's
+    heads)."""
+
+    model_config = ConfigDict(extra="forbid")
+    context: str | None = None
+    response: str | None = None
+    question: str | None = None
+    granularity: str | None = None
+    top_k: int | None = None
+    ranking: str | None = None
+    statistic: str | None = None
+    span_score: str | None = None
+    language: str | None = None
+
+
+def _error(status: int, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": " ".join(message.split())}, status_code=status, headers=headers)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def create_app(
+    config: ServeConfig,
+    *,
+    loader: Loader | None = None,
+    log: Callable[[str], None] | None = None,
+) -> FastAPI:
+    """The service of ``config`` (checked again): the model loads on the worker thread when
+    the application starts (``loader`` as for every command), the worker stops when it ends;
+    ``log`` gets one line per request."""
+    config.check()
+    say = log or _stderr
+    retry = {"Retry-After": str(config.retry_after)}
+    worker = Worker(config, loader)
+    state: dict[str, Batcher] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher = Batcher(
+            worker.work,
+            max_queue=config.max_queue,
+            max_batch=config.max_batch,
+            max_wait=config.max_wait_ms / 1000,
+            start=worker.load,
+        )
+        state["batcher"] = batcher
+        app.state.batcher = batcher
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(batcher.close)  # the queue drains first
+
+    app = FastAPI(title="rcstat serve", lifespan=lifespan, docs_url="/docs")
+
+    def unavailable() -> JSONResponse | None:
+        batcher = state.get("batcher")
+        if batcher is None or not batcher.ready.is_set():
+            return _error(503, "the model is loading", **retry)
+        if batcher.failed is not None:
+            return _error(503, f"the model could not be loaded: {batcher.failed}")
+        return None
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        response = _refusal(request, config) or await call_next(request)
+        took = (time.perf_counter() - started) * 1000
+        client = request.client.host if request.client else "-"
+        say(f"{client} {request.method} {request.url.path} {response.status_code} {took:.1f} ms")
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return _error(422, f"{where}: {first.get('msg')}" if where else str(first.get("msg")))
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse(PAGE)
+
+    @app.get("/health")
+    async def health() -> Response:
+        """200 ``{"status": "ok"}`` once the model is loaded, 503 before."""
+        return unavailable() or JSONResponse({"status": "ok"})
+
+    @app.get("/v1/model")
+    async def model() -> Response:
+        """The model, its head profile and the verdict's threshold."""
+        return unavailable() or JSONResponse(worker.info)
+
+    async def answer(kind: str, key: Any, data: Any) -> Response:
+        refused = unavailable()
+        if refused is not None:
+            return refused
+        try:
+            future = state["batcher"].submit(kind, key, data)
+        except QueueFullError:
+            return _error(503, "the service is busy: retry later", **retry)
+        try:
+            return JSONResponse(await asyncio.wrap_future(future))
+        except ValueError as err:
+            return _error(422, str(err))
+        except Exception as err:  # a failure of the model: one line, the service lives on
+            say(f"error: {type(err).__name__}: {err}")
+            return _error(500, f"{type(err).__name__}: {err}")
+
+    @app.post("/v1/ground")
+    async def ground(body: GroundRequest) -> Response:
+        """Exactly the object ``rcstat ground --json`` prints for the same texts and options
+        (``out`` is null: the service writes no folder)."""
+        try:
+            options = config.request_options(body.model_dump(include=set(REQUEST_OPTIONS)))
+            checked = GroundConfig(
+                context=body.context, response=body.response, question=body.question
+            )
+            checked.options = options
+            checked.check()
+        except ValueError as err:
+            return _error(422, str(err))
+        return await answer("ground", checked.options, (body.context, body.response, body.question))
+
+    @app.post("/v1/attribute")
+    async def attribute(body: AttributeRequest) -> Response:
+        """The response attributed to the context: the candidate spans, each response
+        sentence's scores over them and its best span (as ``rcstat attribute`` measures)."""
+        given = body.model_dump(exclude={"context", "response", "question"}, exclude_none=True)
+        try:
+            if body.response is None:
+                raise ValueError(
+                    "attribute needs --answer (the response: the service does not generate)"
+                )
+            checked = AttributeConfig(
+                context=body.context,
+                question=NO_QUESTION if body.question is None else body.question,
+                answer=body.response,
+                **{"top_k": DEFAULT_TOP_K, **given},
+            )
+            checked.check()
+        except (ValueError, TypeError) as err:
+            return _error(422, str(err))
+        return await answer("attribute", None, (checked, "top_k" in given))
+
+    return app
+
+
+def _refusal(request: Request, config: ServeConfig) -> Response | None:
+    """401 without the token on ``/v1/``; 411/413 for a body without a length or too long."""
+    if config.token is not None and request.url.path.startswith("/v1/"):
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {config.token}".encode()):
+            return _error(
+                401,
+                "this service needs Authorization: Bearer <token>",
+                **{"WWW-Authenticate": "Bearer"},
+            )
+    if request.method in ("POST", "PUT", "PATCH"):
+        length = request.headers.get("content-length")
+        if length is None or not length.isdigit():
+            return _error(411, "a request body needs a Content-Length")
+        if int(length) > config.max_body_bytes:
+            return _error(
+                413, f"the body has {int(length):,} bytes; at most {config.max_body_bytes:,}"
+            )
+    return None
+
+
+def run(config: ServeConfig, *, loader: Loader | None = None) -> int:
+    """Serve ``config`` with uvicorn until SIGTERM or Ctrl-C; 0 after a SIGTERM drained the
+    requests in flight (uvicorn re-raises the signal it caught: the handler set here takes it
+    and the process ends normally)."""
+    import uvicorn
+
+    app = create_app(config, loader=loader)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            access_log=False,
+            log_level="warning",
+            timeout_graceful_shutdown=None,
+        )
+    )
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0 if server.started else 2
