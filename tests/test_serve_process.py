@@ -1,0 +1,57 @@
+"""``rcstat serve`` as a real uvicorn process on the tiny model: it answers, logs one line per
+request on standard error, and SIGTERM lets the requests in flight finish before it exits 0."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from tests._serve_helpers import PAIRS, save_profile, wait_ready
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_sigterm_drains_the_requests_in_flight_and_exits_0(model_dir: Path, tmp_path: Path) -> None:
+    port = _free_port()
+    profile = save_profile(tmp_path)
+    command = [sys.executable, "-m", "rcstat", "serve", "--model", str(model_dir)]
+    command += ["--profile", str(profile), "--port", str(port), "--max-batch", "1"]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            deadline = time.monotonic() + 120
+            while True:  # the port opens once the app started
+                try:
+                    wait_ready(client, timeout=120)
+                    break
+                except httpx.TransportError:
+                    assert server.poll() is None, server.stderr.read() if server.stderr else ""
+                    assert time.monotonic() < deadline
+                    time.sleep(0.2)
+            bodies = [{"context": c, "response": r, "question": q} for c, r, q in PAIRS[:8]]
+            with ThreadPoolExecutor(len(bodies)) as pool:
+                pending = [pool.submit(client.post, "/v1/ground", json=b) for b in bodies]
+                time.sleep(0.3)  # all sent; the worker takes one at a time
+                server.send_signal(signal.SIGTERM)
+                answers = [p.result() for p in pending]
+        code = server.wait(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    err = server.stderr.read() if server.stderr else ""
+    assert [a.status_code for a in answers] == [200] * len(bodies), err
+    assert all(a.json()["verdict"] in ("supported", "unsupported") for a in answers)
+    assert code == 0, err
+    logged = [line for line in err.splitlines() if "POST /v1/ground 200" in line]
+    assert len(logged) == len(bodies), err
