@@ -135,6 +135,8 @@ class RCStatPress(BasePress, RCStatOptions):
         The first ``sinks`` prompt tokens are never evicted, like the window (StreamingLLM's
         attention sinks; a chat template's opening tokens); 0 (default) protects none.
 
+    Notes
+    -----
     After each prefill, :attr:`kept` holds the number of kept entries per layer and KV head
     (on the layer's device until a ratio is read, then on the CPU) and the realized ratios
     are available from :meth:`realized_ratio`, :meth:`layer_ratios`
