@@ -104,10 +104,10 @@ class Setting:
 DEMO_TEXTS = DemoTexts(
     **{k: demo_data()[k] for k in ("question", "answer", "supporting", "unrelated")}
 )
-#: Chosen by measuring c = 0.2 … 1.5 on the default model (README, "The demo"): every c up to
-#: 0.6 answers exactly as the full cache, and c = 0.5 (23 % of the KV entries evicted) sits
-#: inside that range, not at its edge; c = 1 (the paper's setting) evicts 49 % and answers
-#: "… in 2022" where the context says 1962.
+#: Chosen by measuring c = 0.2 … 1.5 on the default model (docs/analysis.md, "The demo"): every c
+#: up to 0.6 answers exactly as the full cache, and c = 0.5 (23 % of the KV entries evicted) sits
+#: inside that range, not at its edge; c = 1 (the paper's setting) evicts 49 % and answers "… in
+#: 2022" where the context says 1962.
 SETTINGS = tuple(Setting(**item) for item in demo_data()["settings"])
 #: Token limit of the full-cache and compressed answers (the full answer needs 28).
 MAX_NEW_TOKENS: int = demo_data()["max_new_tokens"]

@@ -1,5 +1,5 @@
 """The exit statuses of ``rcstat`` (the one home: ``rcstat --help``, ``rcstat ground --help`` and
-the README list them)."""
+docs/cli.md list them)."""
 
 from __future__ import annotations
 
