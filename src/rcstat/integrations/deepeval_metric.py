@@ -47,7 +47,9 @@ def _options(
 def _class() -> type:
     """Build the metric class over DeepEval's base (once; deepeval imported here)."""
     base = require("deepeval.metrics", "deepeval").BaseMetric
-    params = require("deepeval.test_case", "deepeval").SingleTurnParams
+    test_case = require("deepeval.test_case", "deepeval")
+    # DeepEval 4 names the fields SingleTurnParams; earlier releases LLMTestCaseParams
+    params = getattr(test_case, "SingleTurnParams", None) or test_case.LLMTestCaseParams
 
     class DeepEvalGrounding(base):  # type: ignore[misc,valid-type]
         """rcstat's grounding score as a DeepEval metric (higher = supported).
