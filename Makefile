@@ -28,8 +28,14 @@ $(STAMP): pyproject.toml Makefile $(LOCK)
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,press,docs]"
+	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,press,docs,serve]"
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM)
+	@# the browser tests' Chromium and driver (Debian's), when missing and apt can install them;
+	@# without them those tests are skipped with the reason
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ [ "$$(id -u)" -eq 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends chromium chromium-driver >/dev/null 2>&1; } || \
+		echo "no Chromium: the browser tests will be skipped (apt-get install chromium chromium-driver)"
 	touch $(STAMP)
 
 # Rebuilt from scratch whenever pyproject.toml or the Makefile change (rm -rf $(LATEST) to
