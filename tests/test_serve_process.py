@@ -55,3 +55,21 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0(model_dir: Path, tmp_
     assert code == 0, err
     logged = [line for line in err.splitlines() if "POST /v1/ground 200" in line]
     assert len(logged) == len(bodies), err
+
+
+def test_a_model_that_cannot_serve_exits_2_with_one_error_line(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from rcstat.grounding import HeadProfile
+
+    values = np.full((2, 2), 0.5)  # the tiny model has 3 layers x 4 heads
+    wrong = HeadProfile("other", values, threshold=0.5, quantile=0.1, copy_values=values)
+    profile = wrong.save(tmp_path / "wrong.json")
+    command = [sys.executable, "-m", "rcstat", "serve", "--model", str(model_dir)]
+    command += ["--profile", str(profile), "--port", str(_free_port())]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "head profile is for 2 layers x 2 heads" in errors[0]

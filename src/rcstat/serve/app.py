@@ -116,10 +116,23 @@ def create_app(
         )
         state["batcher"] = batcher
         app.state.batcher = batcher
+        watch = asyncio.create_task(loaded(batcher))
         try:
             yield
         finally:
+            watch.cancel()
             await asyncio.to_thread(batcher.close)  # the queue drains first
+
+    async def loaded(batcher: Batcher) -> None:
+        """Say when the model is loaded, or why not (then ``app.state.on_failure()``)."""
+        await asyncio.to_thread(batcher.ready.wait)
+        if batcher.failed is None:
+            say(f"model loaded: {worker.info.get('model')}")
+            return
+        say(f"error: the model could not be loaded: {' '.join(str(batcher.failed).split())}")
+        on_failure = getattr(app.state, "on_failure", None)
+        if on_failure is not None:
+            on_failure()
 
     app = FastAPI(title="rcstat serve", lifespan=lifespan, docs_url="/docs")
 
@@ -239,7 +252,8 @@ def _refusal(request: Request, config: ServeConfig) -> Response | None:
 def run(config: ServeConfig, *, loader: Loader | None = None) -> int:
     """Serve ``config`` with uvicorn until SIGTERM or Ctrl-C; 0 after a SIGTERM drained the
     requests in flight (uvicorn re-raises the signal it caught: the handler set here takes it
-    and the process ends normally)."""
+    and the process ends normally); 2 when the port cannot be bound or the model cannot be
+    loaded (one ``error:`` line says why)."""
     import uvicorn
 
     app = create_app(config, loader=loader)
@@ -253,9 +267,12 @@ def run(config: ServeConfig, *, loader: Loader | None = None) -> int:
             timeout_graceful_shutdown=None,
         )
     )
+    app.state.on_failure = lambda: setattr(server, "should_exit", True)
     previous = signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         server.run()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return 0 if server.started else 2
+    batcher = getattr(app.state, "batcher", None)
+    failed = not server.started or (batcher is not None and batcher.failed is not None)
+    return 2 if failed else 0
