@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from rcstat import cli
 from rcstat.commands.attribute import AttributeConfig
@@ -36,6 +35,9 @@ from tests._serve_helpers import (
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+TestClient = pytest.importorskip(
+    "fastapi.testclient", reason="needs FastAPI (pip install 'rcstat[serve]')"
+).TestClient
 
 
 @pytest.fixture(scope="module")

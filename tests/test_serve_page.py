@@ -58,7 +58,7 @@ def browser() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def service(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The service on the tiny model in a uvicorn thread, at a threshold that flags spans."""
-    import uvicorn
+    uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn (pip install 'rcstat[serve]')")
 
     from rcstat.serve.app import create_app
 

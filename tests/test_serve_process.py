@@ -12,8 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests._serve_helpers import PAIRS, save_profile, wait_ready
+
+pytest.importorskip("uvicorn", reason="needs uvicorn (pip install 'rcstat[serve]')")
 
 
 def _free_port() -> int:

@@ -10,10 +10,10 @@ at ``/docs``. A request is checked before it is queued — the options by
 once). With a token, ``/v1/`` needs ``Authorization: Bearer <token>`` (401). A body over
 ``max_body_bytes`` is 413, one without a length 411. Each request is one line on ``log``
 (default: standard error). On SIGTERM uvicorn stops accepting, finishes the requests in flight,
-then the worker finishes its queue, and :func:`run` returns.
+then the worker finishes its queue, and :func:`run` returns. FastAPI, pydantic and uvicorn
+are imported by :func:`create_app` and :func:`run` only (the ``serve`` extra), so that the
+package imports without them.
 """
-
-from __future__ import annotations
 
 import asyncio
 import hmac
@@ -22,12 +22,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING, Any, cast
 
 from rcstat.commands.attribute import AttributeConfig
 from rcstat.commands.ground import GroundConfig
@@ -38,51 +33,62 @@ from rcstat.serve.page import PAGE
 from rcstat.serve.worker import Worker
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response
+
     from rcstat.evaluation.bench.common import Loader
 
-__all__ = ["AttributeRequest", "GroundRequest", "create_app", "run"]
+__all__ = ["create_app", "request_models", "run"]
 
 #: The instruction an attribution reads when a request has no question (the grounder's).
 NO_QUESTION = "Write a response based on the text above."
 
 
-class GroundRequest(BaseModel):
-    """``POST /v1/ground``: the texts of ``rcstat ground`` and its options by name (each as its
-    flag: ``top_k`` is ``--top-k``; ``zero_shot`` is ``--zero-shot``; None: the service's)."""
+def request_models() -> tuple[type, type]:
+    """The bodies of ``POST /v1/ground`` and ``POST /v1/attribute`` (pydantic models; made
+    here, not at import, so that the package imports without the ``serve`` extra)."""
+    from pydantic import BaseModel, ConfigDict
 
-    model_config = ConfigDict(extra="forbid")
-    context: str | None = None
-    response: str | None = None
-    question: str | None = None
-    fraction: float | None = None
-    quantile: float | None = None
-    threshold: float | None = None
-    top_k: int | None = None
-    language: str | None = None
-    max_tokens: int | None = None
-    max_chars: int | None = None
-    max_response_tokens: int | None = None
-    zero_shot: bool | None = None
+    class GroundRequest(BaseModel):
+        """``POST /v1/ground``: the texts of ``rcstat ground`` and its options by name (each as its
+        flag: ``top_k`` is ``--top-k``; ``zero_shot`` is ``--zero-shot``; None: the service's)."""
+
+        model_config = ConfigDict(extra="forbid")
+        context: str | None = None
+        response: str | None = None
+        question: str | None = None
+        fraction: float | None = None
+        quantile: float | None = None
+        threshold: float | None = None
+        top_k: int | None = None
+        language: str | None = None
+        max_tokens: int | None = None
+        max_chars: int | None = None
+        max_response_tokens: int | None = None
+        zero_shot: bool | None = None
+
+    class AttributeRequest(BaseModel):
+        """``POST /v1/attribute``: the response attributed to the context, sentence by sentence
+        (the options of ``rcstat attribute``; None: its defaults, ``top_k`` at most the model's
+        heads)."""
+
+        model_config = ConfigDict(extra="forbid")
+        context: str | None = None
+        response: str | None = None
+        question: str | None = None
+        granularity: str | None = None
+        top_k: int | None = None
+        ranking: str | None = None
+        statistic: str | None = None
+        span_score: str | None = None
+        language: str | None = None
+
+    return GroundRequest, AttributeRequest
 
 
-class AttributeRequest(BaseModel):
-    """``POST /v1/attribute``: the response attributed to the context, sentence by sentence
-    (the options of ``rcstat attribute``; None: its defaults, ``top_k`` at most the model's
-    heads)."""
+def _error(status: int, message: str, **headers: str) -> "JSONResponse":
+    from fastapi.responses import JSONResponse
 
-    model_config = ConfigDict(extra="forbid")
-    context: str | None = None
-    response: str | None = None
-    question: str | None = None
-    granularity: str | None = None
-    top_k: int | None = None
-    ranking: str | None = None
-    statistic: str | None = None
-    span_score: str | None = None
-    language: str | None = None
-
-
-def _error(status: int, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": " ".join(message.split())}, status_code=status, headers=headers)
 
 
@@ -93,13 +99,18 @@ def _stderr(line: str) -> None:
 def create_app(
     config: ServeConfig,
     *,
-    loader: Loader | None = None,
+    loader: "Loader | None" = None,
     log: Callable[[str], None] | None = None,
-) -> FastAPI:
+) -> "FastAPI":
     """The service of ``config`` (checked again): the model loads on the worker thread when
     the application starts (``loader`` as for every command), the worker stops when it ends;
     ``log`` gets one line per request."""
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
+
     config.check()
+    GroundRequest, AttributeRequest = request_models()
     say = log or _stderr
     retry = {"Retry-After": str(config.retry_after)}
     worker = Worker(config, loader)
@@ -190,34 +201,36 @@ def create_app(
             return _error(500, f"{type(err).__name__}: {err}")
 
     @app.post("/v1/ground")
-    async def ground(body: GroundRequest) -> Response:
+    async def ground(body: GroundRequest) -> Response:  # type: ignore[valid-type]
         """Exactly the object ``rcstat ground --json`` prints for the same texts and options
         (``out`` is null: the service writes no folder)."""
+        given: dict[str, Any] = cast(Any, body).model_dump()
+        texts = (given["context"], given["response"], given["question"])
         try:
-            options = config.request_options(body.model_dump(include=set(REQUEST_OPTIONS)))
-            checked = GroundConfig(
-                context=body.context, response=body.response, question=body.question
-            )
+            options = config.request_options({k: given[k] for k in REQUEST_OPTIONS})
+            checked = GroundConfig(context=texts[0], response=texts[1], question=texts[2])
             checked.options = options
             checked.check()
         except ValueError as err:
             return _error(422, str(err))
-        return await answer("ground", checked.options, (body.context, body.response, body.question))
+        return await answer("ground", checked.options, texts)
 
     @app.post("/v1/attribute")
-    async def attribute(body: AttributeRequest) -> Response:
+    async def attribute(body: AttributeRequest) -> Response:  # type: ignore[valid-type]
         """The response attributed to the context: the candidate spans, each response
         sentence's scores over them and its best span (as ``rcstat attribute`` measures)."""
-        given = body.model_dump(exclude={"context", "response", "question"}, exclude_none=True)
+        given: dict[str, Any] = cast(Any, body).model_dump(exclude_none=True)
+        context, response = given.pop("context", None), given.pop("response", None)
+        question = given.pop("question", NO_QUESTION)
         try:
-            if body.response is None:
+            if response is None:
                 raise ValueError(
                     "attribute needs --answer (the response: the service does not generate)"
                 )
             checked = AttributeConfig(
-                context=body.context,
-                question=NO_QUESTION if body.question is None else body.question,
-                answer=body.response,
+                context=context,
+                question=question,
+                answer=response,
                 **{"top_k": DEFAULT_TOP_K, **given},
             )
             checked.check()
@@ -228,7 +241,7 @@ def create_app(
     return app
 
 
-def _refusal(request: Request, config: ServeConfig) -> Response | None:
+def _refusal(request: "Request", config: ServeConfig) -> "Response | None":
     """401 without the token on ``/v1/``; 411/413 for a body without a length or too long."""
     if config.token is not None and request.url.path.startswith("/v1/"):
         given = request.headers.get("authorization", "")
@@ -249,7 +262,7 @@ def _refusal(request: Request, config: ServeConfig) -> Response | None:
     return None
 
 
-def run(config: ServeConfig, *, loader: Loader | None = None) -> int:
+def run(config: ServeConfig, *, loader: "Loader | None" = None) -> int:
     """Serve ``config`` with uvicorn until SIGTERM or Ctrl-C; 0 after a SIGTERM drained the
     requests in flight (uvicorn re-raises the signal it caught: the handler set here takes it
     and the process ends normally); 2 when the port cannot be bound or the model cannot be
