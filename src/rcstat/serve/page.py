@@ -122,10 +122,11 @@ _SCRIPT = """
       body.appendChild(row);
     });
   }
-  function shade(value, top) {
-    var t = top > 0 ? Math.max(0, value) / top : 0;
-    var light = Math.round(97 - 55 * t);
-    return "hsl(210, 70%, " + light + "%)";
+  function shade(cell, value, low, high) {
+    var t = high > low ? (value - low) / (high - low) : 1;
+    var light = Math.round(95 - 55 * t);
+    cell.style.background = "hsl(210, 70%, " + light + "%)";
+    cell.style.color = light < 62 ? "#fff" : "#1a1a1a";
   }
   function renderHeatmap(table, att) {
     table.textContent = "";
@@ -139,11 +140,11 @@ _SCRIPT = """
     att.units.forEach(function (u) {
       var row = el("tr", {});
       row.appendChild(el("th", {"scope": "row"}, u.text));
-      var top = Math.max.apply(null, u.scores.concat([0]));
+      var high = Math.max.apply(null, u.scores), low = Math.min.apply(null, u.scores);
       u.scores.forEach(function (v, k) {
         var cell = el("td", {"class": "cell" + (u.attributed === k ? " best" : ""),
           "title": att.spans[k].text + " (" + num(v) + ")"}, Number(v).toFixed(2));
-        cell.style.background = shade(v, top);
+        shade(cell, v, low, high);
         row.appendChild(cell);
       });
       body.appendChild(row);
@@ -233,7 +234,7 @@ PAGE = f"""<!DOCTYPE html>
 <section id="attribution" hidden aria-labelledby="attribution-title">
 <h2 id="attribution-title">Attribution</h2>
 <p class="hint">Each response sentence's attribution score over the context's sentences
-(darker: more; the outlined cell is its best span).</p>
+(darker: more, scaled per row; the outlined cell is its best span).</p>
 <table id="heatmap"></table>
 <ol id="heatmap-spans" class="hint"></ol>
 </section>
