@@ -182,7 +182,7 @@ def test_attribute_answers_the_attribution_with_the_best_span(client, model_dir)
 
 
 def test_model_health_docs_and_page(client) -> None:  # type: ignore[no-untyped-def]
-    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/health").json() == {"status": "ok", "waiting": 0}
     info = client.get("/v1/model").json()
     assert info["threshold"] == 0.05 and info["profile"]["shape"] == [3, 4]
     assert client.get("/docs").status_code == 200

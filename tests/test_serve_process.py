@@ -42,18 +42,28 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0(model_dir: Path, tmp_
                     assert server.poll() is None, server.stderr.read() if server.stderr else ""
                     assert time.monotonic() < deadline
                     time.sleep(0.2)
-            bodies = [{"context": c, "response": r, "question": q} for c, r, q in PAIRS[:8]]
+            bodies = [{"context": c * 20, "response": r, "question": q} for c, r, q in PAIRS[:12]]
+
+            def post(body: dict[str, object]) -> tuple[httpx.Response, float]:
+                answer = client.post("/v1/ground", json=body)
+                return answer, time.monotonic()
+
             with ThreadPoolExecutor(len(bodies)) as pool:
-                pending = [pool.submit(client.post, "/v1/ground", json=b) for b in bodies]
-                time.sleep(0.3)  # all sent; the worker takes one at a time
+                pending = [pool.submit(post, b) for b in bodies]
+                while client.get("/health").json()["waiting"] < len(bodies) - 1:
+                    assert time.monotonic() < deadline + 60  # all received: 1 runs, 11 wait
+                    time.sleep(0.005)
                 server.send_signal(signal.SIGTERM)
-                answers = [p.result() for p in pending]
+                signalled = time.monotonic()
+                done = [p.result() for p in pending]
         code = server.wait(timeout=60)
     finally:
         if server.poll() is None:
             server.kill()
     err = server.stderr.read() if server.stderr else ""
+    answers = [answer for answer, _ in done]
     assert [a.status_code for a in answers] == [200] * len(bodies), err
+    assert any(at > signalled for _, at in done)  # some were in flight at the signal
     assert all(a.json()["verdict"] in ("supported", "unsupported") for a in answers)
     assert code == 0, err
     logged = [line for line in err.splitlines() if "POST /v1/ground 200" in line]

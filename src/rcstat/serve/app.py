@@ -176,8 +176,9 @@ def create_app(
 
     @app.get("/health")
     async def health() -> Response:
-        """200 ``{"status": "ok"}`` once the model is loaded, 503 before."""
-        return unavailable() or JSONResponse({"status": "ok"})
+        """200 ``{"status": "ok", "waiting": <requests in the queue>}`` once the model is
+        loaded, 503 before."""
+        return unavailable() or JSONResponse({"status": "ok", "waiting": state["batcher"].waiting})
 
     @app.get("/v1/model")
     async def model() -> Response:
