@@ -259,3 +259,17 @@ def test_token_body_limit_and_one_log_line_per_request(model_dir, profile) -> No
     assert any(line.endswith("ms") and "POST /v1/ground 401" in line for line in requests)
     assert sum("POST /v1/ground" in line for line in requests) == 4
     assert all("\n" not in line for line in lines)
+
+
+def test_a_profile_object_passed_in_python_serves_as_its_file(client, profile, model_dir) -> None:  # type: ignore[no-untyped-def]
+    from rcstat.grounding import HeadProfile
+    from rcstat.grounding.options import GroundingOptions
+
+    config = serve_config(model_dir, profile)
+    config.options = GroundingOptions(profile=HeadProfile.load(profile), top_k=5)
+    with TestClient(create_app(config, log=lambda line: None)) as c:
+        wait_ready(c)
+        for body in BODIES[:2]:
+            answer = c.post("/v1/ground", json=body)
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == client.post("/v1/ground", json=body).json()

@@ -30,7 +30,7 @@ from rcstat.defaults import DEFAULT_TOP_K
 from rcstat.serve.batcher import Batcher, QueueFullError
 from rcstat.serve.config import REQUEST_OPTIONS, ServeConfig
 from rcstat.serve.page import PAGE
-from rcstat.serve.worker import Worker
+from rcstat.serve.worker import OptionsKey, Worker
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -214,7 +214,7 @@ def create_app(
             checked.check()
         except ValueError as err:
             return _error(422, str(err))
-        return await answer("ground", checked.options, texts)
+        return await answer("ground", OptionsKey(checked.options), texts)
 
     @app.post("/v1/attribute")
     async def attribute(body: AttributeRequest) -> Response:  # type: ignore[valid-type]

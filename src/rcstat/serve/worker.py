@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rcstat.commands.attribute import AttributeConfig
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from rcstat.attribution import Attribution
     from rcstat.evaluation.bench.common import Loader
 
-__all__ = ["KEEP", "Worker", "attribution_document"]
+__all__ = ["KEEP", "OptionsKey", "Worker", "attribution_document"]
 
 #: Grounders (and attributors) kept, one per set of options, the least recently used dropped.
 KEEP = 8
@@ -47,6 +48,42 @@ def attribution_document(attribution: Attribution) -> dict[str, Any]:
         best = unit["attributed"]
         unit["best"] = None if best is None else {**spans[best], "score": unit["scores"][best]}
     return document
+
+
+class OptionsKey:
+    """``options`` as a key of a batch and of the kept grounders: equal when every field is
+    equal, objects (a :class:`~rcstat.grounding.HeadProfile` passed in Python, unhashable)
+    compared by identity."""
+
+    def __init__(self, options: GroundingOptions) -> None:
+        self.options = options
+        self._fields = tuple((f.name, _hashable(getattr(options, f.name))) for f in fields(options))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OptionsKey) and self._fields == other._fields
+
+    def __hash__(self) -> int:
+        return hash(self._fields)
+
+
+def _described(options: GroundingOptions) -> dict[str, Any]:
+    """The options as JSON: numbers, texts and flags as they are, files as their paths, an
+    object passed in Python as its type's name."""
+    out: dict[str, Any] = {}
+    for f in fields(options):
+        value = getattr(options, f.name)
+        if value is not None and not isinstance(value, (bool, int, float, str)):
+            value = str(value) if isinstance(value, Path) else type(value).__name__
+        out[f.name] = value
+    return out
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return value
 
 
 class _Kept(OrderedDict[Any, Any]):
@@ -98,7 +135,7 @@ class Worker:
             },
             "threshold": grounder.threshold,
             "method": grounder.method,
-            "options": self.config.options.manifest(),
+            "options": _described(self.config.options),
         }
 
     def grounder(self, options: GroundingOptions) -> Any:
@@ -106,7 +143,7 @@ class Worker:
         from rcstat.grounding.grounder import Grounder
 
         return self._grounders.get_or_make(
-            options, lambda: Grounder(self.model, self.tokenizer, options)
+            OptionsKey(options), lambda: Grounder(self.model, self.tokenizer, options)
         )
 
     def attributor(self, config: AttributeConfig) -> Any:
@@ -140,7 +177,7 @@ class Worker:
                 self._attribute(job)
 
     def _ground(self, jobs: Sequence[Job]) -> None:
-        grounder = self.grounder(jobs[0].key)
+        grounder = self.grounder(jobs[0].key.options)  # an OptionsKey
         pairs = [job.data for job in jobs]
         results = grounder.ground_many(pairs, batch_tokens=self.config.batch_tokens)
         for job, result in zip(jobs, results, strict=True):
