@@ -9,6 +9,7 @@ bad request gets the command line's own message before any model work.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -185,7 +186,14 @@ def test_model_health_docs_and_page(client) -> None:  # type: ignore[no-untyped-
     assert client.get("/health").json() == {"status": "ok", "waiting": 0}
     info = client.get("/v1/model").json()
     assert info["threshold"] == 0.05 and info["profile"]["shape"] == [3, 4]
-    assert client.get("/docs").status_code == 200
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "/openapi.json" in docs.text
+    # offline: every file the page loads is the service's own
+    loaded = re.findall(r'(?:src|href)=["\'\s]*([^"\'\s>]+)', docs.text)
+    loaded += re.findall(r"url: ?'([^']+)'", docs.text)
+    assert loaded and not [u for u in loaded if u.startswith(("http:", "https:", "//"))]
+    for url in (u for u in loaded if u.startswith("/docs-assets/")):
+        assert client.get(url).status_code == 200, url
     schema = client.get("/openapi.json").json()
     assert {"/v1/ground", "/v1/attribute", "/health", "/v1/model"} <= set(schema["paths"])
     page = client.get("/").text

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rcstat.commands.attribute import AttributeConfig
 from rcstat.commands.ground import GroundConfig
 from rcstat.defaults import DEFAULT_TOP_K
+from rcstat.serve.api_docs import add_api_docs
 from rcstat.serve.batcher import Batcher, QueueFullError
 from rcstat.serve.config import REQUEST_OPTIONS, ServeConfig
 from rcstat.serve.page import PAGE
@@ -145,7 +146,8 @@ def create_app(
         if on_failure is not None:
             on_failure()
 
-    app = FastAPI(title="rcstat serve", lifespan=lifespan, docs_url="/docs")
+    app = FastAPI(title="rcstat serve", lifespan=lifespan, docs_url=None, redoc_url=None)
+    add_api_docs(app, "rcstat serve")
 
     def unavailable() -> JSONResponse | None:
         batcher = state.get("batcher")
