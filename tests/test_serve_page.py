@@ -18,11 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests._browser import find_chromium
 from tests._serve_helpers import CONTEXT, QUESTION, RESPONSE, save_profile, serve_config, wait_ready
+
+httpx = pytest.importorskip("httpx", reason="needs httpx and FastAPI (pip install 'rcstat[serve]')")
+pytest.importorskip("fastapi", reason="needs FastAPI (pip install 'rcstat[serve]')")
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -11,10 +11,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests._serve_helpers import PAIRS, save_profile, wait_ready
+
+httpx = pytest.importorskip("httpx", reason="needs httpx and FastAPI (pip install 'rcstat[serve]')")
+pytest.importorskip("fastapi", reason="needs FastAPI (pip install 'rcstat[serve]')")
 
 pytest.importorskip("uvicorn", reason="needs uvicorn (pip install 'rcstat[serve]')")
 
