@@ -214,3 +214,13 @@ def folder_note(held: int | None, n: int | None) -> str | None:
         f"the run folder holds {held} examples, more than --n {n} asks for: "
         f"the summary describes all {held}"
     )
+
+
+def add_config_option(
+    parser: argparse.ArgumentParser, config: Any, name: str, kind: type, help: str
+) -> None:
+    """``--name`` (the field ``name`` of ``config``, a :class:`~rcstat.runs.job.Config`, with
+    dashes) of type ``kind``, defaulting to None so that the config holds the default, which
+    ``--help`` states."""
+    flag = "--" + name.replace("_", "-")
+    parser.add_argument(flag, type=kind, help=f"{help} (default: {config.default(name)})")

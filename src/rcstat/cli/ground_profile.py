@@ -8,11 +8,10 @@ result's lines.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from rcstat.checks import split_list
-from rcstat.cli._common import Devices, add_command, load_model_quietly, say
+from rcstat.cli._common import Devices, add_command, add_config_option, load_model_quietly, say
 from rcstat.cli.options import (
     add_data_option,
     add_dataset_option,
@@ -41,17 +40,13 @@ def register(sub: Any) -> None:
     add_data_option(p)
     add_n_option(p)
     add_max_new_tokens_option(p, GroundProfileConfig.max_new_tokens, "length of each answer")
-    p.add_argument(
-        "--fraction",
-        type=float,
-        default=GroundProfileConfig.fraction,
-        help="share of heads the score uses",
-    )
-    p.add_argument(
-        "--threshold-quantile",
-        type=float,
-        default=GroundProfileConfig.threshold_quantile,
-        help="share of the copied calibration sentences flagged (the false-alarm rate)",
+    add_config_option(p, GroundProfileConfig, "fraction", float, "share of heads the score uses")
+    add_config_option(
+        p,
+        GroundProfileConfig,
+        "threshold_quantile",
+        float,
+        "share of the copied calibration sentences flagged (the false-alarm rate)",
     )
     p.add_argument(
         "--calibrate-on",
@@ -65,18 +60,8 @@ def register(sub: Any) -> None:
 
 def from_namespace(ns: argparse.Namespace) -> GroundProfileConfig:
     """The checked config of ``rcstat ground-profile`` (``ValueError`` naming the flag)."""
-    config = GroundProfileConfig(
-        model=ns.model,
-        dataset=ns.dataset,
-        data=ns.data,
-        n=ns.n,
-        max_new_tokens=ns.max_new_tokens,
-        fraction=ns.fraction,
-        threshold_quantile=ns.threshold_quantile,
-        calibrate_on=tuple(split_list(ns.calibrate_on)),
-        out=Path(ns.out),
-    )
-    config.check()
+    calibrate_on = tuple(split_list(ns.calibrate_on)) if ns.calibrate_on else None
+    config = GroundProfileConfig.from_flags(ns, calibrate_on=calibrate_on)
     config.devices = Devices.from_namespace(ns)  # last: it may ask torch for the GPUs
     return config
 

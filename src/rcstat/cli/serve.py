@@ -11,13 +11,19 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from rcstat.cli._common import Devices, add_command, error_console
+from rcstat.cli._common import Devices, add_command, add_config_option, error_console
 from rcstat.cli.ground_flags import add_batch_tokens_option, add_limit_options, grounding_options
 from rcstat.serve.config import ServeConfig
 
 NAME = "serve"
 
-_DEFAULTS = ServeConfig()
+#: The service's own limits: (field, type, what it bounds).
+LIMITS: tuple[tuple[str, type, str], ...] = (
+    ("max_queue", int, "requests waiting for the model at most; one more is answered 503"),
+    ("max_batch", int, "requests grounded together at most (one batch of the worker)"),
+    ("max_wait_ms", float, "how long the worker waits for more requests to fill a batch (ms)"),
+    ("max_body_bytes", int, "largest request body (413 above it)"),
+)
 
 
 def register(sub: Any) -> None:
@@ -34,8 +40,8 @@ def register(sub: Any) -> None:
         "thread. One log line per request on standard error; SIGTERM finishes the requests in "
         "flight and exits 0.",
     )
-    parser.add_argument("--host", default=_DEFAULTS.host, help="address to listen on")
-    parser.add_argument("--port", type=int, default=_DEFAULTS.port, help="port to listen on")
+    add_config_option(parser, ServeConfig, "host", str, "address to listen on")
+    add_config_option(parser, ServeConfig, "port", int, "port to listen on")
     parser.add_argument(
         "--token",
         default=None,
@@ -56,30 +62,8 @@ def register(sub: Any) -> None:
         help="judge with the zero-shot word score by default (a request may ask for it too)",
     )
     add_limit_options(parser)
-    parser.add_argument(
-        "--max-queue",
-        type=int,
-        default=_DEFAULTS.max_queue,
-        help="requests waiting for the model at most; one more is answered 503 with Retry-After",
-    )
-    parser.add_argument(
-        "--max-batch",
-        type=int,
-        default=_DEFAULTS.max_batch,
-        help="requests grounded together at most (one batch of the worker)",
-    )
-    parser.add_argument(
-        "--max-wait-ms",
-        type=float,
-        default=_DEFAULTS.max_wait_ms,
-        help="how long the worker waits for more requests to fill a batch (milliseconds)",
-    )
-    parser.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=_DEFAULTS.max_body_bytes,
-        help="largest request body (413 above it)",
-    )
+    for name, kind, meaning in LIMITS:
+        add_config_option(parser, ServeConfig, name, kind, meaning)
     add_batch_tokens_option(parser, "in a batch of requests, ")
 
 
@@ -92,19 +76,7 @@ class ServeArgs:
 
 def from_namespace(ns: argparse.Namespace) -> ServeArgs:
     """The checked options of ``rcstat serve`` (before any heavy import)."""
-    config = ServeConfig(
-        host=ns.host,
-        port=ns.port,
-        model=ns.model,
-        token=ns.token,
-        max_queue=ns.max_queue,
-        max_batch=ns.max_batch,
-        max_wait_ms=ns.max_wait_ms,
-        max_body_bytes=ns.max_body_bytes,
-        batch_tokens=ns.batch_tokens,
-        options=grounding_options(ns),
-    )
-    config.check()
+    config = ServeConfig.from_flags(ns, options=grounding_options(ns))
     config.devices = Devices.from_namespace(ns)  # last: it may ask torch for the GPUs
     return ServeArgs(config)
 

@@ -182,6 +182,26 @@ class Config(ABC):
         return config
 
     @classmethod
+    def from_flags(cls, flags: Any, **given: Any) -> Self:
+        """The checked config of the command line (lm-evaluation-harness's ``from_cli``):
+        ``flags`` has an attribute named as each field (an argparse namespace, whose flags
+        default to None), ``given`` the fields its flags make another way (parsed lists,
+        nested options); None keeps the field's default, and every message names the flag
+        (:meth:`check_flags`). ``devices`` and ``shard`` are the caller's (several flags and
+        the launcher's environment make them)."""
+        values = {
+            item.name: getattr(flags, item.name, None)
+            for item in fields(cls)  # type: ignore[arg-type]  # a dataclass subclass
+            if item.name not in ("devices", "shard")
+        }
+        values.update(given)
+        present = {k: v for k, v in values.items() if v is not None}
+        config = cls(**config_values(cls, present, paths=cls.PATHS))
+        config.check_values()
+        config.check_flags()
+        return config
+
+    @classmethod
     def default(cls, name: str) -> Any:
         """The default of the field ``name`` (what ``--help`` shows for a flag that defaults to
         None so that the config holds the default)."""
@@ -205,6 +225,11 @@ class Config(ABC):
     def check(self) -> None:
         """Every option in its range and the options that go together (``ValueError`` naming
         the option)."""
+
+    def check_flags(self) -> None:
+        """:meth:`check` as the command line makes it (messages naming the flags); the same by
+        default."""
+        self.check()
 
 
 def config_values(

@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder, claim_output_folder
-from rcstat.runs.job import Config, Job, JobRun, check_run_folder, config_values, run_job
+from rcstat.runs.job import Config, Job, JobRun, check_run_folder, run_job
 from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
@@ -56,25 +56,9 @@ class JobConfig(Config):
     #: The command whose output folder a run of this job is (and the kind of its manifest).
     COMMAND: ClassVar[str]
 
-    @classmethod
-    def from_flags(cls, flags: Any, **given: Any) -> Self:
-        """The checked config of the command line (lm-evaluation-harness's ``from_cli``):
-        ``flags`` has an attribute named as each field (an argparse namespace, whose flags
-        default to None), ``given`` the fields its flags make another way (parsed lists,
-        nested options); None keeps the field's default, and every message names the flag.
-        ``devices`` and ``shard`` are the caller's (several flags and the launcher's
-        environment make them)."""
-        values = {
-            f.name: getattr(flags, f.name, None)
-            for f in fields(cls)
-            if f.name not in ("devices", "shard")
-        }
-        values.update(given)
-        present = {k: v for k, v in values.items() if v is not None}
-        config = cls(**config_values(cls, present, paths=cls.PATHS))
-        config.check_values()
-        config.check(flags=True)
-        return config
+    def check_flags(self) -> None:
+        """:meth:`check` with the messages naming the flags."""
+        self.check(flags=True)
 
     @abstractmethod
     def check(self, *, flags: bool = False) -> None:
