@@ -57,6 +57,7 @@ def test_bench_kv_on_a_squad_file(
     args += ["--data", str(path), "--ratios", "0.5", "--out", str(out)]
     code = cli.main([*args, "--presses", "knorm,tova", "--max-new-tokens", "3"])
     assert code == 0
+    assert "2 settings × 2 examples = 4 runs" in capsys.readouterr().err  # the grid, up front
     results = pd.read_csv(out / "results.csv")
     assert len(results) == 2 * 2  # 2 examples × 2 presses
     assert {"finished", "full_finished", "example_hash"} <= set(results.columns)

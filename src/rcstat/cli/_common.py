@@ -205,6 +205,12 @@ def say(text: str) -> None:
     console.print(text, markup=False)
 
 
+def note(text: str) -> None:
+    """Print one line of a message on standard error (a job's notes: skipped examples, the
+    size of its grid), as it is."""
+    progress_console.print(text, markup=False)
+
+
 def folder_note(held: int | None, n: int | None) -> str | None:
     """The line that says a run folder holds more examples than ``--n`` asks for (its summary
     describes the whole folder); None when it does not."""

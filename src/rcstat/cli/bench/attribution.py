@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from rcstat.cli._common import add_command, add_run_options, devices_and_shard, say
+from rcstat.cli._common import add_command, add_run_options, devices_and_shard, note
 from rcstat.cli.options import (
     add_attribution_options,
     add_data_option,
@@ -89,7 +89,7 @@ def run(config: AttributionConfig, loader: Loader) -> AttributionResult:
     (Table 1, Fig. 7)."""
     from rcstat.evaluation.bench.attribution import run as run_attribution
 
-    return run_attribution(config, loader=loader, say=say)
+    return run_attribution(config, loader=loader, say=note)
 
 
 def held(result: AttributionResult) -> int | None:

@@ -12,7 +12,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import float_list, split_list
-from rcstat.cli._common import add_command, add_run_options, devices_and_shard, say
+from rcstat.cli._common import add_command, add_run_options, devices_and_shard, note
 from rcstat.cli.options import (
     add_data_option,
     add_dataset_option,
@@ -95,10 +95,10 @@ def from_namespace(ns: argparse.Namespace) -> KVConfig:
 
 
 def run(config: KVConfig, loader: Loader) -> KVResult:
-    """Run (or resume) the benchmark (its notes printed as they come)."""
+    """Run (or resume) the benchmark (its notes on standard error as they come)."""
     from rcstat.evaluation.bench.kv import run as run_kv
 
-    return run_kv(config, loader=loader, say=say)
+    return run_kv(config, loader=loader, say=note)
 
 
 def held(result: KVResult) -> int | None:

@@ -365,10 +365,10 @@ def evaluate(
     scatter: bool = True,
     say: Say | None = None,
 ) -> KVResult:
-    """Run (or resume) ``config``'s grid on ``examples`` with a loaded model into
-    ``config.out`` and summarise it: the examples longer than the window are skipped (``say``
-    tells how many), shard 0 computes the head scatter where RCStat runs (unless ``scatter``
-    is False; :func:`~rcstat.evaluation.head_scatter.head_scatter`), the
+    """Run (or resume) ``config``'s grid on ``examples`` with a loaded model into ``config.out`` and
+    summarise it: the examples longer than the window are skipped (``say`` tells how many, and
+    how many runs the grid makes), shard 0 computes the head scatter where RCStat runs (unless
+    ``scatter`` is False; :func:`~rcstat.evaluation.head_scatter.head_scatter`), the
     :class:`KVJob` runs (``cache_factory`` as there), and the process that completes the run
     summarises it (:func:`summarize_run`)."""
     from rcstat.evaluation.head_scatter import head_scatter
@@ -390,6 +390,11 @@ def evaluate(
     config.claim_folder()
     job = KVJob(config, model, tokenizer, fitting, cache_factory)
     job.record = {"skipped_too_long": skipped, "window": window}
+    grid = len(config.grid())
+    say(
+        f"{grid} settings × {len(fitting)} examples = {grid * len(fitting)} runs (the grid of "
+        "--presses, --ratios, --thresholds, --window and the knobs)"
+    )
     scatter = scatter and "rcstat" in config.presses
     settings = {
         "dataset": config.dataset,
