@@ -109,3 +109,11 @@ def reference_scores(model: Any, input_ids: torch.Tensor) -> list[torch.Tensor]:
         for h in handles:
             h.remove()
     return captured
+
+
+def tiny_loader(model: str | None, devices: Any) -> tuple[PreTrainedModel, Any]:
+    """A loader for the library calls' ``loader=``: the in-memory tiny Llama and the tiny
+    tokenizer, whatever ``model`` and ``devices`` say."""
+    from tests._tiny_tokenizer import make_tiny_tokenizer
+
+    return tiny_model("llama"), make_tiny_tokenizer()

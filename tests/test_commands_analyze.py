@@ -16,7 +16,7 @@ from rcstat.analysis import analyze
 from rcstat.commands.analyze import AnalyzeConfig, AnalyzeResult, run
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import OUTPUT_MARKER
-from tests._tiny_models import one_thread, tiny_model
+from tests._tiny_models import one_thread, tiny_loader, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
 CONTEXT = "The cat sat on the warm mat near the door. The dog slept in the garden."
@@ -28,11 +28,6 @@ LAYERS, HEADS = 3, 4  # tests/_tiny_models.py
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread() -> Iterator[None]:
     yield from one_thread()
-
-
-def _tiny(model: str | None, devices: Devices) -> tuple[Any, Any]:
-    """A loader of the in-memory tiny Llama and tokenizer (whatever ``model`` says)."""
-    return tiny_model("llama"), make_tiny_tokenizer()
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -80,7 +75,7 @@ def test_run_with_a_loader_and_no_folder_returns_what_the_command_prints(
 
     def loader(model: str | None, devices: Devices) -> tuple[Any, Any]:
         asked.append((model, devices))
-        return _tiny(model, devices)
+        return tiny_loader(model, devices)
 
     config = AnalyzeConfig(context=CONTEXT, question=QUESTION, answer=ANSWER, top=3, tau=2.0)
     result = run(config, loader=loader)
@@ -124,7 +119,7 @@ def test_the_folder_is_checked_before_the_model_loads(tmp_path: Path) -> None:
 def test_a_head_the_model_lacks_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     config = AnalyzeConfig(prompt="Once upon a time", heads=((3, 0),), out=tmp_path / "run")
     with pytest.raises(ValueError, match=r"--head 3\.0 does not exist: the model has 3 layers"):
-        run(config, loader=_tiny)
+        run(config, loader=tiny_loader)
     assert not any(tmp_path.iterdir())
 
 

@@ -16,7 +16,7 @@ from rcstat.attribution import Attribution, Attributor
 from rcstat.commands.attribute import AttributeConfig, AttributeResult, run
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import OUTPUT_MARKER
-from tests._tiny_models import one_thread, tiny_model
+from tests._tiny_models import one_thread, tiny_loader, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
 CHUNKS = ["The cat sat on the warm mat near the door.", "The dog slept in the garden all day."]
@@ -28,11 +28,6 @@ FILES = ["attribution.csv", "attribution.html", "attribution.json", "attribution
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread() -> Iterator[None]:
     yield from one_thread()
-
-
-def _tiny(model: str | None, devices: Devices) -> tuple[Any, Any]:
-    """A loader of the in-memory tiny Llama and tokenizer (whatever ``model`` says)."""
-    return tiny_model("llama"), make_tiny_tokenizer()
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -75,7 +70,7 @@ def test_run_with_a_loader_and_no_folder_gives_the_attributors_result(
 
     def loader(model: str | None, devices: Devices) -> tuple[Any, Any]:
         asked.append(model)
-        return _tiny(model, devices)
+        return tiny_loader(model, devices)
 
     config = AttributeConfig(
         model="any",
@@ -113,7 +108,7 @@ def test_the_folder_is_checked_before_the_model_loads(tmp_path: Path) -> None:
 def test_a_top_k_beyond_the_models_heads_is_refused_before_writing(tmp_path: Path) -> None:
     config = AttributeConfig(context=CHUNKS, question=QUESTION, answer=ANSWER, out=tmp_path / "o")
     with pytest.raises(ValueError, match="--top-k 20: the model has 12 heads"):  # the default
-        run(config, loader=_tiny)
+        run(config, loader=tiny_loader)
     assert not any(tmp_path.iterdir())
 
 

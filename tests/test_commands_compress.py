@@ -14,8 +14,7 @@ from rcstat import cli
 from rcstat.commands.compress import CompressConfig, CompressResult, run
 from rcstat.press.options import KNOBS, knob_choices, knob_default, knob_type
 from rcstat.runs.devices import Devices
-from tests._tiny_models import one_thread, tiny_model
-from tests._tiny_tokenizer import make_tiny_tokenizer
+from tests._tiny_models import one_thread, tiny_loader
 
 CONTEXT = "The cat sat on the warm mat near the door. " * 4
 QUESTIONS = ["Where did the cat sit?", "What was warm?"]
@@ -24,11 +23,6 @@ QUESTIONS = ["Where did the cat sit?", "What was warm?"]
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread() -> Iterator[None]:
     yield from one_thread()
-
-
-def _tiny(model: str | None, devices: Devices) -> tuple[Any, Any]:
-    """A loader of the in-memory tiny Llama and tokenizer (whatever ``model`` says)."""
-    return tiny_model("llama"), make_tiny_tokenizer()
 
 
 def _flat(text: str) -> str:
@@ -74,7 +68,7 @@ def test_a_batch_with_a_loader_answers_each_question_as_alone() -> None:
 
     def loader(model: str | None, devices: Devices) -> tuple[Any, Any]:
         asked.append(model)
-        return _tiny(model, devices)
+        return tiny_loader(model, devices)
 
     config = CompressConfig(
         context=CONTEXT, questions=tuple(QUESTIONS), ratio=0.5, max_new_tokens=3, full=False
@@ -82,7 +76,7 @@ def test_a_batch_with_a_loader_answers_each_question_as_alone() -> None:
     result = run(config, loader=loader)
     assert asked == [None] and result.batched and result.questions == QUESTIONS
     assert result.fulls == [None, None] and result.agreements() == [None, None]
-    model, tokenizer = _tiny(None, Devices())
+    model, tokenizer = tiny_loader(None, Devices())
     for question, report in zip(QUESTIONS, result.reports, strict=True):
         alone = compress_and_answer(
             model,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,8 +19,7 @@ from rcstat.evaluation.bench.grounding import (
 )
 from rcstat.evaluation.bench.registry import job_kind, run_summary
 from rcstat.evaluation.grounding_methods import BASELINES, VARIANTS
-from rcstat.runs.devices import Devices
-from tests._tiny_models import tiny_model
+from tests._tiny_models import tiny_loader, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 from tests.test_cli_ground import _make_profile, _squad_file
 
@@ -46,10 +44,6 @@ MANIFEST_KEYS = [
     "detector",
     "zero_shot",
 ]
-
-
-def _tiny(model: str | None, devices: Devices) -> tuple[Any, Any]:
-    return tiny_model("llama"), make_tiny_tokenizer()
 
 
 @pytest.fixture
@@ -88,7 +82,7 @@ def test_the_job_takes_config_model_tokenizer_and_items(config: GroundingConfig)
 
 
 def test_the_summary_is_a_function_of_the_run_folder(config: GroundingConfig) -> None:
-    result = run(config, loader=_tiny)
+    result = run(config, loader=tiny_loader)
     out = config.out
     manifest = json.loads((out / "run.json").read_text())
     assert manifest["kind"] == KIND and list(manifest["options"]) == MANIFEST_KEYS

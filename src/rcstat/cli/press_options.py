@@ -14,7 +14,7 @@ from typing import Any
 
 from rcstat.checks import float_list, int_list, split_list
 from rcstat.defaults import DEFAULT_WINDOW, QUESTION_WINDOW
-from rcstat.press.options import KNOBS, knob_choices, knob_default, knob_help, knob_type
+from rcstat.press.options import KNOBS, knob_choices, knob_default, knob_field, knob_help, knob_type
 
 __all__ = ["add_press_options", "knob_lists", "knob_values", "window_list"]
 
@@ -73,7 +73,9 @@ def knob_lists(ns: argparse.Namespace) -> dict[str, list[Any]]:
         if kind is float:
             knobs[name] = float_list(f"--{name}", values)
         elif kind is int:
-            knobs[name] = int_list(f"--{name}", values, low=-(2**62))
+            knobs[name] = int_list(
+                f"--{name}", values, low=int(knob_field(name).metadata.get("low", 0))
+            )
         else:
             knobs[name] = values
     return knobs

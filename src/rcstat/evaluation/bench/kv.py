@@ -352,7 +352,7 @@ def run(config: KVConfig, *, loader: Loader | None = None, say: Say | None = Non
     examples = [e for e in loaded if isinstance(e, QAExample)]
     config.require(examples)
     model, tokenizer = config.load_model(loader)
-    return evaluate(config, model, tokenizer, examples, say=say)
+    return _evaluate(config, model, tokenizer, examples, None, True, say or say_default)
 
 
 def evaluate(
@@ -371,10 +371,22 @@ def evaluate(
     ``scatter`` is False; :func:`~rcstat.evaluation.head_scatter.head_scatter`), the
     :class:`KVJob` runs (``cache_factory`` as there), and the process that completes the run
     summarises it (:func:`summarize_run`)."""
+    config.check_folder()
+    return _evaluate(config, model, tokenizer, examples, cache_factory, scatter, say or say_default)
+
+
+def _evaluate(
+    config: KVConfig,
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[QAExample],
+    cache_factory: CacheFactory | None,
+    scatter: bool,
+    say: Say,
+) -> KVResult:
+    """:func:`evaluate` once the folder is checked (:func:`run` checks it before loading)."""
     from rcstat.evaluation.head_scatter import head_scatter
 
-    say = say or say_default
-    config.check_folder()
     window = int(model.config.max_position_embeddings)
     if config.max_tokens is not None:
         window = min(window, config.max_tokens)
