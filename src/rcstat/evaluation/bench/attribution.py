@@ -71,6 +71,7 @@ from rcstat.evaluation.attribution_scoring import (
     score_example,
 )
 from rcstat.evaluation.bench.common import (
+    DatasetJob,
     JobConfig,
     Loader,
     Say,
@@ -81,7 +82,7 @@ from rcstat.evaluation.bench.common import (
 from rcstat.evaluation.bench.results import AttributionResult
 from rcstat.evaluation.choices import LAYOUTS
 from rcstat.runs.folder import staged_output
-from rcstat.runs.job import Item, Job
+from rcstat.runs.job import Item
 from rcstat.runs.manifest import MANIFEST_FILE, RunManifest, content_hash, model_label
 from rcstat.runs.parts import RunFiles
 from rcstat.runs.rows import EXAMPLE_HASH, RowFile, read_jsonl
@@ -288,7 +289,7 @@ class FixedHeads:
 
 
 @dataclass
-class AttributionJob(Job):
+class AttributionJob(DatasetJob[AttributionConfig, "AttributionExample"]):
     """The attribution benchmark of ``config`` over ``examples`` as a
     :class:`~rcstat.runs.job.Job`: one item per example (one forward pass of ``model`` scores
     every method and ``k``). ``fixed`` is the head rankings of ``config.fixed_heads_from``
@@ -297,10 +298,6 @@ class AttributionJob(Job):
     kind: ClassVar[str] = KIND
     files: ClassVar[RunFiles] = RUN_FILES
 
-    config: AttributionConfig
-    model: Any
-    tokenizer: Any
-    examples: Sequence[AttributionExample]
     fixed: FixedHeads | None = None
     attributor: Attributor = field(init=False)
     ks: list[int] = field(init=False)
@@ -326,9 +323,6 @@ class AttributionJob(Job):
         self.ks = parse_ks(",".join(config.ks), layout.num_layers * layout.num_heads)
         if self.fixed is None and config.fixed_heads_from is not None:
             self.fixed = FixedHeads.read(config.fixed_heads_from)
-
-    def source(self) -> tuple[Any, Any, str | None]:
-        return self.model, self.tokenizer, model_label(self.config.model)
 
     def manifest_options(self) -> dict[str, Any]:
         """The config's options (the ``k`` values resolved), the attributor's

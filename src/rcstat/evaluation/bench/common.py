@@ -8,7 +8,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from rcstat.runs.devices import Devices
 from rcstat.runs.folder import check_output_folder, claim_output_folder
@@ -17,6 +17,7 @@ from rcstat.runs.manifest import model_label
 from rcstat.runs.shards import Shard
 
 __all__ = [
+    "DatasetJob",
     "JobConfig",
     "Loader",
     "Say",
@@ -126,6 +127,25 @@ class JobConfig(Config):
         """Refuse a run with no example (``ValueError`` naming the dataset and its data)."""
         if not items:
             raise ValueError(f"no examples in {self.dataset} ({self.data or 'default slice'})")
+
+
+ConfigT = TypeVar("ConfigT", bound=JobConfig)
+ExampleT = TypeVar("ExampleT")
+
+
+@dataclass
+class DatasetJob(Job, Generic[ConfigT, ExampleT]):
+    """A dataset job as a :class:`~rcstat.runs.job.Job`: its ``config``, the ``model`` and
+    ``tokenizer`` it runs and its ``examples``; each benchmark adds its own fields."""
+
+    config: ConfigT
+    model: Any
+    tokenizer: Any
+    examples: Sequence[ExampleT]
+
+    def source(self) -> tuple[Any, Any, str | None]:
+        """The model, the tokenizer and the config's model label."""
+        return self.model, self.tokenizer, model_label(self.config.model)
 
 
 def say_default(message: str) -> None:

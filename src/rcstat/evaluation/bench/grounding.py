@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcstat.checks import check_count, optional_count
 from rcstat.defaults import MAX_RESAMPLES
-from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
+from rcstat.evaluation.bench.common import DatasetJob, JobConfig, Loader, resolved
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.choices import GROUNDING_DATASETS, PAIR_DATASETS, SPAN_DATASETS
 from rcstat.evaluation.grounding_methods import PREDICTIONS, TOKENS, item_scores, token_file_name
 from rcstat.grounding.options import GroundingOptions
 from rcstat.runs.folder import staged_output
-from rcstat.runs.job import Item, Job
+from rcstat.runs.job import Item
 from rcstat.runs.manifest import model_label
 from rcstat.runs.parts import RunFiles
 from rcstat.runs.rows import EXAMPLE_HASH, RowFile
@@ -129,7 +129,7 @@ class GroundingConfig(JobConfig):
 
 
 @dataclass
-class GroundingJob(Job):
+class GroundingJob(DatasetJob[GroundingConfig, "GroundingItem"]):
     """The grounding benchmark as a :class:`~rcstat.runs.job.Job`: one item (and one row of
     ``predictions.jsonl``) per (context, response) of ``examples``, measured several a pass
     (:meth:`~rcstat.grounding.Measurer.measure_many`) and scored by every method
@@ -141,10 +141,6 @@ class GroundingJob(Job):
     kind: ClassVar[str] = KIND
     files: ClassVar[RunFiles] = RUN_FILES
 
-    config: GroundingConfig
-    model: Any
-    tokenizer: Any
-    examples: Sequence[GroundingItem]
     #: The grounder of the default verdict and its zero-shot twin (made from the config).
     grounder: Grounder = field(init=False, repr=False)
     zero_shot: Grounder = field(init=False, repr=False)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rcstat.checks import check_count, check_number, optional_count
 from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_WINDOW, QUESTION_WINDOW
 from rcstat.evaluation.bench.common import (
+    DatasetJob,
     JobConfig,
     Loader,
     Say,
@@ -47,7 +48,7 @@ from rcstat.files import write_atomic
 from rcstat.press.options import KNOBS, check_knob, knob_default
 from rcstat.press.registry import PRESS_NAMES
 from rcstat.runs.folder import staged_output
-from rcstat.runs.job import Item, Job
+from rcstat.runs.job import Item
 from rcstat.runs.manifest import RunMismatchError, content_hash, read_manifest
 from rcstat.runs.parts import RunFiles, part_folder, read_parts
 from rcstat.runs.rows import EXAMPLE_HASH, RowFile
@@ -201,7 +202,7 @@ def _factory_name(factory: CacheFactory | None) -> str:
 
 
 @dataclass
-class KVJob(Job):
+class KVJob(DatasetJob[KVConfig, "QAExample"]):
     """The KV-compression benchmark as a :class:`~rcstat.runs.job.Job`: one item per
     (example, setting of ``config.grid()``), keyed ``"<example id>|<setting key>"``; the
     full-cache reference of an example is computed once for all its settings (an example's
@@ -213,10 +214,6 @@ class KVJob(Job):
     kind: ClassVar[str] = KIND
     files: ClassVar[RunFiles] = RUN_FILES
 
-    config: KVConfig
-    model: Any
-    tokenizer: Any
-    examples: Sequence[QAExample]
     cache_factory: CacheFactory | None = None
     record: dict[str, Any] = field(default_factory=dict)
     _settings: list[Setting] = field(init=False, repr=False)
@@ -224,11 +221,6 @@ class KVJob(Job):
 
     def __post_init__(self) -> None:
         self._settings = self.config.grid()
-
-    def source(self) -> tuple[Any, Any, str | None]:
-        from rcstat.runs.manifest import model_label
-
-        return self.model, self.tokenizer, model_label(self.config.model)
 
     def manifest_options(self) -> dict[str, Any]:
         """The config's :meth:`~KVConfig.compared` options and the cache."""
