@@ -223,10 +223,18 @@ def folder_note(held: int | None, n: int | None) -> str | None:
 
 
 def add_config_option(
-    parser: argparse.ArgumentParser, config: Any, name: str, kind: type, help: str
+    parser: argparse.ArgumentParser,
+    config: Any,
+    name: str,
+    kind: type,
+    help: str,
+    *,
+    choices: Sequence[str] | None = None,
 ) -> None:
     """``--name`` (the field ``name`` of ``config``, a :class:`~rcstat.runs.job.Config`, with
-    dashes) of type ``kind``, defaulting to None so that the config holds the default, which
-    ``--help`` states."""
+    dashes) of type ``kind`` (one of ``choices`` where given), defaulting to None so that the
+    config holds the default, which ``--help`` states."""
     flag = "--" + name.replace("_", "-")
-    parser.add_argument(flag, type=kind, help=f"{help} (default: {config.default(name)})")
+    parser.add_argument(
+        flag, type=kind, choices=choices, help=f"{help} (default: {config.default(name)})"
+    )

@@ -17,6 +17,7 @@ from rich.table import Table
 from rcstat.cli._common import (
     Devices,
     add_command,
+    add_config_option,
     answer_line,
     console,
     flag_values,
@@ -66,30 +67,21 @@ def register(sub: Any) -> None:
     )
     add_text_options(an, _TEXTS)
     add_out_option(an, NAME)
-    an.add_argument(
-        "--tau",
-        type=float,
-        default=None,
-        help=f"threshold for head counts (default: {AnalyzeConfig.tau})",
-    )
-    an.add_argument(
-        "--top",
-        type=int,
-        default=None,
-        help=f"rows of the top-heads table (default: {AnalyzeConfig.top})",
-    )
+    add_config_option(an, AnalyzeConfig, "tau", float, "threshold for head counts")
+    add_config_option(an, AnalyzeConfig, "top", int, "rows of the top-heads table")
     an.add_argument(
         "--head",
         type=parse_head,
         action="append",
         help="LAYER.HEAD: also plot that head's cross vs self scores (repeatable)",
     )
-    an.add_argument(
-        "--question-placement",
-        choices=list(PLACEMENTS),
-        default=None,
-        help="chat mode: the question ends the prompt or starts the generation (default: "
-        f"{AnalyzeConfig.question_placement})",
+    add_config_option(
+        an,
+        AnalyzeConfig,
+        "question_placement",
+        str,
+        "chat mode: the question ends the prompt or starts the generation",
+        choices=PLACEMENTS,
     )
     add_max_new_tokens_option(an, AnalyzeConfig.max_new_tokens, "length of a generated answer")
     an.add_argument("--scaled", action="store_true", help="use <q,k>/sqrt(d) instead of raw")
