@@ -38,13 +38,28 @@ __all__ = ["DEFAULT_NAME", "RagasGrounding", "RagasGroundingLegacy"]  # noqa: F8
 DEFAULT_NAME = "rcstat_grounding"
 
 
-def _scorer(
-    grounder: Grounder | None,
-    model: str | None,
-    device: str | None,
-    options: GroundingOptions | dict[str, Any] | None,
-) -> GroundingScorer:
-    return GroundingScorer(grounder=grounder, model=model, device=device, options=options)
+class _ScoredMetric:
+    """The constructor both metric classes share: ragas' base class built from
+    :meth:`base_arguments` (the metric's ``name`` and what its kind of metric needs), then the
+    scorer (parameters as :class:`RagasGrounding`)."""
+
+    def __init__(
+        self,
+        grounder: Grounder | None = None,
+        *,
+        model: str | None = None,
+        device: str | None = None,
+        options: GroundingOptions | dict[str, Any] | None = None,
+        name: str = DEFAULT_NAME,
+    ) -> None:
+        super().__init__(**self.base_arguments(name))
+        self.scorer = GroundingScorer(
+            grounder=grounder, model=model, device=device, options=options
+        )
+
+    def base_arguments(self, name: str) -> dict[str, Any]:
+        """The keyword arguments of ragas' base class for a metric called ``name``."""
+        raise NotImplementedError
 
 
 @cache
@@ -54,7 +69,7 @@ def _classes() -> dict[str, type]:
     result_type = require("ragas.metrics.result", "ragas").MetricResult
     legacy = require("ragas.metrics.base", "ragas")
 
-    class RagasGrounding(base):  # type: ignore[misc,valid-type]
+    class RagasGrounding(_ScoredMetric, base):  # type: ignore[misc,valid-type]
         """rcstat's grounding score as a ragas collections metric (higher = supported).
 
         Parameters
@@ -69,17 +84,9 @@ def _classes() -> dict[str, type]:
             The metric's name.
         """
 
-        def __init__(
-            self,
-            grounder: Grounder | None = None,
-            *,
-            model: str | None = None,
-            device: str | None = None,
-            options: GroundingOptions | dict[str, Any] | None = None,
-            name: str = DEFAULT_NAME,
-        ) -> None:
-            super().__init__(name=name, allowed_values=(0.0, 1.0))
-            self.scorer = _scorer(grounder, model, device, options)
+        def base_arguments(self, name: str) -> dict[str, Any]:
+            """``name`` and the score's range, ``[0, 1]``."""
+            return {"name": name, "allowed_values": (0.0, 1.0)}
 
         async def ascore(
             self,
@@ -94,33 +101,26 @@ def _classes() -> dict[str, type]:
             )
             return result_type(value=float(grounding.score), reason=reason(grounding))
 
-    class RagasGroundingLegacy(legacy.SingleTurnMetric):  # type: ignore[name-defined]
+    class RagasGroundingLegacy(_ScoredMetric, legacy.SingleTurnMetric):  # type: ignore[name-defined]
         """rcstat's grounding score for ``ragas.evaluate`` (a ``SingleTurnMetric``).
 
         Parameters as :class:`RagasGrounding`.
         """
 
-        def __init__(
-            self,
-            grounder: Grounder | None = None,
-            *,
-            model: str | None = None,
-            device: str | None = None,
-            options: GroundingOptions | dict[str, Any] | None = None,
-            name: str = DEFAULT_NAME,
-        ) -> None:
-            super().__init__(
-                name=name,
-                _required_columns={
+        output_type = legacy.MetricOutputType.CONTINUOUS
+
+        def base_arguments(self, name: str) -> dict[str, Any]:
+            """``name`` and the columns a sample holds (the question optional)."""
+            return {
+                "name": name,
+                "_required_columns": {
                     legacy.MetricType.SINGLE_TURN: {
                         "response",
                         "retrieved_contexts",
                         "user_input:optional",
                     }
                 },
-            )
-            self.output_type = legacy.MetricOutputType.CONTINUOUS
-            self.scorer = _scorer(grounder, model, device, options)
+            }
 
         def init(self, run_config: Any) -> None:
             """Nothing to set up: no LLM, no embeddings."""

@@ -50,14 +50,19 @@ def request_models() -> tuple[type, type]:
     here, not at import, so that the package imports without the ``serve`` extra)."""
     from pydantic import BaseModel, ConfigDict
 
-    class GroundRequest(BaseModel):
-        """``POST /v1/ground``: the texts of ``rcstat ground`` and its options by name (each as its
-        flag: ``top_k`` is ``--top-k``; ``zero_shot`` is ``--zero-shot``; None: the service's)."""
+    class TextsRequest(BaseModel):
+        """The texts every request carries (checked by the command's config, so optional here);
+        any other name is refused."""
 
         model_config = ConfigDict(extra="forbid")
         context: str | None = None
         response: str | None = None
         question: str | None = None
+
+    class GroundRequest(TextsRequest):
+        """``POST /v1/ground``: the texts of ``rcstat ground`` and its options by name (each as its
+        flag: ``top_k`` is ``--top-k``; ``zero_shot`` is ``--zero-shot``; None: the service's)."""
+
         fraction: float | None = None
         quantile: float | None = None
         threshold: float | None = None
@@ -68,15 +73,11 @@ def request_models() -> tuple[type, type]:
         max_response_tokens: int | None = None
         zero_shot: bool | None = None
 
-    class AttributeRequest(BaseModel):
+    class AttributeRequest(TextsRequest):
         """``POST /v1/attribute``: the response attributed to the context, sentence by sentence
         (the options of ``rcstat attribute``; None: its defaults, ``top_k`` at most the model's
         heads)."""
 
-        model_config = ConfigDict(extra="forbid")
-        context: str | None = None
-        response: str | None = None
-        question: str | None = None
         granularity: str | None = None
         top_k: int | None = None
         ranking: str | None = None
