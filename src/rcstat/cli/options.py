@@ -11,7 +11,6 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rcstat.data.registry import dataset_names
 from rcstat.defaults import (
@@ -23,9 +22,6 @@ from rcstat.defaults import (
     resolve_span_score,
 )
 from rcstat.runs.devices import DEVICE_MAPS, DTYPES
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "add_attribution_options",
