@@ -20,7 +20,9 @@ __all__ = [
     "bootstrap_interval",
     "bootstrap_values",
     "check_level",
+    "group_members",
     "percentile_interval",
+    "resample",
 ]
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
@@ -61,21 +63,11 @@ def bootstrap_values(
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
     rng = np.random.default_rng(seed)
-    n = scores.size
-    members: list[np.ndarray] | None = None
-    if groups is not None:
-        _, inverse = np.unique(as_groups(groups, n), return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.cumsum(np.bincount(inverse))[:-1]
-        members = np.split(order, bounds)  # indices of each group, in group order
+    members = group_members(groups, scores.size)
     values: list[list[float]] = []
     skipped = 0
     for _ in range(n_resamples):
-        if members is None:
-            index = rng.integers(0, n, size=n)
-        else:
-            drawn = rng.integers(0, len(members), size=len(members))
-            index = np.concatenate([members[k] for k in drawn])
+        index = resample(rng, members, scores.size)
         y = labels[index]
         positives = int(y.sum())
         if positives in (0, y.size):
@@ -88,6 +80,27 @@ def bootstrap_values(
             "half): too few positives, negatives or groups for a bootstrap interval"
         )
     return np.asarray(values, dtype=np.float64).reshape(-1, len(metrics)), skipped
+
+
+def group_members(groups: Any, n: int) -> list[np.ndarray] | None:
+    """The indices of each group of ``n`` examples (groups in sorted order, indices
+    ascending), or None without ``groups`` (every example is its own group)."""
+    if groups is None:
+        return None
+    _, inverse = np.unique(as_groups(groups, n), return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.cumsum(np.bincount(inverse))[:-1]
+    return np.split(order, bounds)
+
+
+def resample(rng: np.random.Generator, members: list[np.ndarray] | None, n: int) -> np.ndarray:
+    """The indices of one bootstrap resample of ``n`` examples: ``n`` drawn with replacement,
+    or, with ``members`` (:func:`group_members`), as many whole groups as there are, each
+    drawn contributing all its examples."""
+    if members is None:
+        return rng.integers(0, n, size=n)
+    drawn = rng.integers(0, len(members), size=len(members))
+    return np.concatenate([members[k] for k in drawn])
 
 
 def percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rcstat.metrics.bootstrap import check_level, percentile_interval
-from rcstat.metrics.inputs import as_groups, as_labels
+from rcstat.metrics.bootstrap import check_level, group_members, percentile_interval, resample
+from rcstat.metrics.inputs import as_labels
 
 __all__ = [
     "PRF",
@@ -125,15 +125,10 @@ def group_bootstrap(
     if n < 1:
         raise ValueError("group_bootstrap needs at least one example")
     rng = np.random.default_rng(seed)
-    if groups is None:
-        members = [np.array([i]) for i in range(n)]
-    else:
-        _, inverse = np.unique(as_groups(groups, n), return_inverse=True)
-        members = [np.flatnonzero(inverse == k) for k in range(inverse.max() + 1)]
+    members = group_members(groups, n)
     values = []
     for _ in range(n_resamples):
-        drawn = rng.integers(0, len(members), size=len(members))
-        value = float(statistic(np.concatenate([members[k] for k in drawn])))
+        value = float(statistic(resample(rng, members, n)))
         if not np.isnan(value):
             values.append(value)
     if len(values) < n_resamples / 2:
