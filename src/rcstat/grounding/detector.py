@@ -50,7 +50,7 @@ from rcstat.grounding.detector_features import (
     token_feature_names,
     token_features,
 )
-from rcstat.grounding.json_file import save_json
+from rcstat.grounding.json_file import check_format, save_json
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.measure import Measurement
 
@@ -350,9 +350,7 @@ class Detector:
     @classmethod
     def from_dict(cls, data: Any, where: str = "detector") -> Detector:
         """The detector of :meth:`to_dict`'s output; ``ValueError`` naming ``where``."""
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            found = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"{where}: not an rcstat detector (format {found!r})")
+        check_format(data, _FORMAT, where, "detector")
         try:
             return cls(
                 model=str(data["model"]),

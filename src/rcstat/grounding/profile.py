@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from rcstat.defaults import DEFAULT_GROUNDING_FRACTION
-from rcstat.grounding.json_file import save_json
+from rcstat.grounding.json_file import check_format, save_json
 
 __all__ = ["COPY_HEADS", "HeadProfile", "shipped_profile"]
 
@@ -144,9 +144,7 @@ class HeadProfile:
                 f"{where}: a head profile of an older rcstat ({data['format']}, without copy "
                 "heads or a calibrated threshold): measure it again with `rcstat ground-profile`"
             )
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            found = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"{where}: not an rcstat head profile (format {found!r})")
+        check_format(data, _FORMAT, where, "head profile")
         try:
             return cls(
                 model=str(data["model"]),
