@@ -29,6 +29,11 @@ the step must read) and its share of ``--peak-tbps`` (H100 3.35, H200 4.8 by def
 ratio to sdpa; rows in ``tune_decode_<card>.csv``/``.json`` under ``--out``.
 
     python -m benchmarks.tune_decode_kernel --out runs/bench
+
+With ``--plans``, it measures the split plans (work list or per segment, programs per SM) at
+4k–128k instead and writes the card's table (``benchmarks/tune_decode_plans.py``):
+
+    python -m benchmarks.tune_decode_kernel --plans --out runs/bench
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import itertools
 import math
 import multiprocessing
 import os
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -347,6 +353,11 @@ def pv_names(text: str) -> list[str]:
 
 
 def main() -> None:
+    if "--plans" in sys.argv[1:]:  # the plans' own options follow
+        from benchmarks.tune_decode_plans import main as tune_plans
+
+        tune_plans([arg for arg in sys.argv[1:] if arg != "--plans"])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=65536)
     parser.add_argument("--batch", type=ints, default=[1, 8])

@@ -55,6 +55,7 @@ import torch
 import triton
 import triton.language as tl
 
+from rcstat.press.decode_plans import CardPlans, card_plans, nearest
 from rcstat.press.layout import PackedKV
 
 _LOG2E = 1.4426950408889634
@@ -94,11 +95,12 @@ class KernelConfig:
         ``"fma"`` no tensor cores: ``q·k`` and ``p·v`` as fp32 broadcast products and sums, the
         group padded to a power of two only (tensor-core tiles pad it to 16 rows).
     waves
-        Programs per SM the split plan aims at; ``None`` (the default): 4 for a per-segment
-        plan, 1 for a work list.
+        Programs per SM the split plan aims at; ``None`` (the default): as measured on the card
+        (:mod:`rcstat.press.decode_plans`), else 4 for a per-segment plan, 1 for a work list.
     work_list
         Cut the rows as a work list (``True``) or per segment (``False``); ``None`` (the
-        default): a work list when the segments fill at most a quarter of the SMs.
+        default): as measured on the card, else a work list when the segments fill at most a
+        quarter of the SMs.
     pdl
         Launch with programmatic dependent launch where the card has it (compute capability
         9+; elsewhere, and under Triton's interpreter, a plain launch).
@@ -180,6 +182,7 @@ def split_plan(
     sms: int,
     *,
     config: KernelConfig | None = None,
+    tuned: CardPlans | None = None,
 ) -> SplitPlan:
     """The split plan of a decode step, from host integers only (no tensor, no device read).
 
@@ -200,6 +203,11 @@ def split_plan(
     config
         Launch knobs (``block_n``, ``waves``, ``work_list``); :func:`kernel_config` of ``dim``
         by default.
+    tuned
+        The card's measured plans (:func:`~rcstat.press.decode_plans.card_plans`): where
+        ``config`` leaves both ``work_list`` and ``waves`` open, the layout and ``waves`` of
+        the measured point nearest to this step; without it (a card never measured), a work
+        list when the segments fill at most a quarter of the SMs.
 
     Returns
     -------
@@ -231,12 +239,16 @@ def split_plan(
             raise ValueError(f"{name} must be >= {least}, got {value}")
     config = kernel_config(dim) if config is None else config
     block_n = config.block_n
-    listed = segments * _LIST_SEGMENTS <= sms if config.work_list is None else config.work_list
+    work_list, waves = config.work_list, config.waves
+    if tuned is not None and work_list is None and waves is None:
+        point = nearest(tuned.points, segments, rows)
+        work_list, waves = point.work_list, point.waves
+    listed = segments * _LIST_SEGMENTS <= sms if work_list is None else work_list
     if listed:
-        slots = (_LIST_WAVES if config.waves is None else config.waves) * sms
+        slots = (_LIST_WAVES if waves is None else waves) * sms
         chunk = max(1, -(-capacity // (slots * _CHUNK_ROWS))) * _CHUNK_ROWS
         return SplitPlan(list_bound(segments, capacity, chunk), chunk, block_n, work_list=True)
-    waves = _WAVES if config.waves is None else config.waves
+    waves = _WAVES if waves is None else waves
     tiles = max(1, -(-rows // block_n))  # tiles of the longest segment
     wanted = max(1, min(_MAX_SPLITS, -(-waves * sms // segments), tiles))
     chunk = -(-tiles // wanted) * block_n
@@ -265,6 +277,14 @@ def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+@functools.cache
+def _tuned(device: torch.device) -> CardPlans | None:
+    """The measured plans of a CUDA device's card (read once per device); None elsewhere."""
+    if device.type != "cuda":
+        return None
+    return card_plans(torch.cuda.get_device_name(device), _sm_count(device))
 
 
 def split_decode_attention(
@@ -297,8 +317,9 @@ def split_decode_attention(
     rows = packed.max_len + packed.room
     capacity = packed.capacity
     if plan is None:
-        sms = _sm_count(packed.keys.device)
-        plan = split_plan(segments, rows, capacity, dim, sms, config=config)
+        device = packed.keys.device
+        sms = _sm_count(device)
+        plan = split_plan(segments, rows, capacity, dim, sms, config=config, tuned=_tuned(device))
     elif not _covers(plan, segments, rows, capacity):
         raise ValueError(
             f"{plan} does not cover the layout's {rows} rows per segment, {capacity} in all "
