@@ -43,7 +43,7 @@ def _worker(
 
         from rcstat import Grounder, load_model
         from rcstat.data import load_dataset
-        from rcstat.grounding.measure import token_batches
+        from rcstat.grounding.passes import token_batches
 
         examples = load_dataset("ragtruth", limit=n)
         mine = list(range(rank, len(examples), size))

@@ -13,13 +13,17 @@ model, or random weights of Llama-3.1-8B shapes on a GPU with ``--model llama-8b
 
     python -m benchmarks.bench_serve --clients 16 --requests 2
     python -m benchmarks.bench_serve --clients 64 --requests 4
+    python -m benchmarks.bench_serve --pick contexts --pairs 48 --clients 64 --requests 4 \\
+        --tolerance 1e-4
     python -m benchmarks.bench_serve --model llama-8b --model-dir DIR --device cuda \\
         --clients 64 --requests 8 --batch-tokens 16384 --tolerance 1e-4
 
 On a CPU each answer must equal its single-request result exactly (one pair a forward pass,
-the default there); several pairs a pass (``--batch-tokens``, the default on a GPU) agree up to
-floating-point rounding: compare with ``--tolerance``. The one-at-a-time phase already pays the
-service's own costs (HTTP, JSON, the queue), so the ratio is that of batching alone.
+the default there) unless answers of one context meet in a batch (``--pick contexts``): they
+share the prompt's pass and, like several pairs a pass (``--batch-tokens``, the default on a
+GPU), agree up to floating-point rounding: compare with ``--tolerance``. The one-at-a-time
+phase already pays the service's own costs (HTTP, JSON, the queue), so the ratio is that of
+batching alone.
 """
 
 from __future__ import annotations
@@ -71,15 +75,25 @@ def _server(args: argparse.Namespace) -> None:
     sys.exit(run(config, loader=lambda *_: (model, tokenizer)))
 
 
-def _pairs(n: int) -> list[dict[str, Any]]:
-    """``n`` RAGTruth-slice requests spread over the slice (tasks and lengths)."""
+def _pairs(n: int, pick: str) -> list[dict[str, Any]]:
+    """``n`` RAGTruth-slice requests spread over the slice (tasks and lengths): one response
+    of each of ``n`` contexts (``spread``), or every response of ``n / 6`` contexts, in the
+    slice's order (``contexts``: RAGTruth holds six responses, from six models, per context)."""
     from rcstat.data import load_dataset
 
     examples = load_dataset("ragtruth", None)
-    step = max(1, len(examples) // n)
+    if pick == "contexts":
+        groups: dict[str, list[Any]] = {}
+        for e in examples:
+            groups.setdefault(e.context, []).append(e)
+        ordered = list(groups.values())
+        every = max(1, len(ordered) * 6 // n)
+        chosen = [e for group in ordered[::every] for e in group][:n]
+    else:
+        chosen = examples[:: max(1, len(examples) // n)][:n]
     return [
         {"context": e.context, "response": e.response, "question": e.meta.get("question")}
-        for e in examples[::step][:n]
+        for e in chosen
     ]
 
 
@@ -113,21 +127,24 @@ async def _one_at_a_time(url: str, bodies: list[dict[str, Any]]) -> tuple[list[A
 async def _concurrent(
     url: str, bodies: list[dict[str, Any]], clients: int, requests: int
 ) -> tuple[list[tuple[int, int, Any, float]], float]:
-    """Each client's requests in turn; (pair, status, answer, seconds) of every request."""
+    """``clients`` clients taking the next request of ``clients · requests`` in turn (the
+    pairs in rotation, in their order: a pool working through a data set); (pair, status,
+    answer, seconds) of every request."""
     results: list[tuple[int, int, Any, float]] = []
     limits = httpx.Limits(max_connections=clients + 8)
+    queue = iter(range(clients * requests))
     async with httpx.AsyncClient(base_url=url, timeout=1800, limits=limits) as client:
 
-        async def one_client(c: int) -> None:
-            for r in range(requests):
-                k = (c * requests + r) % len(bodies)
+        async def one_client() -> None:
+            for taken in queue:
+                k = taken % len(bodies)
                 began = time.perf_counter()
                 answer = await client.post("/v1/ground", json=bodies[k])
                 took = time.perf_counter() - began
                 results.append((k, answer.status_code, answer.json(), took))
 
         started = time.perf_counter()
-        await asyncio.gather(*(one_client(c) for c in range(clients)))
+        await asyncio.gather(*(one_client() for _ in range(clients)))
         return results, time.perf_counter() - started
 
 
@@ -163,6 +180,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--pairs", type=int, default=16, help="distinct RAGTruth-slice inputs")
+    parser.add_argument(
+        "--pick",
+        default="spread",
+        choices=["spread", "contexts"],
+        help="one response of each of --pairs contexts (spread), or every response of "
+        "--pairs / 6 contexts (contexts: answers that share a prompt share its pass)",
+    )
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--requests", type=int, default=2, help="requests of each client")
     parser.add_argument("--max-queue", type=int, default=64)
@@ -221,7 +245,7 @@ def _wait(url: str, server: subprocess.Popen[bytes]) -> None:
 
 
 async def _bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    bodies = _pairs(args.pairs)
+    bodies = _pairs(args.pairs, args.pick)
     alone, alone_s = await _one_at_a_time(url, bodies)
     results, together_s = await _concurrent(url, bodies, args.clients, args.requests)
     errors = sum(status != 200 for _, status, _, _ in results)
@@ -236,6 +260,7 @@ async def _bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "device": args.device,
         "pairs": len(bodies),
+        "pick": args.pick,
         "one_at_a_time_rps": len(bodies) / alone_s,
         "clients": args.clients,
         "requests": len(results),

@@ -16,7 +16,7 @@ import torch
 from rcstat.capture import capture_scores
 from rcstat.grounding import Grounder, HeadProfile, Measurer
 from rcstat.grounding.features import PassExample, ResponseRows, query_positions
-from rcstat.grounding.measure import token_batches
+from rcstat.grounding.passes import token_batches
 from rcstat.stats import stacked_unit_rows, unit_rows, units_key_expected
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
@@ -88,6 +88,103 @@ def test_a_batch_measures_each_pair_as_alone(arch: str) -> None:
         batch = measurer.measure_batch([measurer.prepare(*PAIRS[k]) for k in order])
         for k, got in zip(order, batch, strict=True):
             _assert_same(got, alone[k])
+
+
+#: One context and question, several responses (RAGTruth holds six per context).
+SHARED = [
+    (PAIRS[2][0], response, PAIRS[2][2])
+    for response in (
+        PAIRS[2][1],
+        "Tickets cost ten euros on Sunday.",
+        "The café closes at five, and visitors come from Spain, Italy and Japan.",
+        "The museum opened in 1920.",
+    )
+]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "qwen2"])
+def test_responses_sharing_a_prompt_measure_as_alone(arch: str) -> None:
+    """The prompt's pass once, each response over its cache: every measurement equals the
+    pass over its whole sequence (RC of every head, eq. 10 support, the prior pass), in any
+    order, whatever the responses' lengths."""
+    model, tok = tiny_model(arch), make_tiny_tokenizer()
+    measurer = Measurer(model, tok, support_heads=np.array([0, 3, 5, 9, 11]), prior=True)
+    alone = [measurer.measure(*pair) for pair in SHARED]
+    assert len({m.example.seq_len for m in alone}) == len(SHARED)
+    prepared = [measurer.prepare(*pair) for pair in SHARED]
+    if arch == "gemma2":  # sliding-window layers: their cache drops the early keys
+        assert not measurer.keeps_every_key
+        with pytest.raises(ValueError, match="sliding-window layers"):
+            measurer.measure_shared(prepared)
+        batches = [batch for batch, _ in measurer.passes(prepared, batch_tokens=1)]
+        assert sorted(map(len, batches)) == [1, 1, 1, 1]  # each alone
+        return
+    assert measurer.keeps_every_key
+    for order in ([0, 1, 2, 3], [3, 1, 0, 2]):
+        shared = measurer.measure_shared([measurer.prepare(*SHARED[k]) for k in order])
+        for k, got in zip(order, shared, strict=True):
+            _assert_same(got, alone[k])
+
+
+def test_measure_many_shares_prompts_one_pair_a_pass(tiny) -> None:  # type: ignore[no-untyped-def]
+    """One example a pass: the examples of one prompt share its pass (fewer tokens passed),
+    the others are measured alone; every measurement in its place; share_prompts=False runs
+    each pair alone."""
+    model, tok = tiny
+    measurer = Measurer(model, tok, support_heads=np.arange(6), prior=True)
+    pairs = [SHARED[0], PAIRS[0], SHARED[1], PAIRS[1], SHARED[2]]
+    prepared = [measurer.prepare(*pair) for pair in pairs]
+    passes = list(measurer.passes(prepared, batch_tokens=1))
+    assert [batch for batch, _ in passes] == [[0, 2, 4], [1], [3]]
+    got = measurer.measure_many(prepared, batch_tokens=1)
+    for pair, measured in zip(pairs, got, strict=True):
+        _assert_same(measured, measurer.measure(*pair))
+    apart = list(measurer.passes(prepared, batch_tokens=1, share_prompts=False))
+    assert [batch for batch, _ in apart] == [
+        [k] for k in sorted(range(5), key=lambda k: prepared[k].example.seq_len)
+    ]
+    seen: list[int] = []
+    original = model.forward
+
+    def counting(input_ids=None, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(int(input_ids.shape[1]))
+        return original(input_ids=input_ids, **kwargs)
+
+    model.forward = counting
+    try:  # without the prior pass: the main passes only
+        Measurer(model, tok, prior=False).measure_many(prepared[::2], batch_tokens=1)
+    finally:
+        del model.forward
+    total = sum(p.example.seq_len for p in prepared[::2])
+    prompt = prepared[0].passed.rows.first_row
+    assert sum(seen) == total - 2 * prompt  # the prompt passed once, not three times
+
+
+def test_measure_shared_refuses_different_prompts(tiny) -> None:  # type: ignore[no-untyped-def]
+    model, tok = tiny
+    measurer = Measurer(model, tok)
+    with pytest.raises(ValueError, match="one prompt, several responses"):
+        measurer.measure_shared([measurer.prepare(*PAIRS[0]), measurer.prepare(*PAIRS[1])])
+
+
+def test_ground_many_shares_prompts_and_keeps_the_verdicts(tiny) -> None:  # type: ignore[no-untyped-def]
+    """On a CPU (one pair a pass) the pairs of one prompt share its pass: verdicts, scores
+    and spans as one pair at a time; share_prompts=False gives each pair's own pass."""
+    model, tok = tiny
+    grounder = Grounder(model, tok, profile=_profile(), detector=False)
+    for share in (True, False):
+        got = grounder.ground_many(SHARED, share_prompts=share)
+        for pair, result in zip(SHARED, got, strict=True):
+            assert not isinstance(result, ValueError)
+            want = grounder.ground(*pair)
+            assert result.verdict == want.verdict
+            assert result.score == pytest.approx(want.score, rel=1e-5, abs=1e-7)
+            np.testing.assert_allclose(result.token_scores, want.token_scores, rtol=1e-5, atol=1e-7)
+            assert [(s.start, s.end) for s in result.spans] == [
+                (s.start, s.end) for s in want.spans
+            ]
+            if not share:
+                np.testing.assert_array_equal(result.token_scores, want.token_scores)
 
 
 def test_a_batch_leaves_the_padding_out(tiny) -> None:  # type: ignore[no-untyped-def]

@@ -213,6 +213,9 @@ class Grounder:
             :data:`DEFAULT_INSTRUCTION`.
         show_progress
             Show the windows of a long context on standard error as they are read.
+        share_prompts
+            One pair a pass: pairs of one context and question share that prompt's pass
+            (:meth:`Measurer.measure_shared`); False: each its own (exactly :meth:`ground`).
 
         Raises
         ------
@@ -253,6 +256,7 @@ class Grounder:
         *,
         batch_tokens: int | None = None,
         show_progress: bool = False,
+        share_prompts: bool = True,
     ) -> list[Grounding | ValueError]:
         """Ground many (context, response, question) triples, several in each forward pass.
 
@@ -271,6 +275,9 @@ class Grounder:
             on a GPU, one pair a pass on a CPU (where batching saves nothing).
         show_progress
             Show the windows of a long context on standard error as they are read.
+        share_prompts
+            One pair a pass: pairs of one context and question share that prompt's pass
+            (:meth:`Measurer.measure_shared`); False: each its own (exactly :meth:`ground`).
 
         Returns
         -------
@@ -298,13 +305,12 @@ class Grounder:
                 results[ready[k][0]] = self.score(one)
 
         # each pass's results are scored on the host while the next pass runs on the device
+        chosen = [prepared for _, prepared in ready]
+        passes = self.measurer.passes(
+            chosen, batch_tokens=batch_tokens, share_prompts=share_prompts
+        )
         with ThreadPoolExecutor(max_workers=1) as scorer:
-            scored = [
-                scorer.submit(score, batch, measured)
-                for batch, measured in self.measurer.passes(
-                    [prepared for _, prepared in ready], batch_tokens=batch_tokens
-                )
-            ]
+            scored = [scorer.submit(score, batch, measured) for batch, measured in passes]
             for done in scored:
                 done.result()  # raises what scoring raised
         return [r for r in results if r is not None]

@@ -12,10 +12,9 @@ instruction are neither context nor response.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,6 +34,7 @@ from rcstat.grounding.features import (
     heads_by_layer,
     query_positions,
 )
+from rcstat.grounding.passes import prompt_groups, token_batches, word_matches
 from rcstat.grounding.score import DEFAULT_QUANTILE, bigram_overlap, unigram_overlap
 from rcstat.segments import Segmented, chat_prompt_ids, segment_chat
 
@@ -48,10 +48,7 @@ __all__ = [
     "Prepared",
     "baselines",
     "feature_names",
-    "token_batches",
 ]
-
-_WORD = re.compile(r"\w+")
 
 #: The instruction placed after the context when no question is given.
 DEFAULT_INSTRUCTION = "Write a response based on the text above."
@@ -251,32 +248,58 @@ class Measurer:
         )
         return Prepared(
             example,
-            PassExample(rows, unit_rows, self._matches(example, rows)),
+            PassExample(rows, unit_rows, word_matches(example, rows)),
             units,
             spans,
             DEFAULT_INSTRUCTION if question is None else question,
         )
 
     def measure_many(
-        self, prepared: Sequence[Prepared], *, batch_tokens: int | None = None
+        self,
+        prepared: Sequence[Prepared],
+        *,
+        batch_tokens: int | None = None,
+        share_prompts: bool = True,
     ) -> list[Measurement]:
         """Measure many examples, several in each pass (:meth:`measure_batch`): sorted by
         length, in passes of at most ``batch_tokens`` tokens (examples × the pass's longest
         sequence; at least one example a pass). Default: :data:`DEFAULT_BATCH_TOKENS` on a
-        GPU, one example a pass on a CPU (where batching saves nothing). Returns the
-        measurements in the order of ``prepared``."""
+        GPU, one example a pass on a CPU (where batching saves nothing; there, examples that
+        share their prompt share its pass unless ``share_prompts`` is False, see
+        :meth:`passes`). Returns the measurements in the order of ``prepared``."""
         out: list[Measurement | None] = [None] * len(prepared)
-        for batch, measured in self.passes(prepared, batch_tokens=batch_tokens):
+        for batch, measured in self.passes(
+            prepared, batch_tokens=batch_tokens, share_prompts=share_prompts
+        ):
             for at, one in zip(batch, measured, strict=True):
                 out[at] = one
         return [m for m in out if m is not None]
 
     def passes(
-        self, prepared: Sequence[Prepared], *, batch_tokens: int | None = None
+        self,
+        prepared: Sequence[Prepared],
+        *,
+        batch_tokens: int | None = None,
+        share_prompts: bool = True,
     ) -> Iterator[tuple[list[int], list[Measurement]]]:
         """:meth:`measure_many` one pass at a time: the indices of the examples of each
-        pass and their measurements (each pass runs when the next item is asked for)."""
+        pass and their measurements (each pass runs when the next item is asked for).
+
+        With one example a pass (a budget of 1, the CPU default) and ``share_prompts``,
+        examples whose prompts are the same tokens (one context and question, several
+        responses) are measured together by :meth:`measure_shared`: the prompt's pass runs
+        once for all of them (not for a model with sliding-window layers, see
+        :attr:`keeps_every_key`)."""
         budget = self.batch_budget(batch_tokens)
+        if budget == 1 and share_prompts and self.keeps_every_key:
+            prompts = [p.example.input_ids[0][: p.passed.rows.first_row] for p in prepared]
+            for group in prompt_groups(prompts):
+                chosen = [prepared[k] for k in group]
+                yield (
+                    group,
+                    (self.measure_shared(chosen) if len(group) > 1 else self.measure_batch(chosen)),
+                )
+            return
         for batch in token_batches([p.example.seq_len for p in prepared], budget):
             yield batch, self.measure_batch([prepared[k] for k in batch])
 
@@ -314,6 +337,78 @@ class Measurer:
             capture_scores(self.model, reduce, query_positions=query_positions(examples)) as res,
         ):
             predicted = self._predicted(sequences, rows, device)
+        priors = self._priors(prepared, sequences, rows, device)
+        return self._measurements(prepared, res.ordered(), predicted, priors)
+
+    def measure_shared(self, prepared: Sequence[Prepared]) -> list[Measurement]:
+        """Measure examples whose tokens are the same up to their first captured row (one
+        context and question, several responses): the prompt's pass runs once, without the
+        capture, and each response's pass reads the prompt's keys and values from its cache.
+
+        Every captured row, and every row whose logits give a response token's NLL, lies in
+        the response's pass, and its keys are those of a pass over the whole sequence, so
+        each measurement equals :meth:`measure_batch` of its example alone up to
+        floating-point rounding. The prompt's tokens are passed once instead of once per
+        response (RAGTruth holds six responses per context).
+        """
+        if not self.keeps_every_key:
+            raise ValueError(
+                "the model has sliding-window layers, whose cache keeps only the last keys: "
+                "its prompt's pass cannot be shared (measure each example alone)"
+            )
+        split = prepared[0].passed.rows.first_row
+        sequences = [p.example.input_ids[0] for p in prepared]  # [T] each
+        prompt = sequences[0][:split]
+        if any(
+            p.passed.rows.first_row != split or not torch.equal(seq[:split], prompt)
+            for p, seq in zip(prepared, sequences, strict=True)
+        ):
+            raise ValueError(
+                "measure_shared needs examples whose tokens before the first captured row "
+                "are the same (one prompt, several responses)"
+            )
+        device = input_device(self.model)
+        with torch.no_grad():
+            cache = self.model(
+                upload(prompt[None], device), use_cache=True, logits_to_keep=1
+            ).past_key_values
+        out: list[Measurement] = []
+        for p, seq in zip(prepared, sequences, strict=True):
+            rows = p.passed.rows
+            reduce = grounding_reducer(
+                [p.passed],
+                self._softmax,
+                rc_heads=self._rc_heads,
+                support_heads=self._support_heads,
+            )
+            end = rows.first_row + rows.num_rows
+            with (
+                torch.no_grad(),
+                capture_scores(
+                    self.model, reduce, query_start=rows.first_row, query_end=end
+                ) as res,
+            ):
+                predicted = self._predicted([seq], [rows.num_rows], device, past=cache, start=split)
+            cache.crop(split)  # the prompt's keys and values again, for the next response
+            priors = self._priors([p], [seq], [rows.num_rows], device)
+            out += self._measurements([p], res.ordered(), predicted, priors)
+        return out
+
+    @property
+    def keeps_every_key(self) -> bool:
+        """Whether every layer attends to every past key (no sliding window): only then does
+        a cache hold the keys of a whole prompt, and :meth:`measure_shared` apply."""
+        return all(params.sliding_window is None for params in self._softmax.values())
+
+    def _priors(
+        self,
+        prepared: Sequence[Prepared],
+        sequences: Sequence[torch.Tensor],
+        rows: Sequence[int],
+        device: torch.device,
+    ) -> list[np.ndarray | None]:
+        """Each example's prior NLL (the question and the response alone), or Nones when
+        the prior pass is off."""
         priors: list[np.ndarray | None] = [None] * len(prepared)
         if self.prior:
             alone = [
@@ -334,7 +429,18 @@ class Measurer:
             ]
             with torch.no_grad():
                 priors = [nll for nll, _, _ in self._predicted(alone, rows, device)]
-        layers = res.ordered()
+        return priors
+
+    def _measurements(
+        self,
+        prepared: Sequence[Prepared],
+        layers: list[dict[str, torch.Tensor]],
+        predicted: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+        priors: list[np.ndarray | None],
+    ) -> list[Measurement]:
+        """The measurements of one pass's examples from its layers' reductions, its
+        predictions and the priors."""
+        examples = [p.passed for p in prepared]
         features = _gathered(layers, "features", dim=1)  # [3, L, B, H, Gmax]
         copy = _gathered(layers, "copy", dim=0)  # [L, B, H, Gmax]
         support = _summed(layers, "support")  # [U, K] over layers and heads
@@ -384,12 +490,19 @@ class Measurer:
         )
 
     def _predicted(
-        self, sequences: Sequence[torch.Tensor], rows: Sequence[int], device: torch.device
+        self,
+        sequences: Sequence[torch.Tensor],
+        rows: Sequence[int],
+        device: torch.device,
+        *,
+        past: Any = None,
+        start: int = 0,
     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """NLL, entropy and rank ``[G]`` of the last ``rows[b] - 1`` tokens of each sequence
         ``[T_b]``, from one forward pass over them right-padded to one length: the output
         layer sees only the rows it needs (a hook picks them), and the results come to the
-        host in one copy."""
+        host in one copy. With ``past`` (the cache of the first ``start`` tokens, all of them
+        before every row needed), the pass runs over the tokens from ``start`` on."""
         lengths = [len(ids) for ids in sequences]
         width = max(rows) - 1
         ids = torch.full((len(sequences), max(lengths)), _pad_id(self.tokenizer), dtype=torch.long)
@@ -398,7 +511,7 @@ class Measurer:
             ids[b, :t] = seq
             picked[b] = t - r + torch.arange(width).clamp_max(r - 2)
         targets = ids.gather(1, (picked + 1).clamp_max(ids.shape[1] - 1))  # [B, Gmax]
-        where, targets, ids = (upload(t, device) for t in (picked, targets, ids))
+        where, targets, ids = (upload(t, device) for t in (picked - start, targets, ids[:, start:]))
         head = self.model.get_output_embeddings()
 
         def pick(_: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -408,7 +521,9 @@ class Measurer:
 
         hook = head.register_forward_pre_hook(pick)
         try:
-            logits = self.model(ids, use_cache=False, logits_to_keep=0).logits  # [B, Gmax, V]
+            logits = self.model(  # [B, Gmax, V]
+                ids, past_key_values=past, use_cache=past is not None, logits_to_keep=0
+            ).logits
         finally:
             hook.remove()
         targets = targets.to(logits.device)
@@ -425,46 +540,6 @@ class Measurer:
             for b, r in enumerate(rows)
         ]
 
-    @staticmethod
-    def _matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
-        """``[G, C]`` bool: context token ``k`` overlaps an occurrence, in the context, of a
-        word (``\\w+``, without case) that response token ``j`` overlaps. Words, not token ids,
-        are compared: the same word is often split differently at the start of a text."""
-        text = example.text
-        (c_lo, c_hi), (a_lo, a_hi) = example.parts["context"], example.parts["answer"]
-        bounds = np.array(example.offsets, dtype=np.int64)  # [T, 2]
-        said, source = bounds[slice(*rows.response)], bounds[slice(*rows.context)]  # [G|C, 2]
-        # every word of the response, then the context's words among them: one id per word
-        ids: dict[str, int] = {}
-        said_words = [
-            (w.start(), w.end(), ids.setdefault(w.group().lower(), len(ids)))
-            for w in _WORD.finditer(text, a_lo, a_hi)
-        ]
-        source_words = [
-            (w.start(), w.end(), ids[key])
-            for w in _WORD.finditer(text, c_lo, c_hi)
-            if (key := w.group().lower()) in ids
-        ]
-        return torch.from_numpy(
-            (_overlaps(said, said_words, len(ids)) @ _overlaps(source, source_words, len(ids)).T)
-            > 0
-        )
-
-
-def token_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Indices of ``lengths`` sorted by length, cut into runs of at most ``budget`` tokens
-    (count × the run's longest; at least one a run)."""
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    for at in sorted(range(len(lengths)), key=lengths.__getitem__):
-        if batch and (len(batch) + 1) * lengths[at] > budget:  # sorted: the longest is last
-            batches.append(batch)
-            batch = []
-        batch.append(at)
-    if batch:
-        batches.append(batch)
-    return batches
-
 
 def baselines(measured: Measurement, response: str, context: str) -> dict[str, float]:
     """Response-level baselines from the same pass, each oriented so that higher means more
@@ -478,19 +553,6 @@ def baselines(measured: Measurement, response: str, context: str) -> dict[str, f
         "overlap": bigram_overlap(response, context),
         "unigram_overlap": unigram_overlap(response, context),
     }
-
-
-def _overlaps(tokens: np.ndarray, words: list[tuple[int, int, int]], count: int) -> np.ndarray:
-    """``[tokens, count]`` float32: 1 where a token (``[n, 2]`` offsets, in text order)
-    overlaps a word of that id (``words``: start, end, id)."""
-    out = np.zeros((len(tokens), count), dtype=np.float32)
-    if words:
-        spans = np.array(words, dtype=np.int64)  # [W, 3]
-        first = np.searchsorted(tokens[:, 1], spans[:, 0], side="right")  # ends > word start
-        last = np.searchsorted(tokens[:, 0], spans[:, 1], side="left")  # starts < word end
-        for lo, hi, word in zip(first, last, spans[:, 2], strict=True):
-            out[lo:hi, word] = 1.0
-    return out
 
 
 def _summed(layers: list[dict[str, torch.Tensor]], key: str) -> torch.Tensor:

@@ -1,0 +1,95 @@
+"""Which context tokens hold the words of each response token (the ``copy`` feature's keys),
+and how examples are grouped into forward passes.
+
+:func:`word_matches` compares words, not token ids: the same word is often split differently
+at the start of a text. :func:`token_batches` cuts examples into passes of a token budget;
+:func:`prompt_groups` finds examples that share their prompt (:meth:`Measurer.measure_shared
+<rcstat.grounding.measure.Measurer.measure_shared>`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from rcstat.grounding.features import ResponseRows
+    from rcstat.segments import Segmented
+
+__all__ = ["prompt_groups", "token_batches", "word_matches"]
+
+_WORD = re.compile(r"\w+")
+
+
+def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
+    """``[G, C]`` bool: context token ``k`` overlaps an occurrence, in the context, of a
+    word (``\\w+``, without case) that response token ``j`` overlaps. Words, not token ids,
+    are compared: the same word is often split differently at the start of a text."""
+    text = example.text
+    (c_lo, c_hi), (a_lo, a_hi) = example.parts["context"], example.parts["answer"]
+    bounds = np.array(example.offsets, dtype=np.int64)  # [T, 2]
+    said, source = bounds[slice(*rows.response)], bounds[slice(*rows.context)]  # [G|C, 2]
+    # every word of the response, then the context's words among them: one id per word
+    ids: dict[str, int] = {}
+    said_words = [
+        (w.start(), w.end(), ids.setdefault(w.group().lower(), len(ids)))
+        for w in _WORD.finditer(text, a_lo, a_hi)
+    ]
+    source_words = [
+        (w.start(), w.end(), ids[key])
+        for w in _WORD.finditer(text, c_lo, c_hi)
+        if (key := w.group().lower()) in ids
+    ]
+    return torch.from_numpy(
+        (_overlaps(said, said_words, len(ids)) @ _overlaps(source, source_words, len(ids)).T) > 0
+    )
+
+
+def _overlaps(tokens: np.ndarray, words: list[tuple[int, int, int]], count: int) -> np.ndarray:
+    """``[tokens, count]`` float32: 1 where a token (``[n, 2]`` offsets, in text order)
+    overlaps a word of that id (``words``: start, end, id)."""
+    out = np.zeros((len(tokens), count), dtype=np.float32)
+    if words:
+        spans = np.array(words, dtype=np.int64)  # [W, 3]
+        first = np.searchsorted(tokens[:, 1], spans[:, 0], side="right")  # ends > word start
+        last = np.searchsorted(tokens[:, 0], spans[:, 1], side="left")  # starts < word end
+        for lo, hi, word in zip(first, last, spans[:, 2], strict=True):
+            out[lo:hi, word] = 1.0
+    return out
+
+
+def prompt_groups(prompts: Sequence[torch.Tensor]) -> list[list[int]]:
+    """Indices of ``prompts`` (each example's ``[T]`` token ids before its first captured
+    row: template, context and question) grouped by equal tokens, in the order of each
+    group's first example.
+
+    Examples
+    --------
+    >>> prompt_groups([torch.tensor([1, 2, 3]), torch.tensor([5, 2, 3]), torch.tensor([1, 2, 3])])
+    [[0, 2], [1]]
+    >>> prompt_groups([torch.tensor([1, 2]), torch.tensor([1, 2, 3])])  # a prefix is not equal
+    [[0], [1]]
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for at, prompt in enumerate(prompts):
+        groups.setdefault(tuple(prompt.tolist()), []).append(at)
+    return list(groups.values())
+
+
+def token_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices of ``lengths`` sorted by length, cut into runs of at most ``budget`` tokens
+    (count × the run's longest; at least one a run)."""
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for at in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if batch and (len(batch) + 1) * lengths[at] > budget:  # sorted: the longest is last
+            batches.append(batch)
+            batch = []
+        batch.append(at)
+    if batch:
+        batches.append(batch)
+    return batches
