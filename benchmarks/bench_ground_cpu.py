@@ -9,6 +9,10 @@ The default model grounds ``--pairs`` RAGTruth-slice pairs on the CPU, in one ru
    threads each ground every pair once, one at a time, started together; pairs per second of
    all of them, and the ratio to one process of all the cores.
 
+3. **shared prompts** — with ``--contexts K``, every response of ``K`` contexts (RAGTruth holds
+   six per context) grounded one pair a pass, each pair alone (``share_prompts=False``) and
+   with the answers of one context sharing its prompt's pass, at the first thread count.
+
 This is the evidence behind the service's CPU default (one pair a pass) and behind its guide's
 advice for a many-core CPU (one service per few cores behind a load balancer).
 
@@ -35,6 +39,47 @@ def _pairs(n: int) -> list[tuple[str, str, str | None]]:
     examples = load_dataset("ragtruth", None)
     step = max(1, len(examples) // n)
     return [(e.context, e.response, e.meta.get("question")) for e in examples[::step][:n]]
+
+
+def _context_pairs(contexts: int) -> list[tuple[str, str, str | None]]:
+    """Every response of ``contexts`` RAGTruth-slice contexts spread over the slice."""
+    from rcstat.data import load_dataset
+
+    groups: dict[str, list[Any]] = {}
+    for e in load_dataset("ragtruth", None):
+        groups.setdefault(e.context, []).append(e)
+    ordered = list(groups.values())
+    chosen = ordered[:: max(1, len(ordered) // contexts)][:contexts]
+    return [(e.context, e.response, e.meta.get("question")) for group in chosen for e in group]
+
+
+def shared_prompts(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Pairs per second of one pair a pass, each alone vs sharing their prompts' passes."""
+    import torch
+
+    torch.set_num_threads(args.threads[0])
+    grounder, pairs = _grounder(), _context_pairs(args.contexts)
+    grounder.ground_many(pairs[:2], share_prompts=False)  # warm-up
+    rows: list[dict[str, Any]] = []
+    for share in (False, True):
+        best = min(
+            _seconds(lambda s=share: grounder.ground_many(pairs, share_prompts=s))
+            for _ in range(args.rounds)
+        )
+        rate = len(pairs) / best
+        base = rows[0]["pairs_per_s"] if rows else rate
+        rows.append(
+            {
+                "mode": "shared prompts" if share else "each pair alone",
+                "threads": args.threads[0],
+                "batch_tokens": None,
+                "procs": 1,
+                "pairs_per_s": round(rate, 3),
+                "ratio": round(rate / base, 3),
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows
 
 
 def _grounder() -> Any:
@@ -134,16 +179,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=16, help="distinct RAGTruth-slice pairs")
     parser.add_argument("--threads", type=ints, default=[os.cpu_count() or 1])
-    parser.add_argument("--batch-tokens", type=ints, default=[2048, 4096, 8192])
-    parser.add_argument("--procs", type=ints, default=[1, 2])
+    parser.add_argument("--batch-tokens", type=ints, default=[2048, 4096, 8192], help="'' to skip")
+    parser.add_argument("--procs", type=ints, default=[1, 2], help="'' to skip")
+    parser.add_argument("--contexts", type=int, default=0, help="shared prompts: contexts")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per model copy")
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     if args.procs and args.procs[0] != 1:
         parser.error("--procs must start with 1 (the baseline of the copies' ratio)")
-    rows = batching(args) + (copies(args) if args.procs else [])
+    rows = (
+        (batching(args) if args.batch_tokens else [])
+        + (copies(args) if args.procs else [])
+        + (shared_prompts(args) if args.contexts else [])
+    )
     meta = {**machine("cpu"), "cores": os.cpu_count(), "pairs": args.pairs}
+    meta["contexts"] = args.contexts
     write(args.out, "ground_cpu", rows, meta)
 
 
