@@ -323,12 +323,7 @@ class Measurer:
         if not prepared:
             return []
         examples = [p.passed for p in prepared]
-        reduce = grounding_reducer(
-            examples,
-            self._softmax,
-            rc_heads=self._rc_heads,
-            support_heads=self._support_heads,
-        )
+        reduce = self._reducer(examples)
         device = input_device(self.model)
         sequences = [p.example.input_ids[0] for p in prepared]  # [T] each
         rows = [e.rows.num_rows for e in examples]
@@ -375,12 +370,7 @@ class Measurer:
         out: list[Measurement] = []
         for p, seq in zip(prepared, sequences, strict=True):
             rows = p.passed.rows
-            reduce = grounding_reducer(
-                [p.passed],
-                self._softmax,
-                rc_heads=self._rc_heads,
-                support_heads=self._support_heads,
-            )
+            reduce = self._reducer([p.passed])
             end = rows.first_row + rows.num_rows
             with (
                 torch.no_grad(),
@@ -393,6 +383,12 @@ class Measurer:
             priors = self._priors([p], [seq], [rows.num_rows], device)
             out += self._measurements([p], res.ordered(), predicted, priors)
         return out
+
+    def _reducer(self, examples: Sequence[PassExample]) -> Any:
+        """The capture's reducer of a pass over ``examples`` (:func:`grounding_reducer`)."""
+        return grounding_reducer(
+            examples, self._softmax, rc_heads=self._rc_heads, support_heads=self._support_heads
+        )
 
     @property
     def keeps_every_key(self) -> bool:
