@@ -213,9 +213,6 @@ class Grounder:
             :data:`DEFAULT_INSTRUCTION`.
         show_progress
             Show the windows of a long context on standard error as they are read.
-        share_prompts
-            One pair a pass: pairs of one context and question share that prompt's pass
-            (:meth:`Measurer.measure_shared`); False: each its own (exactly :meth:`ground`).
 
         Raises
         ------
