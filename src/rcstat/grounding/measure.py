@@ -379,7 +379,9 @@ class Measurer:
                 ) as res,
             ):
                 predicted = self._predicted([seq], [rows.num_rows], device, past=cache, start=split)
-            cache.crop(split)  # the prompt's keys and values again, for the next response
+            # the prompt's keys and values again, for the next response (a negative crop
+            # removes that many tokens: the one form every transformers release takes)
+            cache.crop(split - cache.get_seq_length())
             priors = self._priors([p], [seq], [rows.num_rows], device)
             out += self._measurements([p], res.ordered(), predicted, priors)
         return out
