@@ -125,3 +125,23 @@ def llama_8b(device: str) -> Any:
             return LlamaForCausalLM(config).eval()
     finally:
         torch.set_default_dtype(previous)
+
+
+def ragtruth_pairs(n: int, pick: str = "spread") -> list[tuple[str, str, str | None]]:
+    """``n`` RAGTruth-slice (context, response, question) triples spread over the slice (tasks
+    and lengths): one response of each of ``n`` contexts (``spread``), or every response of
+    ``n / 6`` contexts, in the slice's order (``contexts``: RAGTruth holds six responses, from
+    six models, per context)."""
+    from rcstat.data import load_dataset
+
+    examples = load_dataset("ragtruth", None)
+    if pick == "contexts":
+        groups: dict[str, list[Any]] = {}
+        for e in examples:
+            groups.setdefault(e.context, []).append(e)
+        ordered = list(groups.values())
+        every = max(1, len(ordered) * 6 // n)
+        chosen = [e for group in ordered[::every] for e in group][:n]
+    else:
+        chosen = examples[:: max(1, len(examples) // n)][:n]
+    return [(e.context, e.response, e.meta.get("question")) for e in chosen]

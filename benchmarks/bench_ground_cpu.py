@@ -29,28 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import ints, machine, write
-
-
-def _pairs(n: int) -> list[tuple[str, str, str | None]]:
-    """``n`` RAGTruth-slice (context, response, question) triples spread over the slice."""
-    from rcstat.data import load_dataset
-
-    examples = load_dataset("ragtruth", None)
-    step = max(1, len(examples) // n)
-    return [(e.context, e.response, e.meta.get("question")) for e in examples[::step][:n]]
-
-
-def _context_pairs(contexts: int) -> list[tuple[str, str, str | None]]:
-    """Every response of ``contexts`` RAGTruth-slice contexts spread over the slice."""
-    from rcstat.data import load_dataset
-
-    groups: dict[str, list[Any]] = {}
-    for e in load_dataset("ragtruth", None):
-        groups.setdefault(e.context, []).append(e)
-    ordered = list(groups.values())
-    chosen = ordered[:: max(1, len(ordered) // contexts)][:contexts]
-    return [(e.context, e.response, e.meta.get("question")) for group in chosen for e in group]
+from benchmarks._common import ints, machine, ragtruth_pairs, write
 
 
 def shared_prompts(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -58,7 +37,7 @@ def shared_prompts(args: argparse.Namespace) -> list[dict[str, Any]]:
     import torch
 
     torch.set_num_threads(args.threads[0])
-    grounder, pairs = _grounder(), _context_pairs(args.contexts)
+    grounder, pairs = _grounder(), ragtruth_pairs(6 * args.contexts, "contexts")
     grounder.ground_many(pairs[:2], share_prompts=False)  # warm-up
     rows: list[dict[str, Any]] = []
     for share in (False, True):
@@ -95,7 +74,7 @@ def batching(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Pairs per second of ``ground_many`` at each thread count and tokens a pass."""
     import torch
 
-    grounder, pairs = _grounder(), _pairs(args.pairs)
+    grounder, pairs = _grounder(), ragtruth_pairs(args.pairs)
     rows = []
     for threads in args.threads:
         torch.set_num_threads(threads)
@@ -133,7 +112,7 @@ def _copy(threads: int, n: int, barrier: Any, done: Any) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    grounder, pairs = _grounder(), _pairs(n)
+    grounder, pairs = _grounder(), ragtruth_pairs(n)
     grounder.ground(*pairs[0])  # warm-up
     barrier.wait()
     done.put(_seconds(lambda: [grounder.ground(*pair) for pair in pairs]))

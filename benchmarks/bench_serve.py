@@ -75,28 +75,6 @@ def _server(args: argparse.Namespace) -> None:
     sys.exit(run(config, loader=lambda *_: (model, tokenizer)))
 
 
-def _pairs(n: int, pick: str) -> list[dict[str, Any]]:
-    """``n`` RAGTruth-slice requests spread over the slice (tasks and lengths): one response
-    of each of ``n`` contexts (``spread``), or every response of ``n / 6`` contexts, in the
-    slice's order (``contexts``: RAGTruth holds six responses, from six models, per context)."""
-    from rcstat.data import load_dataset
-
-    examples = load_dataset("ragtruth", None)
-    if pick == "contexts":
-        groups: dict[str, list[Any]] = {}
-        for e in examples:
-            groups.setdefault(e.context, []).append(e)
-        ordered = list(groups.values())
-        every = max(1, len(ordered) * 6 // n)
-        chosen = [e for group in ordered[::every] for e in group][:n]
-    else:
-        chosen = examples[:: max(1, len(examples) // n)][:n]
-    return [
-        {"context": e.context, "response": e.response, "question": e.meta.get("question")}
-        for e in chosen
-    ]
-
-
 def same(a: Any, b: Any, tolerance: float) -> bool:
     """``a == b``, numbers within ``tolerance`` (relative; 0: exact) — the check of an answer
     against the single-request result (several pairs a pass on a GPU agree up to rounding)."""
@@ -245,7 +223,12 @@ def _wait(url: str, server: subprocess.Popen[bytes]) -> None:
 
 
 async def _bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    bodies = _pairs(args.pairs, args.pick)
+    from benchmarks._common import ragtruth_pairs
+
+    bodies = [
+        {"context": c, "response": r, "question": q}
+        for c, r, q in ragtruth_pairs(args.pairs, args.pick)
+    ]
     alone, alone_s = await _one_at_a_time(url, bodies)
     results, together_s = await _concurrent(url, bodies, args.clients, args.requests)
     errors = sum(status != 200 for _, status, _, _ in results)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("triton")
 
+from rcstat.press import decode_plans
 from rcstat.press.decode_kernel import KernelConfig, kernel_config, split_plan
 from rcstat.press.decode_plans import (
     ENVIRONMENT,
@@ -52,6 +53,38 @@ def test_nearest_is_the_point_of_least_log_distance(points, segments, rows):
     least = min(far(p) for p in points)
     assert far(got) <= least + 1e-9
     assert got == next(p for p in points if far(p) <= least + 1e-9)  # the first of equals
+
+
+@settings(max_examples=100, deadline=None)
+@given(points_st, st.lists(st.tuples(st.integers(1, 512), st.integers(0, 300_000)), max_size=20))
+def test_a_card_remembers_the_nearest_point_of_each_step_shape(points, shapes):
+    card = CardPlans("Test GPU", 132, tuple(points))
+    for segments, rows in shapes + shapes:  # asked twice: the second answer is remembered
+        assert card.point_at(segments, rows) == nearest(card.points, segments, rows)
+    assert card == CardPlans("Test GPU", 132, tuple(points))  # what it remembers is not compared
+
+
+def test_a_step_shape_is_searched_once(monkeypatch):
+    searched: list[tuple[int, int]] = []
+
+    def counting(points, segments, rows):  # type: ignore[no-untyped-def]
+        searched.append((segments, rows))
+        return nearest(points, segments, rows)
+
+    monkeypatch.setattr(decode_plans, "nearest", counting)
+    card = CardPlans("Test GPU", 132, (PlanPoint(8, 100, True, 1), PlanPoint(8, 10_000, False, 4)))
+    for _ in range(3):  # the steps of every layer between two repacks
+        card.point_at(8, 5_000)
+        card.point_at(64, 5_000)
+    assert searched == [(8, 5_000), (64, 5_000)]
+
+
+def test_a_card_forgets_past_its_limit(monkeypatch):
+    monkeypatch.setattr(decode_plans, "REMEMBERED", 3)
+    card = CardPlans("Test GPU", 132, (PlanPoint(8, 100, True, 1), PlanPoint(8, 10_000, False, 4)))
+    for rows in range(1, 8):
+        assert card.point_at(8, rows).work_list
+        assert len(card._chosen) <= 3
 
 
 def test_nearest_of_no_points_is_refused():

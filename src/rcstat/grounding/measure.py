@@ -12,7 +12,7 @@ instruction are neither context nor response.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -386,7 +386,9 @@ class Measurer:
             out += self._measurements([p], res.ordered(), predicted, priors)
         return out
 
-    def _reducer(self, examples: Sequence[PassExample]) -> Any:
+    def _reducer(
+        self, examples: Sequence[PassExample]
+    ) -> Callable[[int, torch.Tensor], dict[str, torch.Tensor]]:
         """The capture's reducer of a pass over ``examples`` (:func:`grounding_reducer`)."""
         return grounding_reducer(
             examples, self._softmax, rc_heads=self._rc_heads, support_heads=self._support_heads

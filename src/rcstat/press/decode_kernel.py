@@ -55,7 +55,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rcstat.press.decode_plans import CardPlans, card_plans, nearest
+from rcstat.press.decode_plans import CardPlans, card_plans
 from rcstat.press.layout import PackedKV
 
 _LOG2E = 1.4426950408889634
@@ -241,7 +241,7 @@ def split_plan(
     block_n = config.block_n
     work_list, waves = config.work_list, config.waves
     if tuned is not None and work_list is None and waves is None:
-        point = nearest(tuned.points, segments, rows)
+        point = tuned.point_at(segments, rows)
         work_list, waves = point.work_list, point.waves
     listed = segments * _LIST_SEGMENTS <= sms if work_list is None else work_list
     if listed:

@@ -27,7 +27,7 @@ import functools
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from typing import Any
 __all__ = [
     "ENVIRONMENT",
     "FORMAT",
+    "REMEMBERED",
     "CardPlans",
     "PlanPoint",
     "card_plans",
@@ -42,6 +43,8 @@ __all__ = [
     "read_table",
 ]
 
+#: Step shapes whose nearest point a card remembers.
+REMEMBERED = 4096
 #: The environment variable naming a table of the user's own cards.
 ENVIRONMENT = "RCSTAT_DECODE_PLANS"
 FORMAT = 1
@@ -83,6 +86,21 @@ class CardPlans:
     sms: int
     points: tuple[PlanPoint, ...]
     source: str = ""
+    # nearest point per step shape: a layout's row bound holds until its next repack, so a
+    # decode step (every layer of it) finds its point here instead of searching again
+    _chosen: dict[tuple[int, int], PlanPoint] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def point_at(self, segments: int, rows: int) -> PlanPoint:
+        """:func:`nearest` of this card's points to a step of ``segments`` segments and
+        ``rows`` rows, remembered (up to :data:`REMEMBERED` step shapes)."""
+        found = self._chosen.get((segments, rows))
+        if found is None:
+            if len(self._chosen) >= REMEMBERED:
+                self._chosen.clear()
+            found = self._chosen[segments, rows] = nearest(self.points, segments, rows)
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         return {
