@@ -29,15 +29,37 @@ def timed(fn: Callable[[], Any], device: str) -> float:
     return time.perf_counter() - start
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], device: str, rounds: int) -> dict[str, float]:
-    """Median time of each function over ``rounds`` interleaved rounds (after one warm-up)."""
+def interleaved_runs(
+    fns: dict[str, Callable[[], Any]], device: str, rounds: int
+) -> dict[str, list[float]]:
+    """Every time of each function over ``rounds`` interleaved rounds (after one warm-up):
+    round ``r`` runs each function once, in order, so the ``r``-th times share the card's
+    state."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             times[name].append(timed(fn, device))
-    return {name: statistics.median(values) for name, values in times.items()}
+    return times
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], device: str, rounds: int) -> dict[str, float]:
+    """Median time of each function over ``rounds`` interleaved rounds (after one warm-up)."""
+    runs = interleaved_runs(fns, device, rounds)
+    return {name: statistics.median(values) for name, values in runs.items()}
+
+
+def ratio_spread(runs: dict[str, list[float]], part: str, base: str) -> dict[str, float]:
+    """``part / base`` as the ratio of the medians, with the min and max of the per-round
+    ratios (the run-to-run spread) and ``spread`` = max / min − 1."""
+    per_round = [a / b for a, b in zip(runs[part], runs[base], strict=True)]
+    return {
+        "ratio": statistics.median(runs[part]) / statistics.median(runs[base]),
+        "ratio_min": min(per_round),
+        "ratio_max": max(per_round),
+        "spread": max(per_round) / min(per_round) - 1,
+    }
 
 
 def forward_fns(model: Any, ids: torch.Tensor) -> dict[str, Callable[[], Any]]:

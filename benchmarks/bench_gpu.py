@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,11 @@ from benchmarks._common import (
     device_label,
     forward_fns,
     interleaved,
+    interleaved_runs,
     ints,
     llama_8b,
     machine,
+    ratio_spread,
     write,
 )
 from rcstat.analysis import analyze_segmented
@@ -129,14 +132,14 @@ def bench_analyze(model: Any, prompt: int, gen: int, args: argparse.Namespace) -
     def run() -> None:
         analyze_segmented(model, example, lower_bound=lower)
 
-    times = interleaved({"analyze": run, **fns}, "cuda", args.rounds)
+    runs = interleaved_runs({"analyze": run, **fns}, "cuda", args.rounds)
     row = {
         "part": "analyze",
         "prompt": prompt,
         "gen": gen,
-        **{f"{k}_s": v for k, v in times.items()},
-        "ratio": times["analyze"] / times["forward"],
-        "ratio_vs_forward_last": times["analyze"] / times["forward_last"],
+        **{f"{k}_s": statistics.median(v) for k, v in runs.items()},
+        **ratio_spread(runs, "analyze", "forward"),
+        "ratio_vs_forward_last": ratio_spread(runs, "analyze", "forward_last")["ratio"],
     }
     if args.profile:
         row |= profile_summary(run, fns["forward_last"], model.config.num_hidden_layers)
@@ -189,16 +192,20 @@ def bench_call(
 ) -> dict:
     """One row: the call ``make`` builds vs plain forward passes of the same ids."""
     run, ids = make(model, tokenizer, prompt, gen)
-    times = interleaved({part: run, **forward_fns(model, ids)}, "cuda", args.rounds)
-    return {
+    fns = forward_fns(model, ids)
+    runs = interleaved_runs({part: run, **fns}, "cuda", args.rounds)
+    row = {
         "part": part,
         "prompt": prompt,
         "gen": gen,
         "tokens": int(ids.shape[1]),
-        **{f"{k}_s": v for k, v in times.items()},
-        "ratio": times[part] / times["forward"],
-        "ratio_vs_forward_last": times[part] / times["forward_last"],
+        **{f"{k}_s": statistics.median(v) for k, v in runs.items()},
+        **ratio_spread(runs, part, "forward"),
+        "ratio_vs_forward_last": ratio_spread(runs, part, "forward_last")["ratio"],
     }
+    if args.profile:
+        row |= profile_summary(run, fns["forward"], model.config.num_hidden_layers)
+    return row
 
 
 def bench_press(model: Any, prompt: int, args: argparse.Namespace) -> dict | None:
@@ -273,9 +280,12 @@ def main() -> None:
             if "kernels_per_layer" in row
             else ""
         )
+        spread = (
+            f" ({row['ratio_min']:.3f}-{row['ratio_max']:.3f})" if "ratio_min" in row else ""
+        )
         print(
             f"{row['part']:<12} |p|={row['prompt']:<6} |g|={row.get('gen', '-')!s:<4} "
-            f"ratio {row['ratio']:.3f}{extra}",
+            f"ratio {row['ratio']:.3f}{spread}{extra}",
             flush=True,
         )
         write(args.out, name, rows, meta)  # after every row: a cut run keeps what it measured

@@ -253,6 +253,33 @@ def test_a_grounding_batch_on_cuda_equals_each_pair_on_cpu() -> None:
         np.testing.assert_allclose(got.prior_nll, want.prior_nll, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("window", [None, 300])
+def test_fused_grounding_rows_on_cuda_equal_the_cpu_operations(window: int | None) -> None:
+    """The compiled grounding kernels on inputs of real sizes (contexts over several key
+    tiles, a few hundred response rows, sparse matches) against the tensor operations on
+    the CPU (the interpreter cases in tests/grounding_rows_cases.py use small ones)."""
+    from rcstat.capture import SoftmaxParams
+    from rcstat.grounding.features import PassExample, ResponseRows, grounding_reducer
+
+    gen = torch.Generator().manual_seed(0)
+    examples = []
+    for before, context, response in ((5, 3000, 200), (2, 1200, 90)):
+        start = before + context + 3  # template tokens between the context and the response
+        rows = ResponseRows((before, before + context), (start, start + response))
+        matches = torch.rand(response, context, generator=gen) < 0.01
+        examples.append(PassExample(rows, ((0, response // 3), (response // 3, response)), matches))
+    width = max(e.rows.num_rows for e in examples)
+    scores = torch.randn(2, 8, width, max(e.length for e in examples), generator=gen) * 6
+    softmax = {0: SoftmaxParams(0.088, sliding_window=window)}
+    options = {"rc_heads": {0: torch.tensor([1, 6])}, "support_heads": {0: torch.tensor([2])}}
+    cpu = grounding_reducer(examples, softmax, **options)(0, scores)
+    gpu = grounding_reducer(examples, softmax, **options)(0, scores.cuda())
+    for key, want in cpu.items():
+        torch.testing.assert_close(
+            gpu[key].cpu(), want, rtol=1e-4, atol=1e-6, equal_nan=True, msg=key
+        )
+
+
 def test_graphed_calls_replay_what_eager_computes() -> None:
     from rcstat.capture.graphs import GraphedCalls
 
@@ -310,6 +337,28 @@ def test_analysis_with_graphs_equals_eager_layers() -> None:
     eager = analyze(model, tok, **kwargs, keep_samples=[(i, 0) for i in range(layers)])
     for field in ("expected", "upper", "normalized"):
         np.testing.assert_array_equal(getattr(graphed, field), getattr(eager, field))
+
+
+def test_upload_many_moves_every_tensor_with_one_copy_per_dtype() -> None:
+    from rcstat.capture.host import upload_many
+
+    values = {
+        "index": torch.arange(7).view(7, 1),
+        "mask": torch.tensor([[True, False], [False, True]]),
+        "weights": torch.randn(3, 4),
+        "more": torch.arange(3) * 5,
+        "empty": torch.zeros(0, dtype=torch.int64),
+    }
+    with torch.cuda.device(0):
+        torch.cuda.set_sync_debug_mode("error")  # no copy may wait for the device
+        try:
+            moved = upload_many(values, torch.device("cuda"))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert list(moved) == list(values)
+    for name, value in values.items():
+        assert moved[name].is_cuda and moved[name].dtype == value.dtype
+        assert torch.equal(moved[name].cpu(), value), name
 
 
 def test_host_stack_copies_from_cuda_asynchronously() -> None:

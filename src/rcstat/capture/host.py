@@ -68,6 +68,26 @@ def stack_on_host(values: Sequence[torch.Tensor]) -> torch.Tensor:
     return out
 
 
+def upload_many(values: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Every tensor of ``values`` on ``device``, as :func:`upload` does, with one pinned
+    buffer and one copy per dtype instead of one each (pinning host memory costs about a
+    third of a millisecond a call: tens of small tensors cost more host time than the layer
+    they serve)."""
+    if device.type != "cuda":
+        return {name: value.to(device) for name, value in values.items()}
+    out: dict[str, torch.Tensor] = {}
+    by_dtype: dict[torch.dtype, list[str]] = {}
+    for name, value in values.items():
+        by_dtype.setdefault(value.dtype, []).append(name)
+    for names in by_dtype.values():
+        flat = upload(torch.cat([values[name].reshape(-1) for name in names]), device)
+        for name, part in zip(
+            names, flat.split([values[name].numel() for name in names]), strict=True
+        ):
+            out[name] = part.view(values[name].shape)
+    return {name: out[name] for name in values}
+
+
 def upload(values: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``values`` (a small host tensor, e.g. indices) on ``device`` without waiting for it.
 

@@ -30,15 +30,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
 from rcstat.capture import SoftmaxParams, attention_probs
-from rcstat.capture.host import upload
-from rcstat.stats import normalized_rc_shared, stacked_unit_rows, unit_rows, units_key_expected
+from rcstat.capture.host import upload_many
+from rcstat.grounding.rows_gpu import RowLayout, fused_rows, fused_rows_serve
+from rcstat.stats import (
+    UnitRows,
+    normalized_rc_shared,
+    stacked_unit_rows,
+    unit_rows,
+    units_key_expected,
+)
 
 __all__ = [
     "HEAD_FEATURES",
@@ -204,22 +210,52 @@ def grounding_reducer(
         if units
         else None
     )
+    meta = torch.tensor(
+        [[*e.rows.context, e.rows.first_row, g] for e, g in zip(examples, gens, strict=True)]
+    )  # [B, 4]: what the fused kernels need of each sequence
+    has_match = any(e.matches is not None for e in examples)
     on_device: dict[torch.device, dict[str, Any]] = {}
 
-    def placed(device: torch.device) -> dict[str, Any]:
+    def on_host(heads: int) -> dict[str, torch.Tensor]:
+        """Every index and mask the layers need, to be uploaded at once."""
+        flags = torch.zeros(max(softmax) + 1, heads, dtype=torch.int32)  # [L, H]
+        if rc_heads is None:
+            flags.fill_(1)
+        for layer, chosen in (rc_heads or {}).items():
+            flags[layer, chosen] = 1
+        tensors = {
+            "positions": positions.contiguous(),
+            "meta": meta,
+            "flags": flags,
+            "context": on_context,
+            "written": written,
+            "seen": seen,
+            "unit_sum": unit_sum,
+            "unit_at": unit_at,
+            "match": match,
+            "triangle": triangle,
+        }
+        if has_match:
+            tensors["match_bytes"] = match.to(torch.uint8)
+        for name, chosen_heads in (("rc_heads", rc_heads), ("support_heads", support_heads)):
+            for layer, chosen in (chosen_heads or {}).items():
+                tensors[f"{name}_{layer}"] = chosen
+        if support_rows is not None:
+            tensors |= {f"support_rows_{i}": t for i, t in enumerate(_fields(support_rows))}
+        return tensors
+
+    def placed(device: torch.device, heads: int) -> dict[str, Any]:
+        """The tensors of :func:`on_host` on ``device`` (uploaded with the first layer)."""
         if device not in on_device:
-            move = partial(upload, device=device)
-            on_device[device] = {
-                "positions": move(positions),
-                "context": move(on_context),
-                "written": move(written),
-                "seen": move(seen),
-                "unit_sum": move(unit_sum),
-                "unit_at": move(unit_at),
-                "match": move(match),
-                "triangle": move(triangle),
-                "support_rows": None if support_rows is None else support_rows.map(move),
-            }
+            moved = upload_many(on_host(heads), device)
+            layout = RowLayout(moved["positions"], moved["meta"], moved.get("match_bytes"), k0)
+            rows = None
+            if support_rows is not None:
+                by_id = {
+                    id(t): moved[f"support_rows_{i}"] for i, t in enumerate(_fields(support_rows))
+                }
+                rows = support_rows.map(lambda t: by_id[id(t)])
+            on_device[device] = moved | {"layout": layout, "support_rows": rows}
         return on_device[device]
 
     def rc_of(scores: torch.Tensor, b: int, heads: torch.Tensor | None) -> torch.Tensor:
@@ -229,19 +265,31 @@ def grounding_reducer(
         c0, c1 = e.rows.context
         start = e.rows.first_row
         own = picked[..., start : start + g]  # [h, G, G]: keys a-1 .. a+G-2
-        valid = placed(scores.device)["triangle"][:g, :g]
+        valid = placed(scores.device, scores.shape[1])["triangle"][:g, :g]
         return normalized_rc_shared(
             picked[..., c0:c1][:, :, None, :], own, y_valid=valid.expand_as(own), check_finite=False
         )[..., 0].float()
 
-    def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
+    def rows_fused(layer: int, block: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``features``, ``copy`` and ``per_row`` (``[B, Gmax, K]`` float64) by the kernels
+        of :mod:`rcstat.grounding.rows_gpu`."""
+        at = placed(block.device, block.shape[1])
+        features, copy, per_row = fused_rows(
+            block, at["layout"], at["flags"][layer], softmax[layer]
+        )
+        if per_row is None:
+            per_row = torch.zeros(count, width, k1 - k0, dtype=torch.float64, device=block.device)
+        return features, copy, per_row.double()
+
+    def rows_eager(layer: int, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The same by tensor operations (any device and dtype)."""
         device = scores.device
-        at = placed(device)
+        at = placed(device, scores.shape[1])
         block = scores[:, :, :width]  # [B, H, Gmax, T]
         rc = torch.full(block.shape[:3], float("nan"), dtype=torch.float32, device=device)
         chosen = None if rc_heads is None else rc_heads.get(layer)
         if rc_heads is None or chosen is not None:
-            index = None if chosen is None else upload(chosen, device)
+            index = None if chosen is None else at[f"rc_heads_{layer}"]
             for b, g in enumerate(gens):
                 if index is None:
                     rc[b, :, :g] = rc_of(block, b, None)
@@ -258,14 +306,30 @@ def grounding_reducer(
         on_match = probs[..., k0:k1] * at["match"][:, None]  # [B, H, Gmax, K]
         copy = on_match.sum(-1).float()  # [B, H, Gmax]
         per_row = on_match.sum(1).double()  # [B, Gmax, K] over the heads
+        return features, copy, per_row
+
+    def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
+        device = scores.device
+        at = placed(device, scores.shape[1])
+        if fused_rows_serve(scores):
+            features, copy, per_row = rows_fused(layer, scores[:, :, :width])
+        else:
+            features, copy, per_row = rows_eager(layer, scores)
         copied = (at["unit_sum"] @ per_row).flatten(0, 1)[at["unit_at"]]  # [U, K]
         heads = None if support_heads is None else support_heads.get(layer)
         if heads is None or at["support_rows"] is None:
             support = torch.zeros(len(units), k1 - k0, dtype=torch.float64, device=device)
         else:
-            picked = scores[:, upload(heads, device)]  # [B, h, Gmax + 1, T]
+            picked = scores[:, at[f"support_heads_{layer}"]]  # [B, h, Gmax + 1, T]
             per_key = units_key_expected(picked, at["support_rows"], (k0, k1), check_finite=False)
             support = per_key.sum(1)  # [U, K] summed over the support heads
         return {"features": features, "support": support, "copy": copy, "copied": copied}
 
     return reduce
+
+
+def _fields(rows: UnitRows) -> list[torch.Tensor]:
+    """The tensors of ``rows``, in the order :meth:`UnitRows.map` moves them."""
+    return [
+        t for t in (rows.starts, rows.lengths, rows.index, rows.valid, rows.batch) if t is not None
+    ]

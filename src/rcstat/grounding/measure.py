@@ -22,7 +22,7 @@ import torch
 from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.result import eq10_normalize
 from rcstat.capture import attention_layout, capture_scores, softmax_params
-from rcstat.capture.host import upload
+from rcstat.capture.host import upload, upload_many
 from rcstat.checks import check_count
 from rcstat.defaults import DEFAULT_BATCH_TOKENS, DEFAULT_LANGUAGE
 from rcstat.generation import check_example, input_device
@@ -511,7 +511,10 @@ class Measurer:
             ids[b, :t] = seq
             picked[b] = t - r + torch.arange(width).clamp_max(r - 2)
         targets = ids.gather(1, (picked + 1).clamp_max(ids.shape[1] - 1))  # [B, Gmax]
-        where, targets, ids = (upload(t, device) for t in (picked - start, targets, ids[:, start:]))
+        moved = upload_many(
+            {"where": picked - start, "targets": targets, "ids": ids[:, start:]}, device
+        )
+        where, targets, ids = moved["where"], moved["targets"], moved["ids"]
         head = self.model.get_output_embeddings()
 
         def pick(_: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:

@@ -11,9 +11,7 @@ limits.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
-import os
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,7 +24,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rcstat.capture.switch import switched_attention
 from rcstat.press.layout import RAGGED_SESSION, Backend, PackedKV, Padding, RaggedSession
-from rcstat.stats import triton_available
+from rcstat.stats import kernels_serve
 
 IMPLEMENTATION = "rcstat_ragged"
 BACKENDS: tuple[Backend, ...] = ("auto", "reference", "varlen", "split")
@@ -74,13 +72,6 @@ def _varlen_usable(query: torch.Tensor, mask: torch.Tensor | None) -> bool:
     )
 
 
-def _interpreting() -> bool:
-    """Whether Triton kernels run under its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return (
-        os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None
-    )
-
-
 def _split_usable(query: torch.Tensor, mask: torch.Tensor | None) -> bool:
     """Whether the split-KV decode kernel can serve: one query per head, no mask, dim <= 256,
     a CUDA device with Triton (``RCSTAT_TRITON`` not 0) or CPU tensors under the interpreter."""
@@ -88,7 +79,7 @@ def _split_usable(query: torch.Tensor, mask: torch.Tensor | None) -> bool:
         return False
     if query.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return False
-    return triton_available(query.device) if query.is_cuda else _interpreting()
+    return kernels_serve(query)
 
 
 def _split_preferred(query: torch.Tensor, mask: torch.Tensor | None) -> bool:

@@ -3,7 +3,7 @@
 See docs/definitions.md. Public functions take batched sample sets ``[..., n]`` with optional masks.
 """
 
-from rcstat.stats._gpu import triton_available
+from rcstat.stats._gpu import kernels_serve, triton_available
 from rcstat.stats.blocks import (
     UnitRows,
     block_expected,
@@ -36,6 +36,7 @@ __all__ = [
     "expected_rc",
     "expected_rc_shared",
     "iot_expected_rc",
+    "kernels_serve",
     "markov_bound",
     "normalized_rc",
     "normalized_rc_shared",

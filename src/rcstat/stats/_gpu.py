@@ -59,6 +59,15 @@ def triton_available(device: torch.device | str) -> bool:
     return _triton_importable()
 
 
+def kernels_serve(tensor: torch.Tensor) -> bool:
+    """Whether rcstat's Triton kernels can run on ``tensor``: on CUDA with Triton (and
+    ``RCSTAT_TRITON`` not 0), or on the CPU under Triton's interpreter
+    (``TRITON_INTERPRET=1``, how the tests run them without a GPU)."""
+    if tensor.is_cuda:
+        return triton_available(tensor.device)
+    return os.environ.get("TRITON_INTERPRET") == "1" and _triton_importable()
+
+
 def available(*tensors: torch.Tensor) -> bool:
     """Whether the Triton path serves these tensors (one CUDA device, float32 or narrower)."""
     narrow = (torch.float32, torch.bfloat16, torch.float16)

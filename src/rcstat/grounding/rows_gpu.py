@@ -1,0 +1,144 @@
+"""The per-row grounding features of one layer in two kernel launches (docs/grounding.md).
+
+:func:`~rcstat.grounding.features.grounding_reducer` computes, for every captured row and
+head, the RC of the row's context scores against its response scores, the Lookback ratio,
+the log of the weight on the row's own key and the weight on the context keys that hold the
+token being written — in tens of small tensor operations a layer, which on a GPU cost more
+host time than the forward pass itself on short inputs. Here the same quantities come from
+two Triton kernels (``_rows_triton``): one online-softmax pass a row (and, for the heads whose
+RC is wanted, the pairwise sums ``Σ_x Σ_y max(x − y, 0)`` of docs/definitions.md computed
+tile by tile), then one pass over the matched keys summing the heads' weights. Used on CUDA
+with Triton (``RCSTAT_TRITON`` not 0), and on the CPU under ``TRITON_INTERPRET=1`` (tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rcstat.capture import SoftmaxParams
+from rcstat.stats._gpu import kernels_serve, on_device
+
+__all__ = ["RowLayout", "fused_rows", "fused_rows_serve"]
+
+_BLOCK = 1024  # keys a program reads at once
+_PAIRS = 64  # context and response samples of one RC tile (64 x 64 pairs)
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Where each sequence's rows, context and response sit, on the scores' device.
+
+    Attributes
+    ----------
+    positions
+        ``[B, W]`` int64: absolute position of each captured row.
+    meta
+        ``[B, 4]`` int64: context start, context end, first response key (the row before the
+        first response token), rows ``G``.
+    match
+        ``[B, W, K]`` uint8: context key ``k0 + k`` holds the token row ``j`` writes; None
+        when no sequence has matches.
+    k0
+        First key of the match columns.
+    """
+
+    positions: torch.Tensor
+    meta: torch.Tensor
+    match: torch.Tensor | None
+    k0: int
+
+
+def fused_rows_serve(scores: torch.Tensor) -> bool:
+    """Whether :func:`fused_rows` serves these scores (float32; CUDA with Triton, or the CPU
+    under Triton's interpreter)."""
+    return scores.dtype == torch.float32 and kernels_serve(scores)
+
+
+def fused_rows(
+    block: torch.Tensor, layout: RowLayout, flags: torch.Tensor, params: SoftmaxParams
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Grounding features of every row of one layer.
+
+    Parameters
+    ----------
+    block
+        ``[B, H, R, T]`` float32 raw scores of the captured rows (``R >= W``), read through
+        its strides.
+    layout
+        The rows' :class:`RowLayout`.
+    flags
+        ``[H]`` int32: 1 for the heads whose RC is computed (NaN elsewhere, and on rows past
+        a sequence's ``G``).
+    params
+        The layer's softmax parameters.
+
+    Returns
+    -------
+    tuple
+        ``features`` ``[3, B, H, W]`` float32 (rc, lookback, log weight on the row's own
+        key), ``copy`` ``[B, H, W]`` float32 (weight on the matched context keys) and
+        ``per_row`` ``[B, W, K]`` float32 (that weight on each key, summed over the heads;
+        None without matches).
+    """
+    from rcstat.grounding._rows_triton import copied_kernel, rows_kernel
+
+    count, heads, _, _ = block.shape
+    width = layout.positions.shape[1]
+    device = block.device
+    match = layout.match
+    keys = 0 if match is None else match.shape[-1]
+    features = torch.empty(3, count, heads, width, dtype=torch.float32, device=device)
+    copy = torch.empty(count, heads, width, dtype=torch.float32, device=device)
+    norm = torch.empty(count, heads, width, 2, dtype=torch.float32, device=device)
+    softcap = params.softcap is not None
+    window = params.sliding_window is not None
+    shape = dict(HAS_SOFTCAP=softcap, HAS_WINDOW=window)
+    scalars = (
+        params.scaling,
+        params.softcap if softcap else 1.0,
+        params.sliding_window if window else 0,
+    )
+    with on_device(device):
+        rows_kernel[(count * heads, width)](
+            block,
+            *block.stride(),
+            layout.positions,
+            layout.meta,
+            flags,
+            copy if match is None else match,  # never read without matches
+            features,
+            copy,
+            norm,
+            count,
+            heads,
+            width,
+            keys,
+            layout.k0,
+            *scalars,
+            HAS_MATCH=match is not None,
+            BLOCK=_BLOCK,
+            BX=_PAIRS,
+            BY=_PAIRS,
+            **shape,
+        )
+        if match is None:
+            return features, copy, None
+        per_row = torch.empty(count, width, keys, dtype=torch.float32, device=device)
+        copied_kernel[(count * width, -(-keys // _BLOCK))](
+            block,
+            *block.stride(),
+            layout.positions,
+            match,
+            norm,
+            per_row,
+            heads,
+            width,
+            keys,
+            layout.k0,
+            *scalars,
+            BLOCK=_BLOCK,
+            **shape,
+        )
+    return features, copy, per_row

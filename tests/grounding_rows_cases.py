@@ -1,0 +1,130 @@
+"""Cases for the fused grounding kernels (``rcstat.grounding.rows_gpu``), run by Triton's
+interpreter on the CPU: the reducer of ``grounding_reducer`` with the kernels against the
+same reducer by tensor operations, and the kernels' RC against naive pairwise sums.
+
+Run in a fresh process with ``TRITON_INTERPRET=1`` by ``tests/test_grounding_rows_gpu.py``
+(the interpreter is chosen when ``triton`` is first imported; this file's name does not
+start with ``test_``). The compiled kernels meet the same reference on a GPU in
+``tests/test_gpu.py``."""
+
+from __future__ import annotations
+
+import os
+from itertools import pairwise
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rcstat.capture import SoftmaxParams
+from rcstat.grounding import features as features_module
+from rcstat.grounding.features import PassExample, ResponseRows, grounding_reducer
+from tests._reference import naive_expected_rc
+
+
+@pytest.fixture(autouse=True)
+def interpreted() -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.fail("run through tests/test_grounding_rows_gpu.py (needs TRITON_INTERPRET=1)")
+
+
+def _examples(seed: int, lengths: list[tuple[int, int, int]], matched: bool) -> list[PassExample]:
+    """Sequences of (prompt before the context, context, response) tokens."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for before, context, response in lengths:
+        c0, c1 = before, before + context
+        a = c1 + 2  # two template tokens between the context and the response
+        rows = ResponseRows((c0, c1), (a, a + response))
+        cuts = sorted(rng.choice(np.arange(1, response), size=min(2, response - 1), replace=False))
+        edges = [0, *(int(c) for c in cuts), response]
+        units = tuple((x, y) for x, y in pairwise(edges) if x < y)
+        matches = torch.from_numpy(rng.random((response, context)) < 0.15) if matched else None
+        out.append(PassExample(rows, units, matches))
+    return out
+
+
+def _scores(examples: list[PassExample], heads: int, seed: int, ties: bool) -> torch.Tensor:
+    width = max(e.rows.num_rows for e in examples)
+    length = max(e.length for e in examples)
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(len(examples), heads, width, length, generator=gen) * 4
+    return scores.round() if ties else scores  # [B, H, Gmax + 1, T]
+
+
+def _both(examples, scores, params, rc_heads, support_heads, monkeypatch):
+    """The reducer's output with the kernels and by tensor operations."""
+    softmax = {0: params}
+    fused = grounding_reducer(examples, softmax, rc_heads=rc_heads, support_heads=support_heads)
+    out = fused(0, scores)
+    monkeypatch.setattr(features_module, "fused_rows_serve", lambda _: False)
+    eager = grounding_reducer(examples, softmax, rc_heads=rc_heads, support_heads=support_heads)
+    return out, eager(0, scores)
+
+
+def _same(fused: dict, eager: dict) -> None:
+    assert fused.keys() == eager.keys()
+    for key in fused:
+        a, b = fused[key], eager[key]
+        assert a.shape == b.shape and a.dtype == b.dtype, key
+        assert torch.equal(a.isnan(), b.isnan()), key
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-6, equal_nan=True, msg=key)
+
+
+PARAMS = [
+    SoftmaxParams(0.125),
+    SoftmaxParams(0.3, softcap=5.0),
+    SoftmaxParams(0.125, sliding_window=7),
+]
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=["plain", "softcap", "window"])
+@pytest.mark.parametrize("matched", [True, False])
+def test_fused_rows_equal_the_tensor_operations(
+    params: SoftmaxParams, matched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    examples = _examples(0, [(3, 11, 6), (1, 1300, 4)], matched)  # a context over one tile
+    scores = _scores(examples, heads=3, seed=1, ties=False)
+    rc_heads = {0: torch.tensor([0, 2])}
+    support = {0: torch.tensor([1])}
+    _same(*_both(examples, scores, params, rc_heads, support, monkeypatch))
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lengths=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(1, 9), st.integers(2, 7)), min_size=1, max_size=3
+    ),
+    heads=st.integers(1, 3),
+    ties=st.booleans(),
+    every_head=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_fused_rows_equal_the_tensor_operations_on_any_layout(
+    lengths, heads, ties, every_head, seed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        examples = _examples(seed, lengths, matched=True)
+        scores = _scores(examples, heads, seed, ties)
+        rc_heads = None if every_head else {0: torch.tensor([heads - 1])}
+        _same(*_both(examples, scores, PARAMS[seed % 3], rc_heads, None, patch))
+
+
+def test_fused_rc_equals_naive_pairwise_sums() -> None:
+    examples = _examples(5, [(2, 9, 5)], matched=False)
+    scores = _scores(examples, heads=2, seed=6, ties=True)  # ties: pairs at zero distance
+    out = grounding_reducer(examples, {0: PARAMS[0]})(0, scores)
+    rows = examples[0].rows
+    c0, c1 = rows.context
+    for head in range(2):
+        for j in range(rows.num_rows - 1):
+            line = scores[0, head, j].double().numpy()
+            x, y = line[c0:c1], line[rows.first_row : rows.first_row + j + 1]
+            forward, backward = naive_expected_rc(x, y), naive_expected_rc(y, x)
+            want = 0.5 if forward + backward == 0 else forward / (forward + backward)
+            assert float(out["features"][0, 0, head, j]) == pytest.approx(want, abs=2e-6)
+        assert out["features"][0, 0, head, rows.num_rows - 1 :].isnan().all()  # past G
