@@ -431,3 +431,25 @@ def test_block_expected_and_self_samples_agree_with_the_block_statistics() -> No
     torch.testing.assert_close(without.upper, stats.upper)
     with pytest.raises(ValueError, match="key columns"):
         self_samples(block, 6)
+
+
+@given(
+    units=st.lists(st.tuples(st.integers(0, 12), st.integers(1, 6)), min_size=1, max_size=5),
+    prompt=st.integers(0, 9),
+)
+def test_unit_rows_index_every_causal_self_sample_of_each_unit(
+    units: list[tuple[int, int]], prompt: int
+) -> None:
+    """Unit ``[a, b)`` holds the flat positions ``j·columns + m + k`` of every pair
+    ``a <= j < b``, ``k <= j``, query after query, in a ``[g, columns]`` block."""
+    from rcstat.stats import unit_rows
+
+    ranges = [(a, a + length) for a, length in units]
+    columns = prompt + max(b for _, b in ranges) + 3
+    rows = unit_rows(ranges, columns, prompt)
+    for (a, b), index, valid in zip(ranges, rows.index, rows.valid, strict=True):
+        want = [j * columns + prompt + k for j in range(a, b) for k in range(j + 1)]
+        assert index[valid].tolist() == want
+    assert rows.starts.tolist() == [a for a, _ in ranges]
+    assert rows.lengths.tolist() == [b - a for a, b in ranges]
+    assert rows.longest == max(b - a for a, b in ranges)

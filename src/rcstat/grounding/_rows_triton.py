@@ -9,9 +9,10 @@
   ``S / (S + S')`` with ``S = Σ_x Σ_y max(x − y, 0)`` summed tile by tile (pairs of ``X`` and
   ``Y`` tiles, float32 within a tile, float64 across) and ``S' = S − (|Y|·Σx − |X|·Σy)``
   (``max(a, 0) − max(−a, 0) = a``); 0.5 where both are 0.
-- ``copied_kernel``: one program per (sequence, row, tile of context keys) sums the attention
-  weight of every head on the row's matched keys, head after head (no atomics: the sums do
-  not depend on the order programs run in), from the normaliser the first kernel stored.
+- ``copied_kernel``: one program per (response unit, tile of context keys) sums the attention
+  weight of every head on the matched keys over the unit's rows, row after row and head
+  after head (no atomics: the sums do not depend on the order programs run in), from the
+  normaliser the first kernel stored.
 
 Soft-capping uses ``tanh(v) = 1 − 2 / (exp(2v) + 1)`` (finite for every finite ``v``).
 """
@@ -149,9 +150,10 @@ def copied_kernel(
     s_r,
     s_t,
     pos_ptr,  # [B, W] int64
+    units_ptr,  # [U, 3] int64: sequence, first row, end row of each unit
     match_ptr,  # [B, W, K] uint8
     norm_ptr,  # [B, H, W, 2] float32 from rows_kernel
-    per_row_ptr,  # [B, W, K] float32: Σ_h of the weight on each matched key
+    copied_ptr,  # [U, K] float32: Σ over the unit's rows and the heads of the matched weight
     H,
     W,
     K,
@@ -163,22 +165,22 @@ def copied_kernel(
     HAS_WINDOW: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    bj = tl.program_id(0)
-    b = bj // W
-    j = bj % W
+    u = tl.program_id(0)
     offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    pos = tl.load(pos_ptr + b * W + j)
+    b = tl.load(units_ptr + 3 * u)
     keys = k0 + offsets
-    live = (offsets < K) & (keys <= pos)
-    if HAS_WINDOW:
-        live = live & (pos - keys < window)
-    hit = tl.load(match_ptr + bj.to(tl.int64) * K + offsets, mask=live, other=0) != 0
     acc = tl.zeros((BLOCK,), tl.float32)
-    if tl.max(hit.to(tl.int32), 0) > 0:
-        for h in range(H):
-            row = scores_ptr + b.to(tl.int64) * s_b + h * s_h + j.to(tl.int64) * s_r
-            s = tl.load(row + keys * s_t, mask=hit, other=0.0)
-            norm = norm_ptr + 2 * ((b * H + h) * W + j)
-            e = tl.exp(_logits(s, scaling, softcap, HAS_SOFTCAP) - tl.load(norm))
-            acc += tl.where(hit, e / tl.load(norm + 1), 0.0)
-    tl.store(per_row_ptr + bj.to(tl.int64) * K + offsets, acc, mask=offsets < K)
+    for j in range(tl.load(units_ptr + 3 * u + 1), tl.load(units_ptr + 3 * u + 2)):
+        pos = tl.load(pos_ptr + b * W + j)
+        live = (offsets < K) & (keys <= pos)
+        if HAS_WINDOW:
+            live = live & (pos - keys < window)
+        hit = tl.load(match_ptr + (b * W + j) * K + offsets, mask=live, other=0) != 0
+        if tl.max(hit.to(tl.int32), 0) > 0:
+            for h in range(H):
+                row = scores_ptr + b * s_b + h * s_h + j * s_r
+                s = tl.load(row + keys * s_t, mask=hit, other=0.0)
+                norm = norm_ptr + 2 * ((b * H + h) * W + j)
+                e = tl.exp(_logits(s, scaling, softcap, HAS_SOFTCAP) - tl.load(norm))
+                acc += tl.where(hit, e / tl.load(norm + 1), 0.0)
+    tl.store(copied_ptr + u.to(tl.int64) * K + offsets, acc, mask=offsets < K)

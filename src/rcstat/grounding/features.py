@@ -160,11 +160,12 @@ def grounding_reducer(
         start to the last context's end: ``features`` ``[3, B, H, Gmax]`` float32 (``rc``,
         ``lookback``, ``attention_score`` of the rows that produce each sequence's response
         tokens; rows past a response are meaningless), ``copy`` ``[B, H, Gmax]`` float32,
-        and for the ``U`` units of all sequences in order, ``support`` ``[U, k1 - k0]``
-        float64, the key-level expected RC ``t_h(g', i)`` of every unit for every key, summed
-        over the layer's support heads, and ``copied`` ``[U, k1 - k0]`` float64, the ``copy``
-        weight of every unit's rows on each key, summed over the rows and the layer's heads
-        (keys outside a sequence's own context are meaningless).
+        and for the ``U`` units of all sequences in order, ``copied`` ``[U, k1 - k0]`` (float64,
+        or float32 from the GPU kernels), the ``copy`` weight of every unit's rows on each
+        key, summed over the rows and the layer's heads, and in the layers with support heads
+        ``support`` ``[U, k1 - k0]`` float64, the key-level expected RC ``t_h(g', i)`` of
+        every unit for every key, summed over those heads (keys outside a sequence's own
+        context are meaningless).
     """
     count = len(examples)
     gens = [e.rows.num_rows - 1 for e in examples]  # G per sequence
@@ -214,6 +215,9 @@ def grounding_reducer(
         [[*e.rows.context, e.rows.first_row, g] for e, g in zip(examples, gens, strict=True)]
     )  # [B, 4]: what the fused kernels need of each sequence
     has_match = any(e.matches is not None for e in examples)
+    unit_table = torch.tensor(
+        [[b, a, z] for b, e in enumerate(examples) for a, z in e.units], dtype=torch.long
+    ).view(-1, 3)  # [U, 3]: sequence and rows [a, z) of each unit
     on_device: dict[torch.device, dict[str, Any]] = {}
 
     def on_host(heads: int) -> dict[str, torch.Tensor]:
@@ -226,6 +230,7 @@ def grounding_reducer(
         tensors = {
             "positions": positions.contiguous(),
             "meta": meta,
+            "units": unit_table,
             "flags": flags,
             "context": on_context,
             "written": written,
@@ -248,7 +253,9 @@ def grounding_reducer(
         """The tensors of :func:`on_host` on ``device`` (uploaded with the first layer)."""
         if device not in on_device:
             moved = upload_many(on_host(heads), device)
-            layout = RowLayout(moved["positions"], moved["meta"], moved.get("match_bytes"), k0)
+            layout = RowLayout(
+                moved["positions"], moved["meta"], moved.get("match_bytes"), k0, moved["units"]
+            )
             rows = None
             if support_rows is not None:
                 by_id = {
@@ -271,15 +278,13 @@ def grounding_reducer(
         )[..., 0].float()
 
     def rows_fused(layer: int, block: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``features``, ``copy`` and ``per_row`` (``[B, Gmax, K]`` float64) by the kernels
-        of :mod:`rcstat.grounding.rows_gpu`."""
+        """``features``, ``copy`` and ``copied`` by the kernels of
+        :mod:`rcstat.grounding.rows_gpu`."""
         at = placed(block.device, block.shape[1])
-        features, copy, per_row = fused_rows(
-            block, at["layout"], at["flags"][layer], softmax[layer]
-        )
-        if per_row is None:
-            per_row = torch.zeros(count, width, k1 - k0, dtype=torch.float64, device=block.device)
-        return features, copy, per_row.double()
+        features, copy, copied = fused_rows(block, at["layout"], at["flags"][layer], softmax[layer])
+        if copied is None:
+            copied = torch.zeros(len(units), k1 - k0, dtype=torch.float32, device=block.device)
+        return features, copy, copied
 
     def rows_eager(layer: int, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The same by tensor operations (any device and dtype)."""
@@ -306,24 +311,22 @@ def grounding_reducer(
         on_match = probs[..., k0:k1] * at["match"][:, None]  # [B, H, Gmax, K]
         copy = on_match.sum(-1).float()  # [B, H, Gmax]
         per_row = on_match.sum(1).double()  # [B, Gmax, K] over the heads
-        return features, copy, per_row
+        copied = (at["unit_sum"] @ per_row).flatten(0, 1)[at["unit_at"]]  # [U, K]
+        return features, copy, copied
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         device = scores.device
         at = placed(device, scores.shape[1])
         if fused_rows_serve(scores):
-            features, copy, per_row = rows_fused(layer, scores[:, :, :width])
+            features, copy, copied = rows_fused(layer, scores[:, :, :width])
         else:
-            features, copy, per_row = rows_eager(layer, scores)
-        copied = (at["unit_sum"] @ per_row).flatten(0, 1)[at["unit_at"]]  # [U, K]
-        heads = None if support_heads is None else support_heads.get(layer)
-        if heads is None or at["support_rows"] is None:
-            support = torch.zeros(len(units), k1 - k0, dtype=torch.float64, device=device)
-        else:
+            features, copy, copied = rows_eager(layer, scores)
+        out = {"features": features, "copy": copy, "copied": copied}
+        if at["support_rows"] is not None and f"support_heads_{layer}" in at:
             picked = scores[:, at[f"support_heads_{layer}"]]  # [B, h, Gmax + 1, T]
             per_key = units_key_expected(picked, at["support_rows"], (k0, k1), check_finite=False)
-            support = per_key.sum(1)  # [U, K] summed over the support heads
-        return {"features": features, "support": support, "copy": copy, "copied": copied}
+            out["support"] = per_key.sum(1)  # [U, K] summed over the support heads
+        return out
 
     return reduce
 

@@ -443,9 +443,10 @@ class Measurer:
         examples = [p.passed for p in prepared]
         features = _gathered(layers, "features", dim=1)  # [3, L, B, H, Gmax]
         copy = _gathered(layers, "copy", dim=0)  # [L, B, H, Gmax]
-        support = _summed(layers, "support")  # [U, K] over layers and heads
-        copied = _summed(layers, "copied")  # [U, K]
         k0 = min(e.rows.context[0] for e in examples)
+        shape = (sum(len(e.units) for e in examples), max(e.rows.context[1] for e in examples) - k0)
+        support = _summed(layers, "support", shape)  # [U, K] over layers and heads
+        copied = _summed(layers, "copied", shape)  # [U, K]
         out = []
         first_unit = 0
         for b, (p, (nll, entropy, rank), prior) in enumerate(
@@ -558,11 +559,17 @@ def baselines(measured: Measurement, response: str, context: str) -> dict[str, f
     }
 
 
-def _summed(layers: list[dict[str, torch.Tensor]], key: str) -> torch.Tensor:
-    """The ``key`` output summed over the layers (on the first layer's device), on the
-    host."""
-    first = layers[0][key].device
-    return torch.stack([r[key].to(first, non_blocking=True) for r in layers]).sum(0).cpu()
+def _summed(
+    layers: list[dict[str, torch.Tensor]], key: str, shape: tuple[int, ...]
+) -> torch.Tensor:
+    """The ``key`` output (``shape``) summed in float64 over the layers that return it (on
+    the first such layer's device; zeros when none does), on the host."""
+    found = [r[key] for r in layers if key in r]
+    if not found:
+        return torch.zeros(shape, dtype=torch.float64)
+    first = found[0].device
+    stacked = torch.stack([value.to(first, non_blocking=True) for value in found])
+    return stacked.sum(0, dtype=torch.float64).cpu()
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:

@@ -42,12 +42,15 @@ class RowLayout:
         when no sequence has matches.
     k0
         First key of the match columns.
+    units
+        ``[U, 3]`` int64: sequence, first row and end row ``[a, b)`` of each response unit.
     """
 
     positions: torch.Tensor
     meta: torch.Tensor
     match: torch.Tensor | None
     k0: int
+    units: torch.Tensor
 
 
 def fused_rows_serve(scores: torch.Tensor) -> bool:
@@ -79,8 +82,8 @@ def fused_rows(
     tuple
         ``features`` ``[3, B, H, W]`` float32 (rc, lookback, log weight on the row's own
         key), ``copy`` ``[B, H, W]`` float32 (weight on the matched context keys) and
-        ``per_row`` ``[B, W, K]`` float32 (that weight on each key, summed over the heads;
-        None without matches).
+        ``copied`` ``[U, K]`` float32 (that weight on each key, summed over the heads and the
+        unit's rows; None without matches).
     """
     from rcstat.grounding._rows_triton import copied_kernel, rows_kernel
 
@@ -123,16 +126,18 @@ def fused_rows(
             BY=_PAIRS,
             **shape,
         )
-        if match is None:
+        if match is None or not layout.units.shape[0]:
             return features, copy, None
-        per_row = torch.empty(count, width, keys, dtype=torch.float32, device=device)
-        copied_kernel[(count * width, -(-keys // _BLOCK))](
+        units = layout.units.shape[0]
+        copied = torch.empty(units, keys, dtype=torch.float32, device=device)
+        copied_kernel[(units, -(-keys // _BLOCK))](
             block,
             *block.stride(),
             layout.positions,
+            layout.units,
             match,
             norm,
-            per_row,
+            copied,
             heads,
             width,
             keys,
@@ -141,4 +146,4 @@ def fused_rows(
             BLOCK=_BLOCK,
             **shape,
         )
-    return features, copy, per_row
+    return features, copy, copied

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 import rcstat.stats._gpu as _gpu
@@ -178,18 +179,24 @@ def unit_rows(units: list[tuple[int, int]], columns: int, prompt_len: int) -> Un
     for a, b in units:
         if not 0 <= a < b:
             raise ValueError(f"unit rows [{a}, {b}) are empty or negative")
-        rows = torch.arange(a, b)[:, None]
-        keys = torch.arange(b)[None, :]
-        positions.append((rows * columns + prompt_len + keys)[keys <= rows])
+        rows, keys = np.tril_indices(b)  # query-major pairs (row, key <= row)
+        first = a * (a + 1) // 2  # the pairs of rows before a
+        positions.append(rows[first:] * columns + prompt_len + keys[first:])
     width = max(len(p) for p in positions)
-    index = torch.zeros(len(units), width, dtype=torch.long)
-    valid = torch.zeros(len(units), width, dtype=torch.bool)
+    index = np.zeros((len(units), width), dtype=np.int64)
+    valid = np.zeros((len(units), width), dtype=bool)
     for u, found in enumerate(positions):
         index[u, : len(found)] = found
         valid[u, : len(found)] = True
     starts = torch.tensor([a for a, _ in units])
     lengths = torch.tensor([b - a for a, b in units], dtype=torch.int32)
-    return UnitRows(starts, lengths, index, valid, longest=int(lengths.max()))
+    return UnitRows(
+        starts,
+        lengths,
+        torch.from_numpy(index),
+        torch.from_numpy(valid),
+        longest=int(lengths.max()),
+    )
 
 
 def stacked_unit_rows(
