@@ -280,9 +280,7 @@ def main() -> None:
             if "kernels_per_layer" in row
             else ""
         )
-        spread = (
-            f" ({row['ratio_min']:.3f}-{row['ratio_max']:.3f})" if "ratio_min" in row else ""
-        )
+        spread = f" ({row['ratio_min']:.3f}-{row['ratio_max']:.3f})" if "ratio_min" in row else ""
         print(
             f"{row['part']:<12} |p|={row['prompt']:<6} |g|={row.get('gen', '-')!s:<4} "
             f"ratio {row['ratio']:.3f}{spread}{extra}",
