@@ -68,12 +68,17 @@ def stack_on_host(values: Sequence[torch.Tensor]) -> torch.Tensor:
     return out
 
 
-def upload_many(values: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """Every tensor of ``values`` on ``device``, as :func:`upload` does, through one pinned
-    buffer and one copy (pinning host memory costs a third of a millisecond to milliseconds a
-    call: tens of small index tensors cost more host time than the layer they serve). The
-    bytes of each tensor start at a multiple of 8 in the buffer, so each comes back as a
-    view of its own dtype."""
+def upload_many(
+    values: dict[str, torch.Tensor], device: torch.device, *, idle: bool = False
+) -> dict[str, torch.Tensor]:
+    """Every tensor of ``values`` on ``device`` in one buffer and one copy (the bytes of each
+    tensor start at a multiple of 8, so each comes back as a view of its own dtype).
+
+    Inside a forward pass (``idle`` False) the copy goes through pinned memory, as in
+    :func:`upload`, so that it does not wait for the device. Pinning costs from a third of a
+    millisecond to about ten a call, and may itself wait for the device; before a pass, when
+    the device has nothing of the caller's to wait for (``idle``), a plain copy is cheaper.
+    """
     if device.type != "cuda":
         return {name: value.to(device) for name, value in values.items()}
     parts, offsets, end = [], [], 0
@@ -83,7 +88,8 @@ def upload_many(values: dict[str, torch.Tensor], device: torch.device) -> dict[s
         padded = -(-raw.numel() // 8) * 8
         parts += [raw, torch.zeros(padded - raw.numel(), dtype=torch.uint8)]
         end += padded
-    flat = upload(torch.cat(parts), device)  # [bytes] uint8
+    joined = torch.cat(parts)  # [bytes] uint8
+    flat = joined.to(device) if idle else upload(joined, device)
     return {
         name: flat[start : start + value.numel() * value.element_size()]
         .view(value.dtype)

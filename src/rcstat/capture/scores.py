@@ -316,6 +316,10 @@ def capture_scores(
         delegate=_delegate_for(model, previous),
         result=result,
     )
+    if query_positions is not None:  # copied before the pass, where a plain copy waits for nothing
+        first = next((p.device for p in model.parameters() if p.is_cuda), None)
+        if first is not None:
+            session.placed[first] = query_positions.to(first)
     token = _ACTIVE.set(session)
     try:
         with switched_attention(model, IMPLEMENTATION, _attention, mask):

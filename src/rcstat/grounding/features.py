@@ -134,6 +134,8 @@ def grounding_reducer(
     *,
     rc_heads: dict[int, torch.Tensor] | None = None,
     support_heads: dict[int, torch.Tensor] | None = None,
+    device: torch.device | None = None,
+    heads: int | None = None,
 ) -> Callable[[int, torch.Tensor], dict[str, torch.Tensor]]:
     """A capture reducer returning the statistics of the module doc for one layer, for every
     sequence of a batch at once.
@@ -151,6 +153,11 @@ def grounding_reducer(
         NaN. ``lookback`` and ``attention_score`` come for every head.
     support_heads
         Per layer, the heads that attribute each unit to the context (paper eq. 10).
+    device, heads
+        Where the pass starts and the model's query heads: the indices and masks every layer
+        needs are copied there now, before the pass (a copy inside the pass must go through
+        pinned memory, which costs host time while the device waits); without them, with
+        the first layer.
 
     Returns
     -------
@@ -249,10 +256,11 @@ def grounding_reducer(
             tensors |= {f"support_rows_{i}": t for i, t in enumerate(_fields(support_rows))}
         return tensors
 
-    def placed(device: torch.device, heads: int) -> dict[str, Any]:
-        """The tensors of :func:`on_host` on ``device`` (uploaded with the first layer)."""
+    def placed(device: torch.device, heads: int, idle: bool = False) -> dict[str, Any]:
+        """The tensors of :func:`on_host` on ``device`` (copied before the pass when
+        ``idle``, else with the first layer on the device)."""
         if device not in on_device:
-            moved = upload_many(on_host(heads), device)
+            moved = upload_many(on_host(heads), device, idle=idle)
             layout = RowLayout(
                 moved["positions"], moved["meta"], moved.get("match_bytes"), k0, moved["units"]
             )
@@ -264,6 +272,9 @@ def grounding_reducer(
                 rows = support_rows.map(lambda t: by_id[id(t)])
             on_device[device] = moved | {"layout": layout, "support_rows": rows}
         return on_device[device]
+
+    if device is not None and heads is not None:
+        placed(device, heads, idle=True)
 
     def rc_of(scores: torch.Tensor, b: int, heads: torch.Tensor | None) -> torch.Tensor:
         """``[h, G]`` normalized RC of sequence ``b``'s rows for ``heads`` (None: all)."""

@@ -205,6 +205,7 @@ class Measurer:
             None if support_heads is None else heads_by_layer(support_heads, layout.num_heads)
         )
         self._softmax = softmax_params(model)
+        self._heads = layout.num_heads
 
     def measure(
         self,
@@ -391,7 +392,12 @@ class Measurer:
     ) -> Callable[[int, torch.Tensor], dict[str, torch.Tensor]]:
         """The capture's reducer of a pass over ``examples`` (:func:`grounding_reducer`)."""
         return grounding_reducer(
-            examples, self._softmax, rc_heads=self._rc_heads, support_heads=self._support_heads
+            examples,
+            self._softmax,
+            rc_heads=self._rc_heads,
+            support_heads=self._support_heads,
+            device=input_device(self.model),
+            heads=self._heads,
         )
 
     @property
@@ -512,8 +518,8 @@ class Measurer:
             ids[b, :t] = seq
             picked[b] = t - r + torch.arange(width).clamp_max(r - 2)
         targets = ids.gather(1, (picked + 1).clamp_max(ids.shape[1] - 1))  # [B, Gmax]
-        moved = upload_many(
-            {"where": picked - start, "targets": targets, "ids": ids[:, start:]}, device
+        moved = upload_many(  # before the pass: nothing to wait for
+            {"where": picked - start, "targets": targets, "ids": ids[:, start:]}, device, idle=True
         )
         where, targets, ids = moved["where"], moved["targets"], moved["ids"]
         head = self.model.get_output_embeddings()
