@@ -348,6 +348,8 @@ def test_upload_many_moves_every_tensor_with_one_copy_per_dtype() -> None:
         "weights": torch.randn(3, 4),
         "more": torch.arange(3) * 5,
         "empty": torch.zeros(0, dtype=torch.int64),
+        "half": torch.randn(5, dtype=torch.bfloat16),
+        "strided": torch.randn(3, 4).t(),
     }
     with torch.cuda.device(0):
         torch.cuda.set_sync_debug_mode("error")  # no copy may wait for the device

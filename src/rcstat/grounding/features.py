@@ -180,19 +180,19 @@ def grounding_reducer(
     length = max(e.length for e in examples)  # T
     k0 = min(e.rows.context[0] for e in examples)
     k1 = max(e.rows.context[1] for e in examples)
-    first = torch.tensor([e.rows.first_row for e in examples])  # [B]
+    # built with numpy: torch's CPU kernels cost far more host time on these small arrays
+    first = np.array([e.rows.first_row for e in examples])  # [B]
     positions = query_positions(examples)[:, :width]  # [B, Gmax]
-    keys = torch.arange(length)
-    on_context = torch.stack(
-        [((keys >= e.rows.context[0]) & (keys < e.rows.context[1])).float() for e in examples]
-    )
-    on_context /= on_context.sum(-1, keepdim=True)  # [B, T]: the mean over the context keys
-    written = (keys[None, :] >= first[:, None]).float()  # [B, T]: response keys a-1 ..
+    keys = np.arange(length)
+    spans = np.array([e.rows.context for e in examples])  # [B, 2]
+    inside = (keys >= spans[:, :1]) & (keys < spans[:, 1:])  # [B, T]
+    on_context = torch.from_numpy(inside / inside.sum(-1, keepdims=True)).float()  # the mean
+    written = torch.from_numpy(keys[None, :] >= first[:, None]).float()  # [B, T]: keys a-1 ..
     seen = torch.arange(1, width + 1, dtype=torch.float32)  # [Gmax]: response keys per row
     units = [u for e in examples for u in e.units]
     # row-to-unit sums of every sequence: [B, Umax, Gmax]; its units in order
     most = max(1, max(len(e.units) for e in examples))
-    unit_sum = torch.zeros(count, most, width, dtype=torch.float64)
+    unit_sum = np.zeros((count, most, width))
     for b, e in enumerate(examples):
         for u, (a, z) in enumerate(e.units):
             unit_sum[b, u, a:z] = 1.0
@@ -200,12 +200,12 @@ def grounding_reducer(
         [b * most + u for b, e in enumerate(examples) for u in range(len(e.units))],
         dtype=torch.long,
     )
-    match = torch.zeros(count, width, k1 - k0, dtype=torch.bool)  # [B, Gmax, K]
+    match = np.zeros((count, width, k1 - k0), dtype=bool)  # [B, Gmax, K]
     for b, e in enumerate(examples):
         if e.matches is not None:
             c0, c1 = e.rows.context
-            match[b, : gens[b], c0 - k0 : c1 - k0] = e.matches
-    triangle = torch.arange(width)[None, :] <= torch.arange(width)[:, None]  # [Gmax, Gmax]
+            match[b, : gens[b], c0 - k0 : c1 - k0] = e.matches.numpy()
+    triangle = torch.from_numpy(np.tri(width, dtype=bool))  # [Gmax, Gmax]: key <= row
     support_rows = (
         stacked_unit_rows(
             [
@@ -242,13 +242,13 @@ def grounding_reducer(
             "context": on_context,
             "written": written,
             "seen": seen,
-            "unit_sum": unit_sum,
+            "unit_sum": torch.from_numpy(unit_sum),
             "unit_at": unit_at,
-            "match": match,
+            "match": torch.from_numpy(match),
             "triangle": triangle,
         }
         if has_match:
-            tensors["match_bytes"] = match.to(torch.uint8)
+            tensors["match_bytes"] = torch.from_numpy(match.view(np.uint8))
         for name, chosen_heads in (("rc_heads", rc_heads), ("support_heads", support_heads)):
             for layer, chosen in (chosen_heads or {}).items():
                 tensors[f"{name}_{layer}"] = chosen
