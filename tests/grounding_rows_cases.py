@@ -94,6 +94,15 @@ def test_fused_rows_equal_the_tensor_operations(
     _same(*_both(examples, scores, params, rc_heads, support, monkeypatch))
 
 
+def test_long_responses_take_the_searched_rc_and_still_match(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past PAIRWISE_ROWS response rows the kernels leave RC to the sorted search."""
+    examples = _examples(2, [(2, 40, features_module.PAIRWISE_ROWS + 6), (0, 9, 5)], True)
+    scores = _scores(examples, heads=2, seed=3, ties=True)
+    _same(*_both(examples, scores, PARAMS[0], {0: torch.tensor([1])}, None, monkeypatch))
+
+
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

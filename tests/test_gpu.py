@@ -253,8 +253,11 @@ def test_a_grounding_batch_on_cuda_equals_each_pair_on_cpu() -> None:
         np.testing.assert_allclose(got.prior_nll, want.prior_nll, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("longest", [40, 200])  # RC pair by pair, and searched
 @pytest.mark.parametrize("window", [None, 300])
-def test_fused_grounding_rows_on_cuda_equal_the_cpu_operations(window: int | None) -> None:
+def test_fused_grounding_rows_on_cuda_equal_the_cpu_operations(
+    window: int | None, longest: int
+) -> None:
     """The compiled grounding kernels on inputs of real sizes (contexts over several key
     tiles, a few hundred response rows, sparse matches) against the tensor operations on
     the CPU (the interpreter cases in tests/grounding_rows_cases.py use small ones)."""
@@ -263,7 +266,7 @@ def test_fused_grounding_rows_on_cuda_equal_the_cpu_operations(window: int | Non
 
     gen = torch.Generator().manual_seed(0)
     examples = []
-    for before, context, response in ((5, 3000, 200), (2, 1200, 90)):
+    for before, context, response in ((5, 3000, longest), (2, 1200, longest // 2)):
         start = before + context + 3  # template tokens between the context and the response
         rows = ResponseRows((before, before + context), (start, start + response))
         matches = torch.rand(response, context, generator=gen) < 0.01

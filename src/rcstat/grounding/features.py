@@ -55,6 +55,10 @@ __all__ = [
     "query_positions",
 ]
 
+#: The longest response (rows) whose RC the GPU kernel sums pair by pair; longer ones search
+#: each context score in the row's sorted response scores.
+PAIRWISE_ROWS = 64
+
 #: The per-head statistics of every response token, in the order the reducer returns them.
 HEAD_FEATURES = ("rc", "lookback", "attention_score")
 
@@ -239,6 +243,7 @@ def grounding_reducer(
             "meta": meta,
             "units": unit_table,
             "flags": flags,
+            "no_flags": torch.zeros(heads, dtype=torch.int32),
             "context": on_context,
             "written": written,
             "seen": seen,
@@ -288,11 +293,29 @@ def grounding_reducer(
             picked[..., c0:c1][:, :, None, :], own, y_valid=valid.expand_as(own), check_finite=False
         )[..., 0].float()
 
+    def fill_rc(layer: int, block: torch.Tensor, rc: torch.Tensor) -> None:
+        """``rc[b, h, :G]`` of the layer's RC heads, each row's context scores searched in its
+        sorted response scores (:func:`~rcstat.stats.normalized_rc_shared`)."""
+        chosen = None if rc_heads is None else rc_heads.get(layer)
+        if rc_heads is None or chosen is not None:
+            at = placed(block.device, block.shape[1])
+            index = None if chosen is None else at[f"rc_heads_{layer}"]
+            for b, g in enumerate(gens):
+                if index is None:
+                    rc[b, :, :g] = rc_of(block, b, None)
+                else:
+                    rc[b, index, :g] = rc_of(block, b, index)
+
     def rows_fused(layer: int, block: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``features``, ``copy`` and ``copied`` by the kernels of
-        :mod:`rcstat.grounding.rows_gpu`."""
+        :mod:`rcstat.grounding.rows_gpu`; the RC of long responses by :func:`fill_rc` (the
+        kernel's pairwise sums cost ``|X|·|Y|`` a row against a search's ``|X|·log |Y|``)."""
         at = placed(block.device, block.shape[1])
-        features, copy, copied = fused_rows(block, at["layout"], at["flags"][layer], softmax[layer])
+        pairwise = width <= PAIRWISE_ROWS
+        flags = at["flags"][layer] if pairwise else at["no_flags"]
+        features, copy, copied = fused_rows(block, at["layout"], flags, softmax[layer])
+        if not pairwise:
+            fill_rc(layer, block, features[0])
         if copied is None:
             copied = torch.zeros(len(units), k1 - k0, dtype=torch.float32, device=block.device)
         return features, copy, copied
@@ -303,14 +326,7 @@ def grounding_reducer(
         at = placed(device, scores.shape[1])
         block = scores[:, :, :width]  # [B, H, Gmax, T]
         rc = torch.full(block.shape[:3], float("nan"), dtype=torch.float32, device=device)
-        chosen = None if rc_heads is None else rc_heads.get(layer)
-        if rc_heads is None or chosen is not None:
-            index = None if chosen is None else at[f"rc_heads_{layer}"]
-            for b, g in enumerate(gens):
-                if index is None:
-                    rc[b, :, :g] = rc_of(block, b, None)
-                else:
-                    rc[b, index, :g] = rc_of(block, b, index)
+        fill_rc(layer, block, rc)
         probs = attention_probs(block, at["positions"][:, None], softmax[layer])  # [B,H,G,T]
         context = probs @ at["context"][:, None, :, None]  # [B, H, Gmax, 1]
         response = (probs @ at["written"][:, None, :, None])[..., 0] / at["seen"]
