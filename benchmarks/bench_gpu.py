@@ -1,7 +1,8 @@
 """Every GPU path of rcstat against the pass it rides on, in one run on one card.
 
 For each prompt length |p| and generation length |g| on a random-weight model with
-Llama-3.1-8B shapes (bfloat16, sdpa), interleaved medians of ``--rounds``:
+Llama-3.1-8B shapes (bfloat16, sdpa), interleaved medians of ``--rounds`` (each ratio is the
+ratio of the medians, with the smallest and largest per-round ratio beside it):
 
 - analyze / forward: ``analyze_segmented`` (E, A and normalized RC of every head; the lower
   bound only with ``--lower-bound``) vs ``model(ids, use_cache=False)`` (and vs the same with
