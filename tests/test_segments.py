@@ -278,6 +278,37 @@ def test_token_span_on_hand_built_offsets():
         seg.token_span("generation", 0, 1)
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_token_spans_equal_token_span_of_each_span(tok, data):
+    seg = segment_chat(tok, CONTEXT, QUESTION, ANSWER)
+    part = data.draw(st.sampled_from(["context", "question", "answer"]))
+    length = len(seg.part_text(part))
+    starts = data.draw(st.lists(st.integers(0, length - 1), min_size=1, max_size=8))
+    spans = [(a, data.draw(st.integers(a + 1, length))) for a in starts]
+    assert seg.token_spans(part, spans) == [seg.token_span(part, a, z) for a, z in spans]
+
+
+def test_token_spans_raise_as_token_span():
+    seg = Segmented(
+        input_ids=torch.tensor([[5, 6, 7]]),
+        prompt_len=2,
+        text="ab  cd ef",
+        offsets=((0, 2), (4, 6), (7, 9)),
+        parts={"prompt": (0, 6), "generation": (6, 9)},
+    )
+    assert seg.token_spans("prompt", [(1, 5), (4, 6), (0, 1)]) == [(0, 2), (1, 2), (0, 1)]
+    assert seg.token_spans("prompt", []) == []
+    with pytest.raises(ValueError, match="covers no token"):
+        seg.token_spans("prompt", [(0, 1), (2, 4)])
+    with pytest.raises(ValueError, match="start >= end"):
+        seg.token_spans("prompt", [(0, 1), (3, 3)])
+    with pytest.raises(TypeError, match="expected an int"):
+        seg.token_spans("prompt", [(0.5, 1)])
+
+
 @pytest.mark.parametrize(
     ("part", "start", "end", "match"),
     [

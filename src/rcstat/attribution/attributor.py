@@ -266,7 +266,7 @@ class Attributor:
         if candidates is None:  # one span per context token
             span_tokens = [(i, i + 1) for i in range(first, last)]
         else:
-            span_tokens = [example.token_span("context", s.start, s.end) for s in candidates]
+            span_tokens = example.token_spans("context", [(s.start, s.end) for s in candidates])
         m = example.prompt_len
         unit_tokens = [
             (a - m, b - m)

@@ -461,13 +461,16 @@ class Measurer:
             g = p.passed.rows.num_rows - 1
             mine = slice(first_unit, first_unit + len(p.passed.units))
             first_unit = mine.stop
-            span_keys = [
-                (a - k0, z - k0)
-                for a, z in (p.example.token_span("context", s.start, s.end) for s in p.spans)
-            ]
+            spans = (
+                np.array(
+                    p.example.token_spans("context", [(s.start, s.end) for s in p.spans])
+                ).reshape(-1, 2)
+                - k0
+            )  # [S, 2] key ranges
+            width = spans[:, 1] - spans[:, 0]
             # e(p_i) = mean of the span's key-level values; the copy weight summed over them
-            totals = np.stack([support[mine, a:z].mean(dim=1).numpy() for a, z in span_keys], 1)
-            copied_on = np.stack([copied[mine, a:z].sum(dim=1).numpy() for a, z in span_keys], 1)
+            totals = _span_sums(support[mine].numpy(), spans) / width  # [U, S]
+            copied_on = _span_sums(copied[mine].numpy(), spans)  # [U, S]
             out.append(
                 Measurement(
                     example=p.example,
@@ -576,6 +579,13 @@ def _summed(
     first = found[0].device
     stacked = torch.stack([value.to(first, non_blocking=True) for value in found])
     return stacked.sum(0, dtype=torch.float64).cpu()
+
+
+def _span_sums(values: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """``[U, S]``: each row of ``values`` ``[U, K]`` summed over each key range ``[a, z)`` of
+    ``spans`` ``[S, 2]``, by running sums (one pass, not one sum per span)."""
+    running = np.pad(np.cumsum(values, axis=1), ((0, 0), (1, 0)))  # [U, K + 1]
+    return running[:, spans[:, 1]] - running[:, spans[:, 0]]
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:

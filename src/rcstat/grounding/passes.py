@@ -31,7 +31,7 @@ def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
     are compared: the same word is often split differently at the start of a text."""
     text = example.text
     (c_lo, c_hi), (a_lo, a_hi) = example.parts["context"], example.parts["answer"]
-    bounds = np.array(example.offsets, dtype=np.int64)  # [T, 2]
+    bounds = example.offset_array  # [T, 2]
     said, source = bounds[slice(*rows.response)], bounds[slice(*rows.context)]  # [G|C, 2]
     # every word of the response, then the context's words among them: one id per word
     ids: dict[str, int] = {}
@@ -39,10 +39,12 @@ def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
         (w.start(), w.end(), ids.setdefault(w.group().lower(), len(ids)))
         for w in _WORD.finditer(text, a_lo, a_hi)
     ]
+    # lower-cased once when that keeps every offset (ASCII); else word by word
+    folded = text.lower() if text.isascii() else None
     source_words = [
         (w.start(), w.end(), ids[key])
-        for w in _WORD.finditer(text, c_lo, c_hi)
-        if (key := w.group().lower()) in ids
+        for w in _WORD.finditer(text if folded is None else folded, c_lo, c_hi)
+        if (key := w.group() if folded is not None else w.group().lower()) in ids
     ]
     return torch.from_numpy(
         (_overlaps(said, said_words, len(ids)) @ _overlaps(source, source_words, len(ids)).T) > 0

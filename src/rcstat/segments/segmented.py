@@ -73,13 +73,17 @@ class Segmented:
         seq_len = int(ids.shape[1])
         if not 0 <= self.prompt_len <= seq_len:
             raise ValueError(f"prompt_len: {self.prompt_len} is outside [0, {seq_len}]")
-        offsets = tuple((int(s), int(e)) for s, e in self.offsets)
-        if len(offsets) != seq_len:
-            raise ValueError(f"offsets: {len(offsets)} ranges for {seq_len} tokens")
+        bounds = np.array(self.offsets, dtype=np.int64).reshape(-1, 2)  # [T, 2]
+        if len(bounds) != seq_len:
+            raise ValueError(f"offsets: {len(bounds)} ranges for {seq_len} tokens")
         n_chars = len(self.text)
-        for i, (s, e) in enumerate(offsets):
-            if not 0 <= s <= e <= n_chars:
-                raise ValueError(f"offsets: token {i} has range ({s}, {e}) outside the text")
+        outside = (bounds[:, 0] < 0) | (bounds[:, 0] > bounds[:, 1]) | (bounds[:, 1] > n_chars)
+        if outside.any():
+            i = int(outside.argmax())
+            s, e = bounds[i].tolist()
+            raise ValueError(f"offsets: token {i} has range ({s}, {e}) outside the text")
+        bounds.flags.writeable = False
+        offsets = tuple(map(tuple, bounds.tolist()))
         parts = {str(k): (int(v[0]), int(v[1])) for k, v in self.parts.items()}
         for name, (s, e) in parts.items():
             if name not in CHAT_PARTS + RAW_PARTS:
@@ -88,7 +92,6 @@ class Segmented:
                 raise ValueError(f"parts: {name!r} has range ({s}, {e}) outside the text")
         object.__setattr__(self, "offsets", offsets)
         object.__setattr__(self, "parts", MappingProxyType(parts))
-        bounds = np.array(offsets, dtype=np.int64).reshape(seq_len, 2)  # [T, 2]
         object.__setattr__(self, "_bounds", bounds)
 
     def __eq__(self, other: object) -> bool:
@@ -123,6 +126,11 @@ class Segmented:
         """The text of a named part (``text[start:end]`` of ``parts[part]``)."""
         start, end = self._part_range(part)
         return self.text[start:end]
+
+    @property
+    def offset_array(self) -> np.ndarray:
+        """``offsets`` as a read-only ``[T, 2]`` int64 array (start, end of each token)."""
+        return self._bounds
 
     def token_texts(self, part: str) -> list[str]:
         """The part's text cut at the start offsets of its tokens (:meth:`token_span` of the
@@ -173,6 +181,36 @@ class Segmented:
         >>> seg.token_span("context", 0, 5)  # the token of "Paris"  # doctest: +SKIP
         (24, 25)
         """
+        lo, hi = self._span_chars(part, start, end)
+        bounds = self._bounds  # [T, 2]: one vectorised scan, not a Python loop per call
+        hits = ((bounds[:, 0] < hi) & (bounds[:, 1] > lo)).nonzero()[0].tolist()
+        if not hits:
+            raise ValueError(
+                f"the span [{start}, {end}) of part {part!r} covers no token "
+                "(the tokenizer's offsets leave those characters out)"
+            )
+        return hits[0], hits[-1] + 1
+
+    def token_spans(self, part: str, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """:meth:`token_span` of many character spans ``(start, end)`` of one part, with the
+        same checks and errors. Inside a part whose token offsets run in text order (every
+        tokenizer's), each span costs two binary searches instead of a scan of every token."""
+        if not spans:
+            return []
+        first, last = self.token_span(part)
+        bounds = self._bounds[first:last]  # [n, 2] the part's tokens
+        if not (np.diff(bounds, axis=0) >= 0).all():  # out of order: scan each span
+            return [self.token_span(part, start, end) for start, end in spans]
+        chars = np.array([self._span_chars(part, start, end) for start, end in spans])  # [S, 2]
+        lo = first + np.searchsorted(bounds[:, 1], chars[:, 0], side="right")  # ends > lo
+        hi = first + np.searchsorted(bounds[:, 0], chars[:, 1], side="left")  # starts < hi
+        for (start, end), a, z in zip(spans, lo, hi, strict=True):
+            if a >= z:
+                return [self.token_span(part, start, end)]  # raises: no token in the span
+        return list(zip(lo.tolist(), hi.tolist(), strict=True))
+
+    def _span_chars(self, part: str, start: int, end: int | None) -> tuple[int, int]:
+        """Absolute character range of ``[start, end)`` of ``part`` (checked)."""
         p_start, p_end = self._part_range(part)
         length = p_end - p_start
         if end is None:
@@ -186,15 +224,7 @@ class Segmented:
                 raise ValueError(f"{name}: {value} is beyond the length {length} of part {part!r}")
         if start >= end:
             raise ValueError(f"start >= end ({start} >= {end}): the span of {part!r} is empty")
-        lo, hi = p_start + start, p_start + end
-        bounds = self._bounds  # [T, 2]: one vectorised scan, not a Python loop per call
-        hits = ((bounds[:, 0] < hi) & (bounds[:, 1] > lo)).nonzero()[0].tolist()
-        if not hits:
-            raise ValueError(
-                f"the span [{start}, {end}) of part {part!r} covers no token "
-                "(the tokenizer's offsets leave those characters out)"
-            )
-        return hits[0], hits[-1] + 1
+        return p_start + start, p_start + end
 
     def with_generation(
         self, tokenizer: PreTrainedTokenizerBase, generated_ids: Sequence[int] | torch.Tensor
