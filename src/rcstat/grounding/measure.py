@@ -34,7 +34,7 @@ from rcstat.grounding.features import (
     heads_by_layer,
     query_positions,
 )
-from rcstat.grounding.passes import prompt_groups, token_batches, word_matches
+from rcstat.grounding.passes import prompt_groups, span_sums, token_batches, word_matches
 from rcstat.grounding.score import DEFAULT_QUANTILE, bigram_overlap, unigram_overlap
 from rcstat.segments import Segmented, chat_prompt_ids, segment_chat
 
@@ -469,8 +469,8 @@ class Measurer:
             )  # [S, 2] key ranges
             width = spans[:, 1] - spans[:, 0]
             # e(p_i) = mean of the span's key-level values; the copy weight summed over them
-            totals = _span_sums(support[mine].numpy(), spans) / width  # [U, S]
-            copied_on = _span_sums(copied[mine].numpy(), spans)  # [U, S]
+            totals = span_sums(support[mine].numpy(), spans) / width  # [U, S]
+            copied_on = span_sums(copied[mine].numpy(), spans)  # [U, S]
             out.append(
                 Measurement(
                     example=p.example,
@@ -579,13 +579,6 @@ def _summed(
     first = found[0].device
     stacked = torch.stack([value.to(first, non_blocking=True) for value in found])
     return stacked.sum(0, dtype=torch.float64).cpu()
-
-
-def _span_sums(values: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """``[U, S]``: each row of ``values`` ``[U, K]`` summed over each key range ``[a, z)`` of
-    ``spans`` ``[S, 2]``, by running sums (one pass, not one sum per span)."""
-    running = np.pad(np.cumsum(values, axis=1), ((0, 0), (1, 0)))  # [U, K + 1]
-    return running[:, spans[:, 1]] - running[:, spans[:, 0]]
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from rcstat.grounding.features import ResponseRows
     from rcstat.segments import Segmented
 
-__all__ = ["prompt_groups", "token_batches", "word_matches"]
+__all__ = ["prompt_groups", "span_sums", "token_batches", "word_matches"]
 
 _WORD = re.compile(r"\w+")
 
@@ -62,6 +62,19 @@ def _overlaps(tokens: np.ndarray, words: list[tuple[int, int, int]], count: int)
         for lo, hi, word in zip(first, last, spans[:, 2], strict=True):
             out[lo:hi, word] = 1.0
     return out
+
+
+def span_sums(values: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """``[U, S]``: each row of ``values`` ``[U, K]`` summed over each key range ``[a, z)`` of
+    ``spans`` ``[S, 2]``, by running sums (one pass, not one sum per span).
+
+    Examples
+    --------
+    >>> span_sums(np.array([[1.0, 2.0, 3.0]]), np.array([[0, 2], [1, 3]]))
+    array([[3., 5.]])
+    """
+    running = np.pad(np.cumsum(values, axis=1), ((0, 0), (1, 0)))  # [U, K + 1]
+    return running[:, spans[:, 1]] - running[:, spans[:, 0]]
 
 
 def prompt_groups(prompts: Sequence[torch.Tensor]) -> list[list[int]]:
