@@ -257,15 +257,19 @@ def test_token_span_word_maps_to_exactly_its_tokens(tok):
     assert tok.decode(ids[a:b]).strip() == "built"
 
 
-def test_token_span_on_hand_built_offsets():
-    # A tokenizer that trims offsets leaves characters (here spaces) outside every token.
-    seg = Segmented(
+def _trimmed() -> Segmented:
+    """A tokenizer that trims offsets leaves characters (here spaces) outside every token."""
+    return Segmented(
         input_ids=torch.tensor([[5, 6, 7]]),
         prompt_len=2,
         text="ab  cd ef",
         offsets=((0, 2), (4, 6), (7, 9)),
         parts={"prompt": (0, 6), "generation": (6, 9)},
     )
+
+
+def test_token_span_on_hand_built_offsets():
+    seg = _trimmed()
     assert seg.token_span("prompt") == (0, 2)
     assert seg.token_span("prompt", 1, 5) == (0, 2)
     assert seg.token_span("prompt", 0, 1) == (0, 1)
@@ -292,13 +296,7 @@ def test_token_spans_equal_token_span_of_each_span(tok, data):
 
 
 def test_token_spans_raise_as_token_span():
-    seg = Segmented(
-        input_ids=torch.tensor([[5, 6, 7]]),
-        prompt_len=2,
-        text="ab  cd ef",
-        offsets=((0, 2), (4, 6), (7, 9)),
-        parts={"prompt": (0, 6), "generation": (6, 9)},
-    )
+    seg = _trimmed()
     assert seg.token_spans("prompt", [(1, 5), (4, 6), (0, 1)]) == [(0, 2), (1, 2), (0, 1)]
     assert seg.token_spans("prompt", []) == []
     with pytest.raises(ValueError, match="covers no token"):
