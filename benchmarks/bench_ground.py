@@ -10,6 +10,7 @@ user runs to read the response's likelihood) and with ``logits_to_keep = G + 1``
 response's vocabulary logits, what grounding itself needs). Calls are interleaved.
 
     python -m benchmarks.bench_ground --dataset ragtruth --n 6
+    python -m benchmarks.bench_ground --dataset ragtruth --n 6 --top-k 0   # no eq. (10)
     python -m benchmarks.bench_ground --model random --model-dir DIR --device cuda
 """
 
@@ -75,6 +76,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=6)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="the grounder's top_k (0: no eq. 10 evidence)"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     model, tokenizer = build(args.model, args.model_dir, args.device)
@@ -84,7 +88,7 @@ def main() -> None:
         generator = torch.Generator().manual_seed(0)
         values, copy = (torch.rand(layers, heads, generator=generator).numpy() for _ in "vc")
         profile = HeadProfile("random", values, threshold=0.5, quantile=0.1, copy_values=copy)
-    grounder = Grounder(model, tokenizer, profile=profile)
+    grounder = Grounder(model, tokenizer, profile=profile, top_k=args.top_k)
     examples = load_dataset(args.dataset, args.data)
     step = max(1, len(examples) // args.n)  # spread over the slice's sources
     rows = []
@@ -107,8 +111,10 @@ def main() -> None:
         "dataset": args.dataset,
         "rounds": args.rounds,
         "method": grounder.method["score"],
+        "top_k": grounder.top_k,
     }
-    write(args.out, f"ground_{args.dataset}_{args.model}_{device_label(args.device)}", rows, meta)
+    name = f"ground_{args.dataset}_{args.model}_{device_label(args.device)}"
+    write(args.out, name if args.top_k is None else f"{name}_top{args.top_k}", rows, meta)
 
 
 if __name__ == "__main__":

@@ -460,6 +460,39 @@ def test_support_is_eq10_over_the_profiles_top_heads(tiny, profile) -> None:  # 
     assert grounder.method["support_heads"] == TOP_K
 
 
+def test_top_k_zero_leaves_eq10_out_and_keeps_the_verdict(tiny, profile) -> None:  # type: ignore[no-untyped-def]
+    """``top_k=0``: the pass computes no eq. (10) (the reducer is given no support heads), the
+    scores and the verdict are those with evidence, and each sentence's evidence comes only
+    from the copy weights."""
+    model, tok = tiny
+    full = Grounder(model, tok, profile=profile, top_k=TOP_K)
+    bare = Grounder(model, tok, profile=profile, top_k=0)
+    assert bare.measurer._support_heads is None and bare.method["support_heads"] == 0
+    calls: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        import rcstat.grounding.features as features
+
+        original = features.units_key_expected
+
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            return original(*args, **kwargs)
+
+        patch.setattr(features, "units_key_expected", counted)
+        without = bare.ground(CONTEXT, RESPONSE, QUESTION)
+        assert not calls
+        with_evidence = full.ground(CONTEXT, RESPONSE, QUESTION)
+        assert calls  # the default computes it
+    np.testing.assert_array_equal(without.token_scores, with_evidence.token_scores)
+    assert without.verdict == with_evidence.verdict
+    measured = bare.measurer.measure(CONTEXT, RESPONSE, QUESTION)
+    assert not measured.support.any()
+    for u, sentence in enumerate(without.sentences):
+        copied = measured.copied[u]
+        want = None if copied.sum() == 0 else measured.spans[int(np.argmax(copied))].text
+        assert (sentence.support and sentence.support.text) == want
+
+
 def test_evidence_is_where_the_words_were_copied_from(tiny, profile, measured) -> None:  # type: ignore[no-untyped-def]
     """Each sentence's evidence: the context sentence with the most copy weight, its share of
     that weight; the eq. (10) attribution only for a sentence that copied nothing."""

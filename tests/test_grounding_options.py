@@ -117,7 +117,7 @@ def test_the_grounder_uses_every_option(files: dict[str, Path]) -> None:
     assert by_name.top_k == 4 and by_name.quantile == 0.4
     with pytest.raises(TypeError, match="unknown option"):
         Grounder(model, tok, options, quantlie=0.3)
-    with pytest.raises(ValueError, match=r"top_k must be in \[1, 12\]"):
+    with pytest.raises(ValueError, match=r"top_k must be in \[0, 12\]"):
         Grounder(model, tok, options, top_k=13)  # the tiny model's 12 heads
 
 
@@ -125,7 +125,7 @@ def test_the_grounder_uses_every_option(files: dict[str, Path]) -> None:
     ("change", "flag_message", "python_message"),
     [
         ({"quantile": 0.0}, "--quantile must be in (0, 1)", "quantile must be in (0, 1)"),
-        ({"top_k": 0}, "--top-k must be an integer", "top_k must be an integer"),
+        ({"top_k": -1}, "--top-k must be an integer in [0", "top_k must be an integer in [0"),
         ({"max_chars": 0}, "--max-chars must be", "max_chars must be"),
         ({"fraction": 1.5}, "--fraction must be in (0, 1]", "fraction must be in (0, 1]"),
     ],

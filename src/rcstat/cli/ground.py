@@ -113,7 +113,8 @@ def register(sub: Any) -> None:
         "--top-k",
         type=int,
         default=None,
-        help=f"heads that find supporting spans (default: {DEFAULT_TOP_K}, at most every head)",
+        help=f"heads that find supporting spans (default: {DEFAULT_TOP_K}, at most every head; "
+        "0: none, evidence only where the words were copied from, a cheaper pass)",
     )
     gr.add_argument(
         "--zero-shot",

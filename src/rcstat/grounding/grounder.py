@@ -138,7 +138,7 @@ class Grounder:
         total = layout.num_layers * layout.num_heads
         self.top_k = min(DEFAULT_TOP_K, total) if options.top_k is None else options.top_k
         if self.top_k > total:
-            raise ValueError(f"top_k must be in [1, {total}] (the model's heads), got {self.top_k}")
+            raise ValueError(f"top_k must be in [0, {total}] (the model's heads), got {self.top_k}")
         self.all_heads = all_heads or self.probe is not None
         self.max_chars = options.max_chars
         self.max_response_tokens = options.max_response_tokens
@@ -150,7 +150,7 @@ class Grounder:
             model,
             tokenizer,
             rc_heads=None if self.all_heads else np.zeros(0, dtype=np.int64),
-            support_heads=self.profile.heads(self.top_k / total),
+            support_heads=self.profile.heads(self.top_k / total) if self.top_k else None,
             allow_special_tokens=options.allow_special_tokens,
             language=options.language,
             prior=prior,

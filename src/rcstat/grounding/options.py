@@ -63,7 +63,8 @@ class GroundingOptions:
         the score.
     top_k
         Heads that attribute each sentence to its evidence (paper eq. 10); None: 20, or every
-        head of a smaller model.
+        head of a smaller model; 0: no eq. (10) in the pass (neither the verdict nor the
+        detector uses it), each sentence's evidence only where its words were copied from.
     allow_special_tokens
         Special-token strings in the texts become special tokens (trusted text only).
     language
@@ -128,7 +129,7 @@ class GroundingOptions:
                 name("quantile"), self.quantile, low=0.0, high=1.0, low_open=True, high_open=True
             ),
             threshold=check_threshold(self.threshold, name("threshold")),
-            top_k=optional_count(name("top_k"), self.top_k),
+            top_k=optional_count(name("top_k"), self.top_k, low=0),
             language=check_language(self.language, name("language")),
             max_tokens=check_pass_tokens(name("max_tokens"), self.max_tokens, low=MIN_PASS_TOKENS),
             max_chars=check_limit(name("max_chars"), self.max_chars),
