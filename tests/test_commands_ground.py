@@ -143,7 +143,7 @@ def test_notes_go_to_say_and_the_folder_is_checked_before_the_model(tmp_path: Pa
         ({"response": "?!"}, "the response has no word"),
         ({"options": {"quantile": 0}}, r"--quantile must be in \(0, 1\)"),
         ({"options": {"threshold": 2}}, r"--threshold must be in \[0, 1\]"),
-        ({"options": {"top_k": 0}}, "--top-k must be an integer"),
+        ({"options": {"top_k": -1}}, r"--top-k must be an integer in \[0, "),
         ({"options": {"max_chars": 10}}, "more than --max-chars 10 allows"),
         ({"options": {"profile": "missing.json"}}, "--profile missing.json: no such file"),
     ],

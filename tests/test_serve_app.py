@@ -120,7 +120,7 @@ CLI_MESSAGES = [
     ({"context": " ", "response": RESPONSE}, "--context is empty or whitespace only"),
     ({"context": CONTEXT, "response": "?!"}, "the response has no word"),
     ({"context": CONTEXT, "response": RESPONSE, "quantile": 2}, "--quantile must be in (0, 1)"),
-    ({"context": CONTEXT, "response": RESPONSE, "top_k": 0}, "--top-k"),
+    ({"context": CONTEXT, "response": RESPONSE, "top_k": -1}, "--top-k"),
     ({"context": CONTEXT, "response": RESPONSE, "language": "xx"}, "--language"),
     ({"context": CONTEXT, "response": RESPONSE, "max_chars": 10**9}, "--max-chars 1,000,000,000"),
     ({"context": CONTEXT * 3, "response": RESPONSE, "max_chars": 100}, "--max-chars"),
