@@ -252,8 +252,6 @@ def grounding_reducer(
             "match": torch.from_numpy(match),
             "triangle": triangle,
         }
-        if has_match:
-            tensors["match_bytes"] = torch.from_numpy(match.view(np.uint8))
         for name, chosen_heads in (("rc_heads", rc_heads), ("support_heads", support_heads)):
             for layer, chosen in (chosen_heads or {}).items():
                 tensors[f"{name}_{layer}"] = chosen
@@ -266,9 +264,8 @@ def grounding_reducer(
         ``idle``, else with the first layer on the device)."""
         if device not in on_device:
             moved = upload_many(on_host(heads), device, idle=idle)
-            layout = RowLayout(
-                moved["positions"], moved["meta"], moved.get("match_bytes"), k0, moved["units"]
-            )
+            matched = moved["match"].view(torch.uint8) if has_match else None  # same bytes
+            layout = RowLayout(moved["positions"], moved["meta"], matched, k0, moved["units"])
             rows = None
             if support_rows is not None:
                 by_id = {

@@ -22,7 +22,7 @@ import torch
 from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.result import eq10_normalize
 from rcstat.capture import attention_layout, capture_scores, softmax_params
-from rcstat.capture.host import upload, upload_many
+from rcstat.capture.host import upload_many
 from rcstat.checks import check_count
 from rcstat.defaults import DEFAULT_BATCH_TOKENS, DEFAULT_LANGUAGE
 from rcstat.generation import check_example, input_device
@@ -365,8 +365,8 @@ class Measurer:
             )
         device = input_device(self.model)
         with torch.no_grad():
-            cache = self.model(
-                upload(prompt[None], device), use_cache=True, logits_to_keep=1
+            cache = self.model(  # before any pass: a plain copy waits for nothing
+                prompt[None].to(device), use_cache=True, logits_to_keep=1
             ).past_key_values
         out: list[Measurement] = []
         for p, seq in zip(prepared, sequences, strict=True):
