@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from rcstat.attribution.fused import fused_attribution, fused_serves, row_segments
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.capture.host import upload
 from rcstat.stats import (
@@ -79,6 +80,35 @@ def _ranking(block: torch.Tensor, prompt_len: int, upper: bool) -> list[torch.Te
     return [expected, torch.full_like(expected, float("nan"))]
 
 
+def _tensor_path(
+    block: torch.Tensor,
+    prompt_len: int,
+    rows: UnitRows,
+    params: SoftmaxParams,
+    *,
+    upper: bool,
+    post_softmax: bool,
+) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """``(rank, t, attention)`` of one layer by tensor operations (every device and option):
+    the ranking rows of :func:`attribution_reducer`, the units' key-level RC over the prompt
+    ``[U, H, m]`` float64 and their mean weights summed over heads ``[U, m]`` float32."""
+    gen_len = block.shape[1]
+    positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
+    probs = attention_probs(block, positions, params)  # [H, |g|, m + |g|]
+    rank = _ranking(block, prompt_len, upper)
+    if post_softmax:
+        rank += _ranking(probs, prompt_len, upper)
+    else:
+        rank += [torch.full_like(rank[0], float("nan"))] * 2
+    per_key = units_key_expected(block, rows, (0, prompt_len), check_finite=False)  # [U, H, m]
+    # mean over each unit's rows of the weights summed over heads, by prefix sums
+    summed = probs[:, :, :prompt_len].sum(0).double()  # [|g|, m]
+    on_prompt = torch.nn.functional.pad(summed.cumsum(0), (0, 0, 1, 0))  # [|g| + 1, m]
+    a, length = rows.starts, rows.lengths
+    attention = ((on_prompt[a + length] - on_prompt[a]) / length[:, None]).float()  # [U, m]
+    return rank, per_key, attention
+
+
 def attribution_reducer(
     prompt_len: int,
     units: Sequence[tuple[int, int]],
@@ -123,25 +153,33 @@ def attribution_reducer(
     """
     starts, ends = (torch.tensor(v) for v in zip(*spans, strict=True))
     first, last = context
-    on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor, UnitRows]] = {}
+    fused = not upper and not post_softmax  # the kernel serves the default statistic
+    on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor, UnitRows, torch.Tensor]] = {}
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0]  # [H, |g|, m + |g|]
         device = block.device
         gen_len = block.shape[1]
-        positions = torch.arange(prompt_len, prompt_len + gen_len, device=device)
-        probs = attention_probs(block, positions, softmax[layer])  # [H, |g|, m + |g|]
         if device not in on_device:  # a model may span devices
             rows = unit_rows(list(units), block.shape[-1], prompt_len)
             moved = rows.map(lambda t: upload(t, device))
-            on_device[device] = (upload(starts, device), upload(ends, device), moved)
-        start, end, rows = on_device[device]
-        rank = _ranking(block, prompt_len, upper)
-        if post_softmax:
-            rank += _ranking(probs, prompt_len, upper)
+            segments = torch.from_numpy(row_segments(units, gen_len))
+            on_device[device] = (
+                upload(starts, device),
+                upload(ends, device),
+                moved,
+                upload(segments, device),
+            )
+        start, end, rows, segments = on_device[device]
+        if fused and fused_serves(block):
+            expected, per_key, attention = fused_attribution(
+                block, prompt_len, segments, rows, softmax[layer]
+            )  # [H], [U, H, m], [U, m]
+            rank = [expected, *[torch.full_like(expected, float("nan"))] * 3]
         else:
-            rank += [torch.full_like(rank[0], float("nan"))] * 2
-        per_key = units_key_expected(block, rows, (0, prompt_len), check_finite=False)  # [U, H, m]
+            rank, per_key, attention = _tensor_path(
+                block, prompt_len, rows, softmax[layer], upper=upper, post_softmax=post_softmax
+            )
         if upper:
             flat = block.reshape(block.shape[0], -1)  # [H, |g|·(m + |g|)]
             per_head = torch.stack(
@@ -153,11 +191,6 @@ def attribution_reducer(
         else:  # e_h(p_i) = the mean of the span's per-key values, by prefix sums
             prefix = torch.nn.functional.pad(per_key.cumsum(-1), (1, 0))  # [U, H, m + 1]
             per_head = (prefix[..., end] - prefix[..., start]) / (end - start)  # [U, H, S]
-        # mean over each unit's rows of the weights summed over heads, by prefix sums
-        summed = probs[:, :, :prompt_len].sum(0).double()  # [|g|, m]
-        on_prompt = torch.nn.functional.pad(summed.cumsum(0), (0, 0, 1, 0))  # [|g| + 1, m]
-        a, length = rows.starts, rows.lengths
-        attention = ((on_prompt[a + length] - on_prompt[a]) / length[:, None]).float()  # [U, m]
         return {
             "rank": torch.stack(rank),  # [4, H]
             "token_scores": per_key[..., first:last].float(),  # [U, H, C]

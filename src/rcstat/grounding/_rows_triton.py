@@ -14,7 +14,7 @@
   after head (no atomics: the sums do not depend on the order programs run in), from the
   normaliser the first kernel stored.
 
-Soft-capping uses ``tanh(v) = 1 − 2 / (exp(2v) + 1)`` (finite for every finite ``v``).
+Soft-capping as in ``rcstat.capture._softmax_triton.logits``.
 """
 
 from __future__ import annotations
@@ -22,14 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _logits(s, scaling, softcap, HAS_SOFTCAP: tl.constexpr):
-    """What the layer's softmax sees of raw scores ``s``."""
-    z = s * scaling
-    if HAS_SOFTCAP:
-        z = (1.0 - 2.0 / (tl.exp(2.0 * z / softcap) + 1.0)) * softcap
-    return z
+from rcstat.capture._softmax_triton import logits
 
 
 @triton.jit
@@ -85,7 +78,7 @@ def rows_kernel(
         k = start + offsets
         visible = k <= pos
         s = tl.load(row + k * s_t, mask=visible, other=0.0)
-        z = tl.where(visible, _logits(s, scaling, softcap, HAS_SOFTCAP), float("-inf"))
+        z = tl.where(visible, logits(s, scaling, softcap, HAS_SOFTCAP), float("-inf"))
         new_top = tl.maximum(top, tl.max(z, 0))
         scale = tl.exp(top - new_top)
         e = tl.where(visible, tl.exp(z - new_top), 0.0)
@@ -97,7 +90,7 @@ def rows_kernel(
             hit = tl.load(match_row + (k - k0), mask=visible & in_context, other=0)
             on_match = on_match * scale + tl.sum(tl.where(hit != 0, e, 0.0), 0)
         top = new_top
-    own = _logits(tl.load(row + pos * s_t), scaling, softcap, HAS_SOFTCAP)
+    own = logits(tl.load(row + pos * s_t), scaling, softcap, HAS_SOFTCAP)
     out = (b * H + h) * W + j
     plane = B * H * W
     context_mean = on_context / total / (c1 - c0).to(tl.float32)
@@ -181,6 +174,6 @@ def copied_kernel(
                 row = scores_ptr + b * s_b + h * s_h + j * s_r
                 s = tl.load(row + keys * s_t, mask=hit, other=0.0)
                 norm = norm_ptr + 2 * ((b * H + h) * W + j)
-                e = tl.exp(_logits(s, scaling, softcap, HAS_SOFTCAP) - tl.load(norm))
+                e = tl.exp(logits(s, scaling, softcap, HAS_SOFTCAP) - tl.load(norm))
                 acc += tl.where(hit, e / tl.load(norm + 1), 0.0)
     tl.store(copied_ptr + u.to(tl.int64) * K + offsets, acc, mask=offsets < K)

@@ -13,6 +13,7 @@ from rcstat.stats.blocks import (
     self_samples,
     stacked_unit_rows,
     unit_rows,
+    unit_self_samples,
     units_key_expected,
 )
 from rcstat.stats.rc import (
@@ -47,5 +48,6 @@ __all__ = [
     "stacked_unit_rows",
     "triton_available",
     "unit_rows",
+    "unit_self_samples",
     "units_key_expected",
 ]

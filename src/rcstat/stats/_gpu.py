@@ -191,6 +191,26 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
     )
 
 
+def search_args(samples: SelfSamples) -> tuple[Any, ...]:
+    """The arguments a kernel's ``rank_terms`` search takes for ``samples``, in its order
+    (``ys`` … ``center``, then the search steps over a whole row without a table)."""
+    table = samples.ys if samples.table is None else samples.table
+    return (
+        samples.ys,
+        samples.ys.stride(0),
+        table,
+        0 if samples.table is None else samples.table.stride(0),
+        samples.low,
+        samples.scale,
+        samples.buckets,
+        samples.count,
+        samples.prefix,
+        samples.prefix.stride(0),
+        samples.center,
+        samples.ys.shape[-1].bit_length(),
+    )
+
+
 _MAX_ROWS = 65535  # CUDA's limit on the second grid axis
 
 

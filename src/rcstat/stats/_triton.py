@@ -49,6 +49,58 @@ def _bucket(values, low, scale, buckets):
     return raw.to(tl.int32) + 1
 
 
+@triton.jit
+def rank_terms(
+    x,
+    mask,
+    row,
+    ys_ptr,
+    ys_stride,
+    table_ptr,
+    table_stride,
+    low_ptr,
+    scale_ptr,
+    buckets,
+    count_ptr,
+    prefix_ptr,
+    prefix_stride,
+    center_ptr,
+    steps_all,
+    TABLE: tl.constexpr,
+):
+    """``(c(x)·x − S(c(x)), x)`` float64 for a 2-D tile of float32 samples ``x`` of row
+    ``row``, centred on the row's mean self sample, 0 where ``mask`` is off.
+
+    ``c(x) = #{y < x}`` is a lower-bound binary search in the row's sorted self samples
+    (:class:`~rcstat.stats._gpu.SelfSamples`), run with ``TABLE`` only among the ``y`` of
+    ``x``'s value bucket (``table[r, b]`` = samples in buckets below ``b``): a few steps
+    instead of ``log2 m``. ``S`` are the prefix sums of the sorted, centred ``y``; the sum of
+    the first value over a set is ``n·m·E`` (paper eq. 6).
+    """
+    if TABLE:  # the y of x's bucket lie in [table[s], table[s + 1])
+        bucket = _bucket(x, tl.load(low_ptr + row), tl.load(scale_ptr + row), buckets)
+        table_row = table_ptr + row.to(tl.int64) * table_stride + bucket
+        lo = tl.load(table_row, mask=mask, other=0)
+        hi = tl.load(table_row + 1, mask=mask, other=0)
+        widest = tl.max(tl.max(hi - lo, axis=1), axis=0)
+        steps = tl.ceil(tl.log2(widest.to(tl.float32) + 1.0)).to(tl.int32)
+    else:  # a small set: search all of it
+        lo = tl.zeros(x.shape, dtype=tl.int32)
+        hi = lo + tl.load(count_ptr + row)
+        steps = steps_all
+    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
+    for _ in range(steps):  # lower bound: first index with y >= x
+        active = lo < hi
+        mid = (lo + hi) // 2
+        y = tl.load(ys_row + mid, mask=mask & active, other=0.0)
+        less = active & (y < x)
+        lo = tl.where(less, mid + 1, lo)
+        hi = tl.where(active & (y >= x), mid, hi)
+    xc = x.to(tl.float64) - tl.load(center_ptr + row)
+    below = tl.load(prefix_ptr + row.to(tl.int64) * prefix_stride + lo, mask=mask, other=0.0)
+    return tl.where(mask, lo.to(tl.float64) * xc - below, 0.0), tl.where(mask, xc, 0.0)
+
+
 #: Sizes and strides change with every input: not specialised on their alignment (a new
 #: combination of multiples of 16 would compile the kernel again, ~0.1 s each; value 1 still
 #: specialises, so contiguous axes stay contiguous).
@@ -126,36 +178,30 @@ def rank_sums_kernel(
         + b[None, :].to(tl.int64) * stride_b
     )
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    if TABLE:  # the y of x's bucket lie in [table[s], table[s + 1])
-        bucket = _bucket(x, tl.load(low_ptr + row), tl.load(scale_ptr + row), buckets)
-        table_row = table_ptr + row.to(tl.int64) * table_stride + bucket
-        lo = tl.load(table_row, mask=mask, other=0)
-        hi = tl.load(table_row + 1, mask=mask, other=0)
-        widest = tl.max(tl.max(hi - lo, axis=1), axis=0)
-        steps = tl.ceil(tl.log2(widest.to(tl.float32) + 1.0)).to(tl.int32)
-    else:  # a small set: search all of it
-        lo = tl.zeros([BLOCK_K, BLOCK_N], dtype=tl.int32)
-        hi = lo + tl.load(count_ptr + row)
-        steps = steps_all
-    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
-    for _ in range(steps):  # lower bound: first index with y >= x
-        active = lo < hi
-        mid = (lo + hi) // 2
-        y = tl.load(ys_row + mid, mask=mask & active, other=0.0)
-        less = active & (y < x)
-        lo = tl.where(less, mid + 1, lo)
-        hi = tl.where(active & (y >= x), mid, hi)
-    center = tl.load(center_ptr + row)
-    xc = x.to(tl.float64) - center
-    below = tl.load(prefix_ptr + row.to(tl.int64) * prefix_stride + lo, mask=mask, other=0.0)
-    term = tl.where(mask, lo.to(tl.float64) * xc - below, 0.0)
-    xc = tl.where(mask, xc, 0.0)
+    term, xc = rank_terms(
+        x,
+        mask,
+        row,
+        ys_ptr,
+        ys_stride,
+        table_ptr,
+        table_stride,
+        low_ptr,
+        scale_ptr,
+        buckets,
+        count_ptr,
+        prefix_ptr,
+        prefix_stride,
+        center_ptr,
+        steps_all,
+        TABLE,
+    )
     out_offsets = (row.to(tl.int64) * groups + ks) * blocks + sample_block  # [BK]
     keep = ks < groups
     tl.store(out_ptr + out_offsets, tl.sum(term, axis=1), mask=keep)
     tl.store(out_ptr + out_plane + out_offsets, tl.sum(xc, axis=1), mask=keep)
     if SPLIT:
-        split = tl.load(split_ptr + row).to(tl.float64) - center
+        split = tl.load(split_ptr + row).to(tl.float64) - tl.load(center_ptr + row)
         excess = tl.where(mask, tl.maximum(xc - split, 0.0), 0.0)
         tl.store(out_ptr + 2 * out_plane + out_offsets, tl.sum(excess, axis=1), mask=keep)
 

@@ -226,6 +226,26 @@ def stacked_unit_rows(
     )
 
 
+def unit_self_samples(scores: torch.Tensor, rows: UnitRows) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y, valid)`` ``[U, H, Ymax]``: every unit's self samples ``Y(g, g')`` per head, padded,
+    gathered from a block ``[H, g, columns]`` (or the blocks ``[B, H, g, columns]`` of a batch)
+    with the index of :func:`unit_rows` (no boolean indexing: nothing waits for the device)."""
+    blocks = scores if scores.dim() == 4 else scores[None]  # [B, H, g, columns]
+    count, heads, gen_len, columns = blocks.shape
+    units, width = rows.index.shape
+    device = blocks.device
+    batch = (
+        torch.zeros(units, dtype=torch.long, device=device) if rows.batch is None else rows.batch
+    )
+    flat = blocks.reshape(count, heads, gen_len * columns)
+    y = flat[
+        batch[:, None, None],
+        torch.arange(heads, device=device)[None, :, None],
+        rows.index[:, None, :],
+    ]  # [U, H, Y]
+    return y, rows.valid[:, None, :].expand(units, heads, width)
+
+
 def units_key_expected(
     scores: torch.Tensor,
     rows: UnitRows,
@@ -250,20 +270,14 @@ def units_key_expected(
         block's device.
     """
     blocks = scores if scores.dim() == 4 else scores[None]  # [B, H, g, columns]
-    count, heads, gen_len, columns = blocks.shape
+    heads = blocks.shape[1]
     first, last = keys
     units, width = rows.index.shape
     device = blocks.device
     batch = (
         torch.zeros(units, dtype=torch.long, device=device) if rows.batch is None else rows.batch
     )
-    flat = blocks.reshape(count, heads, gen_len * columns)
-    y = flat[
-        batch[:, None, None],
-        torch.arange(heads, device=device)[None, :, None],
-        rows.index[:, None, :],
-    ]  # [U, H, Y]
-    valid = rows.valid[:, None, :].expand(units, heads, width)
+    y, valid = unit_self_samples(scores, rows)  # [U, H, Y]
     if not _gpu.available(scores):
         out = []
         for u, (b, a, length) in enumerate(

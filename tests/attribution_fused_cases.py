@@ -1,0 +1,132 @@
+"""Cases for the fused attribution kernel (``rcstat.attribution.fused``), run by Triton's
+interpreter on the CPU: ``attribution_reducer`` with the kernel against the same reducer by
+tensor operations, and the kernel's quantities against naive pairwise sums and a softmax.
+
+Run in a fresh process with ``TRITON_INTERPRET=1`` by ``tests/test_attribution_fused.py``
+(the interpreter is chosen when ``triton`` is first imported; this file's name does not start
+with ``test_``). The compiled kernel meets the same reference on a GPU in ``tests/test_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rcstat.attribution import fused as fused_module
+from rcstat.attribution.reduce import attribution_reducer
+from rcstat.capture import SoftmaxParams
+from tests._reference import naive_expected_rc
+
+
+@pytest.fixture(autouse=True)
+def interpreted() -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.fail("run through tests/test_attribution_fused.py (needs TRITON_INTERPRET=1)")
+
+
+PARAMS = [
+    SoftmaxParams(0.125),
+    SoftmaxParams(0.3, softcap=5.0),
+    SoftmaxParams(0.125, sliding_window=9),
+]
+
+
+def _block(heads: int, gen: int, prompt: int, seed: int, ties: bool) -> torch.Tensor:
+    gen_ = torch.Generator().manual_seed(seed)
+    block = torch.randn(1, heads, gen, prompt + gen, generator=gen_) * 4
+    return block.round() if ties else block  # [1, H, g, m + g]
+
+
+def _both(block, prompt, units, spans, params, monkeypatch):
+    """The reducer's output with the kernel and by tensor operations."""
+    context = (spans[0][0], spans[-1][1])
+    args = (prompt, units, spans, context, {0: params})
+    out = attribution_reducer(*args, upper=False, post_softmax=False)(0, block)
+    monkeypatch.setattr(fused_module, "kernels_serve", lambda _: False)
+    return out, attribution_reducer(*args, upper=False, post_softmax=False)(0, block)
+
+
+def _same(fused: dict, eager: dict) -> None:
+    assert fused.keys() == eager.keys()
+    for key in fused:
+        a, b = fused[key], eager[key]
+        assert a.shape == b.shape and a.dtype == b.dtype, key
+        assert torch.equal(a.isnan(), b.isnan()), key
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-6, equal_nan=True, msg=key)
+
+
+def _spans(prompt: int, first: int) -> list[tuple[int, int]]:
+    edges = [*range(first, prompt, 5), prompt]
+    return [(a, b) for a, b in itertools.pairwise(edges) if a < b]
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=["plain", "softcap", "window"])
+def test_fused_layer_equals_the_tensor_operations(
+    params: SoftmaxParams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    block = _block(heads=3, gen=12, prompt=70, seed=1, ties=False)  # keys over two tiles
+    units = [(0, 4), (6, 11)]  # rows 4, 5 and 11 in no unit
+    _same(*_both(block, 70, units, _spans(70, 3), params, monkeypatch))
+
+
+def test_large_self_sets_search_through_their_bucket_tables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """48 rows give 1,176 self samples a head: the heads' search goes through a table."""
+    block = _block(heads=2, gen=48, prompt=20, seed=2, ties=True)
+    units = [(0, 30), (30, 48)]
+    _same(*_both(block, 20, units, _spans(20, 0), PARAMS[0], monkeypatch))
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    gen=st.integers(1, 14),
+    prompt=st.integers(1, 80),
+    cuts=st.lists(st.tuples(st.integers(0, 13), st.integers(1, 6)), min_size=1, max_size=4),
+    heads=st.integers(1, 3),
+    ties=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_fused_layer_equals_the_tensor_operations_on_any_layout(
+    gen, prompt, cuts, heads, ties, seed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Units in any order, with gaps and overlaps, over one or more key tiles."""
+    units = [(a % gen, min(a % gen + n, gen)) for a, n in cuts]
+    block = _block(heads, gen, prompt, seed, ties)
+    with monkeypatch.context() as patch:
+        _same(*_both(block, prompt, units, _spans(prompt, 0), PARAMS[seed % 3], patch))
+
+
+def test_fused_quantities_equal_naive_sums_and_a_softmax() -> None:
+    """The ranking, ``t_h(g', i)`` and the weights against their definitions, one by one."""
+    prompt, gen, params = 9, 6, PARAMS[2]
+    block = _block(heads=2, gen=gen, prompt=prompt, seed=5, ties=True)
+    units = [(1, 3), (3, 6)]
+    out = attribution_reducer(prompt, units, [(0, prompt)], (0, prompt), {0: params},
+                              upper=False, post_softmax=False)(0, block)  # fmt: skip
+    scores = block[0].double().numpy()  # [H, g, m + g]
+    for h in range(2):
+        cross = scores[h, :, :prompt].ravel()
+        own = np.concatenate([scores[h, j, prompt : prompt + j + 1] for j in range(gen)])
+        assert float(out["rank"][0, h]) == pytest.approx(naive_expected_rc(cross, own), rel=1e-9)
+        for u, (a, b) in enumerate(units):
+            own = np.concatenate([scores[h, j, prompt : prompt + j + 1] for j in range(a, b)])
+            for i in range(prompt):
+                want = naive_expected_rc(scores[h, a:b, i], own)
+                assert float(out["token_scores"][u, h, i]) == pytest.approx(want, rel=1e-5)
+    logits = block[0].double() * params.scaling
+    keys, rows = torch.arange(prompt + gen), torch.arange(prompt, prompt + gen)[:, None]
+    seen = (keys <= rows) & (rows - keys < params.sliding_window)
+    probs = logits.masked_fill(~seen, float("-inf")).softmax(-1)[..., :prompt].sum(0)  # [g, m]
+    for u, (a, b) in enumerate(units):
+        torch.testing.assert_close(out["attention"][u].double(), probs[a:b].mean(0), rtol=1e-5,
+                                   atol=1e-7)  # fmt: skip
+    assert out["rank"][1:].isnan().all()
