@@ -145,14 +145,16 @@ def _row_cumsum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 @torch.no_grad()
-def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
+def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None, *, spread: int = 2) -> SelfSamples:
     """Sort the self samples of each row once and index them by value buckets.
 
     ``center`` is subtracted for precision. For sets of at least ``_TABLE_FROM`` samples,
     the range ``[low, high]`` of the valid samples is cut in ``B`` equal buckets (``B`` about
     four times the set size, at most ``2^16``; :func:`bucket_of`) and ``table[r, b]`` counts
     the samples in buckets below ``b``, so that a cross sample is searched only among the few
-    samples of its bucket; smaller sets are searched whole.
+    samples of its bucket; smaller sets are searched whole. ``B = 2^(bits(M) + spread)``
+    for rows of ``M`` samples: a smaller ``spread`` builds a smaller table for a few more
+    search steps (rows of many sizes padded to the longest).
     """
     y32 = y.float()
     width = y.shape[-1]
@@ -174,7 +176,7 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None) -> SelfSamples:
     if width < _TABLE_FROM:
         none = torch.zeros_like(low)
         return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, None, none, none, 0)
-    buckets = 1 << min(width.bit_length() + 2, 16)
+    buckets = 1 << min(width.bit_length() + spread, 16)
     last = (count.long() - 1).clamp_min(0)[:, None]
     span = (ys.gather(1, last)[:, 0] - low).clamp_min(0.0)  # [R]; NaN stays NaN
     scale = torch.where(span > 0, buckets / span, 0.0).clamp_max(_MAX_SCALE)
