@@ -179,23 +179,9 @@ def rank_sums_kernel(
     )
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     term, xc = rank_terms(
-        x,
-        mask,
-        row,
-        ys_ptr,
-        ys_stride,
-        table_ptr,
-        table_stride,
-        low_ptr,
-        scale_ptr,
-        buckets,
-        count_ptr,
-        prefix_ptr,
-        prefix_stride,
-        center_ptr,
-        steps_all,
-        TABLE,
-    )
+        x, mask, row, ys_ptr, ys_stride, table_ptr, table_stride, low_ptr, scale_ptr, buckets,
+        count_ptr, prefix_ptr, prefix_stride, center_ptr, steps_all, TABLE,
+    )  # fmt: skip
     out_offsets = (row.to(tl.int64) * groups + ks) * blocks + sample_block  # [BK]
     keep = ks < groups
     tl.store(out_ptr + out_offsets, tl.sum(term, axis=1), mask=keep)
