@@ -12,6 +12,7 @@ its documented defaults: ContextCite (``ContextCiter(num_ablations=64)``, MadryL
 context-cite) runs 64 ablated forward passes after generation; rcstat runs one.
 
     python -m benchmarks.bench_attribution --dataset verigran --n 5 --span-scores mean,sentence
+    python -m benchmarks.bench_attribution --dataset verigran --n 5 --answer sentence|whole
     python -m benchmarks.bench_attribution --model random --model-dir DIR --device cuda
 """
 
@@ -32,20 +33,32 @@ CONTEXTCITE_FORWARD_PASSES = 64  # ContextCiter's default num_ablations
 
 
 def measure(
-    attributors: dict[str, Attributor], example: AttributionExample, device: str, rounds: int
+    attributors: dict[str, Attributor],
+    example: AttributionExample,
+    device: str,
+    rounds: int,
+    answer_kind: str = "full",
 ) -> dict[str, Any]:
     """Seconds of each attributor (by span score) and of the plain forward passes; the first
-    span score is the row's ``attribute_s``."""
+    span score is the row's ``attribute_s``. ``answer_kind``: ``"full"``, the annotated answer
+    and its annotated units; ``"sentence"``, the first annotated sentence alone (one unit, the
+    whole answer, as for a short QA answer); ``"whole"``, the full answer as one unit."""
     first = next(iter(attributors.values()))
     model, tokenizer = first.model, first.tokenizer
     text, _ = join_chunks(list(example.chunks))
-    ids = segment_chat(tokenizer, text, example.question, example.answer).input_ids.to(device)
-    units = [(u.start, u.end) for u in example.units]
+    answer = example.answer
+    units: list[tuple[int, int]] | None = [(u.start, u.end) for u in example.units]
+    if answer_kind == "sentence":
+        unit = example.units[0]
+        answer, units = example.answer[unit.start : unit.end], None
+    elif answer_kind == "whole":
+        units = [(0, len(answer))]
+    ids = segment_chat(tokenizer, text, example.question, answer).input_ids.to(device)
 
     def attribute(attributor: Attributor) -> Any:
         return lambda: (
-            attributor.attribute(
-                list(example.chunks), example.question, example.answer, units=units
+            (
+                attributor.attribute(list(example.chunks), example.question, answer, units=units)
             ).attributed
         )
 
@@ -58,7 +71,7 @@ def measure(
         "example": example.id,
         "tokens": int(ids.shape[1]),
         "chunks": len(example.chunks),
-        "units": len(units),
+        "units": 1 if units is None else len(units),
         "attribute_s": times["attribute"],
         "forward_s": times["forward"],
         "forward_last_s": times["forward_last"],
@@ -85,6 +98,13 @@ def main() -> None:
         default="mean",
         help="comma-separated span scores to time (first: the row's)",
     )
+    parser.add_argument(
+        "--answer",
+        default="full",
+        choices=["full", "sentence", "whole"],
+        help="the annotated answer and units, its first annotated sentence alone (one unit), "
+        "or the whole answer as one unit",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     model, tokenizer = build(args.model, args.model_dir, args.device)
@@ -99,7 +119,7 @@ def main() -> None:
     ]
     rows = []
     for example in examples:
-        row = measure(attributors, example, args.device, args.rounds)
+        row = measure(attributors, example, args.device, args.rounds, args.answer)
         rows.append(row)
         others = ", ".join(f"{k} {v:.3f}×" for k, v in row.items() if "_vs_attribute_" in k)
         print(
@@ -109,8 +129,13 @@ def main() -> None:
             f"({row['ratio_vs_forward_last']:.2f}× vs logits_to_keep=1)"
             + (f"; {others}" if others else "")
         )
-    meta = machine(args.device) | {"dataset": args.dataset, "rounds": args.rounds}
-    name = f"attribution_{args.dataset}_{args.model}_{device_label(args.device)}"
+    meta = machine(args.device) | {
+        "dataset": args.dataset,
+        "rounds": args.rounds,
+        "answer": args.answer,
+    }
+    suffix = "" if args.answer == "full" else f"_{args.answer}"
+    name = f"attribution_{args.dataset}_{args.model}_{device_label(args.device)}{suffix}"
     write(args.out, name, rows, meta)
 
 

@@ -131,3 +131,20 @@ def test_fused_quantities_equal_naive_sums_and_a_softmax() -> None:
         torch.testing.assert_close(out["attention"][u].double(), probs[a:b].mean(0), rtol=1e-5,
                                    atol=1e-7)  # fmt: skip
     assert out["rank"][1:].isnan().all()
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_a_whole_answer_unit_ranks_heads_by_its_key_values(
+    ties: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One unit of every row: the kernel leaves the heads' search out, and the ranking (the
+    mean of the unit's key values) still equals the pairwise definition and the tensor path."""
+    prompt, gen = 40, 7
+    block = _block(heads=2, gen=gen, prompt=prompt, seed=8, ties=ties)
+    fused, eager = _both(block, prompt, [(0, gen)], _spans(prompt, 2), PARAMS[1], monkeypatch)
+    _same(fused, eager)
+    scores = block[0].double().numpy()
+    for h in range(2):
+        own = np.concatenate([scores[h, j, prompt : prompt + j + 1] for j in range(gen)])
+        want = naive_expected_rc(scores[h, :, :prompt].ravel(), own)
+        assert float(fused["rank"][0, h]) == pytest.approx(want, rel=1e-9)

@@ -4,8 +4,13 @@ in ``tests/attribution_fused_cases.py``."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import torch
 
 from rcstat.attribution.fused import row_segments
+from rcstat.attribution.reduce import attribution_reducer
+from rcstat.capture import SoftmaxParams
+from rcstat.stats import block_expected
 from tests._interpreter import run_cases
 
 
@@ -24,3 +29,18 @@ def test_row_segments_count_every_row_once_for_the_ranking() -> None:
         for a, b, _, ranked in segments:
             counted[a:b] += ranked
         assert (counted == 1).all()
+
+
+@pytest.mark.parametrize("units", [[(0, 9)], [(0, 8)], [(1, 9)], [(0, 4), (4, 9)]])
+def test_the_ranking_equals_block_expected_whatever_the_units(units: list) -> None:
+    """One unit of the whole answer takes its ranking from the unit's key values; any other
+    units rank the heads on their own: both equal ``block_expected`` (tensor path, CPU)."""
+    prompt, gen = 30, 9
+    block = torch.randn(1, 3, gen, prompt + gen, generator=torch.Generator().manual_seed(4))
+    reduce = attribution_reducer(
+        prompt, units, [(0, 15), (15, 30)], (0, prompt), {0: SoftmaxParams(0.1)},
+        upper=False, post_softmax=False,
+    )  # fmt: skip
+    rank = reduce(0, block)["rank"]
+    torch.testing.assert_close(rank[0], block_expected(block[0], prompt), rtol=1e-12, atol=0)
+    assert rank[1:].isnan().all()

@@ -13,7 +13,8 @@ once for all three quantities:
   attention baseline), from the row normalisers of ``row_lse_kernel``.
 
 No atomics: each program owns its outputs, so the sums do not depend on the order programs
-run in.
+run in. Without ``RANK_HEADS`` (the only unit is the whole answer, whose key values give the
+heads' ranking) the first search is left out.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def attribution_kernel(
     window,
     HAS_SOFTCAP: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
+    RANK_HEADS: tl.constexpr,
     HEAD_TABLE: tl.constexpr,
     UNIT_TABLE: tl.constexpr,
     BLOCK_J: tl.constexpr,
@@ -94,12 +96,13 @@ def attribution_kernel(
         on_row = js < end
         mask = on_row[:, None] & on_key[None, :]
         x = tl.load(base + js[:, None].to(tl.int64) * s_j, mask=mask, other=0.0).to(tl.float32)
-        if counted != 0:
-            term, _ = rank_terms(
-                x, mask, h, hy_ptr, hy_stride, ht_ptr, ht_stride, h_low, h_scale, h_buckets,
-                h_count, h_prefix, h_prefix_stride, h_center, h_steps, HEAD_TABLE,
-            )  # fmt: skip
-            ranked += tl.sum(tl.sum(term, axis=1), axis=0)
+        if RANK_HEADS:
+            if counted != 0:
+                term, _ = rank_terms(
+                    x, mask, h, hy_ptr, hy_stride, ht_ptr, ht_stride, h_low, h_scale, h_buckets,
+                    h_count, h_prefix, h_prefix_stride, h_center, h_steps, HEAD_TABLE,
+                )  # fmt: skip
+                ranked += tl.sum(tl.sum(term, axis=1), axis=0)
         if unit >= 0:
             term, _ = rank_terms(
                 x, mask, row, uy_ptr, uy_stride, ut_ptr, ut_stride, u_low, u_scale, u_buckets,

@@ -71,10 +71,13 @@ def fused_attribution(
     segments: torch.Tensor,
     rows: UnitRows,
     params: SoftmaxParams,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    *,
+    rank_heads: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """``(E, t, attention)`` of one layer's generation block ``[H, |g|, m + |g|]``.
 
-    ``E`` ``[H]`` float64: ``E(X(p, g), Y(g, g))`` per head; ``t`` ``[U, H, m]`` float64: the
+    ``E`` ``[H]`` float64: ``E(X(p, g), Y(g, g))`` per head (None without ``rank_heads``: the
+    heads' self samples are then not even sorted); ``t`` ``[U, H, m]`` float64: the
     key-level expected RC ``t_h(g', i)`` of every unit over the prompt keys; ``attention``
     ``[U, m]`` float32: the post-softmax weight on each prompt key, summed over heads and
     averaged over the unit's rows. ``segments`` is :func:`row_segments` on the block's device
@@ -86,11 +89,12 @@ def fused_attribution(
     heads, gen_len, _ = block.shape
     units = rows.index.shape[0]
     device = block.device
-    head = prepared_self(self_samples(block, prompt_len), None)  # H rows
     y, valid = unit_self_samples(block, rows)  # [U, H, Y]
     unit = prepared_self(
         y.reshape(units * heads, -1), valid.reshape(units * heads, -1), spread=_UNIT_SPREAD
     )
+    # without the ranking the kernel never reads the heads' samples: the units' stand in
+    head = prepared_self(self_samples(block, prompt_len), None) if rank_heads else unit
     softcap = params.softcap is not None
     window = params.sliding_window is not None
     lse = torch.empty(heads, gen_len, dtype=torch.float32, device=device)
@@ -129,11 +133,14 @@ def fused_attribution(
             *softmax,
             HAS_SOFTCAP=softcap,
             HAS_WINDOW=window,
+            RANK_HEADS=rank_heads,
             HEAD_TABLE=head.table is not None,
             UNIT_TABLE=unit.table is not None,
             BLOCK_J=_BLOCK_J,
             BLOCK_I=_BLOCK_I,
             num_warps=_WARPS,
         )
+    if not rank_heads:
+        return None, per_key, weight.sum(1)
     expected = ranked.sum((1, 2)) / (gen_len * prompt_len * head.count.double())
     return expected, per_key, weight.sum(1)

@@ -21,6 +21,10 @@ query head ``h``:
   does not decompose over keys, so spans are scored directly);
 * the post-softmax attention of the unit's queries to each prompt key, summed over heads
   (the attention-weight baseline).
+
+When the only unit is the whole answer (a one-sentence answer), ``Y(g, g') = Y(g, g)`` and
+the head's ranking score is the mean of its keys' values, ``E(X(p, g), Y(g, g)) = mean_{i ∈ p}
+t_h(g, i)``: the cross samples are ranked once, not twice.
 """
 
 from __future__ import annotations
@@ -88,19 +92,24 @@ def _tensor_path(
     *,
     upper: bool,
     post_softmax: bool,
+    whole: bool,
 ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """``(rank, t, attention)`` of one layer by tensor operations (every device and option):
     the ranking rows of :func:`attribution_reducer`, the units' key-level RC over the prompt
-    ``[U, H, m]`` float64 and their mean weights summed over heads ``[U, m]`` float32."""
+    ``[U, H, m]`` float64 and their mean weights summed over heads ``[U, m]`` float32.
+    ``whole``: the only unit is the whole answer (see :func:`attribution_reducer`)."""
     gen_len = block.shape[1]
     positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
     probs = attention_probs(block, positions, params)  # [H, |g|, m + |g|]
-    rank = _ranking(block, prompt_len, upper)
+    per_key = units_key_expected(block, rows, (0, prompt_len), check_finite=False)  # [U, H, m]
+    if whole and not upper:  # the one unit is the answer: its keys' mean is the head's E
+        rank = [per_key[0].mean(-1), torch.full_like(per_key[0, :, 0], float("nan"))]
+    else:
+        rank = _ranking(block, prompt_len, upper)
     if post_softmax:
         rank += _ranking(probs, prompt_len, upper)
     else:
         rank += [torch.full_like(rank[0], float("nan"))] * 2
-    per_key = units_key_expected(block, rows, (0, prompt_len), check_finite=False)  # [U, H, m]
     # mean over each unit's rows of the weights summed over heads, by prefix sums
     summed = probs[:, :, :prompt_len].sum(0).double()  # [|g|, m]
     on_prompt = torch.nn.functional.pad(summed.cumsum(0), (0, 0, 1, 0))  # [|g| + 1, m]
@@ -171,14 +180,22 @@ def attribution_reducer(
                 upload(segments, device),
             )
         start, end, rows, segments = on_device[device]
+        whole = len(units) == 1 and tuple(units[0]) == (0, gen_len)
         if fused and fused_serves(block):
-            expected, per_key, attention = fused_attribution(
-                block, prompt_len, segments, rows, softmax[layer]
+            found, per_key, attention = fused_attribution(
+                block, prompt_len, segments, rows, softmax[layer], rank_heads=not whole
             )  # [H], [U, H, m], [U, m]
+            expected = per_key[0].mean(-1) if found is None else found
             rank = [expected, *[torch.full_like(expected, float("nan"))] * 3]
         else:
             rank, per_key, attention = _tensor_path(
-                block, prompt_len, rows, softmax[layer], upper=upper, post_softmax=post_softmax
+                block,
+                prompt_len,
+                rows,
+                softmax[layer],
+                upper=upper,
+                post_softmax=post_softmax,
+                whole=whole,
             )
         if upper:
             flat = block.reshape(block.shape[0], -1)  # [H, |g|·(m + |g|)]
