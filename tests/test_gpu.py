@@ -283,21 +283,23 @@ def test_fused_grounding_rows_on_cuda_equal_the_cpu_operations(
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6, equal_nan=True, msg=key)
 
 
+@pytest.mark.parametrize(
+    "units", [[(0, 9), (9, 60), (64, 130), (130, 197)], [(0, 200)]], ids=["units", "whole"]
+)
 @pytest.mark.parametrize("softcap", [None, 30.0])
 @pytest.mark.parametrize("window", [None, 700])
 def test_fused_attribution_on_cuda_equals_the_cpu_operations(
-    window: int | None, softcap: float | None
+    window: int | None, softcap: float | None, units: list[tuple[int, int]]
 ) -> None:
     """The compiled attribution kernel on a layer of real size (2,000 prompt keys, 200
-    generated rows, bucket tables for the heads and the long units, rows of no unit) against
-    the tensor operations on the CPU (the interpreter cases in
-    tests/attribution_fused_cases.py use small ones)."""
+    generated rows, bucket tables for the heads and the long units, rows of no unit; or one
+    unit of every row, without the heads' search) against the tensor operations on the CPU
+    (the interpreter cases in tests/attribution_fused_cases.py use small ones)."""
     from rcstat.attribution.reduce import attribution_reducer
     from rcstat.capture import SoftmaxParams
 
     prompt, gen_len = 2000, 200
     block = torch.randn(1, 8, gen_len, prompt + gen_len, generator=torch.Generator().manual_seed(0))
-    units = [(0, 9), (9, 60), (64, 130), (130, 197)]
     spans = [(a, a + 40) for a in range(30, 1990, 40)]
     softmax = {0: SoftmaxParams(0.088, softcap=softcap, sliding_window=window)}
     args = (prompt, units, spans, (30, 1990), softmax)
