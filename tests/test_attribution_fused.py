@@ -44,3 +44,13 @@ def test_the_ranking_equals_block_expected_whatever_the_units(units: list) -> No
     rank = reduce(0, block)["rank"]
     torch.testing.assert_close(rank[0], block_expected(block[0], prompt), rtol=1e-12, atol=0)
     assert rank[1:].isnan().all()
+
+
+def test_units_past_the_generated_rows_are_refused_before_any_work() -> None:
+    block = torch.randn(1, 2, 5, 12)
+    reduce = attribution_reducer(
+        7, [(0, 3), (3, 6)], [(0, 7)], (0, 7), {0: SoftmaxParams(0.1)},
+        upper=False, post_softmax=False,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"past the block's 5 generated rows: \[\(3, 6\)\]"):
+        reduce(0, block)

@@ -170,6 +170,11 @@ def attribution_reducer(
         device = block.device
         gen_len = block.shape[1]
         if device not in on_device:  # a model may span devices
+            if max(b for _, b in units) > gen_len:
+                raise ValueError(
+                    f"units end past the block's {gen_len} generated rows: "
+                    f"{[u for u in units if u[1] > gen_len]}"
+                )
             rows = unit_rows(list(units), block.shape[-1], prompt_len)
             moved = rows.map(lambda t: upload(t, device))
             segments = torch.from_numpy(row_segments(units, gen_len))
