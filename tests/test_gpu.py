@@ -189,8 +189,12 @@ def test_half_precision_scores_on_tensor_cores_match_float64() -> None:
     torch.testing.assert_close(scores.double(), want, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("statistic", ["expected", "upper"])
-def test_attribution_on_cuda_equals_cpu(statistic: str) -> None:
+@pytest.mark.parametrize(
+    ("statistic", "post_softmax"), [("expected", False), ("expected", True), ("upper", True)]
+)
+def test_attribution_on_cuda_equals_cpu(statistic: str, post_softmax: bool) -> None:
+    """The whole call through the capture (its layers replayed as CUDA graphs): with the
+    default options the fused kernel's path, otherwise the tensor path."""
     from rcstat.attribution import Attributor
 
     tok = make_tiny_tokenizer()
@@ -199,7 +203,7 @@ def test_attribution_on_cuda_equals_cpu(statistic: str) -> None:
         "Where did the dog sleep?",
         "The dog slept in the garden. The cat sat on the mat.",
     )
-    options = dict(top_k=5, statistic=statistic, rank_post_softmax=True)
+    options = dict(top_k=5, statistic=statistic, rank_post_softmax=post_softmax)
     cpu = Attributor(tiny_model("llama"), tok, **options).attribute(*args)  # type: ignore[arg-type]
     model = copy.deepcopy(tiny_model("llama")).cuda()
     gpu = Attributor(model, tok, **options).attribute(*args)  # type: ignore[arg-type]
