@@ -54,3 +54,18 @@ def test_units_past_the_generated_rows_are_refused_before_any_work() -> None:
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"past the block's 5 generated rows: \[\(3, 6\)\]"):
         reduce(0, block)
+
+
+def test_every_kernel_leaves_only_its_own_sizes_unspecialised() -> None:
+    """The sizes named in ``do_not_specialize_on_alignment`` are parameters of the kernel
+    (Triton ignores a misspelt name). The attribution kernel takes 16 sizes that change with
+    every example: specialised on their multiples of 16, nearly every new example would
+    compile it again."""
+    pytest.importorskip("triton")
+    from rcstat.attribution._fused_triton import attribution_kernel
+    from rcstat.capture._softmax_triton import row_lse_kernel
+    from rcstat.stats._triton import rank_sums_kernel
+
+    for kernel in (attribution_kernel, row_lse_kernel, rank_sums_kernel):
+        names = set(kernel.do_not_specialize_on_alignment)
+        assert names and names <= set(kernel.arg_names), kernel.fn.__name__

@@ -25,8 +25,29 @@ import triton.language as tl
 from rcstat.capture._softmax_triton import logits
 from rcstat.stats._triton import rank_terms
 
+#: Sizes that change with every example: not specialised on their alignment (each new
+#: combination of multiples of 16 would compile the kernel again); the strides still are.
+_SIZES = (
+    "prompt_len",
+    "segments",
+    "rows",
+    "heads",
+    "hy_stride",
+    "ht_stride",
+    "h_buckets",
+    "h_prefix_stride",
+    "h_steps",
+    "uy_stride",
+    "ut_stride",
+    "u_buckets",
+    "u_prefix_stride",
+    "u_steps",
+    "tiles",
+    "window",
+)
 
-@triton.jit
+
+@triton.jit(do_not_specialize_on_alignment=_SIZES)
 def attribution_kernel(
     block_ptr,  # [H, G, m + G] raw scores of the generated rows
     s_h,

@@ -23,7 +23,7 @@ def logits(s, scaling, softcap, HAS_SOFTCAP: tl.constexpr):
     return z
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=("prompt_len", "rows", "window"))
 def row_lse_kernel(
     block_ptr,  # [H, G, m + G] raw scores of the generated rows
     s_h,
