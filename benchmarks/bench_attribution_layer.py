@@ -1,7 +1,8 @@
 """One layer of attribution on a GPU: the fused kernel against the tensor path, in one run.
 
 A random ``[heads, |g|, m + |g|]`` block of raw scores, answer units of ``--unit-rows`` rows
-and 64-key candidate spans; ``attribution_reducer`` with the default statistic (expected RC)
+(0: the whole answer as one unit, whose key values also rank the heads) and 64-key candidate
+spans; ``attribution_reducer`` with the default statistic (expected RC)
 as it runs on CUDA (``rcstat.attribution.fused``), and the same reducer with the kernel
 switched off (the tensor path: the ranking kernels, the softmax over the block, running sums).
 Per size: the GPU time of one layer (torch.profiler, the sum of the kernels' own times, a
@@ -55,23 +56,27 @@ def main() -> None:
     parser.add_argument("--prompt", type=ints, default=[2048, 8192])
     parser.add_argument("--gen", type=ints, default=[16, 64, 256])
     parser.add_argument("--heads", type=int, default=32)
-    parser.add_argument("--unit-rows", type=int, default=13, help="rows of an answer unit")
+    parser.add_argument(
+        "--unit-rows",
+        type=int,
+        default=13,
+        help="rows of an answer unit (0: one unit of every row, the whole answer)",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if min(args.prompt + args.gen) < 1 or args.unit_rows < 0 or args.rounds < 1:
+        parser.error("--prompt, --gen and --rounds must be positive, --unit-rows at least 0")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA device (the fused kernel's path)")
-    if min(args.prompt + args.gen) < 1 or args.unit_rows < 1 or args.rounds < 1:
-        parser.error("--prompt, --gen, --unit-rows and --rounds must be positive")
     rows = []
     for prompt in args.prompt:
         for gen_len in args.gen:
             seed = torch.Generator(device="cuda").manual_seed(0)
             shape = (1, args.heads, gen_len, prompt + gen_len)
             block = torch.randn(*shape, device="cuda", generator=seed) * 3
-            units = [
-                (a, min(a + args.unit_rows, gen_len)) for a in range(0, gen_len, args.unit_rows)
-            ]
+            step = args.unit_rows or gen_len
+            units = [(a, min(a + step, gen_len)) for a in range(0, gen_len, step)]
             spans = [(a, min(a + 64, prompt)) for a in range(0, prompt, 64)]
             reducer = attribution_reducer(
                 prompt, units, spans, (0, prompt), {0: SoftmaxParams(0.088)},
