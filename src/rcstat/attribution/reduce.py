@@ -75,13 +75,12 @@ def _span_upper(
     ).upper
 
 
-def _ranking(block: torch.Tensor, prompt_len: int, upper: bool) -> list[torch.Tensor]:
-    """``[E, A]`` per head of ``X(p, g)`` vs ``Y(g, g)`` (``A`` is NaN unless ``upper``)."""
+def _ranking(block: torch.Tensor, prompt_len: int, upper: bool) -> list[torch.Tensor | None]:
+    """``[E, A]`` per head of ``X(p, g)`` vs ``Y(g, g)`` (``A`` None unless ``upper``)."""
     if upper:
         stats = block_statistics(block, prompt_len, check_finite=False, lower=False)
         return [stats.expected, stats.upper]
-    expected = block_expected(block, prompt_len, check_finite=False)  # [H]
-    return [expected, torch.full_like(expected, float("nan"))]
+    return [block_expected(block, prompt_len, check_finite=False), None]  # [H]
 
 
 def _tensor_path(
@@ -92,24 +91,20 @@ def _tensor_path(
     *,
     upper: bool,
     post_softmax: bool,
-    whole: bool,
-) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    rank_heads: bool,
+) -> tuple[list[torch.Tensor | None], torch.Tensor, torch.Tensor]:
     """``(rank, t, attention)`` of one layer by tensor operations (every device and option):
-    the ranking rows of :func:`attribution_reducer`, the units' key-level RC over the prompt
-    ``[U, H, m]`` float64 and their mean weights summed over heads ``[U, m]`` float32.
-    ``whole``: the only unit is the whole answer (see :func:`attribution_reducer`)."""
+    the ranking rows of :func:`attribution_reducer` (None where not computed: the raw
+    ranking without ``rank_heads``), the units' key-level RC over the prompt ``[U, H, m]``
+    float64 and their mean weights summed over heads ``[U, m]`` float32."""
     gen_len = block.shape[1]
     positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
     probs = attention_probs(block, positions, params)  # [H, |g|, m + |g|]
     per_key = units_key_expected(block, rows, (0, prompt_len), check_finite=False)  # [U, H, m]
-    if whole and not upper:  # the one unit is the answer: its keys' mean is the head's E
-        rank = [per_key[0].mean(-1), torch.full_like(per_key[0, :, 0], float("nan"))]
-    else:
-        rank = _ranking(block, prompt_len, upper)
-    if post_softmax:
-        rank += _ranking(probs, prompt_len, upper)
-    else:
-        rank += [torch.full_like(rank[0], float("nan"))] * 2
+    rank: list[torch.Tensor | None] = (
+        _ranking(block, prompt_len, upper) if rank_heads else [None, None]
+    )
+    rank += _ranking(probs, prompt_len, upper) if post_softmax else [None, None]
     # mean over each unit's rows of the weights summed over heads, by prefix sums
     summed = probs[:, :, :prompt_len].sum(0).double()  # [|g|, m]
     on_prompt = torch.nn.functional.pad(summed.cumsum(0), (0, 0, 1, 0))  # [|g| + 1, m]
@@ -185,13 +180,13 @@ def attribution_reducer(
                 upload(segments, device),
             )
         start, end, rows, segments = on_device[device]
-        whole = len(units) == 1 and tuple(units[0]) == (0, gen_len)
+        whole = not upper and len(units) == 1 and tuple(units[0]) == (0, gen_len)
+        rank: list[torch.Tensor | None]
         if fused and fused_serves(block):
-            found, per_key, attention = fused_attribution(
+            expected, per_key, attention = fused_attribution(
                 block, prompt_len, segments, rows, softmax[layer], rank_heads=not whole
             )  # [H], [U, H, m], [U, m]
-            expected = per_key[0].mean(-1) if found is None else found
-            rank = [expected, *[torch.full_like(expected, float("nan"))] * 3]
+            rank = [expected, None, None, None]
         else:
             rank, per_key, attention = _tensor_path(
                 block,
@@ -200,8 +195,11 @@ def attribution_reducer(
                 softmax[layer],
                 upper=upper,
                 post_softmax=post_softmax,
-                whole=whole,
+                rank_heads=not whole,
             )
+        if whole:  # Y(g, g') = Y(g, g): each head's E is the mean of its keys' values
+            rank[0] = per_key[0].mean(-1)
+        nan = torch.full((block.shape[0],), float("nan"), dtype=torch.float64, device=device)
         if upper:
             flat = block.reshape(block.shape[0], -1)  # [H, |g|·(m + |g|)]
             per_head = torch.stack(
@@ -214,7 +212,7 @@ def attribution_reducer(
             prefix = torch.nn.functional.pad(per_key.cumsum(-1), (1, 0))  # [U, H, m + 1]
             per_head = (prefix[..., end] - prefix[..., start]) / (end - start)  # [U, H, S]
         return {
-            "rank": torch.stack(rank),  # [4, H]
+            "rank": torch.stack([nan if r is None else r for r in rank]),  # [4, H]
             "token_scores": per_key[..., first:last].float(),  # [U, H, C]
             "per_head": per_head,  # [U, H, S]
             "attention": attention,  # [U, m]

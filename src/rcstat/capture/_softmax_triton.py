@@ -4,6 +4,9 @@ from captured raw scores (optional; see :mod:`rcstat.capture.probs` for the tens
 - ``logits``: what a layer's softmax sees of raw scores ``s``: ``scaling · s``, soft-capped
   as ``cap · tanh(scaling · s / cap)`` with ``tanh(v) = 1 − 2 / (exp(2v) + 1)`` (finite for
   every finite ``v``).
+- ``window_start``, ``online_step``: the first key a row sees, and one tile of an online
+  softmax over a row (the running maximum, the factor that rescales what was summed under
+  the old maximum, the tile's weights under the new one).
 - ``row_lse_kernel``: the log of each generated row's softmax normaliser, by one online pass
   over the row's visible keys.
 """
@@ -21,6 +24,25 @@ def logits(s, scaling, softcap, HAS_SOFTCAP: tl.constexpr):
     if HAS_SOFTCAP:
         z = (1.0 - 2.0 / (tl.exp(2.0 * z / softcap) + 1.0)) * softcap
     return z
+
+
+@triton.jit
+def window_start(pos, window, HAS_WINDOW: tl.constexpr):
+    """The first key a query at position ``pos`` sees (``pos − i < window`` with a window)."""
+    lo = pos * 0
+    if HAS_WINDOW:
+        lo = tl.maximum(pos - window + 1, 0)
+    return lo
+
+
+@triton.jit
+def online_step(s, visible, top, scaling, softcap, HAS_SOFTCAP: tl.constexpr):
+    """``(new_top, rescale, weights)`` for a tile of raw scores ``s`` (``visible`` keys) of a
+    row whose running maximum is ``top``: sums taken under ``top`` times ``rescale`` are
+    under ``new_top``, and ``weights = exp(z − new_top)`` (0 on hidden keys)."""
+    z = tl.where(visible, logits(s, scaling, softcap, HAS_SOFTCAP), float("-inf"))
+    new_top = tl.maximum(top, tl.max(z, 0))
+    return new_top, tl.exp(top - new_top), tl.where(visible, tl.exp(z - new_top), 0.0)
 
 
 @triton.jit(do_not_specialize_on_alignment=("prompt_len", "rows", "window"))
@@ -45,19 +67,13 @@ def row_lse_kernel(
     j = tl.program_id(1)
     row = block_ptr + h.to(tl.int64) * s_h + j.to(tl.int64) * s_j
     pos = prompt_len + j
-    lo = pos * 0
-    if HAS_WINDOW:
-        lo = tl.maximum(pos - window + 1, 0)
     offsets = tl.arange(0, BLOCK)
     top = tl.full((), float("-inf"), tl.float32)
     total = tl.zeros((), tl.float32)
-    for start in range(lo, pos + 1, BLOCK):
+    for start in range(window_start(pos, window, HAS_WINDOW), pos + 1, BLOCK):
         k = start + offsets
         visible = k <= pos
         s = tl.load(row + k.to(tl.int64) * s_i, mask=visible, other=0.0).to(tl.float32)
-        z = tl.where(visible, logits(s, scaling, softcap, HAS_SOFTCAP), float("-inf"))
-        new_top = tl.maximum(top, tl.max(z, 0))
-        weights = tl.where(visible, tl.exp(z - new_top), 0.0)
-        total = total * tl.exp(top - new_top) + tl.sum(weights, 0)
-        top = new_top
+        top, rescale, weights = online_step(s, visible, top, scaling, softcap, HAS_SOFTCAP)
+        total = total * rescale + tl.sum(weights, 0)
     tl.store(lse_ptr + h * rows + j, top + tl.log(total))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from rcstat.capture._softmax_triton import logits
+from rcstat.capture._softmax_triton import logits, online_step, window_start
 
 
 @triton.jit
@@ -64,9 +64,7 @@ def rows_kernel(
     c1 = tl.load(meta_ptr + b * 4 + 1)
     first = tl.load(meta_ptr + b * 4 + 2)
     gen = tl.load(meta_ptr + b * 4 + 3)
-    lo = pos * 0
-    if HAS_WINDOW:
-        lo = tl.maximum(pos - window + 1, 0)
+    lo = window_start(pos, window, HAS_WINDOW)
     offsets = tl.arange(0, BLOCK)
     top = tl.full((), float("-inf"), tl.float32)
     total = tl.zeros((), tl.float32)
@@ -78,10 +76,7 @@ def rows_kernel(
         k = start + offsets
         visible = k <= pos
         s = tl.load(row + k * s_t, mask=visible, other=0.0)
-        z = tl.where(visible, logits(s, scaling, softcap, HAS_SOFTCAP), float("-inf"))
-        new_top = tl.maximum(top, tl.max(z, 0))
-        scale = tl.exp(top - new_top)
-        e = tl.where(visible, tl.exp(z - new_top), 0.0)
+        top, scale, e = online_step(s, visible, top, scaling, softcap, HAS_SOFTCAP)
         in_context = (k >= c0) & (k < c1)
         total = total * scale + tl.sum(e, 0)
         on_context = on_context * scale + tl.sum(tl.where(in_context, e, 0.0), 0)
@@ -89,7 +84,6 @@ def rows_kernel(
         if HAS_MATCH:
             hit = tl.load(match_row + (k - k0), mask=visible & in_context, other=0)
             on_match = on_match * scale + tl.sum(tl.where(hit != 0, e, 0.0), 0)
-        top = new_top
     own = logits(tl.load(row + pos * s_t), scaling, softcap, HAS_SOFTCAP)
     out = (b * H + h) * W + j
     plane = B * H * W

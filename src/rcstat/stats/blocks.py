@@ -226,6 +226,13 @@ def stacked_unit_rows(
     )
 
 
+def _unit_blocks(rows: UnitRows, device: torch.device) -> torch.Tensor:
+    """``[U]`` int64: the block of a batch each unit lies in (0 for all of one block)."""
+    if rows.batch is not None:
+        return rows.batch
+    return torch.zeros(rows.index.shape[0], dtype=torch.long, device=device)
+
+
 def unit_self_samples(scores: torch.Tensor, rows: UnitRows) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, valid)`` ``[U, H, Ymax]``: every unit's self samples ``Y(g, g')`` per head, padded,
     gathered from a block ``[H, g, columns]`` (or the blocks ``[B, H, g, columns]`` of a batch)
@@ -233,14 +240,10 @@ def unit_self_samples(scores: torch.Tensor, rows: UnitRows) -> tuple[torch.Tenso
     blocks = scores if scores.dim() == 4 else scores[None]  # [B, H, g, columns]
     count, heads, gen_len, columns = blocks.shape
     units, width = rows.index.shape
-    device = blocks.device
-    batch = (
-        torch.zeros(units, dtype=torch.long, device=device) if rows.batch is None else rows.batch
-    )
     flat = blocks.reshape(count, heads, gen_len * columns)
     y = flat[
-        batch[:, None, None],
-        torch.arange(heads, device=device)[None, :, None],
+        _unit_blocks(rows, blocks.device)[:, None, None],
+        torch.arange(heads, device=blocks.device)[None, :, None],
         rows.index[:, None, :],
     ]  # [U, H, Y]
     return y, rows.valid[:, None, :].expand(units, heads, width)
@@ -274,9 +277,7 @@ def units_key_expected(
     first, last = keys
     units, width = rows.index.shape
     device = blocks.device
-    batch = (
-        torch.zeros(units, dtype=torch.long, device=device) if rows.batch is None else rows.batch
-    )
+    batch = _unit_blocks(rows, device)
     y, valid = unit_self_samples(scores, rows)  # [U, H, Y]
     if not _gpu.available(scores):
         out = []
