@@ -209,6 +209,36 @@ def test_bucket_table_counts_the_samples_below_each_bucket() -> None:
         torch.testing.assert_close(samples.table[row].long(), want)
 
 
+@pytest.mark.parametrize("spread", [2, -2])
+@pytest.mark.parametrize("padded", [False, True])
+def test_prepare_kernel_equals_the_tensor_operations(
+    padded: bool, spread: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-launch preparation of sorted self samples (centres, prefix sums, bucket
+    origin, scale and table) gives the tensor operations' fields: the tables and the float32
+    fields bit for bit, the float64 sums up to their order. Rows with ties, a constant row,
+    padding, one valid sample, and rows long enough for several steps of the kernel."""
+    gen = torch.Generator().manual_seed(12)
+    y = torch.randn(5, 2600, generator=gen) * 7
+    y[0, :900] = 1.5  # ties
+    y[1] = -2.0  # one value: an empty span, scale 0
+    valid = torch.rand(5, 2600, generator=gen) < 0.6 if padded else None
+    if valid is not None:
+        valid[:, 0] = True
+        valid[3] = False
+        valid[3, 7] = True  # one sample
+    got = _gpu.prepared_self(y, valid, spread=spread)
+    monkeypatch.setattr(_gpu, "kernels_serve", lambda tensor: False)
+    want = _gpu.prepared_self(y, valid, spread=spread)
+    assert got.buckets == want.buckets
+    for name in ("ys", "count", "low", "scale", "table"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a is None) == (b is None), name
+        assert a is None or torch.equal(a, b), name
+    torch.testing.assert_close(got.center, want.center, rtol=1e-13, atol=1e-12)
+    torch.testing.assert_close(got.prefix, want.prefix, rtol=1e-12, atol=1e-9)
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     values=arrays(np.float32, st.integers(2, 40), elements=st.floats(width=32, allow_nan=False)),

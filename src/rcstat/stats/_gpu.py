@@ -36,6 +36,7 @@ _DIGITS = 256  # 8-bit radix digits
 _TILE = 1024  # samples per program
 _TABLE_FROM = 1024  # self sets at least this large get a bucket table
 _PIECE = 1024  # row cumsums in pieces of this many entries
+_PREPARE_BLOCK = 1024  # samples (or table entries) a step of prepare_kernel
 _SAMPLED_FROM = 1 << 19  # cross sets at least this large bracket their crossing by a sample
 _SAMPLES = 4096  # at most this many cross samples a row for the bracket
 _SIGMAS = 4.0  # the bracket's half-width, in standard deviations of a sample count
@@ -154,29 +155,31 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None, *, spread: int 
     the samples in buckets below ``b``, so that a cross sample is searched only among the few
     samples of its bucket; smaller sets are searched whole. ``B = 2^(bits(M) + spread)``
     for rows of ``M`` samples: a smaller ``spread`` builds a smaller table for a few more
-    search steps (rows of many sizes padded to the longest).
+    search steps (rows of many sizes padded to the longest). Where rcstat's kernels run, one
+    kernel (``_triton.prepare_kernel``) computes all but the sort.
     """
     y32 = y.float()
     width = y.shape[-1]
     if y_valid is None:
         count = torch.full(y.shape[:-1], width, dtype=torch.int32, device=y.device)
-        center = y32.double().mean(-1)
         ys = torch.sort(y32, dim=-1).values
-        inside = None
     else:
         count = y_valid.sum(-1, dtype=torch.int32)
-        center = torch.where(y_valid, y32.double(), 0.0).sum(-1) / count
         ys = torch.sort(torch.where(y_valid, y32, torch.inf), dim=-1).values
-        inside = torch.arange(width, device=y.device) < count[:, None]
+    buckets = 1 << min(width.bit_length() + spread, 16) if width >= _TABLE_FROM else 0
+    if kernels_serve(ys):
+        return _prepared_by_kernel(ys.contiguous(), count, buckets)
+    inside = None if y_valid is None else torch.arange(width, device=y.device) < count[:, None]
+    center = (ys.double() if inside is None else torch.where(inside, ys.double(), 0.0)).sum(-1)
+    center = center / count
     centred = ys.double() - center[:, None]
     if inside is not None:
         centred = torch.where(inside, centred, 0.0)
     prefix = torch.nn.functional.pad(_row_cumsum(centred, torch.float64), (1, 0))  # [R, M + 1]
     low = ys[:, 0].contiguous()  # the kernels index it by row
-    if width < _TABLE_FROM:
+    if not buckets:
         none = torch.zeros_like(low)
         return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, None, none, none, 0)
-    buckets = 1 << min(width.bit_length() + spread, 16)
     last = (count.long() - 1).clamp_min(0)[:, None]
     span = (ys.gather(1, last)[:, 0] - low).clamp_min(0.0)  # [R]; NaN stays NaN
     scale = torch.where(span > 0, buckets / span, 0.0).clamp_max(_MAX_SCALE)
@@ -191,6 +194,41 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None, *, spread: int 
     return SelfSamples(
         ys.contiguous(), count, prefix.contiguous(), center, table, low, scale, buckets
     )
+
+
+def _prepared_by_kernel(ys: torch.Tensor, count: torch.Tensor, buckets: int) -> SelfSamples:
+    """:func:`prepared_self`'s fields of sorted ``ys`` ``[R, M]`` by ``prepare_kernel``: the
+    centres, prefix sums and (``buckets`` > 0) the bucket table in one launch."""
+    from rcstat.stats._triton import prepare_kernel
+
+    rows, width = ys.shape
+    device = ys.device
+    center = torch.empty(rows, dtype=torch.float64, device=device)
+    prefix = torch.empty(rows, width + 1, dtype=torch.float64, device=device)
+    low = torch.zeros(rows, dtype=torch.float32, device=device)
+    scale = torch.zeros(rows, dtype=torch.float32, device=device)
+    table = torch.empty(rows, buckets + 3, dtype=torch.int32, device=device) if buckets else None
+    parts = 1 + (-(-(buckets + 3) // _PREPARE_BLOCK) if buckets else 0)
+    with on_device(device):
+        prepare_kernel[(rows, parts)](
+            ys,
+            ys.stride(0),
+            width,
+            count,
+            center,
+            prefix,
+            prefix.stride(0),
+            low,
+            scale,
+            buckets,
+            _MAX_SCALE,
+            ys if table is None else table,
+            0 if table is None else table.stride(0),
+            width.bit_length(),
+            BLOCK=_PREPARE_BLOCK,
+            TABLE=table is not None,
+        )
+    return SelfSamples(ys, count, prefix, center, table, low, scale, buckets)
 
 
 def search_args(samples: SelfSamples) -> tuple[Any, ...]:

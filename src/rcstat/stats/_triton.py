@@ -101,6 +101,80 @@ def rank_terms(
     return tl.where(mask, lo.to(tl.float64) * xc - below, 0.0), tl.where(mask, xc, 0.0)
 
 
+#: The sizes of a set of sorted self samples: not specialised on alignment (see ``_SIZES``).
+_PREPARED_SIZES = ("ys_stride", "width", "prefix_stride", "buckets", "table_stride", "steps")
+
+
+@triton.jit(do_not_specialize_on_alignment=_PREPARED_SIZES, do_not_specialize=("steps",))
+def prepare_kernel(
+    ys_ptr,
+    ys_stride,
+    width,
+    count_ptr,
+    center_ptr,
+    prefix_ptr,
+    prefix_stride,
+    low_ptr,
+    scale_ptr,
+    buckets,
+    max_scale,
+    table_ptr,
+    table_stride,
+    steps,
+    BLOCK: tl.constexpr,
+    TABLE: tl.constexpr,
+):
+    """What a search needs of one row of sorted self samples (``_gpu.prepared_self``).
+
+    ``ys`` ``[R, width]`` ascending, ``count[r]`` valid. Program ``(r, 0)`` writes the
+    centre ``c = Σ_{i<count} y_i / count`` (float64), the prefix sums
+    ``prefix[r, k] = Σ_{i<min(k, count)} (y_i − c)`` and, with ``TABLE``, the buckets' origin
+    ``low = y_0`` and scale ``B / (y_{count−1} − low)`` (0 for an empty span, at most
+    ``max_scale``). Program ``(r, 1 + t)`` writes table entries ``b`` of block ``t``:
+    ``table[r, b] = #{i < count : s(y_i) < b}``, the first index whose bucket is at least
+    ``b`` (a binary search: ``s`` never decreases along sorted samples).
+    """
+    row = tl.program_id(0)
+    part = tl.program_id(1)
+    count = tl.load(count_ptr + row)
+    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
+    low = tl.load(ys_row)
+    span = tl.maximum(tl.load(ys_row + tl.maximum(count - 1, 0)) - low, 0.0)  # NaN: 0
+    per_unit = tl.math.div_rn(buckets * 1.0, tl.where(span > 0, span, 1.0))  # no 0 / 0
+    scale = tl.minimum(tl.where(span > 0, per_unit, 0.0), max_scale)
+    if part == 0:
+        total = tl.zeros([BLOCK], dtype=tl.float64)
+        for start in range(0, width, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            total += tl.load(ys_row + offs, mask=offs < count, other=0.0).to(tl.float64)
+        center = tl.sum(total, axis=0) / count
+        tl.store(center_ptr + row, center)
+        prefix_row = prefix_ptr + row.to(tl.int64) * prefix_stride
+        carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float64), axis=0)  # a float64 zero
+        tl.store(prefix_row, carry)
+        for start in range(0, width, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            y = tl.load(ys_row + offs, mask=offs < count, other=0.0).to(tl.float64)
+            centred = tl.where(offs < count, y - center, 0.0)
+            tl.store(prefix_row + 1 + offs, tl.cumsum(centred, axis=0) + carry, mask=offs < width)
+            carry += tl.sum(centred, axis=0)
+        if TABLE:
+            tl.store(low_ptr + row, low)
+            tl.store(scale_ptr + row, scale)
+    elif TABLE:
+        bs = (part - 1) * BLOCK + tl.arange(0, BLOCK)
+        inside = bs < buckets + 3
+        lo = tl.zeros([BLOCK], dtype=tl.int32)
+        hi = lo + count
+        for _ in range(steps):  # the first index whose bucket is >= b
+            active = inside & (lo < hi)
+            mid = (lo + hi) // 2
+            s = _bucket(tl.load(ys_row + mid, mask=active, other=0.0), low, scale, buckets)
+            lo = tl.where(active & (s < bs), mid + 1, lo)
+            hi = tl.where(active & (s >= bs), mid, hi)
+        tl.store(table_ptr + row.to(tl.int64) * table_stride + bs, lo, mask=inside)
+
+
 #: Sizes and strides change with every input: not specialised on their alignment (a new
 #: combination of multiples of 16 would compile the kernel again, ~0.1 s each; value 1 still
 #: specialises, so contiguous axes stay contiguous).
