@@ -1,6 +1,6 @@
 """Where one attribution layer's GPU time goes: torch.profiler's kernel table over
-``attribution_reducer`` on a random generation block ``[H, |g|, |p| + |g|]`` (units of 13 rows,
-64-key spans, the default statistic), with the wall time of an eager loop.
+``attribution_reducer`` on a random generation block ``[H, |g|, |p| + |g|]`` of ``--dtype``
+(units of 13 rows, 64-key spans, the default statistic), with the wall time of an eager loop.
 
     python -m benchmarks.profile_attribution_layer --prompt 2048 --gen 256 --rows 45
 """
@@ -25,13 +25,15 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=2048)
     parser.add_argument("--gen", type=int, default=256)
     parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--rows", type=int, default=45, help="rows of the kernel table")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs CUDA")
     heads, gen, prompt = args.heads, args.gen, args.prompt
     torch.manual_seed(0)
-    block = torch.randn(1, heads, gen, prompt + gen, device="cuda") * 3
+    dtype = getattr(torch, args.dtype)  # the scores' type: the model's (bfloat16 for 8B runs)
+    block = (torch.randn(1, heads, gen, prompt + gen, device="cuda") * 3).to(dtype)
     units = [(a, min(a + UNIT_ROWS, gen)) for a in range(0, gen, UNIT_ROWS)]
     first, last = 40, prompt - 30
     spans = [(s, min(s + SPAN, last)) for s in range(first, last, SPAN)]

@@ -239,6 +239,28 @@ def test_prepare_kernel_equals_the_tensor_operations(
     torch.testing.assert_close(got.prefix, want.prefix, rtol=1e-12, atol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("padded", [False, True])
+def test_sixteen_bit_samples_prepare_as_their_float32_values(
+    dtype: torch.dtype, padded: bool
+) -> None:
+    """16-bit self samples are sorted in their own type and widened after: every field is
+    the one of the same values given as float32."""
+    gen = torch.Generator().manual_seed(13)
+    y = (torch.randn(3, 1500, generator=gen) * 5).to(dtype)
+    y[0, :400] = 0.5  # ties
+    valid = torch.rand(3, 1500, generator=gen) < 0.7 if padded else None
+    if valid is not None:
+        valid[:, 0] = True
+    got = _gpu.prepared_self(y, valid)
+    want = _gpu.prepared_self(y.float(), valid)
+    assert got.ys.dtype == torch.float32 and got.buckets == want.buckets
+    for name in ("ys", "count", "prefix", "center", "low", "scale", "table"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a is None) == (b is None), name
+        assert a is None or torch.equal(a, b), name
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     values=arrays(np.float32, st.integers(2, 40), elements=st.floats(width=32, allow_nan=False)),

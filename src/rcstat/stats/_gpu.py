@@ -158,14 +158,15 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None, *, spread: int 
     search steps (rows of many sizes padded to the longest). Where rcstat's kernels run, one
     kernel (``_triton.prepare_kernel``) computes all but the sort.
     """
-    y32 = y.float()
+    # 16-bit scores sort as they are (half the radix passes), then widen: the same order
+    narrow = y if y.dtype in (torch.bfloat16, torch.float16) else y.float()
     width = y.shape[-1]
     if y_valid is None:
         count = torch.full(y.shape[:-1], width, dtype=torch.int32, device=y.device)
-        ys = torch.sort(y32, dim=-1).values
+        ys = torch.sort(narrow, dim=-1).values.float()
     else:
         count = y_valid.sum(-1, dtype=torch.int32)
-        ys = torch.sort(torch.where(y_valid, y32, torch.inf), dim=-1).values
+        ys = torch.sort(torch.where(y_valid, narrow, torch.inf), dim=-1).values.float()
     buckets = 1 << min(width.bit_length() + spread, 16) if width >= _TABLE_FROM else 0
     if kernels_serve(ys):
         return _prepared_by_kernel(ys.contiguous(), count, buckets)

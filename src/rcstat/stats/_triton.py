@@ -74,21 +74,31 @@ def rank_terms(
     ``c(x) = #{y < x}`` is a lower-bound binary search in the row's sorted self samples
     (:class:`~rcstat.stats._gpu.SelfSamples`), run with ``TABLE`` only among the ``y`` of
     ``x``'s value bucket (``table[r, b]`` = samples in buckets below ``b``): a few steps
-    instead of ``log2 m``. ``S`` are the prefix sums of the sorted, centred ``y``; the sum of
+    instead of ``log2 m``, none when the bucket's first and last samples settle ``x``. ``S``
+    are the prefix sums of the sorted, centred ``y``; the sum of
     the first value over a set is ``n·m·E`` (paper eq. 6).
     """
+    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
     if TABLE:  # the y of x's bucket lie in [table[s], table[s + 1])
         bucket = _bucket(x, tl.load(low_ptr + row), tl.load(scale_ptr + row), buckets)
         table_row = table_ptr + row.to(tl.int64) * table_stride + bucket
-        lo = tl.load(table_row, mask=mask, other=0)
-        hi = tl.load(table_row + 1, mask=mask, other=0)
+        start = tl.load(table_row, mask=mask, other=0)
+        end = tl.load(table_row + 1, mask=mask, other=0)
+        # the bucket's ends settle x when it holds one value (often, and many times over,
+        # with 16-bit scores): c(x) is then table[s] or table[s + 1], no search
+        filled = mask & (start < end)
+        first = tl.load(ys_row + start, mask=filled, other=0.0)
+        last = tl.load(ys_row + end - 1, mask=filled, other=0.0)
+        above = filled & (x > last)  # c = end
+        between = filled & (x > first) & (x <= last)  # c in (start, end - 1]
+        lo = tl.where(above, end, tl.where(between, start + 1, start))
+        hi = tl.where(filled & (x <= first), start, tl.where(between, end - 1, end))
         widest = tl.max(tl.max(hi - lo, axis=1), axis=0)
         steps = tl.ceil(tl.log2(widest.to(tl.float32) + 1.0)).to(tl.int32)
     else:  # a small set: search all of it
         lo = tl.zeros(x.shape, dtype=tl.int32)
         hi = lo + tl.load(count_ptr + row)
         steps = steps_all
-    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
     for _ in range(steps):  # lower bound: first index with y >= x
         active = lo < hi
         mid = (lo + hi) // 2
