@@ -33,7 +33,9 @@ class HostStack:
             target.copy_(value)
         else:
             device = value.device
-            stream = self._streams.setdefault(device, torch.cuda.Stream(device))
+            stream = self._streams.get(device)
+            if stream is None:  # one side stream a device (a new one every call costs host time)
+                stream = self._streams[device] = torch.cuda.Stream(device)
             stream.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(stream):
                 target.copy_(value, non_blocking=True)
