@@ -399,25 +399,15 @@ def test_upload_many_moves_every_tensor_with_one_copy_per_dtype() -> None:
         assert torch.equal(moved[name].cpu(), value), name
 
 
-def test_host_stack_copies_from_cuda_asynchronously(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The copies run on one side stream a device, made once (not one a layer)."""
+def test_host_stack_copies_from_cuda_asynchronously() -> None:
     from rcstat.capture.host import HostStack
 
-    made: list[torch.cuda.Stream] = []
-    stream_type = torch.cuda.Stream
-
-    def counted(*args: object, **kwargs: object) -> torch.cuda.Stream:
-        made.append(stream_type(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(torch.cuda, "Stream", counted)
     stack = HostStack([0, 1], (1000,), torch.float32, pinned=True)
     for layer in (0, 1):
         value = torch.arange(1000, device="cuda", dtype=torch.float32) + layer
         stack.put(layer, value)
         del value  # the stream record keeps the memory until the copy is done
     result = stack.result()
-    assert len(made) == 1
     assert result.is_pinned()
     torch.testing.assert_close(result[1] - result[0], torch.ones(1000))
 
