@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from rcstat.stats import _gpu, rc_statistics
-from rcstat.stats._triton import _key
+from rcstat.stats._triton import _bucket, _key
 from tests._reference import algorithm1, naive_expected_rc
 
 
@@ -149,6 +149,22 @@ def _keys_of(values_ptr, out_ptr, N: tl.constexpr) -> None:
     tl.store(out_ptr + index, _key(tl.load(values_ptr + index)))
 
 
+@triton.jit
+def _buckets_of(values_ptr, out_ptr, low, scale, buckets, N: tl.constexpr) -> None:
+    index = tl.arange(0, N)
+    tl.store(out_ptr + index, _bucket(tl.load(values_ptr + index), low, scale, buckets))
+
+
+def _bucket_of(values: torch.Tensor, low: float, scale: float, buckets: int) -> torch.Tensor:
+    """The kernels' bucket of each float32 value (``_triton._bucket``), int64 ``[N]``."""
+    size = 1 << max(values.numel() - 1, 0).bit_length()
+    padded = torch.zeros(size, dtype=torch.float32)
+    padded[: values.numel()] = values.float()
+    out = torch.zeros(size, dtype=torch.int32)
+    _buckets_of[(1,)](padded, out, float(low), float(scale), buckets, N=size)
+    return out[: values.numel()].long()
+
+
 def test_keys_sort_like_the_values() -> None:
     """The kernels' radix key of a float32 (int32 bits read as unsigned) sorts like it."""
     values = torch.tensor([-np.inf, -3e38, -1.0, -1e-45, -0.0, 0.0, 1e-45, 2.0, 3e38, np.inf])
@@ -199,9 +215,7 @@ def test_bucket_table_counts_the_samples_below_each_bucket() -> None:
     width = samples.buckets + 3
     for row in range(2):
         inside = y[row][valid[row]]
-        s = _gpu.bucket_of(
-            inside[None], samples.low[row : row + 1], samples.scale[row : row + 1], samples.buckets
-        )[0]
+        s = _bucket_of(inside, samples.low[row], samples.scale[row], samples.buckets)
         assert int(s.min()) >= 1 and int(s.max()) <= samples.buckets + 1
         order = torch.argsort(inside)
         assert bool((s[order][1:] >= s[order][:-1]).all())
@@ -209,11 +223,33 @@ def test_bucket_table_counts_the_samples_below_each_bucket() -> None:
         torch.testing.assert_close(samples.table[row].long(), want)
 
 
+def _prepared_by_tensors(y: torch.Tensor, valid: torch.Tensor | None, buckets: int) -> dict:
+    """What ``prepare_kernel`` computes, by tensor operations: sort, float64 running sums, the
+    buckets of every sample (the kernels' function) counted below each table entry."""
+    inside = torch.ones_like(y, dtype=torch.bool) if valid is None else valid
+    ys = torch.sort(torch.where(inside, y.float(), torch.inf), dim=-1).values
+    count = inside.sum(-1, dtype=torch.int32)
+    first = torch.arange(y.shape[1]) < count[:, None]  # [R, M] the valid ones, sorted first
+    center = torch.where(first, ys.double(), 0.0).sum(-1) / count
+    centred = torch.where(first, ys.double() - center[:, None], 0.0)
+    prefix = torch.nn.functional.pad(centred.cumsum(-1), (1, 0))
+    want = {"ys": ys, "count": count, "center": center, "prefix": prefix, "table": None}
+    if not buckets:
+        return want | {"low": torch.zeros(len(ys)), "scale": torch.zeros(len(ys))}
+    low = ys[:, 0]
+    span = (ys.gather(1, (count.long() - 1)[:, None])[:, 0] - low).clamp_min(0.0)
+    scale = torch.where(span > 0, buckets / span, 0.0).clamp_max(1e30)
+    table = []
+    for row in range(len(ys)):  # table[b] = #{s < b}: the samples counted per bucket, summed
+        s = _bucket_of(ys[row, : count[row]], low[row], scale[row], buckets)
+        per_bucket = torch.bincount(s, minlength=buckets + 2)
+        table.append(torch.nn.functional.pad(per_bucket.cumsum(0), (1, 0)))
+    return want | {"low": low, "scale": scale, "table": torch.stack(table).int()}
+
+
 @pytest.mark.parametrize("spread", [2, -2])
 @pytest.mark.parametrize("padded", [False, True])
-def test_prepare_kernel_equals_the_tensor_operations(
-    padded: bool, spread: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_prepare_kernel_equals_the_tensor_operations(padded: bool, spread: int) -> None:
     """The one-launch preparation of sorted self samples (centres, prefix sums, bucket
     origin, scale and table) gives the tensor operations' fields: the tables and the float32
     fields bit for bit, the float64 sums up to their order. Rows with ties, a constant row,
@@ -228,15 +264,13 @@ def test_prepare_kernel_equals_the_tensor_operations(
         valid[3] = False
         valid[3, 7] = True  # one sample
     got = _gpu.prepared_self(y, valid, spread=spread)
-    monkeypatch.setattr(_gpu, "kernels_serve", lambda tensor: False)
-    want = _gpu.prepared_self(y, valid, spread=spread)
-    assert got.buckets == want.buckets
+    want = _prepared_by_tensors(y, valid, got.buckets)
     for name in ("ys", "count", "low", "scale", "table"):
-        a, b = getattr(got, name), getattr(want, name)
+        a, b = getattr(got, name), want[name]
         assert (a is None) == (b is None), name
         assert a is None or torch.equal(a, b), name
-    torch.testing.assert_close(got.center, want.center, rtol=1e-13, atol=1e-12)
-    torch.testing.assert_close(got.prefix, want.prefix, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(got.center, want["center"], rtol=1e-13, atol=1e-12)
+    torch.testing.assert_close(got.prefix, want["prefix"], rtol=1e-12, atol=1e-9)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -272,12 +306,12 @@ def test_property_buckets_never_decrease_and_stay_in_range(
 ) -> None:
     """The kernels compare a value only with the samples of its own bucket: that is exact
     only if ``s`` never decreases with the value, for any origin and scale."""
-    scale = torch.tensor([min(64 / span, 1e30) if span > 0 else 0.0], dtype=torch.float32)
-    v = torch.sort(torch.from_numpy(values)).values[None]
-    s = _gpu.bucket_of(v, torch.tensor([low], dtype=torch.float32), scale, 64)[0]
+    scale = float(np.float32(min(64 / span, 1e30) if span > 0 else 0.0))
+    v = torch.sort(torch.from_numpy(values)).values
+    s = _bucket_of(v, float(np.float32(low)), scale, 64)
     assert bool((s[1:] >= s[:-1]).all())
     assert int(s.min()) >= 0 and int(s.max()) <= 65
-    with_nan = _gpu.bucket_of(torch.tensor([[float("nan")]]), v[:, :1], scale, 64)
+    with_nan = _bucket_of(torch.tensor([float("nan")]), float(v[0]), scale, 64)
     assert 0 <= int(with_nan) <= 65
 
 
@@ -303,19 +337,6 @@ def test_units_key_expected_kernel_path_equals_the_reference(
     monkeypatch.setattr(_gpu, "available", lambda *tensors: True)
     got = units_key_expected(block, rows, (2, 18))
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-
-
-def test_row_cumsum_in_pieces_equals_one_scan() -> None:
-    """Long rows are scanned in pieces; the sums are those of one scan (int32 exactly)."""
-    gen = torch.Generator().manual_seed(9)
-    counts = torch.randint(0, 5, (3, 9000), generator=gen, dtype=torch.int32)
-    torch.testing.assert_close(
-        _gpu._row_cumsum(counts, torch.int32), counts.cumsum(-1, dtype=torch.int32), rtol=0, atol=0
-    )
-    values = torch.randn(2, 9217, generator=gen, dtype=torch.float64)
-    torch.testing.assert_close(
-        _gpu._row_cumsum(values, torch.float64), values.cumsum(-1), rtol=1e-12, atol=1e-12
-    )
 
 
 def test_a_large_concentrated_self_set_ranks_exactly() -> None:

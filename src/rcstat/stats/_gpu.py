@@ -35,7 +35,6 @@ _ENV = "RCSTAT_TRITON"
 _DIGITS = 256  # 8-bit radix digits
 _TILE = 1024  # samples per program
 _TABLE_FROM = 1024  # self sets at least this large get a bucket table
-_PIECE = 1024  # row cumsums in pieces of this many entries
 _PREPARE_BLOCK = 1024  # samples (or table entries) a step of prepare_kernel
 _SAMPLED_FROM = 1 << 19  # cross sets at least this large bracket their crossing by a sample
 _SAMPLES = 4096  # at most this many cross samples a row for the bracket
@@ -113,97 +112,33 @@ class SelfSamples:
     buckets: int  # B
 
 
-def bucket_of(
-    values: torch.Tensor, low: torch.Tensor, scale: torch.Tensor, buckets: int
-) -> torch.Tensor:
-    """The bucket ``s(v) = clamp(floor((v − low)·scale), −1, B) + 1`` in ``[0, B + 1]`` of
-    float32 ``values`` ``[R, N]`` (int64; the kernels' ``_bucket``, same float32 operations).
-
-    ``s`` never decreases as ``v`` grows, so a sample in a lower bucket is smaller and one in a
-    higher bucket larger: a value is compared only with the samples of its own bucket. Any
-    input, NaN included, lands in range (an infinite value over a zero scale goes to the end
-    its sign says).
-    """
-    above = values.float() - low[:, None]
-    raw = (above * scale[:, None]).floor()
-    raw = torch.where(raw.isnan(), torch.where(above > 0, float(buckets), -1.0), raw)  # ±inf·0
-    return raw.clamp(-1.0, float(buckets)).long() + 1
-
-
-def _row_cumsum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Running sums along the rows of ``values`` ``[R, N]``, ``dtype``.
-
-    A scan of a few long rows runs one block a row; the rows are cut in pieces of ``_PIECE``,
-    scanned side by side, and each piece then adds the total of the pieces before it.
-    """
-    rows, width = values.shape
-    if width <= 8 * _PIECE:  # a few pieces: one scan launches less
-        return values.cumsum(-1, dtype=dtype)
-    pieces = torch.nn.functional.pad(values, (0, -width % _PIECE)).view(rows, -1, _PIECE)
-    inner = pieces.cumsum(-1, dtype=dtype)  # [R, P, piece]
-    before = inner[..., -1].cumsum(-1, dtype=dtype) - inner[..., -1]  # [R, P]
-    return (inner + before[..., None]).view(rows, -1)[:, :width]
-
-
 @torch.no_grad()
 def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None, *, spread: int = 2) -> SelfSamples:
     """Sort the self samples of each row once and index them by value buckets.
 
     ``center`` is subtracted for precision. For sets of at least ``_TABLE_FROM`` samples,
-    the range ``[low, high]`` of the valid samples is cut in ``B`` equal buckets (``B`` about
-    four times the set size, at most ``2^16``; :func:`bucket_of`) and ``table[r, b]`` counts
-    the samples in buckets below ``b``, so that a cross sample is searched only among the few
-    samples of its bucket; smaller sets are searched whole. ``B = 2^(bits(M) + spread)``
-    for rows of ``M`` samples: a smaller ``spread`` builds a smaller table for a few more
-    search steps (rows of many sizes padded to the longest). Where rcstat's kernels run, one
-    kernel (``_triton.prepare_kernel``) computes all but the sort.
+    the range ``[low, high]`` of the valid samples is cut in ``B`` equal buckets
+    ``s(v) = clamp(floor((v − low)·scale), −1, B) + 1`` (``_triton._bucket``; ``s`` never
+    decreases as ``v`` grows) and ``table[r, b]`` counts the samples in buckets below ``b``, so
+    that a cross sample is searched only among the few samples of its bucket; smaller sets are
+    searched whole. ``B = 2^(bits(M) + spread)`` (at most ``2^16``) for rows of ``M`` samples:
+    a smaller ``spread`` builds a smaller table for a few more search steps (rows of many sizes
+    padded to the longest). The sort is ``torch.sort`` (16-bit samples in their own type: the
+    same order, half the radix passes); one kernel (``_triton.prepare_kernel``) computes the
+    rest: the centres, prefix sums, origin, scale and table in one launch.
     """
-    # 16-bit scores sort as they are (half the radix passes), then widen: the same order
+    from rcstat.stats._triton import prepare_kernel
+
     narrow = y if y.dtype in (torch.bfloat16, torch.float16) else y.float()
-    width = y.shape[-1]
+    rows, width = y.shape
+    device = y.device
     if y_valid is None:
-        count = torch.full(y.shape[:-1], width, dtype=torch.int32, device=y.device)
+        count = torch.full((rows,), width, dtype=torch.int32, device=device)
         ys = torch.sort(narrow, dim=-1).values.float()
     else:
         count = y_valid.sum(-1, dtype=torch.int32)
         ys = torch.sort(torch.where(y_valid, narrow, torch.inf), dim=-1).values.float()
     buckets = 1 << min(width.bit_length() + spread, 16) if width >= _TABLE_FROM else 0
-    if kernels_serve(ys):
-        return _prepared_by_kernel(ys.contiguous(), count, buckets)
-    inside = None if y_valid is None else torch.arange(width, device=y.device) < count[:, None]
-    center = (ys.double() if inside is None else torch.where(inside, ys.double(), 0.0)).sum(-1)
-    center = center / count
-    centred = ys.double() - center[:, None]
-    if inside is not None:
-        centred = torch.where(inside, centred, 0.0)
-    prefix = torch.nn.functional.pad(_row_cumsum(centred, torch.float64), (1, 0))  # [R, M + 1]
-    low = ys[:, 0].contiguous()  # the kernels index it by row
-    if not buckets:
-        none = torch.zeros_like(low)
-        return SelfSamples(ys.contiguous(), count, prefix.contiguous(), center, None, none, none, 0)
-    last = (count.long() - 1).clamp_min(0)[:, None]
-    span = (ys.gather(1, last)[:, 0] - low).clamp_min(0.0)  # [R]; NaN stays NaN
-    scale = torch.where(span > 0, buckets / span, 0.0).clamp_max(_MAX_SCALE)
-    bucket = bucket_of(ys, low, scale, buckets)  # [R, M] in [1, B + 1]
-    if inside is not None:
-        bucket = torch.where(inside, bucket, buckets + 2)  # padding above every bucket
-    # table[r, b] = #{s < b}: each sample counted at b = s + 1, then running sums
-    # (one pass over the samples and one over the table; no search per table entry)
-    counts = torch.zeros(ys.shape[0], buckets + 4, dtype=torch.int32, device=y.device)
-    counts.scatter_add_(1, bucket + 1, torch.ones_like(bucket, dtype=torch.int32))
-    table = _row_cumsum(counts[:, : buckets + 3], torch.int32)  # [R, B + 3]
-    return SelfSamples(
-        ys.contiguous(), count, prefix.contiguous(), center, table, low, scale, buckets
-    )
-
-
-def _prepared_by_kernel(ys: torch.Tensor, count: torch.Tensor, buckets: int) -> SelfSamples:
-    """:func:`prepared_self`'s fields of sorted ``ys`` ``[R, M]`` by ``prepare_kernel``: the
-    centres, prefix sums and (``buckets`` > 0) the bucket table in one launch."""
-    from rcstat.stats._triton import prepare_kernel
-
-    rows, width = ys.shape
-    device = ys.device
     center = torch.empty(rows, dtype=torch.float64, device=device)
     prefix = torch.empty(rows, width + 1, dtype=torch.float64, device=device)
     low = torch.zeros(rows, dtype=torch.float32, device=device)

@@ -40,8 +40,12 @@ def _key(values):
 
 @triton.jit
 def _bucket(values, low, scale, buckets):
-    """``clamp(floor((v − low)·scale), −1, B) + 1`` as int32 (``_gpu.bucket_of``, the same
-    float32 operations; NaN lands in range)."""
+    """The bucket ``clamp(floor((v − low)·scale), −1, B) + 1`` in ``[0, B + 1]`` as int32.
+
+    It never decreases as ``v`` grows, so a sample in a lower bucket is smaller and one in a
+    higher bucket larger: a value is compared only with the samples of its own bucket. Any
+    input, NaN included, lands in range (an infinite value over a zero scale goes to the end
+    its sign says)."""
     above = values - low
     raw = tl.floor(above * scale)
     raw = tl.where(raw == raw, raw, tl.where(above > 0, buckets * 1.0, -1.0))  # NaN: ±inf·0
