@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from rcstat.cli._common import (
     OUTPUT_MARKER,
     Devices,
+    check_output_folder,
     claim_output_folder,
     float_list,
     int_list,
@@ -87,15 +89,27 @@ def test_a_folder_of_another_command_is_refused(tmp_path: Path) -> None:
         claim_output_folder(out, "heads")
 
 
-def test_a_folder_being_claimed_by_another_shard_is_not_foreign(tmp_path: Path) -> None:
-    """The processes of one torchrun claim the folder together: one may see the other's marker
-    while it is being written (its temporary file), which is not a foreign file."""
+def test_a_folder_being_claimed_by_another_shard_is_not_foreign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The processes of one torchrun claim the folder together: one may check it while the
+    other's marker is being written (its temporary file, not yet moved into place), which is
+    not a foreign file. The other shard checks in that window, with the real temporary file."""
     out = tmp_path / "dp"
     out.mkdir()
-    in_flight = out / ".rcstat-output.json.k3j2h1.tmp"
-    in_flight.write_text('{"comm')
+    seen: list[list[str]] = []
+    move = os.replace
+
+    def other_shard_checks_first(source: str, target: str) -> None:
+        if Path(target).name == OUTPUT_MARKER:
+            seen.append(sorted(entry.name for entry in out.iterdir()))
+            check_output_folder(out, "heads")
+        move(source, target)
+
+    monkeypatch.setattr(os, "replace", other_shard_checks_first)
     claim_output_folder(out, "heads")
-    in_flight.unlink()
+    assert len(seen) == 1 and len(seen[0]) == 1 and seen[0][0] != OUTPUT_MARKER  # in flight
+    monkeypatch.setattr(os, "replace", move)
     claim_output_folder(out, "heads")  # the marker is there now: the same command's folder
     (tmp_path / "foreign").mkdir()
     (tmp_path / "foreign" / "notes.tmp").write_text("mine")

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+__all__ = ["is_temporary_for", "write_atomic"]
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
@@ -24,9 +24,8 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     ['a.txt']
     """
     target = Path(path)
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
-    )
+    prefix, suffix = _temporary_affixes(target.name)
+    handle, temporary = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
     try:
         os.chmod(temporary, 0o666 & ~_umask())
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as sink:
@@ -36,6 +35,18 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return target
+
+
+def _temporary_affixes(name: str) -> tuple[str, str]:
+    """The prefix and suffix of :func:`write_atomic`'s temporary file for a file ``name``."""
+    return f".{name}.", ".tmp"
+
+
+def is_temporary_for(entry: str, name: str) -> bool:
+    """Whether a file named ``entry`` is :func:`write_atomic`'s temporary file of a file
+    ``name`` beside it (a write in progress, maybe by another process)."""
+    prefix, suffix = _temporary_affixes(name)
+    return entry.startswith(prefix) and entry.endswith(suffix)
 
 
 def _umask() -> int:

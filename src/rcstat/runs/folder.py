@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rcstat.files import is_temporary_for
 from rcstat.runs.rows import write_json
 
 __all__ = [
@@ -84,7 +85,7 @@ def _claiming(entry: Path) -> bool:
     """Whether ``entry`` is the marker being written by another process claiming the folder
     (the temporary file of :func:`~rcstat.files.write_atomic`): the processes of one
     data-parallel run claim its folder at the same time."""
-    return entry.name.startswith(f"{OUTPUT_MARKER}.") and entry.name.endswith(".tmp")
+    return is_temporary_for(entry.name, OUTPUT_MARKER)
 
 
 def _read_marker(out: Path) -> dict[str, Any] | None:
