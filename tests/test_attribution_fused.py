@@ -64,8 +64,8 @@ def test_every_kernel_leaves_only_its_own_sizes_unspecialised() -> None:
     pytest.importorskip("triton")
     from rcstat.attribution._fused_triton import attribution_kernel
     from rcstat.capture._softmax_triton import row_lse_kernel
-    from rcstat.stats._triton import rank_sums_kernel
+    from rcstat.stats._triton import prepare_kernel, rank_sums_kernel
 
-    for kernel in (attribution_kernel, row_lse_kernel, rank_sums_kernel):
+    for kernel in (attribution_kernel, row_lse_kernel, rank_sums_kernel, prepare_kernel):
         names = set(kernel.do_not_specialize_on_alignment)
         assert names and names <= set(kernel.arg_names), kernel.fn.__name__
