@@ -273,6 +273,28 @@ def test_prepare_kernel_equals_the_tensor_operations(padded: bool, spread: int) 
     torch.testing.assert_close(got.prefix, want["prefix"], rtol=1e-12, atol=1e-9)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    y=arrays(np.float32, st.tuples(st.integers(1, 3), st.integers(1, 40)), elements=_value),
+    data=st.data(),
+)
+def test_property_prepare_kernel_equals_the_tensor_operations(
+    y: np.ndarray, data: st.DataObject
+) -> None:
+    """Any values (ties, one value, signed zeros) and any padding with a valid sample a row."""
+    valid = data.draw(arrays(np.bool_, y.shape))
+    valid[:, 0] = True
+    yt, vt = torch.from_numpy(y), torch.from_numpy(valid)
+    got = _gpu.prepared_self(yt, vt)
+    want = _prepared_by_tensors(yt, vt, got.buckets)
+    for name in ("ys", "count", "low", "scale", "table"):
+        a, b = getattr(got, name), want[name]
+        assert (a is None) == (b is None), name
+        assert a is None or torch.equal(a, b), name
+    torch.testing.assert_close(got.center, want["center"], rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(got.prefix, want["prefix"], rtol=1e-12, atol=1e-9)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("padded", [False, True])
 def test_sixteen_bit_samples_prepare_as_their_float32_values(
