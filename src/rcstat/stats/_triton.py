@@ -78,9 +78,9 @@ def rank_terms(
     ``c(x) = #{y < x}`` is a lower-bound binary search in the row's sorted self samples
     (:class:`~rcstat.stats._gpu.SelfSamples`), run with ``TABLE`` only among the ``y`` of
     ``x``'s value bucket (``table[r, b]`` = samples in buckets below ``b``): a few steps
-    instead of ``log2 m``, none when the bucket's first and last samples settle ``x``. ``S``
-    are the prefix sums of the sorted, centred ``y``; the sum of
-    the first value over a set is ``n·m·E`` (paper eq. 6).
+    instead of ``log2 m``, none when the bucket's first and last samples settle ``x``.
+    ``S`` are the prefix sums of the sorted, centred ``y``; the sum of the first value over a
+    set is ``n·m·E`` (paper eq. 6).
     """
     ys_row = ys_ptr + row.to(tl.int64) * ys_stride
     if TABLE:  # the y of x's bucket lie in [table[s], table[s + 1])
