@@ -139,9 +139,8 @@ class Segmented:
         first, last = self.token_span(part)
         start, end = self._part_range(part)
         length = end - start
-        cuts = [0] + [
-            min(max(self.offsets[i][0] - start, 0), length) for i in range(first + 1, last)
-        ]
+        inner = np.clip(self._bounds[first + 1 : last, 0] - start, 0, length)  # [n - 1]
+        cuts = [0, *inner.tolist()]
         text = self.text[start:end]
         return [text[a:b] for a, b in zip(cuts, [*cuts[1:], length], strict=True)]
 
