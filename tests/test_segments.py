@@ -282,6 +282,32 @@ def test_token_span_on_hand_built_offsets():
         seg.token_span("generation", 0, 1)
 
 
+def test_token_texts_cut_each_part_at_its_tokens_starts():
+    """One string per token of the part, cut at the token starts (the characters a trimming
+    tokenizer left out go with the token before), concatenating to the part; a token that
+    straddles the part's edge keeps only its characters inside the part."""
+    seg = _trimmed()
+    assert seg.token_texts("prompt") == ["ab  ", "cd"]
+    assert seg.token_texts("generation") == [" ef"]
+    straddling = Segmented(
+        input_ids=torch.tensor([[5, 6, 7]]),
+        prompt_len=2,
+        text="abcdef",
+        offsets=((0, 2), (2, 4), (4, 6)),  # token 1 holds "cd" across the parts' edge
+        parts={"prompt": (0, 3), "generation": (3, 6)},
+    )
+    assert straddling.token_texts("prompt") == ["ab", "c"]
+    assert straddling.token_texts("generation") == ["d", "ef"]
+
+
+def test_token_texts_concatenate_to_each_part(tok):
+    seg = segment_chat(tok, CONTEXT, QUESTION, ANSWER)
+    for part in ("context", "question", "answer"):
+        texts = seg.token_texts(part)
+        first, last = seg.token_span(part)
+        assert "".join(texts) == seg.part_text(part) and len(texts) == last - first
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
