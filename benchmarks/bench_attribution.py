@@ -12,7 +12,7 @@ its documented defaults: ContextCite (``ContextCiter(num_ablations=64)``, MadryL
 context-cite) runs 64 ablated forward passes after generation; rcstat runs one.
 
     python -m benchmarks.bench_attribution --dataset verigran --n 5 --span-scores mean,sentence
-    python -m benchmarks.bench_attribution --dataset verigran --n 5 --answer sentence|whole
+    python -m benchmarks.bench_attribution --dataset verigran --n 5 --answer sentences
     python -m benchmarks.bench_attribution --model random --model-dir DIR --device cuda
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 from benchmarks._common import device_label, forward_fns, interleaved, machine, write
 from benchmarks.bench_heads import build
 from rcstat.attribution import Attributor
-from rcstat.attribution.spans import join_chunks
+from rcstat.attribution.spans import join_chunks, split_sentences
 from rcstat.data import AttributionExample, load_dataset
 from rcstat.segments import segment_chat
 
@@ -41,8 +41,10 @@ def measure(
 ) -> dict[str, Any]:
     """Seconds of each attributor (by span score) and of the plain forward passes; the first
     span score is the row's ``attribute_s``. ``answer_kind``: ``"full"``, the annotated answer
-    and its annotated units; ``"sentence"``, the first annotated sentence alone (one unit, the
-    whole answer, as for a short QA answer); ``"whole"``, the full answer as one unit."""
+    and its annotated units; ``"sentences"``, the annotated answer with its sentences as units
+    (what ``Attributor.attribute`` does without ``units``); ``"sentence"``, the first annotated
+    sentence alone (one unit, the whole answer, as for a short QA answer); ``"whole"``, the
+    full answer as one unit."""
     first = next(iter(attributors.values()))
     model, tokenizer = first.model, first.tokenizer
     text, _ = join_chunks(list(example.chunks))
@@ -51,6 +53,8 @@ def measure(
     if answer_kind == "sentence":
         unit = example.units[0]
         answer, units = example.answer[unit.start : unit.end], None
+    elif answer_kind == "sentences":
+        units = None
     elif answer_kind == "whole":
         units = [(0, len(answer))]
     ids = segment_chat(tokenizer, text, example.question, answer).input_ids.to(device)
@@ -71,7 +75,9 @@ def measure(
         "example": example.id,
         "tokens": int(ids.shape[1]),
         "chunks": len(example.chunks),
-        "units": 1 if units is None else len(units),
+        "units": len(split_sentences(answer, language=first.language))
+        if units is None
+        else len(units),
         "attribute_s": times["attribute"],
         "forward_s": times["forward"],
         "forward_last_s": times["forward_last"],
@@ -101,9 +107,10 @@ def main() -> None:
     parser.add_argument(
         "--answer",
         default="full",
-        choices=["full", "sentence", "whole"],
-        help="the annotated answer and units, its first annotated sentence alone (one unit), "
-        "or the whole answer as one unit",
+        choices=["full", "sentences", "sentence", "whole"],
+        help="the annotated answer and units, the answer with its sentences as units "
+        "(Attributor's default), its first annotated sentence alone (one unit), or the whole "
+        "answer as one unit",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()

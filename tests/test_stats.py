@@ -407,6 +407,49 @@ def test_units_key_expected_matches_pairwise_sums() -> None:
                 assert float(got[u, h, i - 1]) == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 7), st.integers(1, 6)),
+    units=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 7)), min_size=1, max_size=4),
+    ties=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_block_units_expected_equals_the_two_searches(
+    shape: tuple[int, int, int], units: list[tuple[int, int]], ties: bool, seed: int
+) -> None:
+    """One search of each cross sample in ``Y(g, g)`` gives the head's ranking and every
+    unit's key values: those of :func:`block_expected` and :func:`units_key_expected` (units
+    anywhere in the rows: overlapping, nested, with gaps), ties and all; and the pairwise sums
+    for the head's."""
+    from rcstat.stats import block_expected, block_units_expected, unit_rows, units_key_expected
+
+    heads, g, prompt = shape
+    ranges = sorted({(min(a, g - 1), min(min(a, g - 1) + n, g)) for a, n in units})
+    gen = torch.Generator().manual_seed(seed)
+    block = torch.randn(heads, g, prompt + g, generator=gen) * 3
+    if ties:
+        block = block.round()
+    rows = unit_rows(ranges, prompt + g, prompt)
+    keys = (min(1, prompt - 1), prompt)
+    expected, per_key = block_units_expected(block, prompt, rows, keys)
+    torch.testing.assert_close(expected, block_expected(block, prompt), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(
+        per_key, units_key_expected(block, rows, keys), rtol=1e-10, atol=1e-10
+    )
+    for h in range(heads):
+        x = block[h, :, :prompt].double().numpy()
+        y = np.array([float(block[h, q, prompt + k]) for q in range(g) for k in range(q + 1)])
+        assert float(expected[h]) == pytest.approx(naive_expected_rc(x, y), rel=1e-10, abs=1e-10)
+
+
+def test_block_units_expected_refuses_a_batch_of_blocks() -> None:
+    from rcstat.stats import block_units_expected, unit_rows
+
+    rows = unit_rows([(0, 2)], 7, 5)
+    with pytest.raises(ValueError, match="one block"):
+        block_units_expected(torch.zeros(2, 3, 2, 7), 5, rows, (0, 5))
+
+
 def test_unit_rows_rejects_empty_units() -> None:
     from rcstat.stats import unit_rows
 

@@ -41,7 +41,9 @@ from rcstat.stats import (
     UnitRows,
     block_expected,
     block_statistics,
+    block_units_expected,
     rc_statistics,
+    triton_available,
     unit_rows,
     units_key_expected,
 )
@@ -100,10 +102,17 @@ def _tensor_path(
     gen_len = block.shape[1]
     positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
     probs = attention_probs(block, positions, params)  # [H, |g|, m + |g|]
-    per_key = units_key_expected(block, rows, (0, prompt_len), check_finite=False)  # [U, H, m]
-    rank: list[torch.Tensor | None] = (
-        _ranking(block, prompt_len, upper) if rank_heads else [None, None]
-    )
+    rank: list[torch.Tensor | None] = [None, None]
+    if rank_heads and not upper and not triton_available(block.device):
+        # one search of each cross sample serves the head's ranking and its unit's values
+        expected, per_key = block_units_expected(
+            block, prompt_len, rows, (0, prompt_len), check_finite=False
+        )  # [H], [U, H, m]
+        rank = [expected, None]
+    else:
+        per_key = units_key_expected(block, rows, (0, prompt_len), check_finite=False)
+        if rank_heads:
+            rank = _ranking(block, prompt_len, upper)
     rank += _ranking(probs, prompt_len, upper) if post_softmax else [None, None]
     # mean over each unit's rows of the weights summed over heads, by prefix sums
     summed = probs[:, :, :prompt_len].sum(0).double()  # [|g|, m]

@@ -308,6 +308,58 @@ def units_key_expected(
     return expected.view(units, heads, last - first)
 
 
+def block_units_expected(
+    scores: torch.Tensor,
+    prompt_len: int,
+    rows: UnitRows,
+    keys: tuple[int, int],
+    *,
+    check_finite: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`block_expected` and :func:`units_key_expected` of one block, each cross sample
+    searched once: ``(E [H], t [U, H, K])`` float64 (the tensor path; on CUDA with Triton the
+    two functions' kernels serve instead).
+
+    A unit's self samples are those of the head whose query row lies in the unit:
+    ``Y(g, g') = {f(k, l) ∈ Y(g, g) : l ∈ g'}``. With ``Y(g, g)`` sorted once, a cross sample's
+    rank there, ``c(x) = #{y < x}`` (the head's ranking, eq. 6), gives its rank among the
+    unit's, ``c'(x) = #{k < c(x) : row_k ∈ g'}``, and the unit's prefix sum ``S'(c'(x))`` is the
+    running sum of the unit's samples up to ``c(x)``: two lookups per sample for eq. 10,
+    where a second search was needed. Arguments as in :func:`units_key_expected` (one block
+    ``[H, g, m + g]``).
+    """
+    gen_len = _check_block(scores, prompt_len)
+    if scores.dim() != 3 or rows.batch is not None:
+        raise ValueError(f"scores must be one block [H, g, m + g], got {tuple(scores.shape)}")
+    if check_finite:
+        raise_if_not_finite(scores, "scores")
+    heads = scores.shape[0]
+    first, last = keys
+    y = self_samples(scores, prompt_len).double()  # [H, M], query-major
+    center = y.mean(-1, keepdim=True)  # [H, 1]: subtracted for precision only
+    ys, order = torch.sort(y - center, dim=-1)  # [H, M]
+    steps = torch.arange(1, gen_len + 1, device=scores.device)
+    row_of = torch.repeat_interleave(torch.arange(gen_len, device=scores.device), steps)  # [M]
+    sorted_rows = row_of[order]  # [H, M]: the query row of each sorted sample
+    x = scores[:, :, :prompt_len].double() - center[:, :, None]  # [H, g, m]
+    below = torch.searchsorted(ys, x.reshape(heads, -1)).view(heads, gen_len, prompt_len)
+    running = torch.nn.functional.pad(ys.cumsum(-1), (1, 0))  # [H, M + 1]
+    total = below.double() * x - running.gather(-1, below.view(heads, -1)).view_as(x)
+    expected = total.sum((1, 2)) / (gen_len * prompt_len * ys.shape[-1])  # [H]
+    per_key = []
+    for a, length in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True):
+        member = (sorted_rows >= a) & (sorted_rows < a + length)  # [H, M]
+        count = torch.nn.functional.pad(member.cumsum(-1), (1, 0))  # [H, M + 1]
+        sums = torch.nn.functional.pad(torch.where(member, ys, 0.0).cumsum(-1), (1, 0))
+        rank = below[:, a : a + length, first:last].reshape(heads, -1)  # [H, |g'|·K]
+        terms = count.gather(-1, rank).double() * x[:, a : a + length, first:last].reshape(
+            heads, -1
+        ) - sums.gather(-1, rank)
+        size = count[:, -1:].double()  # [H, 1]: |Y(g, g')|
+        per_key.append(terms.view(heads, length, last - first).sum(1) / (length * size))
+    return expected, torch.stack(per_key)  # [H], [U, H, K]
+
+
 def iot_expected_rc(scores: torch.Tensor, prompt_len: int) -> torch.Tensor:
     """Independent-output-tokens approximation of expected RC (supplement Table 1).
 
