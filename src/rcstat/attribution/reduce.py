@@ -24,7 +24,10 @@ query head ``h``:
 
 When the only unit is the whole answer (a one-sentence answer), ``Y(g, g') = Y(g, g)`` and
 the head's ranking score is the mean of its keys' values, ``E(X(p, g), Y(g, g)) = mean_{i ∈ p}
-t_h(g, i)``: the cross samples are ranked once, not twice.
+t_h(g, i)``: the cross samples are ranked once, not twice. With several units the tensor path
+ranks them once too: ``Y(g, g')`` is the part of ``Y(g, g)`` in the unit's rows, so a sample's
+rank among the head's self samples gives its rank among the unit's
+(:func:`~rcstat.stats.block_units_expected`).
 """
 
 from __future__ import annotations
