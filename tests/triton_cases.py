@@ -247,6 +247,21 @@ def _prepared_by_tensors(y: torch.Tensor, valid: torch.Tensor | None, buckets: i
     return want | {"low": low, "scale": scale, "table": torch.stack(table).int()}
 
 
+def _prepares_as_the_tensor_operations(
+    y: torch.Tensor, valid: torch.Tensor | None, spread: int
+) -> None:
+    """The kernel's fields equal :func:`_prepared_by_tensors`': the tables and float32 fields
+    bit for bit, the float64 sums up to their order."""
+    got = _gpu.prepared_self(y, valid, spread=spread)
+    want = _prepared_by_tensors(y, valid, got.buckets)
+    for name in ("ys", "count", "low", "scale", "table"):
+        a, b = getattr(got, name), want[name]
+        assert (a is None) == (b is None), name
+        assert a is None or torch.equal(a, b), name
+    torch.testing.assert_close(got.center, want["center"], rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(got.prefix, want["prefix"], rtol=1e-12, atol=1e-9)
+
+
 @pytest.mark.parametrize("spread", [2, -2])
 @pytest.mark.parametrize("padded", [False, True])
 def test_prepare_kernel_equals_the_tensor_operations(padded: bool, spread: int) -> None:
@@ -263,14 +278,7 @@ def test_prepare_kernel_equals_the_tensor_operations(padded: bool, spread: int) 
         valid[:, 0] = True
         valid[3] = False
         valid[3, 7] = True  # one sample
-    got = _gpu.prepared_self(y, valid, spread=spread)
-    want = _prepared_by_tensors(y, valid, got.buckets)
-    for name in ("ys", "count", "low", "scale", "table"):
-        a, b = getattr(got, name), want[name]
-        assert (a is None) == (b is None), name
-        assert a is None or torch.equal(a, b), name
-    torch.testing.assert_close(got.center, want["center"], rtol=1e-13, atol=1e-12)
-    torch.testing.assert_close(got.prefix, want["prefix"], rtol=1e-12, atol=1e-9)
+    _prepares_as_the_tensor_operations(y, valid, spread)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -284,15 +292,7 @@ def test_property_prepare_kernel_equals_the_tensor_operations(
     """Any values (ties, one value, signed zeros) and any padding with a valid sample a row."""
     valid = data.draw(arrays(np.bool_, y.shape))
     valid[:, 0] = True
-    yt, vt = torch.from_numpy(y), torch.from_numpy(valid)
-    got = _gpu.prepared_self(yt, vt)
-    want = _prepared_by_tensors(yt, vt, got.buckets)
-    for name in ("ys", "count", "low", "scale", "table"):
-        a, b = getattr(got, name), want[name]
-        assert (a is None) == (b is None), name
-        assert a is None or torch.equal(a, b), name
-    torch.testing.assert_close(got.center, want["center"], rtol=1e-12, atol=1e-9)
-    torch.testing.assert_close(got.prefix, want["prefix"], rtol=1e-12, atol=1e-9)
+    _prepares_as_the_tensor_operations(torch.from_numpy(y), torch.from_numpy(valid), 2)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
