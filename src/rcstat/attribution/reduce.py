@@ -46,7 +46,6 @@ from rcstat.stats import (
     block_statistics,
     block_units_expected,
     rc_statistics,
-    triton_available,
     unit_rows,
     units_key_expected,
 )
@@ -106,8 +105,7 @@ def _tensor_path(
     positions = torch.arange(prompt_len, prompt_len + gen_len, device=block.device)
     probs = attention_probs(block, positions, params)  # [H, |g|, m + |g|]
     rank: list[torch.Tensor | None] = [None, None]
-    if rank_heads and not upper and not triton_available(block.device):
-        # one search of each cross sample serves the head's ranking and its unit's values
+    if rank_heads and not upper:  # the head's ranking and its units' values in one go
         expected, per_key = block_units_expected(
             block, prompt_len, rows, (0, prompt_len), check_finite=False
         )  # [H], [U, H, m]

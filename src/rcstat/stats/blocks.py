@@ -317,8 +317,8 @@ def block_units_expected(
     check_finite: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`block_expected` and :func:`units_key_expected` of one block, each cross sample
-    searched once: ``(E [H], t [U, H, K])`` float64 (the tensor path; on CUDA with Triton the
-    two functions' kernels serve instead).
+    searched once: ``(E [H], t [U, H, K])`` float64 (on CUDA with Triton the two functions'
+    kernels serve instead).
 
     A unit's self samples are those of the head whose query row lies in the unit:
     ``Y(g, g') = {f(k, l) ∈ Y(g, g) : l ∈ g'}``. With ``Y(g, g)`` sorted once, a cross sample's
@@ -331,16 +331,21 @@ def block_units_expected(
     gen_len = _check_block(scores, prompt_len)
     if scores.dim() != 3 or rows.batch is not None:
         raise ValueError(f"scores must be one block [H, g, m + g], got {tuple(scores.shape)}")
+    if _gpu.available(scores):
+        return (
+            block_expected(scores, prompt_len, check_finite=check_finite),
+            units_key_expected(scores, rows, keys, check_finite=check_finite),
+        )
     if check_finite:
         raise_if_not_finite(scores, "scores")
-    heads = scores.shape[0]
+    heads, columns = scores.shape[0], scores.shape[-1]
     first, last = keys
     y = self_samples(scores, prompt_len).double()  # [H, M], query-major
     center = y.mean(-1, keepdim=True)  # [H, 1]: subtracted for precision only
     ys, order = torch.sort(y - center, dim=-1)  # [H, M]
-    steps = torch.arange(1, gen_len + 1, device=scores.device)
-    row_of = torch.repeat_interleave(torch.arange(gen_len, device=scores.device), steps)  # [M]
-    sorted_rows = row_of[order]  # [H, M]: the query row of each sorted sample
+    # the query row of each self sample, in self_samples' order, then in the sorted order
+    row_of = _gpu.causal_index(gen_len, columns, prompt_len, scores.device) // columns  # [M]
+    sorted_rows = row_of[order]  # [H, M]
     x = scores[:, :, :prompt_len].double() - center[:, :, None]  # [H, g, m]
     below = torch.searchsorted(ys, x.reshape(heads, -1)).view(heads, gen_len, prompt_len)
     running = torch.nn.functional.pad(ys.cumsum(-1), (1, 0))  # [H, M + 1]
