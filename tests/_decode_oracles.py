@@ -58,6 +58,7 @@ def ragged_layout(
         positions=packed.positions.to(device),
         seg_start=packed.seg_start.to(device),
         seg_len=packed.seg_len.to(device),
+        clock=packed.clock.to(device),
     )
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from rcstat.press.attention import packed_attention, ragged_attention
     from rcstat.press.cache import RaggedCache, RaggedLayer
+    from rcstat.press.decoding import GraphedGeneration, graphed_generate
     from rcstat.press.layout import PackedKV
     from rcstat.press.rcstat_press import RCStatPress
     from rcstat.press.registry import PRESS_NAMES, make_press
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PRESS_NAMES",
     "CompressionReport",
+    "GraphedGeneration",
     "PackedKV",
     "PromptSplit",
     "RCStatPress",
@@ -39,6 +41,7 @@ __all__ = [
     "answer_full_batch",
     "compress_and_answer",
     "compress_and_answer_batch",
+    "graphed_generate",
     "make_press",
     "packed_attention",
     "ragged_attention",
@@ -58,6 +61,8 @@ _HOMES = {
     "ragged_attention": "rcstat.press.attention",
     "RaggedCache": "rcstat.press.cache",
     "RaggedLayer": "rcstat.press.cache",
+    "GraphedGeneration": "rcstat.press.decoding",
+    "graphed_generate": "rcstat.press.decoding",
     "RCStatPress": "rcstat.press.rcstat_press",
     "PRESS_NAMES": "rcstat.press.registry",
     "make_press": "rcstat.press.registry",

@@ -181,19 +181,16 @@ class RaggedLayer(DynamicLayer):
             return packed
         dest = packed.seg_start[:-1] + packed.seg_len  # [S] first free row of each segment
         if q_len == 1:  # decoding: as few kernel launches as possible
-            packed.positions.index_fill_(0, dest, packed.length)
+            packed.positions.index_copy_(0, dest, packed.clock.expand(segments))
         else:
             offsets = torch.arange(q_len, device=dest.device)  # [q]
             dest = (dest.unsqueeze(1) + offsets).view(-1)  # [S·q], segment-major
-            packed.positions.index_copy_(0, dest, (packed.length + offsets).repeat(segments))
+            packed.positions.index_copy_(0, dest, (packed.clock + offsets).repeat(segments))
         packed.keys.index_copy_(0, dest, key_states.reshape(segments * q_len, dim))
         packed.values.index_copy_(0, dest, value_states.reshape(segments * q_len, dim))
         packed.seg_len += q_len
-        packed.length += q_len
-        packed.room -= q_len
-        packed.live += segments * q_len
-        packed.max_len += q_len
-        packed.appended += q_len
+        packed.clock += q_len
+        packed.grow(q_len, segments * q_len)
         return packed
 
     @staticmethod
@@ -234,15 +231,12 @@ class RaggedLayer(DynamicLayer):
         offsets = (rank.view(-1)[source]).to(device)  # [N]
         source, segment = source.to(device), segment.to(device)
         dest = packed.seg_start[segment] + packed.seg_len[segment] + offsets  # [N]
-        packed.positions.index_copy_(0, dest, packed.length + source % q_len)
+        packed.positions.index_copy_(0, dest, packed.clock + source % q_len)
         packed.keys.index_copy_(0, dest, key_states.reshape(-1, dim).index_select(0, source))
         packed.values.index_copy_(0, dest, value_states.reshape(-1, dim).index_select(0, source))
         packed.seg_len += counts.to(device)
-        packed.length += q_len
-        packed.room -= q_len
-        packed.live += int(counts.sum())
-        packed.max_len += q_len
-        packed.appended += q_len
+        packed.clock += q_len
+        packed.grow(q_len, int(counts.sum()))
 
     # -- accounting --------------------------------------------------------------------------
     def kept_lengths(self) -> torch.Tensor:

@@ -36,6 +36,7 @@ class PackedKV:
     positions: torch.Tensor  # [capacity] int64: logical position of each row (-1 in the room)
     seg_start: torch.Tensor  # [S + 1] int64 row offsets (seg_start[S] = capacity)
     seg_len: torch.Tensor  # [S] int64 live rows per segment
+    clock: torch.Tensor  # [1] int64: ``length`` on the device (a recorded append reads it)
     batch: int
     kv_heads: int
     length: int  # logical sequence length (prompt + appended tokens)
@@ -44,6 +45,15 @@ class PackedKV:
     max_len: int  # a bound on max(seg_len) (exact unless padded tokens were skipped), host
     appended: int = 0  # tokens appended since the layer was (last) compressed
     padding_free: bool = False
+
+    def grow(self, q_len: int, stored: int) -> None:
+        """Advance the host fields by ``q_len`` appended positions, ``stored`` rows of them
+        written (what an append does on the host; replaying a recorded append needs it too)."""
+        self.length += q_len
+        self.room -= q_len
+        self.live += stored
+        self.max_len += q_len
+        self.appended += q_len
 
     @property
     def capacity(self) -> int:
@@ -113,6 +123,7 @@ def pack_rows(
         positions=new_positions,
         seg_start=seg_start,
         seg_len=seg_len.clone(),
+        clock=torch.full((1,), length, dtype=torch.int64, device=device),
         batch=batch,
         kv_heads=kv_heads,
         length=length,
