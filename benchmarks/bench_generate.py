@@ -19,22 +19,38 @@ step, so at batch 1 the step is not bound by the cache (``bench_decode_floor`` t
 its floor).
 
     python -m benchmarks.bench_generate --context 32768 --batch 1,8 --ratio 0.5 --out docs/bench
+
+``--graphs`` times :func:`~rcstat.press.graphed_generate` instead, every decode step replayed
+as a CUDA graph, for both caches: ``full`` is transformers' ``StaticCache`` (``context +
+rounds · new tokens`` positions, read through sdpa with its mask, as transformers' own
+graph-captured decoding does), ``ragged`` the RaggedCache above. Each row is ``--rounds``
+calls of ``--new-tokens`` steps on the same cache, one after the other (the sequence grows by
+the tokens of the rounds before); tokens/s is the median round, with its min and max, each
+round's time including its graph recordings. ``--budget-gib G`` runs, for each context and
+ratio, as many sequences as fit ``G`` GiB of KV cache with each cache
+(``bench_decode_floor.budget_plan``) and compares aggregate tokens/s::
+
+    python -m benchmarks.bench_generate --graphs --context 4096,16384,65536,131072 --batch 1 \
+        --ratio 0.5 --out docs/bench
+    python -m benchmarks.bench_generate --graphs --budget-gib 40 --context 32768 --ratio 0.5 \
+        --out docs/bench
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DynamicCache, LlamaForCausalLM
+from transformers import DynamicCache, LlamaForCausalLM, StaticCache
 
 from benchmarks._common import device_label, ints, llama_8b, machine, write
-from benchmarks.bench_decode_floor import floats, kept_masks
-from rcstat.press import RaggedCache, ragged_attention
+from benchmarks.bench_decode_floor import budget_plan, floats, kept_masks
+from rcstat.press import RaggedCache, graphed_generate, ragged_attention
 
 CHUNK = 4096  # prefill chunk (keeps the prefill's activations small at long contexts)
 
@@ -44,6 +60,34 @@ def prefill(model: LlamaForCausalLM, ids: torch.Tensor, cache: Any) -> None:
     with torch.no_grad():
         for start in range(0, ids.shape[1], CHUNK):
             model.model(ids[:, start : start + CHUNK], past_key_values=cache, use_cache=True)
+
+
+def static_cache(model: LlamaForCausalLM, ids: torch.Tensor, positions: int) -> StaticCache:
+    """``ids`` ``[B, T]`` in a ``StaticCache`` of ``positions`` positions: prefilled into a
+    ``DynamicCache`` in chunks (a static cache prefilled directly would attend over all its
+    positions in every chunk), then each layer copied in and freed."""
+    dynamic = DynamicCache()
+    prefill(model, ids, dynamic)
+    static = StaticCache(config=model.config, max_cache_len=positions)
+    where = torch.arange(ids.shape[1], device=ids.device)
+    for index, layer in enumerate(dynamic.layers):
+        static.update(layer.keys, layer.values, index, {"cache_position": where})
+        layer.keys = layer.values = None
+    return static
+
+
+def compressed(
+    model: LlamaForCausalLM, ids: torch.Tensor, ratio: float, generator: torch.Generator
+) -> RaggedCache:
+    """``ids`` ``[B, T]`` in a RaggedCache keeping ``1 − ratio`` of each layer's entries, a
+    different share per (sequence, KV head)."""
+    cache = RaggedCache()
+    prefill(model, ids, cache)
+    batch, context = ids.shape
+    for layer in range(model.config.num_hidden_layers):
+        keep = kept_masks(batch, context, ratio, generator).to(ids.device)
+        cache.compress_layer(layer, keep)
+    return cache
 
 
 def kv_bytes(cache: Any) -> int:
@@ -62,12 +106,11 @@ def generate_row(
     """Prefill all but the last prompt token, compress (``ratio`` not None), then time
     ``generate`` of ``new_tokens``; the cache is freed before returning."""
     batch, context = ids.shape
-    cache: Any = DynamicCache() if ratio is None else RaggedCache()
-    prefill(model, ids[:, :-1], cache)
-    if ratio is not None:
-        for layer in range(model.config.num_hidden_layers):
-            keep = kept_masks(batch, context - 1, ratio, generator).to(ids.device)
-            cache.compress_layer(layer, keep)
+    if ratio is None:
+        cache: Any = DynamicCache()
+        prefill(model, ids[:, :-1], cache)
+    else:
+        cache = compressed(model, ids[:, :-1], ratio, generator)
     torch.cuda.empty_cache()
     held = kv_bytes(cache)
     options: dict[str, Any] = {
@@ -105,6 +148,102 @@ def generate_row(
         "kv_gib": held / 2**30,
         "peak_gib": peak / 2**30,
     }
+
+
+def graphed_row(
+    model: LlamaForCausalLM,
+    ids: torch.Tensor,
+    ratio: float | None,
+    new_tokens: int,
+    rounds: int,
+    generator: torch.Generator,
+) -> dict[str, Any]:
+    """Prefill all but the last prompt token into a ``StaticCache`` (``ratio`` None) or a
+    compressed RaggedCache, then time ``rounds`` calls of :func:`graphed_generate` of
+    ``new_tokens`` steps each; the cache is freed before returning."""
+    batch, context = ids.shape
+    if ratio is None:
+        cache: Any = static_cache(model, ids[:, :-1], context + rounds * new_tokens)
+    else:
+        cache = compressed(model, ids[:, :-1], ratio, generator)
+    torch.cuda.empty_cache()
+    held = kv_bytes(cache)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    tokens, seconds, recorded = ids[:, -1:], [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = graphed_generate(model, cache, tokens, max_new_tokens=new_tokens, graphs=True)
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+        assert result.steps == new_tokens and result.tokens.shape == (batch, new_tokens)
+        tokens, recorded = result.tokens[:, -1:], [*recorded, result.recorded]
+    peak = torch.cuda.max_memory_allocated()
+    del cache, result
+    torch.cuda.empty_cache()
+    rates = sorted(batch * new_tokens / s for s in seconds)
+    return {
+        "context": context,
+        "batch": batch,
+        "cache": "full" if ratio is None else "ragged",
+        "ratio": ratio,
+        "new_tokens": new_tokens,
+        "rounds": rounds,
+        "tokens_per_s": statistics.median(rates),
+        "tokens_per_s_min": rates[0],
+        "tokens_per_s_max": rates[-1],
+        "ms_per_step": 1e3 * statistics.median(seconds) / new_tokens,
+        "graphs_recorded": sum(recorded),
+        "kv_gib": held / 2**30,
+        "peak_gib": peak / 2**30,
+    }
+
+
+def with_ratios(row: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its tokens/s, KV bytes and peak memory over the full cache's."""
+    return row | {
+        "speed_ratio": row["tokens_per_s"] / full["tokens_per_s"],
+        "kv_ratio": row["kv_gib"] / full["kv_gib"],
+        "peak_ratio": row["peak_gib"] / full["peak_gib"],
+    }
+
+
+def say(row: dict[str, Any]) -> None:
+    spread = (
+        f" [{row['tokens_per_s_min']:.1f}, {row['tokens_per_s_max']:.1f}]"
+        if "tokens_per_s_min" in row
+        else ""
+    )
+    print(
+        f"T={row['context']} B={row['batch']} {row['cache']:>6} {row['ratio'] or 0:.1f}: "
+        f"{row['tokens_per_s']:.1f}{spread} tok/s ({row['ms_per_step']:.2f} ms/step), "
+        f"KV {row['kv_gib']:.2f} GiB, peak {row['peak_gib']:.2f} GiB"
+        + (f", {row['speed_ratio']:.2f}x" if "speed_ratio" in row else ""),
+        flush=True,
+    )
+
+
+def budget_rows(
+    model: LlamaForCausalLM, args: argparse.Namespace, generator: torch.Generator
+) -> list[dict[str, Any]]:
+    """For each context and ratio, the batch of each cache that fits ``--budget-gib``, graphed."""
+    rows: list[dict[str, Any]] = []
+    vocab = model.config.vocab_size
+    for context in args.context:
+        for ratio in args.ratio:
+            plan = budget_plan(args.budget_gib, context, ratio)
+            largest = max(plan["batch_full"], plan["batch_ragged"])
+            ids = torch.randint(1, vocab, (largest, context), generator=generator).to("cuda")
+            full = graphed_row(
+                model, ids[: plan["batch_full"]], None, args.new_tokens, args.rounds, generator
+            )
+            ragged = graphed_row(
+                model, ids[: plan["batch_ragged"]], ratio, args.new_tokens, args.rounds, generator
+            )
+            rows += [full | plan, with_ratios(ragged, full) | plan]
+            for row in rows[-2:]:
+                say(row)
+    return rows
 
 
 def profile_steps(model: LlamaForCausalLM, ids: torch.Tensor, ratio: float | None) -> None:
@@ -145,8 +284,15 @@ def main() -> None:
     parser.add_argument("--ratio", type=floats, default=[0.5], help="share evicted")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--profile", action="store_true", help="profile 3 steps of each cache")
+    parser.add_argument("--graphs", action="store_true", help="time graphed_generate instead")
+    parser.add_argument("--rounds", type=int, default=3, help="graphed calls per row")
+    parser.add_argument("--budget-gib", type=float, help="with --graphs: batches that fit G GiB")
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
+    if args.budget_gib is not None and not args.graphs:
+        parser.error("--budget-gib needs --graphs")
+    if args.rounds < 1 or args.new_tokens < 1:
+        parser.error("--rounds and --new-tokens must be at least 1")
     if not torch.cuda.is_available():
         raise SystemExit("needs CUDA")
     device = torch.device("cuda")
@@ -161,30 +307,37 @@ def main() -> None:
                 for ratio in (None, *args.ratio):
                     profile_steps(model, ids.to(device), ratio)
         return
+    name = f"generate{'_graphed' if args.graphs else ''}_{device_label('cuda')}"
+    if args.graphs:  # warm-up: kernels compiled, CUDA graphs' first recording
+        warm = torch.randint(1, model.config.vocab_size, (1, 1024), generator=generator)
+        for ratio in (None, *args.ratio):
+            graphed_row(model, warm.to(device), ratio, 4, 1, generator)
+    if args.budget_gib is not None:
+        rows = budget_rows(model, args, generator)
+        write(args.out, f"{name}_budget", rows, machine("cuda"))
+        return
     rows = []
     for context in args.context:
         for batch in args.batch:
             ids = torch.randint(1, model.config.vocab_size, (batch, context), generator=generator)
             ids = ids.to(device)
-            generate_row(model, ids[:, :1024], None, 4, generator)  # warm-up (kernels, graphs)
-            full = generate_row(model, ids, None, args.new_tokens, generator)
+            if args.graphs:
+                full = graphed_row(model, ids, None, args.new_tokens, args.rounds, generator)
+            else:
+                generate_row(model, ids[:, :1024], None, 4, generator)  # warm-up (kernels)
+                full = generate_row(model, ids, None, args.new_tokens, generator)
             rows.append(full)
+            say(full)
             for ratio in args.ratio:
-                generate_row(model, ids[:, :1024], ratio, 4, generator)
-                row = generate_row(model, ids, ratio, args.new_tokens, generator)
-                row["speed_ratio"] = row["tokens_per_s"] / full["tokens_per_s"]
-                row["kv_ratio"] = row["kv_gib"] / full["kv_gib"]
-                row["peak_ratio"] = row["peak_gib"] / full["peak_gib"]
-                rows.append(row)
-            for row in rows[-1 - len(args.ratio) :]:
-                print(
-                    f"T={context} B={batch} {row['cache']:>6} {row['ratio'] or 0:.1f}: "
-                    f"{row['tokens_per_s']:.1f} tok/s ({row['ms_per_step']:.2f} ms/step), "
-                    f"KV {row['kv_gib']:.2f} GiB, peak {row['peak_gib']:.2f} GiB",
-                    flush=True,
-                )
+                if args.graphs:
+                    row = graphed_row(model, ids, ratio, args.new_tokens, args.rounds, generator)
+                else:
+                    generate_row(model, ids[:, :1024], ratio, 4, generator)
+                    row = generate_row(model, ids, ratio, args.new_tokens, generator)
+                rows.append(with_ratios(row, full))
+                say(rows[-1])
             # written after every (context, batch): a long run cut short keeps what it measured
-            write(args.out, f"generate_{device_label('cuda')}", rows, machine("cuda"))
+            write(args.out, name, rows, machine("cuda"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,30 @@
+"""The caches ``benchmarks/bench_generate.py`` builds (CPU, tiny model, no timing): the full
+cache moved into a ``StaticCache`` continues as the ``DynamicCache`` it came from."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from benchmarks import bench_generate as bench
+from rcstat.press import graphed_generate
+from tests._tiny_models import one_thread, tiny_model
+
+_one_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
+
+
+def test_static_cache_holds_the_prefill_and_continues_like_a_dynamic_cache() -> None:
+    model = tiny_model("llama")
+    ids = torch.randint(1, 600, (2, 30), generator=torch.Generator().manual_seed(0))
+    static = bench.static_cache(model, ids[:, :-1], 40)
+    assert int(static.get_seq_length()) == 29 and static.max_cache_len == 40
+    dynamic = DynamicCache()
+    bench.prefill(model, ids[:, :-1], dynamic)
+    for index, layer in enumerate(dynamic.layers):
+        torch.testing.assert_close(static.layers[index].keys[:, :, :29], layer.keys)
+        assert not static.layers[index].keys[:, :, 29:].any()
+    ours = graphed_generate(model, static, ids[:, -1:], max_new_tokens=8)
+    theirs = graphed_generate(model, dynamic, ids[:, -1:], max_new_tokens=8)
+    assert torch.equal(ours.tokens, theirs.tokens)
+
