@@ -27,4 +27,3 @@ def test_static_cache_holds_the_prefill_and_continues_like_a_dynamic_cache() -> 
     ours = graphed_generate(model, static, ids[:, -1:], max_new_tokens=8)
     theirs = graphed_generate(model, dynamic, ids[:, -1:], max_new_tokens=8)
     assert torch.equal(ours.tokens, theirs.tokens)
-
