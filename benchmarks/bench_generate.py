@@ -96,6 +96,17 @@ def kv_bytes(cache: Any) -> int:
     return sum(layer.keys.numel() * 2 * layer.keys.element_size() for layer in cache.layers)
 
 
+def described(batch: int, context: int, ratio: float | None, new_tokens: int) -> dict[str, Any]:
+    """The keys that say what a row measured."""
+    return {
+        "context": context,
+        "batch": batch,
+        "cache": "full" if ratio is None else "ragged",
+        "ratio": ratio,
+        "new_tokens": new_tokens,
+    }
+
+
 def generate_row(
     model: LlamaForCausalLM,
     ids: torch.Tensor,
@@ -136,12 +147,7 @@ def generate_row(
     peak = torch.cuda.max_memory_allocated()
     del cache, out
     torch.cuda.empty_cache()
-    return {
-        "context": context,
-        "batch": batch,
-        "cache": "full" if ratio is None else "ragged",
-        "ratio": ratio,
-        "new_tokens": new_tokens,
+    return described(batch, context, ratio, new_tokens) | {
         "seconds": seconds,
         "tokens_per_s": batch * new_tokens / seconds,
         "ms_per_step": 1e3 * seconds / new_tokens,
@@ -182,12 +188,7 @@ def graphed_row(
     del cache, result
     torch.cuda.empty_cache()
     rates = sorted(batch * new_tokens / s for s in seconds)
-    return {
-        "context": context,
-        "batch": batch,
-        "cache": "full" if ratio is None else "ragged",
-        "ratio": ratio,
-        "new_tokens": new_tokens,
+    return described(batch, context, ratio, new_tokens) | {
         "rounds": rounds,
         "tokens_per_s": statistics.median(rates),
         "tokens_per_s_min": rates[0],
