@@ -8,15 +8,18 @@ interpreter (``tests/graphed_generate_cases.py``); and with real CUDA graphs on 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
 from transformers import DynamicCache, StaticCache
 
 from rcstat.press import RaggedCache, graphed_generate, ragged_attention
-from rcstat.press.decoding import CHECK_EVERY, _generate
+from rcstat.press.decoding import CHECK_EVERY, _generate, _Step
 from tests._interpreter import run_cases
 from tests._recorders import ReplayRecorder, host_fields
 from tests._tiny_models import one_thread, tiny_model
@@ -248,6 +251,47 @@ def test_graphs_need_a_cache_that_keeps_its_shapes() -> None:
     assert reason is not None and "a DynamicCache changes shape every step" in reason
     assert _why_not_graphs(compressed_cache(model, ids, 2), cuda) is None
     assert _why_not_graphs(StaticCache(config=model.config, max_cache_len=8), cuda) is None
+
+
+@contextlib.contextmanager
+def no_host_reads() -> Iterator[None]:
+    """Every way Python reads a tensor's value raises: on CUDA each would wait for the device,
+    which a graph recording refuses."""
+
+    def refuse(name: str) -> Any:
+        def read(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"the step read a value back from the device (Tensor.{name})")
+
+        return read
+
+    with contextlib.ExitStack() as stack:
+        for name in ("item", "tolist", "__bool__", "__int__", "__float__", "numpy"):
+            stack.enter_context(mock.patch.object(torch.Tensor, name, refuse(name)))
+        yield
+
+
+@pytest.mark.parametrize("kind", ["ragged", "static"])
+def test_a_step_reads_nothing_back_from_the_device(kind: str) -> None:
+    """The step's host code — rcstat's and transformers' — never reads a tensor's value, so it
+    can be recorded (the CPU runs the padded reference attention; the split kernel's launch
+    reads host integers only, ``tests/test_press_decode_kernel.py``)."""
+    model = tiny_model("llama")
+    ids = prompt_ids(10)
+    if kind == "ragged":
+        cache: Any = compressed_cache(model, ids, 4)
+        session: Any = ragged_attention(model)
+    else:
+        cache = StaticCache(config=model.config, max_cache_len=PROMPT + 4)
+        with torch.no_grad():
+            model(ids[:, :-1], past_key_values=cache, use_cache=True)
+        session = contextlib.nullcontext()
+    step = _Step.make(model, cache, ids[:, -1:], 3, None, {5}, 0)
+    with torch.no_grad(), session:
+        step()
+        with no_host_reads():
+            step()
+        with no_host_reads(), pytest.raises(AssertionError, match=r"Tensor.__bool__"):
+            bool(step.done.all())  # the check itself reads
 
 
 def test_frozen_host_replays_under_the_interpreter() -> None:
