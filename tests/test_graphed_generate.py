@@ -234,6 +234,32 @@ def test_bad_input_is_refused_before_any_step() -> None:
     assert host_fields(cache) == before
 
 
+def test_a_failed_recording_leaves_the_cache_as_the_eager_step_left_it() -> None:
+    model = tiny_model("llama")
+    ids = prompt_ids(11)
+    cache = compressed_cache(model, ids, 4)
+    eager = copy.deepcopy(cache)
+    graphed_generate(model, eager, ids[:, -1:], max_new_tokens=1)
+
+    def failing(step: Any) -> Any:
+        step()  # the host code runs, as in a CUDA recording, then the recording fails
+        raise RuntimeError("recording failed")
+
+    with pytest.raises(RuntimeError, match="recording failed"):
+        _generate(model, cache, ids[:, -1:], 4, None, (), 0, failing, "auto")
+    assert host_fields(cache)[0][0] == PROMPT  # the device clock and the host agree again
+    assert [f[:2] for f in host_fields(cache)] == [f[:2] for f in host_fields(eager)]
+
+
+def test_it_enters_its_own_ragged_attention() -> None:
+    model = tiny_model("llama")
+    ids = prompt_ids(12)
+    cache = compressed_cache(model, ids, 4)
+    with ragged_attention(model), pytest.raises(RuntimeError, match="call it outside one"):
+        graphed_generate(model, cache, ids[:, -1:], max_new_tokens=2)
+    assert host_fields(cache)[0][0] == PROMPT - 1
+
+
 def test_graphs_need_a_cache_that_keeps_its_shapes() -> None:
     """Why graphs cannot serve, named (the device check aside, which the CPU cannot pass)."""
     from rcstat.press.decoding import _why_not_graphs

@@ -39,7 +39,7 @@ import torch
 from rcstat.generation import check_max_new_tokens, input_device
 from rcstat.press.attention import ragged_attention
 from rcstat.press.cache import RaggedCache
-from rcstat.press.layout import Backend, PackedKV
+from rcstat.press.layout import RAGGED_SESSION, Backend, PackedKV
 
 __all__ = ["CHECK_EVERY", "GraphedGeneration", "graphed_generate"]
 
@@ -197,6 +197,10 @@ def _generate(
     backend: Backend,
 ) -> GraphedGeneration:
     """:func:`graphed_generate` with the recorder given (the tests pass one that runs on CPU)."""
+    if RAGGED_SESSION.get() is not None:
+        raise RuntimeError(
+            "graphed_generate runs the model in its own ragged_attention: call it outside one"
+        )
     step = _Step.make(model, cache, tokens, max_new_tokens, positions, stops, pad_token_id)
     layers = _packed_layers(cache)
     attention = ragged_attention(model, backend=backend) if layers else nullcontext()
@@ -355,9 +359,11 @@ def _host_kept(cache: Any) -> Iterator[None]:
     device afterwards. Recording never repacks (the rooms are not empty)."""
     layers = _packed_layers(cache)
     saved = [tuple(getattr(p, name) for name in _HOST_FIELDS) for p in layers]
-    yield
+    try:
+        yield
+    finally:  # a recording that fails leaves the cache as it found it
+        for packed, values in zip(layers, saved, strict=True):
+            for name, value in zip(_HOST_FIELDS, values, strict=True):
+                setattr(packed, name, value)
     if any(a is not b for a, b in zip(_packed_layers(cache), layers, strict=True)):
         raise RuntimeError("a layer was repacked while its decode step was being recorded")
-    for packed, values in zip(layers, saved, strict=True):
-        for name, value in zip(_HOST_FIELDS, values, strict=True):
-            setattr(packed, name, value)
