@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -70,9 +71,17 @@ def static_cache(model: LlamaForCausalLM, ids: torch.Tensor, positions: int) -> 
     prefill(model, ids, dynamic)
     static = StaticCache(config=model.config, max_cache_len=positions)
     where = torch.arange(ids.shape[1], device=ids.device)
-    for index, layer in enumerate(dynamic.layers):
-        static.update(layer.keys, layer.values, index, {"cache_position": where})
-        layer.keys = layer.values = None
+    try:
+        for index, layer in enumerate(dynamic.layers):
+            static.update(layer.keys, layer.values, index, {"cache_position": where})
+            layer.keys = layer.values = None
+    except (TypeError, KeyError, RuntimeError) as err:  # a transformers without this update
+        print(f"static cache: copy refused ({err}); prefilling it directly", file=sys.stderr)
+        del dynamic, static
+        static = StaticCache(config=model.config, max_cache_len=positions)
+        prefill(model, ids, static)
+    if int(static.get_seq_length()) != ids.shape[1]:
+        raise RuntimeError(f"the static cache holds {int(static.get_seq_length())} positions")
     return static
 
 

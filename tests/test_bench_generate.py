@@ -3,9 +3,11 @@ cache moved into a ``StaticCache`` continues as the ``DynamicCache`` it came fro
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from benchmarks import bench_generate as bench
 from rcstat.press import graphed_generate
@@ -27,3 +29,25 @@ def test_static_cache_holds_the_prefill_and_continues_like_a_dynamic_cache() -> 
     ours = graphed_generate(model, static, ids[:, -1:], max_new_tokens=8)
     theirs = graphed_generate(model, dynamic, ids[:, -1:], max_new_tokens=8)
     assert torch.equal(ours.tokens, theirs.tokens)
+
+
+def test_static_cache_is_prefilled_directly_where_the_copy_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tiny_model("llama")
+    ids = torch.randint(1, 600, (1, 12), generator=torch.Generator().manual_seed(3))
+    original, calls = StaticCache.update, []
+
+    def refuse_first(self: StaticCache, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise TypeError("no such argument")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(StaticCache, "update", refuse_first)
+    static = bench.static_cache(model, ids, 20)
+    assert "copy refused (no such argument); prefilling it directly" in capsys.readouterr().err
+    dynamic = DynamicCache()
+    bench.prefill(model, ids, dynamic)
+    for index, layer in enumerate(dynamic.layers):
+        torch.testing.assert_close(static.layers[index].keys[:, :, :12], layer.keys)
