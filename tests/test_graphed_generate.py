@@ -174,13 +174,23 @@ def test_a_stop_token_pads_the_rest_and_ends_when_all_are_done() -> None:
     assert result.tokens[0].tolist() == free.tokens[0, :2].tolist() + [0] * 4
     assert result.lengths[0] == 2 and bool(result.finished[0])
     assert bool(result.finished[1]) == (first is not None)
-    # every sequence done: the host notices at the next check, not at the token limit
+    # every sequence done: eager steps stop at once, replays at the next check
     both = {int(free.tokens[0, 0]), int(free.tokens[1, 0])}
     early = graphed_generate(
         model, copy.deepcopy(cache), ids[:, -1:], max_new_tokens=3 * CHECK_EVERY, stops=both
     )
-    assert early.steps == CHECK_EVERY and early.finished.all()
+    assert early.steps == 1 and early.finished.all()
     assert early.lengths.tolist() == [0, 0] and not early.tokens.any()
+    replayed = compressed_cache(
+        model, ids, 64
+    )  # room for every replay: no eager step but the first
+    recorder = ReplayRecorder(replayed)
+    late = _generate(model, replayed, ids[:, -1:], 3 * CHECK_EVERY, None, both, 0, recorder, "auto")
+    assert late.steps == CHECK_EVERY and late.finished.all() and not late.tokens.any()
+    short = compressed_cache(model, ids, 8)  # the room runs out at step 8: checked before it
+    recorder = ReplayRecorder(short)
+    cut = _generate(model, short, ids[:, -1:], 3 * CHECK_EVERY, None, both, 0, recorder, "auto")
+    assert cut.steps == 8 and cut.finished.all()
 
 
 def test_positions_continue_each_rows_own_count() -> None:

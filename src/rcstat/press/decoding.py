@@ -22,8 +22,9 @@ The step reads its inputs from and writes its outputs to fixed buffers: the toke
 ``[B, 1]``, their positions ``[B, 1]``, the storage index ``cache_position`` ``[1]``, the
 tokens generated ``[B, max_new_tokens]`` and a device step counter. A sequence that emits a
 stop token is done: its later outputs are ``pad_token_id``; the host reads whether all are done
-every :data:`CHECK_EVERY` steps. Off CUDA (or with ``graphs=False``) the same step runs
-eagerly, which is how the tests check it against ``generate``.
+before every eager step and, while replaying, every :data:`CHECK_EVERY` steps. Off CUDA (or
+with ``graphs=False``) the same step runs eagerly, which is how the tests check it against
+``generate``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from rcstat.press.layout import RAGGED_SESSION, Backend, PackedKV
 
 __all__ = ["CHECK_EVERY", "GraphedGeneration", "graphed_generate"]
 
-CHECK_EVERY = 32  # steps between the host's reads of "every sequence is done"
+CHECK_EVERY = 32  # steps between the host's reads of "every sequence is done" while replaying
 _HOST_FIELDS = ("length", "room", "live", "max_len", "appended")
 
 
@@ -62,7 +63,7 @@ class GraphedGeneration:
         ``[batch]`` bool: the sequence emitted a stop token (False: cut at the limit).
     steps
         Forward passes run: ``max_new_tokens``, or fewer once every sequence was done (read
-        every :data:`CHECK_EVERY` steps).
+        before every eager step and, while replaying, every :data:`CHECK_EVERY` steps).
     recorded
         CUDA graphs recorded (0: every step ran eagerly).
     """
@@ -209,10 +210,11 @@ def _generate(
     left = 0  # replays before a layer's room runs out
     with torch.no_grad(), attention:
         while done_steps < max_new_tokens:
-            if step.stops is not None and done_steps % CHECK_EVERY == 0 and done_steps:
-                if bool(step.done.all()):
+            eager = replay is None or left == 0
+            if step.stops is not None and done_steps and (eager or done_steps % CHECK_EVERY == 0):
+                if bool(step.done.all()):  # reads the device: not before every replay
                     break
-            if replay is None or left == 0:
+            if eager:
                 step()  # the first step (kernels compile), or a repack
                 done_steps += 1
                 replay = None
