@@ -214,7 +214,7 @@ def _generate(
             if step.stops is not None and done_steps and (eager or done_steps % CHECK_EVERY == 0):
                 if bool(step.done.all()):  # reads the device: not before every replay
                     break
-            if eager:
+            if eager or replay is None:
                 step()  # the first step (kernels compile), or a repack
                 done_steps += 1
                 replay = None
