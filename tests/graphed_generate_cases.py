@@ -11,10 +11,9 @@ import os
 
 import pytest
 
-from rcstat.press.decoding import _generate
 from tests._recorders import ReplayRecorder
 from tests._tiny_models import tiny_model
-from tests.test_graphed_generate import assert_same_layers, compressed_cache, prompt_ids
+from tests.test_graphed_generate import assert_same_layers, compressed_cache, decode, prompt_ids
 
 
 @pytest.fixture(autouse=True)
@@ -31,9 +30,9 @@ def test_replays_with_frozen_host_values_equal_eager_steps(slack: int) -> None:
     ids = prompt_ids(9)
     cache = compressed_cache(model, ids, slack)
     eager, replayed = copy.deepcopy(cache), copy.deepcopy(cache)
-    expected = _generate(model, eager, ids[:, -1:], 9, None, (), 0, None, "split")
+    expected = decode(model, eager, ids, 9, None, "split")
     recorder = ReplayRecorder(replayed, stale=True)
-    result = _generate(model, replayed, ids[:, -1:], 9, None, (), 0, recorder, "split")
+    result = decode(model, replayed, ids, 9, recorder, "split")
     assert recorder.replays > 0
     assert (result.tokens == expected.tokens).all()
     assert_same_layers(replayed, eager)

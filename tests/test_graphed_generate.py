@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from rcstat.press import RaggedCache, graphed_generate, ragged_attention
-from rcstat.press.decoding import CHECK_EVERY, _generate, _Step
+from rcstat.press.decoding import CHECK_EVERY, GraphedGeneration, _generate, _Step
 from tests._interpreter import run_cases
 from tests._recorders import ReplayRecorder, host_fields
 from tests._tiny_models import one_thread, tiny_model
@@ -47,6 +47,19 @@ def compressed_cache(model: Any, ids: torch.Tensor, slack: int, seed: int = 1) -
         keep[..., 0] = True
         cache.compress_layer(layer, keep)
     return cache
+
+
+def decode(
+    model: Any,
+    cache: Any,
+    ids: torch.Tensor,
+    new: int,
+    recorder: Any,
+    backend: Any,
+    stops: Any = (),
+) -> GraphedGeneration:
+    """``graphed_generate``'s loop with the recorder and backend given."""
+    return _generate(_Step.make(model, cache, ids[:, -1:], new, None, stops, 0), recorder, backend)
 
 
 def generate_oracle(model: Any, cache: Any, ids: torch.Tensor, new: int) -> torch.Tensor:
@@ -137,7 +150,7 @@ def test_replays_keep_the_host_in_step_with_the_device(slack: int) -> None:
     eager, replayed = copy.deepcopy(cache), copy.deepcopy(cache)
     expected = graphed_generate(model, eager, ids[:, -1:], max_new_tokens=14, graphs=False)
     recorder = ReplayRecorder(replayed)
-    result = _generate(model, replayed, ids[:, -1:], 14, None, (), 0, recorder, "auto")
+    result = decode(model, replayed, ids, 14, recorder, "auto")
     assert torch.equal(result.tokens, expected.tokens)
     assert_same_layers(replayed, eager)
     recordings, eager_steps = expected_recordings(slack, 14)
@@ -185,11 +198,11 @@ def test_a_stop_token_pads_the_rest_and_ends_when_all_are_done() -> None:
         model, ids, 64
     )  # room for every replay: no eager step but the first
     recorder = ReplayRecorder(replayed)
-    late = _generate(model, replayed, ids[:, -1:], 3 * CHECK_EVERY, None, both, 0, recorder, "auto")
+    late = decode(model, replayed, ids, 3 * CHECK_EVERY, recorder, "auto", both)
     assert late.steps == CHECK_EVERY and late.finished.all() and not late.tokens.any()
     short = compressed_cache(model, ids, 8)  # the room runs out at step 8: checked before it
     recorder = ReplayRecorder(short)
-    cut = _generate(model, short, ids[:, -1:], 3 * CHECK_EVERY, None, both, 0, recorder, "auto")
+    cut = decode(model, short, ids, 3 * CHECK_EVERY, recorder, "auto", both)
     assert cut.steps == 8 and cut.finished.all()
 
 
@@ -256,7 +269,7 @@ def test_a_failed_recording_leaves_the_cache_as_the_eager_step_left_it() -> None
         raise RuntimeError("recording failed")
 
     with pytest.raises(RuntimeError, match="recording failed"):
-        _generate(model, cache, ids[:, -1:], 4, None, (), 0, failing, "auto")
+        decode(model, cache, ids, 4, failing, "auto")
     assert host_fields(cache)[0][0] == PROMPT  # the device clock and the host agree again
     assert [f[:2] for f in host_fields(cache)] == [f[:2] for f in host_fields(eager)]
 
@@ -343,7 +356,7 @@ def test_cuda_graphs_equal_eager_steps(slack: int) -> None:
     ids = prompt_ids(8).cuda()
     cache = _cuda_cache(model, ids, slack)
     eager, graphed = copy.deepcopy(cache), copy.deepcopy(cache)
-    expected = _generate(model, eager, ids[:, -1:], 20, None, (), 0, None, "split")
+    expected = decode(model, eager, ids, 20, None, "split")
     result = graphed_generate(model, graphed, ids[:, -1:], max_new_tokens=20, graphs=True)
     assert result.recorded >= 1
     assert torch.equal(result.tokens, expected.tokens)

@@ -146,15 +146,17 @@ def graphed_generate(
         ``tokens`` or ``positions`` of the wrong shape, a ``StaticCache`` too short for
         ``max_new_tokens``, or ``graphs=True`` where graphs cannot serve (no CUDA, a dense
         layer of a ``RaggedCache``, a cache that grows by concatenation).
+    RuntimeError
+        Called inside :func:`ragged_attention` (it enters its own).
     """
     check_max_new_tokens(max_new_tokens)
-    device = input_device(model)
-    record = _graphs_serve(cache, device, graphs)
-    recorder: Recorder | None = CudaRecorder() if record else None
-    backend: Backend = "split" if record else "auto"
-    return _generate(
-        model, cache, tokens, max_new_tokens, positions, stops, pad_token_id, recorder, backend
-    )
+    if RAGGED_SESSION.get() is not None:
+        raise RuntimeError(
+            "graphed_generate runs the model in its own ragged_attention: call it outside one"
+        )
+    record = _graphs_serve(cache, input_device(model), graphs)
+    step = _Step.make(model, cache, tokens, max_new_tokens, positions, stops, pad_token_id)
+    return _generate(step, CudaRecorder() if record else None, "split" if record else "auto")
 
 
 def _graphs_serve(cache: Any, device: torch.device, graphs: bool | None) -> bool:
@@ -186,23 +188,10 @@ def _why_not_graphs(cache: Any, device: torch.device) -> str | None:
     return None
 
 
-def _generate(
-    model: Any,
-    cache: Any,
-    tokens: torch.Tensor,
-    max_new_tokens: int,
-    positions: torch.Tensor | None,
-    stops: Collection[int],
-    pad_token_id: int,
-    recorder: Recorder | None,
-    backend: Backend,
-) -> GraphedGeneration:
-    """:func:`graphed_generate` with the recorder given (the tests pass one that runs on CPU)."""
-    if RAGGED_SESSION.get() is not None:
-        raise RuntimeError(
-            "graphed_generate runs the model in its own ragged_attention: call it outside one"
-        )
-    step = _Step.make(model, cache, tokens, max_new_tokens, positions, stops, pad_token_id)
+def _generate(step: _Step, recorder: Recorder | None, backend: Backend) -> GraphedGeneration:
+    """Run ``step`` until its limit or every sequence is done, recording it with ``recorder``
+    (None: every step eager; the tests pass recorders that run on the CPU)."""
+    model, cache, max_new_tokens = step.model, step.cache, step.out.shape[1]
     layers = _packed_layers(cache)
     attention = ragged_attention(model, backend=backend) if layers else nullcontext()
     recorded = done_steps = 0
