@@ -264,7 +264,7 @@ class _Step:
         if tokens.dtype != torch.int64:
             raise TypeError(f"tokens must be int64 token ids, got {tokens.dtype}")
         start = int(cache.get_seq_length())
-        limit = getattr(cache, "max_cache_len", None)
+        limit = getattr(cache.layers[0], "max_cache_len", None)  # a static layer's positions
         if isinstance(limit, int) and start + max_new_tokens > limit:
             raise ValueError(
                 f"the cache holds {limit} positions: {start} cached + {max_new_tokens} new "
