@@ -19,6 +19,7 @@ import torch
 
 from rcstat.capture import AttentionLayout, attention_layout
 from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS
+from rcstat.models.cache_argument import with_cache
 from rcstat.segments import Segmented
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ def greedy_batch(
     with torch.no_grad():
         logits = model(
             ids,
-            past_key_values=cache,
+            **with_cache(model, cache),
             position_ids=padded_positions(mask, starts),
             **({"attention_mask": full} if padded else {}),
         ).logits
@@ -175,7 +176,7 @@ def greedy_batch(
                 full = torch.cat([full, full.new_ones(batch, 1)], 1)
             logits = model(
                 tokens.unsqueeze(1),
-                past_key_values=cache,
+                **with_cache(model, cache),
                 position_ids=position.unsqueeze(1),
                 **({"attention_mask": full} if padded else {}),
             ).logits

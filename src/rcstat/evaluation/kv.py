@@ -27,6 +27,7 @@ from transformers import DynamicCache
 from rcstat.defaults import DATASET_MAX_NEW_TOKENS
 from rcstat.evaluation.metrics import head_outputs, rouge_f1, value_errors
 from rcstat.generation import input_device, stop_token_ids
+from rcstat.models.cache_argument import with_cache
 from rcstat.press.answer import answer_on_cache, attention_for, prefill, split_prompt
 
 CacheFactory = Callable[[], Any]
@@ -59,7 +60,7 @@ def _teacher_forced_outputs(
     tokens = torch.cat([question, torch.tensor([answer], device=question.device)], dim=1)
     positions = torch.arange(start, start + tokens.shape[1], device=tokens.device).unsqueeze(0)
     with torch.no_grad(), attention_for(model, cache), head_outputs(model) as recorded:
-        model(tokens, past_key_values=cache, position_ids=positions)
+        model(tokens, **with_cache(model, cache), position_ids=positions)
     return recorded[-1][0, question.shape[1] :]
 
 

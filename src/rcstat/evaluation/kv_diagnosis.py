@@ -38,6 +38,7 @@ from rcstat.capture.switch import switched_attention
 from rcstat.defaults import DATASET_MAX_NEW_TOKENS
 from rcstat.evaluation.kv import FullReference, full_reference
 from rcstat.evaluation.metrics import head_outputs, value_errors
+from rcstat.models.cache_argument import with_cache
 from rcstat.press.answer import prefill
 
 __all__ = ["Diagnosis", "PressDiagnosis", "answer_attention", "diagnose", "kept_entries"]
@@ -190,7 +191,7 @@ def _masked_outputs(
             ExitStack() as stack,
         ):
             recorded = [stack.enter_context(head_outputs(model, i)) for i in range(layers)]
-            model(tokens, past_key_values=full, position_ids=positions)
+            model(tokens, **with_cache(model, full), position_ids=positions)
     finally:
         full.crop(m)
     return [r[-1][0, question.shape[1] :] for r in recorded]

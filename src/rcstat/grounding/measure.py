@@ -36,6 +36,7 @@ from rcstat.grounding.features import (
 )
 from rcstat.grounding.passes import prompt_groups, span_sums, token_batches, word_matches
 from rcstat.grounding.score import DEFAULT_QUANTILE, bigram_overlap, unigram_overlap
+from rcstat.models.cache_argument import returned_cache, with_cache
 from rcstat.segments import Segmented, chat_prompt_ids, segment_chat
 
 if TYPE_CHECKING:
@@ -365,9 +366,9 @@ class Measurer:
             )
         device = input_device(self.model)
         with torch.no_grad():
-            cache = self.model(  # before any pass: a plain copy waits for nothing
-                prompt[None].to(device), use_cache=True, logits_to_keep=1
-            ).past_key_values
+            cache = returned_cache(  # before any pass: a plain copy waits for nothing
+                self.model(prompt[None].to(device), use_cache=True, logits_to_keep=1)
+            )
         out: list[Measurement] = []
         for p, seq in zip(prepared, sequences, strict=True):
             rows = p.passed.rows
@@ -535,7 +536,7 @@ class Measurer:
         hook = head.register_forward_pre_hook(pick)
         try:
             logits = self.model(  # [B, Gmax, V]
-                ids, past_key_values=past, use_cache=past is not None, logits_to_keep=0
+                ids, **with_cache(self.model, past), use_cache=past is not None, logits_to_keep=0
             ).logits
         finally:
             hook.remove()

@@ -32,6 +32,7 @@ from rcstat.generation import (
     padded_positions,
     stop_token_ids,
 )
+from rcstat.models.cache_argument import with_cache
 from rcstat.press.attention import ragged_attention
 from rcstat.press.cache import RaggedCache
 from rcstat.segments import segment_chat
@@ -133,7 +134,7 @@ def prefill(model: Any, context: torch.Tensor, press: Any, cache: Any) -> None:
     """Run ``context`` ``[1, m]`` into ``cache``, compressed by ``press`` (None: no press)."""
     pressing = press(model) if press is not None else nullcontext()
     with torch.no_grad(), pressing, attention_for(model, cache):
-        model(context, past_key_values=cache, use_cache=True)
+        model(context, **with_cache(model, cache), use_cache=True)
 
 
 def answer_on_cache(
@@ -312,7 +313,12 @@ def _prefill_batch(
     ids, mask = left_pad([split.compressed[0] for split in splits])
     pressing = press(model) if press is not None else nullcontext()
     with torch.no_grad(), pressing, attention_for(model, cache):
-        model(ids, attention_mask=mask, position_ids=padded_positions(mask), past_key_values=cache)
+        model(
+            ids,
+            attention_mask=mask,
+            position_ids=padded_positions(mask),
+            **with_cache(model, cache),
+        )
     return mask
 
 

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import torch
 
 from rcstat.generation import check_max_new_tokens, input_device
+from rcstat.models.cache_argument import with_cache
 from rcstat.press.attention import ragged_attention
 from rcstat.press.cache import RaggedCache
 from rcstat.press.layout import RAGGED_SESSION, Backend, PackedKV
@@ -297,7 +298,7 @@ class _Step:
         logits = self.model(
             self.ids,
             position_ids=self.positions,
-            past_key_values=self.cache,
+            **with_cache(self.model, self.cache),
             use_cache=True,
             **extra,
         ).logits  # [B, 1, V]
