@@ -278,7 +278,7 @@ class _Step:
                 f"positions must be [batch] = [{batch}] int64, got {tuple(positions.shape)} "
                 f"{positions.dtype}"
             )
-        takes = "cache_position" in inspect.signature(model.forward).parameters
+        takes = "cache_position" in inspect.signature(type(model).forward).parameters
         return cls(
             model=model,
             cache=cache,
