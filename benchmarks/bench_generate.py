@@ -51,6 +51,7 @@ from transformers import DynamicCache, LlamaForCausalLM, StaticCache
 
 from benchmarks._common import device_label, ints, llama_8b, machine, write
 from benchmarks.bench_decode_floor import budget_plan, floats, kept_masks
+from rcstat.models.cache_argument import with_cache
 from rcstat.press import RaggedCache, graphed_generate, ragged_attention
 
 CHUNK = 4096  # prefill chunk (keeps the prefill's activations small at long contexts)
@@ -60,7 +61,8 @@ def prefill(model: LlamaForCausalLM, ids: torch.Tensor, cache: Any) -> None:
     """Run ``ids`` ``[B, T]`` into ``cache`` in chunks of :data:`CHUNK`, without logits."""
     with torch.no_grad():
         for start in range(0, ids.shape[1], CHUNK):
-            model.model(ids[:, start : start + CHUNK], past_key_values=cache, use_cache=True)
+            body = model.model
+            body(ids[:, start : start + CHUNK], **with_cache(body, cache), use_cache=True)
 
 
 def static_cache(model: LlamaForCausalLM, ids: torch.Tensor, positions: int) -> StaticCache:
@@ -276,7 +278,7 @@ def profile_steps(model: LlamaForCausalLM, ids: torch.Tensor, ratio: float | Non
                 torch.cuda.synchronize()
                 profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
                 profiler.__enter__()
-            logits = model(token, past_key_values=cache).logits
+            logits = model(token, **with_cache(model, cache)).logits
             token = logits[:, -1:].argmax(-1)
         torch.cuda.synchronize()
         profiler.__exit__(None, None, None)

@@ -51,4 +51,3 @@ def test_the_installed_transformers_takes_and_returns_the_cache_without_a_deprec
         assert returned_cache(out) is cache and cache.get_seq_length() == 6
         model(ids[:, :2], **with_cache(model, cache), use_cache=True)
     assert cache.get_seq_length() == 8
-

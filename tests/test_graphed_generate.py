@@ -18,6 +18,7 @@ import pytest
 import torch
 from transformers import DynamicCache, StaticCache
 
+from rcstat.models.cache_argument import with_cache
 from rcstat.press import RaggedCache, graphed_generate, ragged_attention
 from rcstat.press.decoding import CHECK_EVERY, GraphedGeneration, _generate, _Step
 from tests._interpreter import run_cases
@@ -40,7 +41,7 @@ def compressed_cache(model: Any, ids: torch.Tensor, slack: int, seed: int = 1) -
     gen = torch.Generator().manual_seed(seed)
     cache = RaggedCache(slack=slack)
     with torch.no_grad():
-        model(ids[:, :-1], past_key_values=cache, use_cache=True)
+        model(ids[:, :-1], **with_cache(model, cache), use_cache=True)
     kv_heads = model.config.num_key_value_heads
     for layer in range(model.config.num_hidden_layers):
         keep = torch.rand(BATCH, kv_heads, PROMPT - 1, generator=gen) < 0.6
@@ -135,7 +136,7 @@ def test_eager_steps_equal_generate_on_a_static_cache() -> None:
     ids = prompt_ids(2)
     cache = StaticCache(config=model.config, max_cache_len=PROMPT + 10)
     with torch.no_grad():
-        model(ids[:, :-1], past_key_values=cache, use_cache=True)
+        model(ids[:, :-1], **with_cache(model, cache), use_cache=True)
     result = graphed_generate(model, cache, ids[:, -1:], max_new_tokens=10)
     assert torch.equal(result.tokens, generate_oracle(model, DynamicCache(), ids, 10))
 
@@ -219,7 +220,9 @@ def test_positions_continue_each_rows_own_count() -> None:
     by_hand, token = [], ids[:, -1:]
     with torch.no_grad(), ragged_attention(model):
         for step in range(5):
-            logits = model(token, past_key_values=cache, position_ids=(start + step).view(2, 1))
+            logits = model(
+                token, **with_cache(model, cache), position_ids=(start + step).view(2, 1)
+            )
             token = logits.logits[:, -1].argmax(-1, keepdim=True)  # [B, 1]
             by_hand.append(token)
     assert torch.equal(result.tokens, torch.cat(by_hand, 1))
@@ -251,7 +254,7 @@ def test_bad_input_is_refused_before_any_step() -> None:
         graphed_generate(model, RaggedCache(), ids[:, -1:], max_new_tokens=4)
     short = StaticCache(config=model.config, max_cache_len=PROMPT + 2)
     with torch.no_grad():
-        model(ids[:, :-1], past_key_values=short, use_cache=True)
+        model(ids[:, :-1], **with_cache(model, short), use_cache=True)
     with pytest.raises(ValueError, match="the cache holds 22 positions: 19 cached"):
         graphed_generate(model, short, ids[:, -1:], max_new_tokens=4)
     assert host_fields(cache) == before
@@ -292,7 +295,7 @@ def test_graphs_need_a_cache_that_keeps_its_shapes() -> None:
     ids = prompt_ids(7)
     dense = RaggedCache()
     with torch.no_grad():
-        model(ids[:, :-1], past_key_values=dense, use_cache=True)
+        model(ids[:, :-1], **with_cache(model, dense), use_cache=True)
     dense.compress_layer(0, torch.ones(BATCH, 2, PROMPT - 1, dtype=torch.bool))
     reason = _why_not_graphs(dense, cuda)
     assert reason is not None and "layers [1, 2] of the RaggedCache are dense" in reason
@@ -332,7 +335,7 @@ def test_a_step_reads_nothing_back_from_the_device(kind: str) -> None:
     else:
         cache = StaticCache(config=model.config, max_cache_len=PROMPT + 4)
         with torch.no_grad():
-            model(ids[:, :-1], past_key_values=cache, use_cache=True)
+            model(ids[:, :-1], **with_cache(model, cache), use_cache=True)
         session = contextlib.nullcontext()
     step = _Step.make(model, cache, ids[:, -1:], 3, None, {5}, 0)
     with torch.no_grad(), session:
@@ -367,7 +370,7 @@ def _cuda_cache(model: Any, ids: torch.Tensor, slack: int) -> RaggedCache:
     gen = torch.Generator().manual_seed(1)
     cache = RaggedCache(slack=slack)
     with torch.no_grad():
-        model(ids[:, :-1], past_key_values=cache, use_cache=True)
+        model(ids[:, :-1], **with_cache(model, cache), use_cache=True)
     for layer in range(model.config.num_hidden_layers):
         keep = torch.rand(BATCH, 2, PROMPT - 1, generator=gen) < 0.6
         keep[..., 0] = True
