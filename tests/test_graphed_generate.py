@@ -244,7 +244,9 @@ def test_bad_input_is_refused_before_any_step() -> None:
         graphed_generate(model, cache, ids[:, -1:].int(), max_new_tokens=4)
     with pytest.raises(ValueError, match="max_new_tokens must be at least 1"):
         graphed_generate(model, cache, ids[:, -1:], max_new_tokens=0)
-    with pytest.raises(ValueError, match=r"positions must be \[batch\]"):
+    with pytest.raises(ValueError, match=r"positions must be a \[batch\] = \[2\] int64 tensor"):
+        graphed_generate(model, cache, ids[:, -1:], max_new_tokens=4, positions=[19, 19])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"positions must be a \[batch\]"):
         graphed_generate(
             model, cache, ids[:, -1:], max_new_tokens=4, positions=torch.zeros(3).long()
         )

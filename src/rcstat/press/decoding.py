@@ -15,16 +15,17 @@ This works for caches whose buffers keep their shapes between steps:
   rooms double with the decoded length, so ``n`` new tokens need about ``log2(n / slack)``
   recordings. What the recorded step does on the host — each layer's logical length, room and
   bounds (:meth:`~rcstat.press.layout.PackedKV.grow`) — is done again after every replay;
-- transformers' ``StaticCache`` (and any cache with ``is_compileable``): writes at
-  ``cache_position``, a device tensor advanced inside the graph.
+- transformers' ``StaticCache`` (and any cache with ``is_compileable``): it writes where a
+  device tensor says — ``cache_position``, advanced inside the graph, in transformers 5.2;
+  each layer's own device counter in later releases, which take no ``cache_position``.
 
 The step reads its inputs from and writes its outputs to fixed buffers: the tokens fed
-``[B, 1]``, their positions ``[B, 1]``, the storage index ``cache_position`` ``[1]``, the
-tokens generated ``[B, max_new_tokens]`` and a device step counter. A sequence that emits a
-stop token is done: its later outputs are ``pad_token_id``; the host reads whether all are done
-before every eager step and, while replaying, every :data:`CHECK_EVERY` steps. Off CUDA (or
-with ``graphs=False``) the same step runs eagerly, which is how the tests check it against
-``generate``.
+``[B, 1]``, their positions ``[B, 1]``, the storage index ``cache_position`` ``[1]`` (for
+models that take it), the tokens generated ``[B, max_new_tokens]`` and a device step counter.
+A sequence that emits a stop token is done: its later outputs are ``pad_token_id``; the host
+reads whether all are done before every eager step and, while replaying, every
+:data:`CHECK_EVERY` steps. Off CUDA (or with ``graphs=False``) the same step runs eagerly,
+which is how the tests check it against ``generate``.
 """
 
 from __future__ import annotations
@@ -273,10 +274,15 @@ class _Step:
             )
         if positions is None:
             positions = torch.full((batch,), start, dtype=torch.int64)
-        elif positions.shape != (batch,) or positions.dtype != torch.int64:
+        elif (
+            not isinstance(positions, torch.Tensor)
+            or positions.shape != (batch,)
+            or positions.dtype != torch.int64
+        ):
+            shape = tuple(getattr(positions, "shape", ()))
+            kind = getattr(positions, "dtype", type(positions).__name__)
             raise ValueError(
-                f"positions must be [batch] = [{batch}] int64, got {tuple(positions.shape)} "
-                f"{positions.dtype}"
+                f"positions must be a [batch] = [{batch}] int64 tensor, got {shape} {kind}"
             )
         takes = "cache_position" in inspect.signature(type(model).forward).parameters
         return cls(
