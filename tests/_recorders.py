@@ -12,25 +12,24 @@ from collections.abc import Callable
 from typing import Any
 
 from rcstat.press.cache import RaggedCache
+from rcstat.press.layout import PackedKV
 
-FIELDS = ("length", "room", "live", "max_len", "appended")
+
+def _packed(cache: Any) -> list[PackedKV]:
+    if not isinstance(cache, RaggedCache):
+        return []
+    layers = [cache.layer(i).packed for i in range(len(cache.layers))]
+    return [p for p in layers if p is not None]
 
 
 def host_fields(cache: Any) -> list[tuple[int, ...]]:
     """Each packed layer's host fields, in layer order (empty for other caches)."""
-    if not isinstance(cache, RaggedCache):
-        return []
-    layers = [cache.layer(i).packed for i in range(len(cache.layers))]
-    return [tuple(getattr(p, name) for name in FIELDS) for p in layers if p is not None]
+    return [p.host_fields() for p in _packed(cache)]
 
 
-def _set_host_fields(cache: Any, values: list[tuple[int, ...]]) -> None:
-    if not isinstance(cache, RaggedCache):
-        return
-    layers = [cache.layer(i).packed for i in range(len(cache.layers))]
-    for packed, fields in zip([p for p in layers if p is not None], values, strict=True):
-        for name, value in zip(FIELDS, fields, strict=True):
-            setattr(packed, name, value)
+def _set_host_fields(cache: Any, values: list[Any]) -> None:
+    for packed, fields in zip(_packed(cache), values, strict=True):
+        packed.set_host_fields(fields)
 
 
 class ReplayRecorder:

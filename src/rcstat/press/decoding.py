@@ -47,7 +47,6 @@ from rcstat.press.layout import RAGGED_SESSION, Backend, PackedKV
 __all__ = ["CHECK_EVERY", "GraphedGeneration", "graphed_generate"]
 
 CHECK_EVERY = 32  # steps between the host's reads of "every sequence is done" while replaying
-_HOST_FIELDS = ("length", "room", "live", "max_len", "appended")
 
 
 @dataclass(frozen=True)
@@ -194,7 +193,7 @@ def _generate(step: _Step, recorder: Recorder | None, backend: Backend) -> Graph
     """Run ``step`` until its limit or every sequence is done, recording it with ``recorder``
     (None: every step eager; the tests pass recorders that run on the CPU)."""
     model, cache, max_new_tokens = step.model, step.cache, step.out.shape[1]
-    layers = _packed_layers(cache)
+    layers = _packed_layers(cache)  # their layouts, new ones after each repack
     attention = ragged_attention(model, backend=backend) if layers else nullcontext()
     recorded = done_steps = 0
     replay: Callable[[], None] | None = None
@@ -205,18 +204,19 @@ def _generate(step: _Step, recorder: Recorder | None, backend: Backend) -> Graph
             if step.stops is not None and done_steps and (eager or done_steps % CHECK_EVERY == 0):
                 if bool(step.done.all()):  # reads the device: not before every replay
                     break
-            if eager or replay is None:
+            if replay is None or left == 0:
                 step()  # the first step (kernels compile), or a repack
                 done_steps += 1
                 replay = None
-                left = _room(cache)
+                layers = _packed_layers(cache)
+                left = min((p.room for p in layers), default=max_new_tokens)
                 if recorder is not None and left > 0 and done_steps < max_new_tokens:
-                    with _host_kept(cache):
+                    with _host_kept(cache, layers):
                         replay = recorder(step)
                     recorded += 1
                 continue
             replay()
-            for packed in _packed_layers(cache):
+            for packed in layers:
                 packed.grow(1, packed.batch * packed.kv_heads)
             done_steps += 1
             left -= 1
@@ -343,25 +343,16 @@ def _packed_layers(cache: Any) -> list[PackedKV]:
     return [p for p in (cache.layer(i).packed for i in range(len(cache.layers))) if p is not None]
 
 
-def _room(cache: Any) -> int:
-    """Steps a recorded graph can replay: the smallest room of a RaggedCache's layers (each
-    step appends one row to every segment); unbounded for a static cache."""
-    layers = _packed_layers(cache)
-    return min(p.room for p in layers) if layers else 2**62
-
-
 @contextmanager
-def _host_kept(cache: Any) -> Iterator[None]:
-    """Undo what recording a step did to the packed layers' host fields: a recording runs the
-    step's host code once but none of its device work, so the host must still describe the
-    device afterwards. Recording never repacks (the rooms are not empty)."""
-    layers = _packed_layers(cache)
-    saved = [tuple(getattr(p, name) for name in _HOST_FIELDS) for p in layers]
+def _host_kept(cache: Any, layers: list[PackedKV]) -> Iterator[None]:
+    """Undo what recording a step did to the host fields of ``cache``'s packed ``layers``: a
+    recording runs the step's host code once but none of its device work, so the host must
+    still describe the device afterwards. Recording never repacks (the rooms are not empty)."""
+    saved = [p.host_fields() for p in layers]
     try:
         yield
     finally:  # a recording that fails leaves the cache as it found it
-        for packed, values in zip(layers, saved, strict=True):
-            for name, value in zip(_HOST_FIELDS, values, strict=True):
-                setattr(packed, name, value)
+        for packed, fields in zip(layers, saved, strict=True):
+            packed.set_host_fields(fields)
     if any(a is not b for a, b in zip(_packed_layers(cache), layers, strict=True)):
         raise RuntimeError("a layer was repacked while its decode step was being recorded")

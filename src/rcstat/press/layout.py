@@ -55,6 +55,14 @@ class PackedKV:
         self.max_len += q_len
         self.appended += q_len
 
+    def host_fields(self) -> tuple[int, int, int, int, int]:
+        """What :meth:`grow` changes: ``(length, room, live, max_len, appended)``."""
+        return (self.length, self.room, self.live, self.max_len, self.appended)
+
+    def set_host_fields(self, fields: tuple[int, int, int, int, int]) -> None:
+        """Put back what :meth:`host_fields` returned."""
+        self.length, self.room, self.live, self.max_len, self.appended = fields
+
     @property
     def capacity(self) -> int:
         """Rows allocated (live + room of every segment)."""
