@@ -59,9 +59,9 @@ CHUNK = 4096  # prefill chunk (keeps the prefill's activations small at long con
 
 def prefill(model: LlamaForCausalLM, ids: torch.Tensor, cache: Any) -> None:
     """Run ``ids`` ``[B, T]`` into ``cache`` in chunks of :data:`CHUNK`, without logits."""
+    body = model.model
     with torch.no_grad():
         for start in range(0, ids.shape[1], CHUNK):
-            body = model.model
             body(ids[:, start : start + CHUNK], **with_cache(body, cache), use_cache=True)
 
 
@@ -77,7 +77,7 @@ def static_cache(model: LlamaForCausalLM, ids: torch.Tensor, positions: int) -> 
         for index, layer in enumerate(dynamic.layers):
             static.update(layer.keys, layer.values, index, {"cache_position": where})
             layer.keys = layer.values = None
-    except (TypeError, KeyError, RuntimeError) as err:  # a transformers without this update
+    except TypeError as err:  # a transformers whose update takes no cache_position
         print(f"static cache: copy refused ({err}); prefilling it directly", file=sys.stderr)
         del dynamic, static
         static = StaticCache(config=model.config, max_cache_len=positions)
@@ -211,6 +211,21 @@ def graphed_row(
     }
 
 
+def measured_row(
+    model: LlamaForCausalLM,
+    ids: torch.Tensor,
+    ratio: float | None,
+    args: argparse.Namespace,
+    generator: torch.Generator,
+) -> dict[str, Any]:
+    """One row of the grid: :func:`graphed_row` with ``--graphs``, else :func:`generate_row`
+    after a warm-up of the same cache (kernels compiled)."""
+    if args.graphs:
+        return graphed_row(model, ids, ratio, args.new_tokens, args.rounds, generator)
+    generate_row(model, ids[:, :1024], ratio, 4, generator)
+    return generate_row(model, ids, ratio, args.new_tokens, generator)
+
+
 def with_ratios(row: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
     """``row`` with its tokens/s, KV bytes and peak memory over the full cache's."""
     return row | {
@@ -333,20 +348,11 @@ def main() -> None:
         for batch in args.batch:
             ids = torch.randint(1, model.config.vocab_size, (batch, context), generator=generator)
             ids = ids.to(device)
-            if args.graphs:
-                full = graphed_row(model, ids, None, args.new_tokens, args.rounds, generator)
-            else:
-                generate_row(model, ids[:, :1024], None, 4, generator)  # warm-up (kernels)
-                full = generate_row(model, ids, None, args.new_tokens, generator)
+            full = measured_row(model, ids, None, args, generator)
             rows.append(full)
             say(full)
             for ratio in args.ratio:
-                if args.graphs:
-                    row = graphed_row(model, ids, ratio, args.new_tokens, args.rounds, generator)
-                else:
-                    generate_row(model, ids[:, :1024], ratio, 4, generator)
-                    row = generate_row(model, ids, ratio, args.new_tokens, generator)
-                rows.append(with_ratios(row, full))
+                rows.append(with_ratios(measured_row(model, ids, ratio, args, generator), full))
                 say(rows[-1])
             # written after every (context, batch): a long run cut short keeps what it measured
             write(args.out, name, rows, machine("cuda"))
