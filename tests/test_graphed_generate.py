@@ -20,7 +20,9 @@ from transformers import DynamicCache, StaticCache
 
 from rcstat.models.cache_argument import with_cache
 from rcstat.press import RaggedCache, graphed_generate, ragged_attention
+from rcstat.press.answer import attention_for
 from rcstat.press.decoding import CHECK_EVERY, GraphedGeneration, _generate, _Step
+from tests._decode_oracles import greedy_options
 from tests._interpreter import run_cases
 from tests._recorders import ReplayRecorder, host_fields
 from tests._tiny_models import one_thread, tiny_model
@@ -36,8 +38,8 @@ def prompt_ids(seed: int = 0) -> torch.Tensor:
 
 
 def compressed_cache(model: Any, ids: torch.Tensor, slack: int, seed: int = 1) -> RaggedCache:
-    """All but the last prompt token in a RaggedCache, every layer keeping a random ~60 % per
-    (sequence, KV head) (the first entry always)."""
+    """All but the last prompt token in a RaggedCache (on the ids' device), every layer keeping
+    a random ~60 % per (sequence, KV head) (the first entry always)."""
     gen = torch.Generator().manual_seed(seed)
     cache = RaggedCache(slack=slack)
     with torch.no_grad():
@@ -46,7 +48,7 @@ def compressed_cache(model: Any, ids: torch.Tensor, slack: int, seed: int = 1) -
     for layer in range(model.config.num_hidden_layers):
         keep = torch.rand(BATCH, kv_heads, PROMPT - 1, generator=gen) < 0.6
         keep[..., 0] = True
-        cache.compress_layer(layer, keep)
+        cache.compress_layer(layer, keep.to(ids.device))
     return cache
 
 
@@ -65,24 +67,11 @@ def decode(
 
 def generate_oracle(model: Any, cache: Any, ids: torch.Tensor, new: int) -> torch.Tensor:
     """transformers' greedy ``generate`` of exactly ``new`` tokens on ``cache``: ``[B, new]``."""
-    session = ragged_attention(model) if isinstance(cache, RaggedCache) else None
-    with torch.no_grad():
-        if session is not None:
-            session.__enter__()
-        try:
-            out = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                past_key_values=cache,
-                max_new_tokens=new,
-                min_new_tokens=new,
-                do_sample=False,
-                pad_token_id=0,
-            )
-        finally:
-            if session is not None:
-                session.__exit__(None, None, None)
-    return out[:, ids.shape[1] :]
+    with torch.no_grad(), attention_for(model, cache):
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), past_key_values=cache, **greedy_options(new)
+        )
+    return out.sequences[:, ids.shape[1] :]
 
 
 def layer_state(cache: RaggedCache) -> list[tuple[Any, ...]]:
@@ -359,22 +348,10 @@ def test_cuda_graphs_equal_eager_steps(slack: int) -> None:
     """Real CUDA graphs against eager steps through the same split-KV kernel."""
     model = copy.deepcopy(tiny_model("llama")).cuda()
     ids = prompt_ids(8).cuda()
-    cache = _cuda_cache(model, ids, slack)
+    cache = compressed_cache(model, ids, slack)
     eager, graphed = copy.deepcopy(cache), copy.deepcopy(cache)
     expected = decode(model, eager, ids, 20, None, "split")
     result = graphed_generate(model, graphed, ids[:, -1:], max_new_tokens=20, graphs=True)
     assert result.recorded >= 1
     assert torch.equal(result.tokens, expected.tokens)
     assert_same_layers(graphed, eager)
-
-
-def _cuda_cache(model: Any, ids: torch.Tensor, slack: int) -> RaggedCache:
-    gen = torch.Generator().manual_seed(1)
-    cache = RaggedCache(slack=slack)
-    with torch.no_grad():
-        model(ids[:, :-1], **with_cache(model, cache), use_cache=True)
-    for layer in range(model.config.num_hidden_layers):
-        keep = torch.rand(BATCH, 2, PROMPT - 1, generator=gen) < 0.6
-        keep[..., 0] = True
-        cache.compress_layer(layer, keep.cuda())
-    return cache
