@@ -103,7 +103,9 @@ def graphed(step: Callable[[], object], replays: int) -> float:
 
 def kept_masks(batch: int, context: int, ratio: float, generator: torch.Generator) -> torch.Tensor:
     """``[batch, KV_HEADS, T]`` keep masks: a different share per (sequence, KV head),
-    ``1 − ratio`` overall (before clamping a share to 1)."""
+    ``1 − ratio`` overall (before clamping a share to 1); ``ratio`` 0 keeps every entry."""
+    if ratio == 0:
+        return torch.ones(batch, KV_HEADS, context, dtype=torch.bool)
     shares = torch.rand(batch, KV_HEADS, generator=generator) + 0.5
     shares = (1 - ratio) * shares / shares.mean()
     scores = torch.rand(batch, KV_HEADS, context, generator=generator)

@@ -21,9 +21,11 @@ its floor).
     python -m benchmarks.bench_generate --context 32768 --batch 1,8 --ratio 0.5 --out docs/bench
 
 ``--graphs`` times :func:`~rcstat.press.graphed_generate` instead, every decode step replayed
-as a CUDA graph, for both caches: ``full`` is transformers' ``StaticCache`` (``context +
-rounds · new tokens`` positions, read through sdpa with its mask, as transformers' own
-graph-captured decoding does), ``ragged`` the RaggedCache above. Each row is ``--rounds``
+as a CUDA graph. The full cache runs twice: ``static`` is transformers' ``StaticCache``
+(``context + rounds · new tokens`` positions, read through sdpa with its mask, as transformers'
+own graph-captured decoding does) and ``ragged 0.0`` a RaggedCache keeping every entry, read
+by the same split-KV kernel as the compressed rows; each compressed row's ratios are over the
+faster of the two (its ``baseline``). Each row is ``--rounds``
 calls of ``--new-tokens`` steps on the same cache, one after the other (the sequence grows by
 the tokens of the rounds before); tokens/s is the median round, with its min and max, each
 round's time including its graph recordings. ``--budget-gib G`` runs, for each context and
@@ -200,6 +202,7 @@ def graphed_row(
     torch.cuda.empty_cache()
     rates = sorted(batch * new_tokens / s for s in seconds)
     return described(batch, context, ratio, new_tokens) | {
+        "cache": "static" if ratio is None else "ragged",
         "rounds": rounds,
         "tokens_per_s": statistics.median(rates),
         "tokens_per_s_min": rates[0],
@@ -226,9 +229,30 @@ def measured_row(
     return generate_row(model, ids, ratio, args.new_tokens, generator)
 
 
+def full_rows(
+    model: LlamaForCausalLM, ids: torch.Tensor, args: argparse.Namespace, generator: torch.Generator
+) -> list[dict[str, Any]]:
+    """The full cache's rows: eager, a ``DynamicCache``; with ``--graphs``, transformers'
+    ``StaticCache`` (sdpa) and a RaggedCache keeping every entry (ratio 0, read by the same
+    kernel as the compressed rows)."""
+    if not args.graphs:
+        return [measured_row(model, ids, None, args, generator)]
+    return [
+        graphed_row(model, ids, ratio, args.new_tokens, args.rounds, generator)
+        for ratio in (None, 0.0)
+    ]
+
+
+def fastest(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The full-cache row the compressed rows are compared with: the most tokens/s."""
+    return max(rows, key=lambda row: row["tokens_per_s"])
+
+
 def with_ratios(row: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with its tokens/s, KV bytes and peak memory over the full cache's."""
+    """``row`` with its tokens/s, KV bytes and peak memory over the full cache's (``full``:
+    which full row, ``cache`` and ``ratio``)."""
     return row | {
+        "baseline": f"{full['cache']} {full['ratio'] or 0:.1f}",
         "speed_ratio": row["tokens_per_s"] / full["tokens_per_s"],
         "kv_ratio": row["kv_gib"] / full["kv_gib"],
         "peak_ratio": row["peak_gib"] / full["peak_gib"],
@@ -245,7 +269,7 @@ def say(row: dict[str, Any]) -> None:
         f"T={row['context']} B={row['batch']} {row['cache']:>6} {row['ratio'] or 0:.1f}: "
         f"{row['tokens_per_s']:.1f}{spread} tok/s ({row['ms_per_step']:.2f} ms/step), "
         f"KV {row['kv_gib']:.2f} GiB, peak {row['peak_gib']:.2f} GiB"
-        + (f", {row['speed_ratio']:.2f}x" if "speed_ratio" in row else ""),
+        + (f", {row['speed_ratio']:.2f}x {row['baseline']}" if "speed_ratio" in row else ""),
         flush=True,
     )
 
@@ -256,19 +280,19 @@ def budget_rows(
     """For each context and ratio, the batch of each cache that fits ``--budget-gib``, graphed."""
     rows: list[dict[str, Any]] = []
     vocab = model.config.vocab_size
+    timing = (args.new_tokens, args.rounds, generator)
     for context in args.context:
         for ratio in args.ratio:
             plan = budget_plan(args.budget_gib, context, ratio)
             largest = max(plan["batch_full"], plan["batch_ragged"])
             ids = torch.randint(1, vocab, (largest, context), generator=generator).to("cuda")
-            full = graphed_row(
-                model, ids[: plan["batch_full"]], None, args.new_tokens, args.rounds, generator
-            )
-            ragged = graphed_row(
-                model, ids[: plan["batch_ragged"]], ratio, args.new_tokens, args.rounds, generator
-            )
-            rows += [full | plan, with_ratios(ragged, full) | plan]
-            for row in rows[-2:]:
+            fulls = [
+                plan | graphed_row(model, ids[: plan["batch_full"]], kept, *timing)
+                for kept in (None, 0.0)
+            ]
+            ragged = graphed_row(model, ids[: plan["batch_ragged"]], ratio, *timing)
+            rows += [*fulls, plan | with_ratios(ragged, fastest(fulls))]
+            for row in rows[-3:]:
                 say(row)
     return rows
 
@@ -348,11 +372,13 @@ def main() -> None:
         for batch in args.batch:
             ids = torch.randint(1, model.config.vocab_size, (batch, context), generator=generator)
             ids = ids.to(device)
-            full = measured_row(model, ids, None, args, generator)
-            rows.append(full)
-            say(full)
+            fulls = full_rows(model, ids, args, generator)
+            for row in fulls:
+                rows.append(row)
+                say(row)
             for ratio in args.ratio:
-                rows.append(with_ratios(measured_row(model, ids, ratio, args, generator), full))
+                row = measured_row(model, ids, ratio, args, generator)
+                rows.append(with_ratios(row, fastest(fulls)))
                 say(rows[-1])
             # written after every (context, batch): a long run cut short keeps what it measured
             write(args.out, name, rows, machine("cuda"))

@@ -83,18 +83,23 @@ class Recorder(Protocol):
 
 
 class CudaRecorder:
-    """Records steps as CUDA graphs sharing one memory pool; a new recording frees the last."""
+    """Records steps as CUDA graphs sharing one memory pool; a new recording frees the last.
+
+    The last graph is reset only after the new one is recorded: a pool whose graphs were all
+    reset while tensors it holds are alive can no longer be shared (PyTorch's allocator
+    asserts on it), so the pool keeps one live graph throughout.
+    """
 
     def __init__(self) -> None:
         self._pool = torch.cuda.graph_pool_handle()
         self._graph: torch.cuda.CUDAGraph | None = None
 
     def __call__(self, step: Callable[[], None]) -> Callable[[], None]:
-        if self._graph is not None:
-            self._graph.reset()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
             step()
+        if self._graph is not None:
+            self._graph.reset()
         self._graph = graph
         return graph.replay
 
