@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import weakref
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -19,6 +20,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from rcstat.models.cache_argument import with_cache
+from rcstat.press import cache as cache_module
 from rcstat.press import RaggedCache, graphed_generate, ragged_attention
 from rcstat.press.answer import attention_for
 from rcstat.press.decoding import CHECK_EVERY, GraphedGeneration, _generate, _Step
@@ -146,6 +148,28 @@ def test_replays_keep_the_host_in_step_with_the_device(slack: int) -> None:
     recordings, eager_steps = expected_recordings(slack, 14)
     assert result.recorded == recorder.recordings == recordings >= 1
     assert recorder.replays == 14 - eager_steps
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_a_repack_frees_each_layers_old_buffers_before_the_next_layers(recorded: bool) -> None:
+    """All layers repack in the same step: were the old layouts held until its end, the peak
+    would be two caches."""
+    model = tiny_model("llama")
+    ids = prompt_ids(4)
+    cache = compressed_cache(model, ids, slack=1)
+    replaced: list[weakref.ref[torch.Tensor]] = []
+    real = cache_module.pack_rows
+
+    def tracked(keys: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        held = sum(ref() is not None for ref in replaced)
+        assert held == 0, f"{held} repacked layers' old keys are still held"
+        replaced.append(weakref.ref(keys))
+        return real(keys, *args, **kwargs)
+
+    recorder = ReplayRecorder(cache) if recorded else None
+    with mock.patch.object(cache_module, "pack_rows", tracked):
+        decode(model, cache, ids, 8, recorder, "auto")
+    assert len(replaced) >= 2 * len(cache.layers)  # two repacks of every layer
 
 
 def expected_recordings(slack: int, total: int) -> tuple[int, int]:

@@ -210,9 +210,11 @@ def _generate(step: _Step, recorder: Recorder | None, backend: Backend) -> Graph
                 if bool(step.done.all()):  # reads the device: not before every replay
                     break
             if replay is None or left == 0:
+                # the old layouts are dropped first: a repack frees each layer's old buffers
+                # before the next layer's are allocated (the peak is one layer over the cache)
+                layers, replay = [], None
                 step()  # the first step (kernels compile), or a repack
                 done_steps += 1
-                replay = None
                 layers = _packed_layers(cache)
                 left = min((p.room for p in layers), default=max_new_tokens)
                 if recorder is not None and left > 0 and done_steps < max_new_tokens:
