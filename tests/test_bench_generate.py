@@ -51,3 +51,26 @@ def test_static_cache_is_prefilled_directly_where_the_copy_is_refused(
     bench.prefill(model, ids, dynamic)
     for index, layer in enumerate(dynamic.layers):
         torch.testing.assert_close(static.layers[index].keys[:, :, :12], layer.keys)
+
+
+def test_the_full_cache_at_ratio_zero_keeps_every_entry() -> None:
+    """The ``full, kernel`` baseline is a RaggedCache keeping everything, not a lighter one."""
+    generator = torch.Generator().manual_seed(0)
+    assert bool(bench.kept_masks(3, 50, 0.0, generator).all())
+    assert not bool(bench.kept_masks(3, 50, 0.1, generator).all())
+
+
+def test_ratios_are_over_the_fastest_full_cache() -> None:
+    static = {
+        "cache": "static",
+        "ratio": None,
+        "tokens_per_s": 10.0,
+        "kv_gib": 2.0,
+        "peak_gib": 4.0,
+    }
+    kernel = {"cache": "ragged", "ratio": 0.0, "tokens_per_s": 80.0, "kv_gib": 2.0, "peak_gib": 4.0}
+    half = {"cache": "ragged", "ratio": 0.5, "tokens_per_s": 96.0, "kv_gib": 1.0, "peak_gib": 3.0}
+    row = bench.with_ratios(half, bench.fastest([static, kernel]))
+    assert row["baseline"] == "ragged 0.0"
+    assert row["speed_ratio"] == pytest.approx(1.2)
+    assert row["kv_ratio"] == 0.5 and row["peak_ratio"] == 0.75

@@ -20,8 +20,8 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from rcstat.models.cache_argument import with_cache
-from rcstat.press import cache as cache_module
 from rcstat.press import RaggedCache, graphed_generate, ragged_attention
+from rcstat.press import cache as cache_module
 from rcstat.press.answer import attention_for
 from rcstat.press.decoding import CHECK_EVERY, GraphedGeneration, _generate, _Step
 from tests._decode_oracles import greedy_options
