@@ -379,3 +379,24 @@ def test_cuda_graphs_equal_eager_steps(slack: int) -> None:
     assert result.recorded >= 1
     assert torch.equal(result.tokens, expected.tokens)
     assert_same_layers(graphed, eager)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_graphs_on_a_static_cache_equal_eager_steps() -> None:
+    """The full-cache baseline of ``bench_generate --graphs``: real graphs on a StaticCache
+    give the eager steps' tokens and leave the cache as they do."""
+    model = copy.deepcopy(tiny_model("llama")).cuda()
+    ids = prompt_ids(9).cuda()
+    caches = []
+    for _ in range(2):
+        cache = StaticCache(config=model.config, max_cache_len=PROMPT + 20)
+        with torch.no_grad():
+            model(ids[:, :-1], **with_cache(model, cache), use_cache=True)
+        caches.append(cache)
+    eager = graphed_generate(model, caches[0], ids[:, -1:], max_new_tokens=20, graphs=False)
+    graphed = graphed_generate(model, caches[1], ids[:, -1:], max_new_tokens=20, graphs=True)
+    assert graphed.recorded == 1 and eager.recorded == 0
+    assert torch.equal(graphed.tokens, eager.tokens)
+    for a, b in zip(caches[0].layers, caches[1].layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
