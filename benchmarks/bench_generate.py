@@ -41,10 +41,10 @@ ratio, as many sequences as fit ``G`` GiB of KV cache with each cache
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +54,12 @@ from transformers import DynamicCache, LlamaForCausalLM, StaticCache
 from benchmarks._common import device_label, ints, llama_8b, machine, write
 from benchmarks.bench_decode_floor import budget_plan, floats, kept_masks
 from rcstat.models.cache_argument import with_cache
-from rcstat.press import RaggedCache, graphed_generate, ragged_attention
+from rcstat.press import RaggedCache, graphed_generate
+from rcstat.press.answer import attention_for
 
 CHUNK = 4096  # prefill chunk (keeps the prefill's activations small at long contexts)
+# the full cache with --graphs, as ratios: a StaticCache (None), a RaggedCache keeping everything
+FULL_GRAPHED = (None, 0.0)
 
 
 def prefill(model: LlamaForCausalLM, ids: torch.Tensor, cache: Any) -> None:
@@ -109,15 +112,42 @@ def kv_bytes(cache: Any) -> int:
     return sum(layer.keys.numel() * 2 * layer.keys.element_size() for layer in cache.layers)
 
 
-def described(batch: int, context: int, ratio: float | None, new_tokens: int) -> dict[str, Any]:
-    """The keys that say what a row measured."""
-    return {
+def cache_kind(cache: Any) -> str:
+    """A row's name for ``cache``: ``ragged``, ``static`` (transformers' ``StaticCache``) or
+    ``full`` (a ``DynamicCache``)."""
+    if isinstance(cache, RaggedCache):
+        return "ragged"
+    return "static" if isinstance(cache, StaticCache) else "full"
+
+
+def row_on(
+    build: Callable[[], Any],
+    run: Callable[[Any], dict[str, Any]],
+    ids: torch.Tensor,
+    ratio: float | None,
+    new_tokens: int,
+) -> dict[str, Any]:
+    """One row: the cache ``build`` returns, ``run``'s fields on it, its KV bytes and the peak
+    memory torch allocated during ``run`` (weights included); the cache is freed before
+    returning."""
+    batch, context = ids.shape
+    cache = build()
+    torch.cuda.empty_cache()
+    row = {
         "context": context,
         "batch": batch,
-        "cache": "full" if ratio is None else "ragged",
+        "cache": cache_kind(cache),
         "ratio": ratio,
         "new_tokens": new_tokens,
     }
+    held = kv_bytes(cache)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    row |= run(cache)
+    peak = torch.cuda.max_memory_allocated()
+    del cache
+    torch.cuda.empty_cache()
+    return row | {"kv_gib": held / 2**30, "peak_gib": peak / 2**30}
 
 
 def generate_row(
@@ -127,46 +157,39 @@ def generate_row(
     new_tokens: int,
     generator: torch.Generator,
 ) -> dict[str, Any]:
-    """Prefill all but the last prompt token, compress (``ratio`` not None), then time
-    ``generate`` of ``new_tokens``; the cache is freed before returning."""
+    """Prefill all but the last prompt token into a ``DynamicCache`` (``ratio`` None) or a
+    compressed RaggedCache, then time ``generate`` of ``new_tokens``."""
     batch, context = ids.shape
-    if ratio is None:
-        cache: Any = DynamicCache()
+
+    def build() -> Any:
+        if ratio is not None:
+            return compressed(model, ids[:, :-1], ratio, generator)
+        cache = DynamicCache()
         prefill(model, ids[:, :-1], cache)
-    else:
-        cache = compressed(model, ids[:, :-1], ratio, generator)
-    torch.cuda.empty_cache()
-    held = kv_bytes(cache)
-    options: dict[str, Any] = {
-        "max_new_tokens": new_tokens,
-        "min_new_tokens": new_tokens,
-        "do_sample": False,
-        "pad_token_id": 0,
-    }
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
-    with torch.no_grad():
-        # an explicit mask: generate would take every pad_token_id in the prompt for padding
-        mask = torch.ones_like(ids)
-        if ratio is None:
+        return cache
+
+    def run(cache: Any) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "max_new_tokens": new_tokens,
+            "min_new_tokens": new_tokens,
+            "do_sample": False,
+            "pad_token_id": 0,
+        }
+        start = time.perf_counter()
+        with torch.no_grad(), attention_for(model, cache):
+            # an explicit mask: generate would take every pad_token_id in the prompt for padding
+            mask = torch.ones_like(ids)
             out = model.generate(ids, attention_mask=mask, past_key_values=cache, **options)
-        else:
-            with ragged_attention(model):
-                out = model.generate(ids, attention_mask=mask, past_key_values=cache, **options)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    assert out.shape == (batch, context + new_tokens)
-    peak = torch.cuda.max_memory_allocated()
-    del cache, out
-    torch.cuda.empty_cache()
-    return described(batch, context, ratio, new_tokens) | {
-        "seconds": seconds,
-        "tokens_per_s": batch * new_tokens / seconds,
-        "ms_per_step": 1e3 * seconds / new_tokens,
-        "kv_gib": held / 2**30,
-        "peak_gib": peak / 2**30,
-    }
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        assert out.shape == (batch, context + new_tokens)
+        return {
+            "seconds": seconds,
+            "tokens_per_s": batch * new_tokens / seconds,
+            "ms_per_step": 1e3 * seconds / new_tokens,
+        }
+
+    return row_on(build, run, ids, ratio, new_tokens)
 
 
 def graphed_row(
@@ -179,39 +202,34 @@ def graphed_row(
 ) -> dict[str, Any]:
     """Prefill all but the last prompt token into a ``StaticCache`` (``ratio`` None) or a
     compressed RaggedCache, then time ``rounds`` calls of :func:`graphed_generate` of
-    ``new_tokens`` steps each; the cache is freed before returning."""
+    ``new_tokens`` steps each."""
     batch, context = ids.shape
-    if ratio is None:
-        cache: Any = static_cache(model, ids[:, :-1], context + rounds * new_tokens)
-    else:
-        cache = compressed(model, ids[:, :-1], ratio, generator)
-    torch.cuda.empty_cache()
-    held = kv_bytes(cache)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    tokens, seconds, recorded = ids[:, -1:], [], []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        result = graphed_generate(model, cache, tokens, max_new_tokens=new_tokens, graphs=True)
-        torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - start)
-        assert result.steps == new_tokens and result.tokens.shape == (batch, new_tokens)
-        tokens, recorded = result.tokens[:, -1:], [*recorded, result.recorded]
-    peak = torch.cuda.max_memory_allocated()
-    del cache, result
-    torch.cuda.empty_cache()
-    rates = sorted(batch * new_tokens / s for s in seconds)
-    return described(batch, context, ratio, new_tokens) | {
-        "cache": "static" if ratio is None else "ragged",
-        "rounds": rounds,
-        "tokens_per_s": statistics.median(rates),
-        "tokens_per_s_min": rates[0],
-        "tokens_per_s_max": rates[-1],
-        "ms_per_step": 1e3 * statistics.median(seconds) / new_tokens,
-        "graphs_recorded": sum(recorded),
-        "kv_gib": held / 2**30,
-        "peak_gib": peak / 2**30,
-    }
+
+    def build() -> Any:
+        if ratio is None:
+            return static_cache(model, ids[:, :-1], context + rounds * new_tokens)
+        return compressed(model, ids[:, :-1], ratio, generator)
+
+    def run(cache: Any) -> dict[str, Any]:
+        tokens, seconds, recorded = ids[:, -1:], [], 0
+        for _ in range(rounds):
+            start = time.perf_counter()
+            result = graphed_generate(model, cache, tokens, max_new_tokens=new_tokens, graphs=True)
+            torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - start)
+            assert result.steps == new_tokens and result.tokens.shape == (batch, new_tokens)
+            tokens, recorded = result.tokens[:, -1:], recorded + result.recorded
+        rates = sorted(batch * new_tokens / s for s in seconds)
+        return {
+            "rounds": rounds,
+            "tokens_per_s": statistics.median(rates),
+            "tokens_per_s_min": rates[0],
+            "tokens_per_s_max": rates[-1],
+            "ms_per_step": 1e3 * statistics.median(seconds) / new_tokens,
+            "graphs_recorded": recorded,
+        }
+
+    return row_on(build, run, ids, ratio, new_tokens)
 
 
 def measured_row(
@@ -239,7 +257,7 @@ def full_rows(
         return [measured_row(model, ids, None, args, generator)]
     return [
         graphed_row(model, ids, ratio, args.new_tokens, args.rounds, generator)
-        for ratio in (None, 0.0)
+        for ratio in FULL_GRAPHED
     ]
 
 
@@ -288,7 +306,7 @@ def budget_rows(
             ids = torch.randint(1, vocab, (largest, context), generator=generator).to("cuda")
             fulls = [
                 plan | graphed_row(model, ids[: plan["batch_full"]], kept, *timing)
-                for kept in (None, 0.0)
+                for kept in FULL_GRAPHED
             ]
             ragged = graphed_row(model, ids[: plan["batch_ragged"]], ratio, *timing)
             rows += [*fulls, plan | with_ratios(ragged, fastest(fulls))]
@@ -302,16 +320,13 @@ def profile_steps(model: LlamaForCausalLM, ids: torch.Tensor, ratio: float | Non
     from torch.profiler import ProfilerActivity, profile
 
     batch, context = ids.shape
-    cache: Any = DynamicCache() if ratio is None else RaggedCache()
-    prefill(model, ids[:, :-1], cache)
-    if ratio is not None:
-        generator = torch.Generator().manual_seed(1)
-        for layer in range(model.config.num_hidden_layers):
-            keep = kept_masks(batch, context - 1, ratio, generator).to(ids.device)
-            cache.compress_layer(layer, keep)
-    session = ragged_attention(model) if ratio is not None else contextlib.nullcontext()
+    if ratio is None:
+        cache: Any = DynamicCache()
+        prefill(model, ids[:, :-1], cache)
+    else:
+        cache = compressed(model, ids[:, :-1], ratio, torch.Generator().manual_seed(1))
     token = ids[:, -1:]
-    with torch.no_grad(), session:
+    with torch.no_grad(), attention_for(model, cache):
         for step in range(5):  # 2 warm-up steps, 3 profiled
             if step == 2:
                 torch.cuda.synchronize()
