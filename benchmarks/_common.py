@@ -12,6 +12,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -74,6 +75,17 @@ def forward_fns(model: Any, ids: torch.Tensor) -> dict[str, Callable[[], Any]]:
             model(ids, use_cache=False, logits_to_keep=1)
 
     return {"forward": forward, "forward_last": forward_last}
+
+
+def touch_host_memory(gib: float) -> None:
+    """Write ``gib`` GiB of host memory once and free it. A lent virtual machine backs its
+    memory on first touch, so until a process has touched enough of it, every new host
+    allocation of a freshly started machine pays that (tens of milliseconds for a few MB in
+    a grounding call on the lent H200 hosts); this is the machine warming up, not the code
+    measured."""
+    if gib > 0:
+        block = np.ones(int(gib * 2**30) // 8)  # float64 ones: every page written
+        del block
 
 
 def machine(device: str) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from benchmarks._common import (
     llama_8b,
     machine,
     ratio_spread,
+    touch_host_memory,
     write,
 )
 from rcstat.analysis import analyze_segmented
@@ -91,17 +92,20 @@ def chunks_of(parts: list[str], tokenizer: Any, size: int = 64) -> list[str]:
 
 
 def profile_summary(run: Callable[[], Any], baseline: Callable[[], Any], layers: int) -> dict:
-    """Kernels per layer beyond the baseline, GPU busy and idle ms of one call of ``run``."""
+    """Kernels per layer beyond the baseline, GPU busy and idle ms of one call of ``run``
+    (idle: between its first and last kernel), and its host time before the first kernel and
+    after the last."""
     from torch.profiler import ProfilerActivity, profile
 
-    def measure(fn: Callable[[], Any]) -> tuple[int, float, float]:
+    def measure(fn: Callable[[], Any]) -> tuple[int, float, float, float, float]:
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
+        events = prof.events()
         kernels = [
             e
-            for e in prof.events()
+            for e in events
             if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0
         ]
         spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
@@ -110,17 +114,24 @@ def profile_summary(run: Callable[[], Any], baseline: Callable[[], Any], layers:
             if end > reach:
                 busy += end - max(start, reach)
                 reach = end
-        wall = (spans[-1][1] - spans[0][0]) if spans else 0.0
-        return len(kernels), busy / 1e3, (wall - busy) / 1e3
+        if not spans:
+            return 0, 0.0, 0.0, 0.0, 0.0
+        wall = spans[-1][1] - spans[0][0]
+        host = [e.time_range for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+        before = spans[0][0] - min(t.start for t in host)
+        after = max(t.end for t in host) - spans[-1][1]
+        return len(kernels), busy / 1e3, (wall - busy) / 1e3, before / 1e3, after / 1e3
 
-    k_run, busy_run, idle_run = measure(run)
-    k_base, busy_base, idle_base = measure(baseline)
+    k_run, busy_run, idle_run, before, after = measure(run)
+    k_base, busy_base, idle_base, _, _ = measure(baseline)
     return {
         "kernels_per_layer": (k_run - k_base) / layers,
         "gpu_busy_ms": busy_run,
         "gpu_busy_forward_ms": busy_base,
         "gpu_idle_ms": idle_run,
         "gpu_idle_forward_ms": idle_base,
+        "host_before_ms": before,
+        "host_after_ms": after,
     }
 
 
@@ -159,7 +170,7 @@ def attribution_call(
     answer = " ".join(text_of(tokenizer, gen, seed=2))
     question = "What does the report say about the rivers?"
     attributor = Attributor(model, tokenizer)
-    ids = segment_chat(tokenizer, "\n\n".join(chunks), question, answer).input_ids.cuda()
+    ids = segment_chat(tokenizer, "\n\n".join(chunks), question, answer).input_ids.to(model.device)
     return lambda: attributor.attribute(chunks, question, answer), ids
 
 
@@ -178,7 +189,7 @@ def grounding_call(
     context = " ".join(text_of(tokenizer, prompt, seed=3))
     response = " ".join(text_of(tokenizer, gen, seed=4))
     question = "Summarize the report."
-    ids = segment_chat(tokenizer, context, question, response).input_ids.cuda()
+    ids = segment_chat(tokenizer, context, question, response).input_ids.to(model.device)
     return lambda: grounder.ground(context, response, question), ids
 
 
@@ -255,6 +266,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lower-bound", action="store_true", help="analyze with the bound a")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument(
+        "--touch-gib", type=float, default=16.0, help="host memory written once before timing"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -267,8 +281,13 @@ def main() -> None:
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     model = llama_8b("cuda")
+    touch_host_memory(args.touch_gib)
     rows: list[dict] = []
-    meta = machine("cuda") | {"rounds": args.rounds, "lower_bound": args.lower_bound}
+    meta = machine("cuda") | {
+        "rounds": args.rounds,
+        "lower_bound": args.lower_bound,
+        "touch_gib": args.touch_gib,
+    }
     name = f"gpu_paths_{device_label('cuda')}"
 
     def report(row: dict | None) -> None:
@@ -276,8 +295,10 @@ def main() -> None:
             return
         rows.append(row)
         extra = (
-            f" | {row['kernels_per_layer']:.0f} kernels/layer, GPU idle "
-            f"{row['gpu_idle_ms']:.1f} ms (forward {row['gpu_idle_forward_ms']:.1f} ms)"
+            f" | {row['kernels_per_layer']:.0f} kernels/layer, GPU busy {row['gpu_busy_ms']:.1f} "
+            f"ms (forward {row['gpu_busy_forward_ms']:.1f}), idle {row['gpu_idle_ms']:.1f} ms "
+            f"(forward {row['gpu_idle_forward_ms']:.1f}), host before / after "
+            f"{row['host_before_ms']:.1f} / {row['host_after_ms']:.1f} ms"
             if "kernels_per_layer" in row
             else ""
         )

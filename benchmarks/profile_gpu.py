@@ -9,14 +9,18 @@ into a ``DynamicCache``, the masking mode SnapKV is measured in; needs kvpress).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
+import gc
 import pstats
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks._common import llama_8b
+from benchmarks._common import llama_8b, touch_host_memory
 from benchmarks.bench_gpu import attribution_call, grounding_call
 from rcstat.analysis import analyze_segmented
 from rcstat.segments import Segmented
@@ -34,8 +38,12 @@ def main() -> None:
     parser.add_argument("--cpu-table", action="store_true", help="also CPU operators")
     parser.add_argument("--python-only", action="store_true", help="only the cProfile table")
     parser.add_argument("--sort", default="tottime", help="cProfile sort key")
+    parser.add_argument(
+        "--callers", default=None, help="also who calls the functions matching this regex"
+    )
     args = parser.parse_args()
     model = llama_8b("cuda")
+    touch_host_memory(16.0)  # see touch_host_memory: a lent machine's first touches
     if args.part == "analyze":
         total = args.prompt + args.gen
         ids = torch.randint(0, 32000, (1, total), generator=torch.Generator().manual_seed(0))
@@ -66,21 +74,77 @@ def main() -> None:
     for _ in range(2):  # compile kernels, fill caches
         run()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run()
-        torch.cuda.synchronize()
-    averages = prof.key_averages()
-    print(
-        averages.table(
-            sort_by="self_cuda_time_total", row_limit=args.rows, max_name_column_width=45
+    if not args.python_only:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            with collections() as gc_line:
+                run()
+                torch.cuda.synchronize()
+        print(timeline(prof.events()))
+        print(gc_line[0])
+        averages = prof.key_averages()
+        print(
+            averages.table(
+                sort_by="self_cuda_time_total", row_limit=args.rows, max_name_column_width=45
+            )
         )
-    )
-    print(
-        averages.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60)
-    )
+        if args.cpu_table:
+            print(
+                averages.table(
+                    sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=60
+                )
+            )
     python = cProfile.Profile()
     python.runcall(lambda: (run(), torch.cuda.synchronize()))
-    pstats.Stats(python).sort_stats(args.sort).print_stats(args.rows)
+    stats = pstats.Stats(python).sort_stats(args.sort)
+    stats.print_stats(args.rows)
+    if args.callers:
+        stats.print_callers(args.callers)
+
+
+@contextlib.contextmanager
+def collections() -> Iterator[list[str]]:
+    """Time Python's garbage collections inside the block: a one-line summary is left in the
+    list it yields (the pauses a collection causes show up as the time of whatever call was
+    allocating when it ran)."""
+    began: list[float] = []
+    spent: dict[int, list[float]] = {}
+
+    def watch(phase: str, info: dict) -> None:
+        if phase == "start":
+            began.append(time.perf_counter())
+        elif began:
+            spent.setdefault(info["generation"], []).append(time.perf_counter() - began.pop())
+
+    line = ["gc: none"]
+    gc.callbacks.append(watch)
+    try:
+        yield line
+    finally:
+        gc.callbacks.remove(watch)
+        parts = [
+            f"generation {g}: {len(t)} in {sum(t) * 1e3:.1f} ms" for g, t in sorted(spent.items())
+        ]
+        line[0] = "gc: " + ("; ".join(parts) if parts else "none")
+
+
+def timeline(events: list) -> str:
+    """One line: the call's wall time and its host time before the first kernel, the span of
+    the kernels and the host time after the last one (ms, from the profiler's events)."""
+    cpu = [e.time_range for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    gpu = [
+        e.time_range
+        for e in events
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0
+    ]
+    if not cpu or not gpu:
+        return "timeline: no kernels"
+    start, end = min(t.start for t in cpu), max(t.end for t in cpu)
+    first, last = min(t.start for t in gpu), max(t.end for t in gpu)
+    return (
+        f"timeline ms: wall {(end - start) / 1e3:.1f}, host before the first kernel "
+        f"{(first - start) / 1e3:.1f}, kernels' span {(last - first) / 1e3:.1f}, "
+        f"after the last {(end - last) / 1e3:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -374,12 +374,13 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs CUDA")
-    from rcstat.press.decode_kernel import _sm_count, kernel_config
+    from rcstat.press.decode_kernel import kernel_config
+    from rcstat.stats._gpu import sm_count
 
     began = time.perf_counter()
     card = device_label("cuda")
     peak = args.peak_tbps if args.peak_tbps is not None else PEAK_TBPS.get(card)
-    sms = _sm_count(torch.device("cuda"))
+    sms = sm_count(torch.device("cuda"))
     generator = torch.Generator().manual_seed(0)
     cases = [
         make_case(b, args.context, args.ratio, args.layers, generator, torch.device("cuda"))

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from rcstat.capture import SoftmaxParams
 from rcstat.grounding import features as features_module
+from rcstat.grounding import rows_gpu
 from rcstat.grounding.features import PassExample, ResponseRows, grounding_reducer
 from tests._reference import naive_expected_rc
 
@@ -84,9 +85,12 @@ PARAMS = [
 
 @pytest.mark.parametrize("params", PARAMS, ids=["plain", "softcap", "window"])
 @pytest.mark.parametrize("matched", [True, False])
+@pytest.mark.parametrize("sms", [0, 4, 10], ids=["one-group", "uneven-groups", "head-a-group"])
 def test_fused_rows_equal_the_tensor_operations(
-    params: SoftmaxParams, matched: bool, monkeypatch: pytest.MonkeyPatch
+    params: SoftmaxParams, matched: bool, sms: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The copied kernel's heads in one group, in groups of 2 and 1 heads, one head a group."""
+    monkeypatch.setattr(rows_gpu, "sm_count", lambda _: sms)
     examples = _examples(0, [(3, 11, 6), (1, 1300, 4)], matched)  # a context over one tile
     scores = _scores(examples, heads=3, seed=1, ties=False)
     rc_heads = {0: torch.tensor([0, 2])}

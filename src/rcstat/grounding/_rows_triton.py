@@ -9,10 +9,12 @@
   ``S / (S + S')`` with ``S = Σ_x Σ_y max(x − y, 0)`` summed tile by tile (pairs of ``X`` and
   ``Y`` tiles, float32 within a tile, float64 across) and ``S' = S − (|Y|·Σx − |X|·Σy)``
   (``max(a, 0) − max(−a, 0) = a``); 0.5 where both are 0.
-- ``copied_kernel``: one program per (response unit, tile of context keys) sums the attention
-  weight of every head on the matched keys over the unit's rows, row after row and head
-  after head (no atomics: the sums do not depend on the order programs run in), from the
-  normaliser the first kernel stored.
+- ``copied_kernel``: one program per (response unit, tile of context keys, group of heads)
+  sums the attention weight of the group's heads on the matched keys over the unit's rows,
+  row after row and head after head, from the normaliser the first kernel stored. Each group
+  writes its own partial sums (no atomics: the sums do not depend on the order programs run
+  in); the caller adds the groups up. Groups exist to give the card enough programs when a
+  pass has few units and keys.
 
 Soft-capping as in ``rcstat.capture._softmax_triton.logits``.
 """
@@ -140,11 +142,12 @@ def copied_kernel(
     units_ptr,  # [U, 3] int64: sequence, first row, end row of each unit
     match_ptr,  # [B, W, K] uint8
     norm_ptr,  # [B, H, W, 2] float32 from rows_kernel
-    copied_ptr,  # [U, K] float32: Σ over the unit's rows and the heads of the matched weight
+    copied_ptr,  # [groups, U, K] float32: Σ over the unit's rows and the group's heads
     H,
     W,
     K,
     k0,
+    group_heads,
     scaling,
     softcap,
     window,
@@ -154,6 +157,9 @@ def copied_kernel(
 ):
     u = tl.program_id(0)
     offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    group = tl.program_id(2)
+    h0 = group * group_heads
+    h1 = tl.minimum(h0 + group_heads, H)
     b = tl.load(units_ptr + 3 * u)
     keys = k0 + offsets
     acc = tl.zeros((BLOCK,), tl.float32)
@@ -164,10 +170,11 @@ def copied_kernel(
             live = live & (pos - keys < window)
         hit = tl.load(match_ptr + (b * W + j) * K + offsets, mask=live, other=0) != 0
         if tl.max(hit.to(tl.int32), 0) > 0:
-            for h in range(H):
+            for h in range(h0, h1):
                 row = scores_ptr + b * s_b + h * s_h + j * s_r
                 s = tl.load(row + keys * s_t, mask=hit, other=0.0)
                 norm = norm_ptr + 2 * ((b * H + h) * W + j)
                 e = tl.exp(logits(s, scaling, softcap, HAS_SOFTCAP) - tl.load(norm))
                 acc += tl.where(hit, e / tl.load(norm + 1), 0.0)
-    tl.store(copied_ptr + u.to(tl.int64) * K + offsets, acc, mask=offsets < K)
+    out = copied_ptr + (group * tl.num_programs(0) + u).to(tl.int64) * K + offsets
+    tl.store(out, acc, mask=offsets < K)

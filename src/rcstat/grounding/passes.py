@@ -46,22 +46,32 @@ def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
         for w in _WORD.finditer(text if folded is None else folded, c_lo, c_hi)
         if (key := w.group() if folded is not None else w.group().lower()) in ids
     ]
-    return torch.from_numpy(
-        (_overlaps(said, said_words, len(ids)) @ _overlaps(source, source_words, len(ids)).T) > 0
-    )
+    said_tokens, said_ids = _token_words(said, said_words)
+    source_tokens, source_ids = _token_words(source, source_words)
+    # join on the word id: each (response token, word) with every context token of the word
+    order = np.argsort(source_ids, kind="stable")
+    by_word, source_tokens = source_ids[order], source_tokens[order]
+    lo = np.searchsorted(by_word, said_ids, side="left")
+    count = np.searchsorted(by_word, said_ids, side="right") - lo  # context tokens of each
+    at = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(count.sum())
+    found = np.zeros((len(said), len(source)), dtype=bool)
+    found[np.repeat(said_tokens, count), source_tokens[at]] = True
+    return torch.from_numpy(found)
 
 
-def _overlaps(tokens: np.ndarray, words: list[tuple[int, int, int]], count: int) -> np.ndarray:
-    """``[tokens, count]`` float32: 1 where a token (``[n, 2]`` offsets, in text order)
-    overlaps a word of that id (``words``: start, end, id)."""
-    out = np.zeros((len(tokens), count), dtype=np.float32)
-    if words:
-        spans = np.array(words, dtype=np.int64)  # [W, 3]
-        first = np.searchsorted(tokens[:, 1], spans[:, 0], side="right")  # ends > word start
-        last = np.searchsorted(tokens[:, 0], spans[:, 1], side="left")  # starts < word end
-        for lo, hi, word in zip(first, last, spans[:, 2], strict=True):
-            out[lo:hi, word] = 1.0
-    return out
+def _token_words(
+    tokens: np.ndarray, words: list[tuple[int, int, int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(token, word id)`` int64 pairs: every token (``[n, 2]`` character offsets, in text
+    order) that overlaps an occurrence of a word (``words``: start, end, id)."""
+    if not words:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    spans = np.array(words, dtype=np.int64)  # [W, 3]
+    first = np.searchsorted(tokens[:, 1], spans[:, 0], side="right")  # ends > word start
+    last = np.searchsorted(tokens[:, 0], spans[:, 1], side="left")  # starts < word end
+    count = np.maximum(last - first, 0)
+    token = np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
+    return token, np.repeat(spans[:, 2], count)
 
 
 def span_sums(values: np.ndarray, spans: np.ndarray) -> np.ndarray:

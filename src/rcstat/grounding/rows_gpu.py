@@ -7,7 +7,8 @@ token being written — in tens of small tensor operations a layer, which on a G
 host time than the forward pass itself on short inputs. Here the same quantities come from
 two Triton kernels (``_rows_triton``): one online-softmax pass a row (and, for the heads whose
 RC is wanted, the pairwise sums ``Σ_x Σ_y max(x − y, 0)`` of docs/definitions.md computed
-tile by tile), then one pass over the matched keys summing the heads' weights. Used on CUDA
+tile by tile), then one pass over the matched keys summing the heads' weights, the heads split
+into groups when units and key tiles alone would leave the card's SMs idle. Used on CUDA
 with Triton (``RCSTAT_TRITON`` not 0), and on the CPU under ``TRITON_INTERPRET=1`` (tests).
 """
 
@@ -18,12 +19,32 @@ from dataclasses import dataclass
 import torch
 
 from rcstat.capture import SoftmaxParams
-from rcstat.stats._gpu import kernels_serve, on_device
+from rcstat.stats._gpu import kernels_serve, on_device, sm_count
 
 __all__ = ["RowLayout", "fused_rows", "fused_rows_serve"]
 
 _BLOCK = 1024  # keys a program reads at once
 _PAIRS = 64  # context and response samples of one RC tile (64 x 64 pairs)
+_WAVES = 4  # programs of the copied kernel wanted per SM
+
+
+def head_groups(programs: int, heads: int, sms: int) -> tuple[int, int]:
+    """``(groups, heads a group)`` of the copied kernel: the fewest groups that give at least
+    ``_WAVES`` programs per SM with ``programs`` (units × key tiles) per group, one head a
+    group at most, and no empty group.
+
+    Examples
+    --------
+    >>> head_groups(4, 32, 132)  # 2 units, 2 key tiles: one head a group
+    (32, 1)
+    >>> head_groups(40, 32, 132)  # 14 groups wanted: 3 heads a group fill 11
+    (11, 3)
+    >>> head_groups(1000, 32, 132)
+    (1, 32)
+    """
+    wanted = min(heads, max(1, -(-_WAVES * sms // max(programs, 1))))
+    per_group = -(-heads // wanted)
+    return -(-heads // per_group), per_group
 
 
 @dataclass(frozen=True)
@@ -83,7 +104,8 @@ def fused_rows(
         ``features`` ``[3, B, H, W]`` float32 (rc, lookback, log weight on the row's own
         key), ``copy`` ``[B, H, W]`` float32 (weight on the matched context keys) and
         ``copied`` ``[U, K]`` float32 (that weight on each key, summed over the heads and the
-        unit's rows; None without matches).
+        unit's rows; None without matches; the heads' groups of :func:`head_groups` added in
+        order, so the same inputs on the same card give the same sums).
     """
     from rcstat.grounding._rows_triton import copied_kernel, rows_kernel
 
@@ -129,21 +151,25 @@ def fused_rows(
         if match is None or not layout.units.shape[0]:
             return features, copy, None
         units = layout.units.shape[0]
-        copied = torch.empty(units, keys, dtype=torch.float32, device=device)
-        copied_kernel[(units, -(-keys // _BLOCK))](
+        tiles = -(-keys // _BLOCK)
+        groups, per_group = head_groups(units * tiles, heads, sm_count(device))
+        partial = torch.empty(groups, units, keys, dtype=torch.float32, device=device)
+        copied_kernel[(units, tiles, groups)](
             block,
             *block.stride(),
             layout.positions,
             layout.units,
             match,
             norm,
-            copied,
+            partial,
             heads,
             width,
             keys,
             layout.k0,
+            per_group,
             *scalars,
             BLOCK=_BLOCK,
             **shape,
         )
+    copied = partial[0] if groups == 1 else partial.sum(0)  # [U, K], the groups in order
     return features, copy, copied

@@ -57,6 +57,7 @@ import triton.language as tl
 
 from rcstat.press.decode_plans import CardPlans, card_plans
 from rcstat.press.layout import PackedKV
+from rcstat.stats._gpu import sm_count
 
 _LOG2E = 1.4426950408889634
 _NEG = tl.constexpr(-1.0e30)  # finite "minus infinity": NEG − NEG = 0, never NaN
@@ -272,19 +273,11 @@ def _has_pdl(device: torch.device) -> bool:
 
 
 @functools.cache
-def _sm_count(device: torch.device) -> int:
-    """SMs of a CUDA device (read once); 4 under the interpreter (a few splits to exercise)."""
-    if device.type != "cuda":
-        return 4
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
-
-
-@functools.cache
 def _tuned(device: torch.device) -> CardPlans | None:
     """The measured plans of a CUDA device's card (read once per device); None elsewhere."""
     if device.type != "cuda":
         return None
-    return card_plans(torch.cuda.get_device_name(device), _sm_count(device))
+    return card_plans(torch.cuda.get_device_name(device), sm_count(device))
 
 
 def split_decode_attention(
@@ -318,7 +311,7 @@ def split_decode_attention(
     capacity = packed.capacity
     if plan is None:
         device = packed.keys.device
-        sms = _sm_count(device)
+        sms = sm_count(device)
         plan = split_plan(segments, rows, capacity, dim, sms, config=config, tuned=_tuned(device))
     elif not _covers(plan, segments, rows, capacity):
         raise ValueError(

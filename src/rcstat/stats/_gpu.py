@@ -266,6 +266,14 @@ def ragged_rank_sums(
     return out.sum(-1)
 
 
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    """SMs of a CUDA device (read once); 4 under the interpreter (a few splits to exercise)."""
+    if device.type != "cuda":
+        return 4
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
 def on_device(device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """Make ``device`` the current CUDA device: Triton launches on the current device, and a
     model split across GPUs hands each layer's block over on the layer's own (nothing to do
