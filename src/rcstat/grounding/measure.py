@@ -35,7 +35,12 @@ from rcstat.grounding.features import (
     query_positions,
 )
 from rcstat.grounding.passes import prompt_groups, span_sums, token_batches, word_matches
-from rcstat.grounding.score import DEFAULT_QUANTILE, bigram_overlap, unigram_overlap
+from rcstat.grounding.score import (
+    DEFAULT_QUANTILE,
+    bigram_overlap,
+    lower_quantiles,
+    unigram_overlap,
+)
 from rcstat.models.cache_argument import returned_cache, with_cache
 from rcstat.segments import Segmented, chat_prompt_ids, segment_chat
 
@@ -118,7 +123,7 @@ class Measurement:
     def head_features(self, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
         """``[3, L, H]``: every statistic's lower ``quantile`` over the response tokens, per
         head (a response is as weak as its weakest part, for the probe as for the score)."""
-        return np.quantile(self.features, quantile, axis=-1)
+        return lower_quantiles(self.features, quantile)
 
     def head_vector(self, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
         """``[3 · L · H]``: :meth:`head_features` flattened (probe input, in the order of

@@ -42,6 +42,7 @@ __all__ = [
     "aggregate",
     "bigram_overlap",
     "check_threshold",
+    "lower_quantiles",
     "response_words",
     "token_scores",
     "unigram_overlap",
@@ -142,6 +143,30 @@ def aggregate(scores: np.ndarray, quantile: float = DEFAULT_QUANTILE) -> float:
     if scores.size == 0:
         return float("nan")
     return float(np.quantile(scores, quantile))
+
+
+def lower_quantiles(values: np.ndarray, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
+    """The ``quantile`` of ``values`` over its last axis, equal to ``np.quantile(values,
+    quantile, axis=-1)`` (linear interpolation, in the values' float type; NaN where a row
+    holds a NaN) from one sort along the axis, where ``np.quantile`` partitions row by row
+    (about ten times the time for the ``[3, 32, 32, 256]`` features of an 8B model).
+
+    >>> lower_quantiles(np.array([[4.0, 1.0, 3.0, 2.0], [1.0, np.nan, 2.0, 3.0]]), 0.5)
+    array([2.5, nan])
+    """
+    kind = values.dtype.type  # np.quantile computes in the values' own float type
+    count = values.shape[-1]
+    at = kind(count - 1) * kind(quantile)
+    low = int(np.floor(at))
+    high = min(low + 1, count - 1)
+    weight = kind(at - kind(low))
+    ordered = np.sort(values, axis=-1)
+    below, above = ordered[..., low], ordered[..., high]
+    step = above - below
+    # numpy's interpolation: from the nearer end
+    out = np.asarray(above - step * (1 - weight) if weight >= 0.5 else below + step * weight)
+    out[np.isnan(values).any(axis=-1)] = np.nan
+    return out
 
 
 def unigram_overlap(response: str, context: str) -> float:
