@@ -143,3 +143,20 @@ def test_fused_rc_equals_naive_pairwise_sums() -> None:
             want = 0.5 if forward + backward == 0 else forward / (forward + backward)
             assert float(out["features"][0, 0, head, j]) == pytest.approx(want, abs=2e-6)
         assert out["features"][0, 0, head, rows.num_rows - 1 :].isnan().all()  # past G
+
+
+def test_a_layer_without_rc_heads_takes_the_kernel_without_rc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RC heads only in layer 1: layer 0's rows come from the kernel compiled without RC."""
+    examples = _examples(7, [(2, 30, 6), (0, 12, 4)], True)
+    scores = _scores(examples, heads=3, seed=8, ties=False)
+    softmax = {0: PARAMS[0], 1: PARAMS[0]}
+    rc_heads = {1: torch.tensor([2])}
+    fused = grounding_reducer(examples, softmax, rc_heads=rc_heads)
+    out = {layer: fused(layer, scores) for layer in (0, 1)}
+    monkeypatch.setattr(features_module, "fused_rows_serve", lambda _: False)
+    eager = grounding_reducer(examples, softmax, rc_heads=rc_heads)
+    for layer in (0, 1):
+        _same(out[layer], eager(layer, scores))
+    assert out[0]["features"][0].isnan().all() and not out[1]["features"][0, :, 2, :3].isnan().any()

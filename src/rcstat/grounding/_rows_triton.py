@@ -4,7 +4,9 @@
   online-softmax pass over the row's visible keys gives the softmax normaliser and, rescaled
   as the running maximum moves, the unnormalised weight on the context keys, on the response
   keys and on the matched context keys; the weight on the row's own key is read at the end.
-  For the heads flagged for RC, the scale-free RC of the row's raw scores
+  With ``HAS_RC`` (compiled without it when no head is flagged: the float64 pairwise loop
+  costs registers, and so occupancy, even where it never runs), for the heads flagged for
+  RC, the scale-free RC of the row's raw scores
   ``X`` = the context keys against ``Y`` = the response keys ``first .. first + j`` is
   ``S / (S + S')`` with ``S = Σ_x Σ_y max(x − y, 0)`` summed tile by tile (pairs of ``X`` and
   ``Y`` tiles, float32 within a tile, float64 across) and ``S' = S − (|Y|·Σx − |X|·Σy)``
@@ -52,6 +54,7 @@ def rows_kernel(
     HAS_SOFTCAP: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     HAS_MATCH: tl.constexpr,
+    HAS_RC: tl.constexpr,
     BLOCK: tl.constexpr,
     BX: tl.constexpr,
     BY: tl.constexpr,
@@ -94,7 +97,7 @@ def rows_kernel(
     lookback = context_mean / tl.maximum(context_mean + response_mean, 1e-30)
     weight = tl.exp(own - top) / total
     rc = tl.full((), float("nan"), tl.float32)
-    if (tl.load(flags_ptr + h) != 0) & (j < gen):
+    if HAS_RC and (tl.load(flags_ptr + h) != 0) & (j < gen):
         pairs = tl.zeros((), tl.float64)
         sum_x = tl.zeros((), tl.float64)
         sum_y = tl.zeros((), tl.float64)

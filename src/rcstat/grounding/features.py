@@ -243,7 +243,6 @@ def grounding_reducer(
             "meta": meta,
             "units": unit_table,
             "flags": flags,
-            "no_flags": torch.zeros(heads, dtype=torch.int32),
             "context": on_context,
             "written": written,
             "seen": seen,
@@ -309,7 +308,8 @@ def grounding_reducer(
         kernel's pairwise sums cost ``|X|·|Y|`` a row against a search's ``|X|·log |Y|``)."""
         at = placed(block.device, block.shape[1])
         pairwise = width <= PAIRWISE_ROWS
-        flags = at["flags"][layer] if pairwise else at["no_flags"]
+        wanted = rc_heads is None or layer in rc_heads
+        flags = at["flags"][layer] if pairwise and wanted else None
         features, copy, copied = fused_rows(block, at["layout"], flags, softmax[layer])
         if not pairwise:
             fill_rc(layer, block, features[0])

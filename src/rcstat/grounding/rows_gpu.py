@@ -81,7 +81,10 @@ def fused_rows_serve(scores: torch.Tensor) -> bool:
 
 
 def fused_rows(
-    block: torch.Tensor, layout: RowLayout, flags: torch.Tensor, params: SoftmaxParams
+    block: torch.Tensor,
+    layout: RowLayout,
+    flags: torch.Tensor | None,
+    params: SoftmaxParams,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Grounding features of every row of one layer.
 
@@ -94,7 +97,7 @@ def fused_rows(
         The rows' :class:`RowLayout`.
     flags
         ``[H]`` int32: 1 for the heads whose RC is computed (NaN elsewhere, and on rows past
-        a sequence's ``G``).
+        a sequence's ``G``); None: no head's (the kernel is compiled without the RC).
     params
         The layer's softmax parameters.
 
@@ -131,7 +134,7 @@ def fused_rows(
             *block.stride(),
             layout.positions,
             layout.meta,
-            flags,
+            copy if flags is None else flags,  # never read without flags
             copy if match is None else match,  # never read without matches
             features,
             copy,
@@ -143,6 +146,7 @@ def fused_rows(
             layout.k0,
             *scalars,
             HAS_MATCH=match is not None,
+            HAS_RC=flags is not None,
             BLOCK=_BLOCK,
             BX=_PAIRS,
             BY=_PAIRS,
