@@ -53,7 +53,7 @@ __all__ = [
 
 #: The rcstat scores: the default verdict's and the designs it was chosen among.
 VARIANTS = ("rcstat", "zero_shot", "copy_words", "nll_words", "pmi_words", "exp_rc_nll")
-#: The same-pass baselines (:func:`rcstat.grounding.measure.baselines`).
+#: The same-pass baselines (:func:`rcstat.grounding.score.baselines`).
 BASELINES = ("lookback", "attention_score", "neg_nll", "overlap", "unigram_overlap")
 #: The row file of a run (one row per item) and the folder of its per-token files.
 PREDICTIONS = "predictions.jsonl"
@@ -75,7 +75,7 @@ def method_scores(
     """Every method's response score (higher = more supported) from one measurement: the keys
     of :data:`VARIANTS` and :data:`BASELINES`."""
     from rcstat.grounding.grounder import sentence_scores
-    from rcstat.grounding.measure import baselines
+    from rcstat.grounding.score import baselines
 
     words = response_words(measured.example.part_text("answer"), measured.token_spans())
     copy = measured.copy_at(grounder.copy_heads)  # [G]

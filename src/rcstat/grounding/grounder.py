@@ -31,7 +31,6 @@ from rcstat.grounding.measure import (
     Measurement,
     Measurer,
     Prepared,
-    baselines,
     feature_names,
 )
 from rcstat.grounding.options import GroundingOptions
@@ -40,6 +39,7 @@ from rcstat.grounding.result import Grounding, SentenceGrounding, UnsupportedSpa
 from rcstat.grounding.score import (
     Word,
     aggregate,
+    baselines,
     response_words,
     token_scores,
     word_scores,

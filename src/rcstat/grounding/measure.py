@@ -35,12 +35,7 @@ from rcstat.grounding.features import (
     query_positions,
 )
 from rcstat.grounding.passes import prompt_groups, span_sums, token_batches, word_matches
-from rcstat.grounding.score import (
-    DEFAULT_QUANTILE,
-    bigram_overlap,
-    lower_quantiles,
-    unigram_overlap,
-)
+from rcstat.grounding.score import DEFAULT_QUANTILE, lower_quantiles
 from rcstat.models.cache_argument import returned_cache, with_cache
 from rcstat.segments import Segmented, chat_prompt_ids, segment_chat
 
@@ -52,7 +47,6 @@ __all__ = [
     "Measurement",
     "Measurer",
     "Prepared",
-    "baselines",
     "feature_names",
 ]
 
@@ -558,20 +552,6 @@ class Measurer:
             (host[b, 0, : r - 1], host[b, 1, : r - 1], host[b, 2, : r - 1])
             for b, r in enumerate(rows)
         ]
-
-
-def baselines(measured: Measurement, response: str, context: str) -> dict[str, float]:
-    """Response-level baselines from the same pass, each oriented so that higher means more
-    supported as its authors use it: the Lookback Lens ratio (mean over heads and tokens),
-    LLM-Check's attention score (mean log-diagonal), minus the mean token NLL, and the share
-    of response bigrams (``overlap``) and words (``unigram_overlap``) found in the context."""
-    return {
-        "lookback": float(measured.features[1].mean()),
-        "attention_score": float(measured.features[2].mean()),
-        "neg_nll": float(-measured.nll.mean()),
-        "overlap": bigram_overlap(response, context),
-        "unigram_overlap": unigram_overlap(response, context),
-    }
 
 
 def _summed(

@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -40,6 +41,7 @@ __all__ = [
     "SCORE_RANGE",
     "Word",
     "aggregate",
+    "baselines",
     "bigram_overlap",
     "check_threshold",
     "lower_quantiles",
@@ -207,3 +209,24 @@ def check_threshold(value: float | None, name: str = "--threshold") -> float | N
         return None
     low, high = SCORE_RANGE
     return check_number(name, value, low=low, high=high)
+
+
+class _SamePass(Protocol):
+    """What :func:`baselines` reads of a pass (a :class:`~rcstat.grounding.measure.Measurement`)."""
+
+    features: np.ndarray  # [3, L, H, G]: rc, lookback, log weight on the own key
+    nll: np.ndarray  # [G]
+
+
+def baselines(measured: _SamePass, response: str, context: str) -> dict[str, float]:
+    """Response-level baselines from the same pass, each oriented so that higher means more
+    supported as its authors use it: the Lookback Lens ratio (mean over heads and tokens),
+    LLM-Check's attention score (mean log-diagonal), minus the mean token NLL, and the share
+    of response bigrams (``overlap``) and words (``unigram_overlap``) found in the context."""
+    return {
+        "lookback": float(measured.features[1].mean()),
+        "attention_score": float(measured.features[2].mean()),
+        "neg_nll": float(-measured.nll.mean()),
+        "overlap": bigram_overlap(response, context),
+        "unigram_overlap": unigram_overlap(response, context),
+    }
