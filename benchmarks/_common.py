@@ -77,6 +77,10 @@ def forward_fns(model: Any, ids: torch.Tensor) -> dict[str, Callable[[], Any]]:
     return {"forward": forward, "forward_last": forward_last}
 
 
+#: Host memory the GPU benchmarks write once before timing (see :func:`touch_host_memory`).
+TOUCH_GIB = 16.0
+
+
 def touch_host_memory(gib: float) -> None:
     """Write ``gib`` GiB of host memory once and free it. A lent virtual machine backs its
     memory on first touch, so until a process has touched enough of it, every new host

@@ -29,6 +29,7 @@ import argparse
 import random
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ import numpy as np
 import torch
 
 from benchmarks._common import (
+    TOUCH_GIB,
     device_label,
     forward_fns,
     interleaved,
@@ -91,47 +93,66 @@ def chunks_of(parts: list[str], tokenizer: Any, size: int = 64) -> list[str]:
     return chunks
 
 
+@dataclass(frozen=True)
+class CallTimeline:
+    """Where one profiled call spent its time (ms): ``kernels`` launched, the GPU ``busy``
+    (union of the kernels' intervals) and ``idle`` between its first and last kernel, and the
+    host time ``before`` the first kernel and ``after`` the last."""
+
+    kernels: int
+    busy: float
+    idle: float
+    before: float
+    after: float
+
+    @classmethod
+    def of(cls, events: list) -> CallTimeline:
+        """From a ``torch.profiler`` run's events (all zeros without kernels)."""
+        spans = sorted(
+            (e.time_range.start, e.time_range.end)
+            for e in events
+            if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0
+        )
+        if not spans:
+            return cls(0, 0.0, 0.0, 0.0, 0.0)
+        busy, reach = 0.0, -np.inf
+        for start, end in spans:  # union of kernel intervals
+            if end > reach:
+                busy += end - max(start, reach)
+                reach = end
+        host = [e.time_range for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+        first, last = spans[0][0], max(end for _, end in spans)
+        return cls(
+            kernels=len(spans),
+            busy=busy / 1e3,
+            idle=(last - first - busy) / 1e3,
+            before=(first - min(t.start for t in host)) / 1e3,
+            after=(max(t.end for t in host) - last) / 1e3,
+        )
+
+
 def profile_summary(run: Callable[[], Any], baseline: Callable[[], Any], layers: int) -> dict:
     """Kernels per layer beyond the baseline, GPU busy and idle ms of one call of ``run``
     (idle: between its first and last kernel), and its host time before the first kernel and
     after the last."""
     from torch.profiler import ProfilerActivity, profile
 
-    def measure(fn: Callable[[], Any]) -> tuple[int, float, float, float, float]:
+    def measure(fn: Callable[[], Any]) -> CallTimeline:
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-        events = prof.events()
-        kernels = [
-            e
-            for e in events
-            if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0
-        ]
-        spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
-        busy, reach = 0.0, -np.inf
-        for start, end in spans:  # union of kernel intervals
-            if end > reach:
-                busy += end - max(start, reach)
-                reach = end
-        if not spans:
-            return 0, 0.0, 0.0, 0.0, 0.0
-        wall = spans[-1][1] - spans[0][0]
-        host = [e.time_range for e in events if e.device_type == torch.autograd.DeviceType.CPU]
-        before = spans[0][0] - min(t.start for t in host)
-        after = max(t.end for t in host) - spans[-1][1]
-        return len(kernels), busy / 1e3, (wall - busy) / 1e3, before / 1e3, after / 1e3
+        return CallTimeline.of(prof.events())
 
-    k_run, busy_run, idle_run, before, after = measure(run)
-    k_base, busy_base, idle_base, _, _ = measure(baseline)
+    ran, base = measure(run), measure(baseline)
     return {
-        "kernels_per_layer": (k_run - k_base) / layers,
-        "gpu_busy_ms": busy_run,
-        "gpu_busy_forward_ms": busy_base,
-        "gpu_idle_ms": idle_run,
-        "gpu_idle_forward_ms": idle_base,
-        "host_before_ms": before,
-        "host_after_ms": after,
+        "kernels_per_layer": (ran.kernels - base.kernels) / layers,
+        "gpu_busy_ms": ran.busy,
+        "gpu_busy_forward_ms": base.busy,
+        "gpu_idle_ms": ran.idle,
+        "gpu_idle_forward_ms": base.idle,
+        "host_before_ms": ran.before,
+        "host_after_ms": ran.after,
     }
 
 
@@ -267,7 +288,7 @@ def main() -> None:
     parser.add_argument("--lower-bound", action="store_true", help="analyze with the bound a")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument(
-        "--touch-gib", type=float, default=16.0, help="host memory written once before timing"
+        "--touch-gib", type=float, default=TOUCH_GIB, help="host memory written once before timing"
     )
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()

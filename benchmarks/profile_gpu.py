@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks._common import llama_8b, touch_host_memory
-from benchmarks.bench_gpu import attribution_call, grounding_call
+from benchmarks._common import TOUCH_GIB, llama_8b, touch_host_memory
+from benchmarks.bench_gpu import CallTimeline, attribution_call, grounding_call
 from rcstat.analysis import analyze_segmented
 from rcstat.segments import Segmented
 
@@ -43,7 +43,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     model = llama_8b("cuda")
-    touch_host_memory(16.0)  # see touch_host_memory: a lent machine's first touches
+    touch_host_memory(TOUCH_GIB)
     if args.part == "analyze":
         total = args.prompt + args.gen
         ids = torch.randint(0, 32000, (1, total), generator=torch.Generator().manual_seed(0))
@@ -128,22 +128,14 @@ def collections() -> Iterator[list[str]]:
 
 
 def timeline(events: list) -> str:
-    """One line: the call's wall time and its host time before the first kernel, the span of
-    the kernels and the host time after the last one (ms, from the profiler's events)."""
-    cpu = [e.time_range for e in events if e.device_type == torch.autograd.DeviceType.CPU]
-    gpu = [
-        e.time_range
-        for e in events
-        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0
-    ]
-    if not cpu or not gpu:
+    """One line: the call's host time before the first kernel and after the last one, and
+    the GPU's busy and idle time between them (ms, from the profiler's events)."""
+    call = CallTimeline.of(events)
+    if not call.kernels:
         return "timeline: no kernels"
-    start, end = min(t.start for t in cpu), max(t.end for t in cpu)
-    first, last = min(t.start for t in gpu), max(t.end for t in gpu)
     return (
-        f"timeline ms: wall {(end - start) / 1e3:.1f}, host before the first kernel "
-        f"{(first - start) / 1e3:.1f}, kernels' span {(last - first) / 1e3:.1f}, "
-        f"after the last {(end - last) / 1e3:.1f}"
+        f"timeline ms: host before the first kernel {call.before:.1f}, GPU busy {call.busy:.1f} "
+        f"and idle {call.idle:.1f} until the last, host after it {call.after:.1f}"
     )
 
 

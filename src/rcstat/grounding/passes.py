@@ -53,9 +53,8 @@ def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
     by_word, source_tokens = source_ids[order], source_tokens[order]
     lo = np.searchsorted(by_word, said_ids, side="left")
     count = np.searchsorted(by_word, said_ids, side="right") - lo  # context tokens of each
-    at = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(count.sum())
     found = np.zeros((len(said), len(source)), dtype=bool)
-    found[np.repeat(said_tokens, count), source_tokens[at]] = True
+    found[np.repeat(said_tokens, count), source_tokens[_ranges(lo, count)]] = True
     return torch.from_numpy(found)
 
 
@@ -70,8 +69,13 @@ def _token_words(
     first = np.searchsorted(tokens[:, 1], spans[:, 0], side="right")  # ends > word start
     last = np.searchsorted(tokens[:, 0], spans[:, 1], side="left")  # starts < word end
     count = np.maximum(last - first, 0)
-    token = np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
-    return token, np.repeat(spans[:, 2], count)
+    return _ranges(first, count), np.repeat(spans[:, 2], count)
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``[Σ counts]`` int64: ``starts[i], …, starts[i] + counts[i] − 1`` for each ``i``, in
+    order (the ranges joined without a Python loop)."""
+    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
 
 
 def span_sums(values: np.ndarray, spans: np.ndarray) -> np.ndarray:

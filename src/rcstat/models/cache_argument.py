@@ -12,21 +12,25 @@ import functools
 import inspect
 from typing import Any
 
-__all__ = ["cache_keyword", "returned_cache", "with_cache"]
+__all__ = ["cache_keyword", "forward_takes", "returned_cache", "with_cache"]
 
 
 @functools.cache
-def _keyword_of(model_class: Any) -> str:
-    parameters = inspect.signature(model_class.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
+def _parameters_of(model_class: Any) -> frozenset[str]:
+    return frozenset(inspect.signature(model_class.forward).parameters)
+
+
+def forward_takes(model: Any, name: str) -> bool:
+    """Whether the model's class declares ``forward(..., name=...)`` (read from the class, so
+    that wrappers of an instance's ``forward``, e.g. accelerate's hooks, do not hide it)."""
+    model_class: Any = type(model)
+    return name in _parameters_of(model_class)
 
 
 def cache_keyword(model: Any) -> str:
     """``"cache"`` when the model's class declares ``forward(..., cache=...)``, else
-    ``"past_key_values"`` (read from the class, so that wrappers of an instance's ``forward``,
-    e.g. accelerate's hooks, do not hide it)."""
-    model_class: Any = type(model)
-    return _keyword_of(model_class)
+    ``"past_key_values"``."""
+    return "cache" if forward_takes(model, "cache") else "past_key_values"
 
 
 def with_cache(model: Any, cache: Any) -> dict[str, Any]:

@@ -30,7 +30,6 @@ which is how the tests check it against ``generate``.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from typing import Any, Protocol
 import torch
 
 from rcstat.generation import check_max_new_tokens, input_device
-from rcstat.models.cache_argument import with_cache
+from rcstat.models.cache_argument import forward_takes, with_cache
 from rcstat.press.attention import ragged_attention
 from rcstat.press.cache import RaggedCache
 from rcstat.press.layout import RAGGED_SESSION, Backend, PackedKV
@@ -291,7 +290,7 @@ class _Step:
             raise ValueError(
                 f"positions must be a [batch] = [{batch}] int64 tensor, got {shape} {kind}"
             )
-        takes = "cache_position" in inspect.signature(type(model).forward).parameters
+        takes = forward_takes(model, "cache_position")
         return cls(
             model=model,
             cache=cache,
