@@ -71,6 +71,45 @@ def test_refusals_come_first_on_stderr_naming_the_flag(
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+USAGE_ERRORS = [
+    (
+        ["ground", "--treshold", "0.3"],
+        "rcstat ground: unrecognized arguments: --treshold 0.3 "
+        "(did you mean --threshold?); see rcstat ground --help",
+    ),
+    (
+        ["ground", "--bogus=3", "x"],
+        "rcstat ground: unrecognized arguments: --bogus=3 x; see rcstat ground --help",
+    ),
+    (
+        ["bench", "kv", "--nn", "3"],
+        "rcstat bench kv: unrecognized arguments: --nn 3 "
+        "(did you mean --n?); see rcstat bench kv --help",
+    ),
+    (
+        ["ground", "--threshold"],
+        "rcstat ground: argument --threshold: expected one argument; see rcstat ground --help",
+    ),
+    (["frobnicate"], "rcstat: argument command: invalid choice: 'frobnicate'"),
+    ([], "rcstat: the following arguments are required: command; see rcstat --help"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), USAGE_ERRORS)
+def test_usage_errors_are_one_line_naming_the_command(
+    argv: list[str], message: str, no_loading: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse's own errors too: one ``error:`` line naming the (sub-)command and where its
+    options are listed, no usage block; an unknown option of a sub-command is refused by that
+    sub-command, with the nearest option name when one is close."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    captured = capsys.readouterr()
+    assert exited.value.code == 2 and captured.out == ""
+    assert captured.err.startswith(f"error: {message}")
+    assert len(captured.err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("command", ["attribute", "ground"])
 def test_top_k_beyond_the_heads_is_refused_before_loading(
     command: str,

@@ -33,7 +33,7 @@ from rcstat.cli import (
     merge,
     serve,
 )
-from rcstat.cli._common import HelpFormatter, error_console
+from rcstat.cli._common import HelpFormatter, Parser, error_console
 from rcstat.cli.exit_codes import EXIT_CODES, exit_status_text
 from rcstat.cli.options import check_model_option, join_dash_values
 
@@ -68,7 +68,7 @@ def version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``rcstat`` parser with every sub-command."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="rcstat",
         description="Relative Contextualization statistics of attention heads.",
         epilog="Results go to standard output; progress, errors and warnings to standard "
