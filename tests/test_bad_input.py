@@ -40,6 +40,7 @@ CHAT = ["--model", NO_MODEL, "--context", CONTEXT, "--question", QUESTION]
         (["analyze", *CHAT, "--top", "-5"], "--top must be an integer in [1, ∞), got -5"),
         (["analyze", *CHAT, "--tau", "nan"], "--tau must be a finite number, got nan"),
         (["analyze", *CHAT, "--tau", "inf"], "--tau must be a finite number"),
+        (["analyze", *CHAT, "--tau", "-1"], "--tau must be in [0, ∞), got -1.0"),
         (["analyze", *CHAT, "--max-new-tokens", "-1"], "--max-new-tokens must be an integer"),
         (["analyze", *CHAT, "--max-new-tokens", "0"], "--max-new-tokens must be an integer"),
         (["analyze", *CHAT, "--answer", "  \n "], "--answer: is empty or whitespace only"),
@@ -51,10 +52,12 @@ CHAT = ["--model", NO_MODEL, "--context", CONTEXT, "--question", QUESTION]
         (["attribute", *CHAT, "--max-new-tokens", "-1"], "--max-new-tokens"),
         (["attribute", *CHAT, "--answer", " "], "--answer is empty or whitespace only"),
         (["heads", "--model", NO_MODEL, "--tau", "nan"], "--tau must be a finite number"),
+        (["heads", "--model", NO_MODEL, "--tau", "-0.5"], "--tau must be in [0, ∞)"),
         (["heads", "--model", NO_MODEL, "--n", "0"], "--n must be an integer"),
         (["heads", "--model", NO_MODEL, "--dataset", "nope"], "unknown dataset 'nope'"),
         (["heads", "--model", NO_MODEL, "--dataset", "faithbench"], "faithbench has none"),
         (["demo", "--model", NO_MODEL, "--tau=-inf"], "--tau must be a finite number"),
+        (["demo", "--model", NO_MODEL, "--tau=-1"], "--tau must be in [0, ∞)"),
         (["compress", *CHAT, "--threshold", "nan"], "--threshold must be a finite number"),
         (["compress", *CHAT, "--threshold", "-1"], "--threshold must be in [0, ∞)"),
         (["compress", *CHAT, "--ratio", "1.0"], "--ratio must be in [0, 1)"),
@@ -179,6 +182,9 @@ def test_analysis_api_refuses_bad_numbers() -> None:
     result = analyze(model, tok, context=CONTEXT, question=QUESTION, answer=ANSWER)
     with pytest.raises(ValueError, match="tau must be a finite number"):
         result.count_above(math.nan)
+    with pytest.raises(ValueError, match=r"tau must be in \[0, ∞\)"):  # RC is never negative
+        result.count_above(-1.0)
+    assert result.count_above(0.0) == int((result.values("upper") > 0).sum())
     with pytest.raises(ValueError, match="k must be an integer"):
         result.top(-5)
 

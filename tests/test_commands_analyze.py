@@ -169,7 +169,7 @@ def test_help_shows_the_configs_defaults(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         cli.main(["analyze", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert f"threshold for head counts (default: {AnalyzeConfig.tau})" in text
+    assert f"threshold for head counts, >= 0 (default: {AnalyzeConfig.tau})" in text
     assert f"rows of the top-heads table (default: {AnalyzeConfig.top})" in text
     assert "starts the generation (default: prompt)" in text
     assert f"length of a generated answer (default: {AnalyzeConfig.max_new_tokens})" in text

@@ -470,6 +470,14 @@ def test_layer_profile_and_depth() -> None:
     assert summary.top(2)[["layer", "head"]].values.tolist() == [[2, 0], [2, 1]]
 
 
+@pytest.mark.parametrize("tau", [-1.0, float("nan"), float("inf")])
+def test_summarize_refuses_a_tau_no_rc_can_be_compared_with(tau: float) -> None:
+    """RC and its bounds are never negative: a negative τ would count every head."""
+    with pytest.raises(ValueError, match="tau must be"):
+        summarize(_frame(np.ones((2, 2, 2))), tau=tau)
+    assert summarize(_frame(np.ones((2, 2, 2))), tau=0.0).counts["above_tau"].tolist() == [4, 4]
+
+
 def test_stability_identities() -> None:
     rng = np.random.default_rng(2)
     one = rng.normal(size=(1, 3, 4))

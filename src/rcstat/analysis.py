@@ -20,7 +20,7 @@ import torch
 
 from rcstat.capture import attention_layout, capture_scores
 from rcstat.capture.host import stack_on_host
-from rcstat.checks import check_count, check_number
+from rcstat.checks import check_count, check_tau
 from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TAU
 from rcstat.generation import (
     check_example,
@@ -107,7 +107,7 @@ class HeadAnalysis:
 
     def count_above(self, tau: float = DEFAULT_TAU, by: Statistic = "upper") -> int:
         """Number of heads whose statistic exceeds ``tau`` (paper §5.1: ``A_h > τ = 1.5``)."""
-        tau = check_number("tau", tau)
+        tau = check_tau("tau", tau)
         return int((self.values(by) > tau).sum())
 
     def to_frame(self) -> pd.DataFrame:

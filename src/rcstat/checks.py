@@ -20,6 +20,7 @@ __all__ = [
     "check_file",
     "check_language",
     "check_number",
+    "check_tau",
     "float_list",
     "int_list",
     "optional_count",
@@ -59,6 +60,19 @@ def check_number(
             f"{name} must be in {_interval(low, high, low_open, high_open)}, got {number!r}"
         )
     return number
+
+
+def check_tau(name: str, value: object) -> float:
+    """``value`` as a head-count threshold τ: a finite number ``>= 0``. The statistics it is
+    compared with (expected RC and its bounds, paper eq. 6 and Theorem 3.6) are never
+    negative, so a negative τ would count every head; ``ValueError`` naming ``name``.
+
+    >>> check_tau("--tau", -1)
+    Traceback (most recent call last):
+    ...
+    ValueError: --tau must be in [0, ∞), got -1.0
+    """
+    return check_number(name, value, low=0)
 
 
 def check_count(name: str, value: object, *, low: int = 1, high: int | None = None) -> int:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rcstat.checks import check_count, check_number
+from rcstat.checks import check_count, check_number, check_tau
 from rcstat.defaults import DEFAULT_TAU, DEFAULT_TOP_K, DEFAULT_WINDOW, INSTALL_PRESS
 from rcstat.evaluation.bench.common import load_for
 from rcstat.progress import Step
@@ -367,7 +367,7 @@ class DemoConfig(Config):
         ...
         ValueError: --tau must be a finite number, got -inf
         """
-        self.tau = check_number("--tau", self.tau)
+        self.tau = check_tau("--tau", self.tau)
         self.max_new_tokens = check_count("max_new_tokens", self.max_new_tokens)
         for item in fields(DemoTexts):
             text = getattr(self.texts, item.name)

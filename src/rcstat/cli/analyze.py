@@ -67,7 +67,7 @@ def register(sub: Any) -> None:
     )
     add_text_options(an, _TEXTS)
     add_out_option(an, NAME)
-    add_config_option(an, AnalyzeConfig, "tau", float, "threshold for head counts")
+    add_config_option(an, AnalyzeConfig, "tau", float, "threshold for head counts, >= 0")
     add_config_option(an, AnalyzeConfig, "top", int, "rows of the top-heads table")
     an.add_argument(
         "--head",

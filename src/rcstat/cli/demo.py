@@ -120,7 +120,7 @@ def register(sub: Any) -> None:
     )
     add_out_option(demo, NAME)
     demo.add_argument(
-        "--tau", type=float, default=DemoConfig.tau, help="threshold on the upper bound"
+        "--tau", type=float, default=DemoConfig.tau, help="threshold on the upper bound, >= 0"
     )
 
 

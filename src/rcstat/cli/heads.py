@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from rcstat.checks import check_count, check_number
+from rcstat.checks import check_count, check_tau
 from rcstat.cli._common import (
     add_command,
     add_run_options,
@@ -80,7 +80,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
         help="qmsum only: whole transcript (default) or the query's relevant turns",
     )
     p.add_argument(
-        "--tau", type=float, help=f"threshold for head counts (default: {_shown('tau')})"
+        "--tau", type=float, help=f"threshold for head counts, >= 0 (default: {_shown('tau')})"
     )
     p.add_argument(
         "--statistic",
@@ -132,7 +132,7 @@ def _shown(name: str) -> object:
 def _compare_args(ns: argparse.Namespace) -> CompareArgs:
     if ns.top is not None:
         check_count("--top", ns.top)
-    tau = check_number("--tau", _shown("tau") if ns.tau is None else ns.tau)
+    tau = check_tau("--tau", _shown("tau") if ns.tau is None else ns.tau)
     statistic = _shown("statistic") if ns.statistic is None else ns.statistic
     used = [
         f"--{name}"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcstat.checks import check_count, check_number
+from rcstat.checks import check_count, check_tau
 from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TAU
 from rcstat.evaluation.bench.common import load_for
 from rcstat.progress import Step
@@ -130,7 +130,7 @@ class AnalyzeConfig(Config):
             layer, head = pair
             if layer < 0 or head < 0:
                 raise ValueError(f"--head {layer}.{head}: layer and head are >= 0")
-        check_number("--tau", self.tau)
+        check_tau("--tau", self.tau)
         check_count("--top", self.top)
         check_count("--max-new-tokens", self.max_new_tokens)
         for name in ("scaled", "allow_special_tokens"):

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from rcstat.checks import check_tau
 from rcstat.defaults import DEFAULT_TAU
 
 __all__ = [
@@ -341,9 +342,9 @@ def summarize_matrix(m: HeadMatrix, statistic: str, tau: float, top_n: int) -> H
 
 
 def check_options(tau: float, top_n: int) -> None:
-    """Raise ``ValueError`` for a non-finite ``tau`` or a ``top_n`` below 1."""
-    if not math.isfinite(tau):
-        raise ValueError(f"tau must be a finite number, got {tau}")
+    """Raise ``ValueError`` for a ``tau`` that is not a finite number ``>= 0`` or a ``top_n``
+    below 1."""
+    check_tau("tau", tau)
     if top_n < 1:
         raise ValueError(f"top_n must be at least 1, got {top_n}")
 
@@ -377,7 +378,8 @@ def summarize(
     ------
     ValueError
         A missing column, an empty frame, a duplicate or missing head of an example, a
-        non-finite value, an unknown `statistic`, a non-finite `tau` or ``top_n < 1``.
+        non-finite value, an unknown `statistic`, a `tau` that is not a finite number ``>= 0``
+        or ``top_n < 1``.
 
     Notes
     -----

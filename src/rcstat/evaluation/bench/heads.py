@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rcstat.checks import check_count, check_number, optional_count
+from rcstat.checks import check_count, check_tau, optional_count
 from rcstat.data.registry import DATASETS, canonical_name
 from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_TAU
 from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
@@ -58,7 +58,7 @@ class HeadsConfig(JobConfig):
         optional_count("--n", self.n)
         check_count("--max-new-tokens", self.max_new_tokens)
         check_count("--top", self.top)
-        check_number("--tau", self.tau)
+        check_tau("--tau", self.tau)
         if self.statistic not in _STATISTICS:
             raise ValueError(f"--statistic {self.statistic!r}: choose upper or expected")
         dataset = self.dataset.strip().lower()
