@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -71,6 +72,58 @@ def test_compress_prints_answer_ratios_and_memory(
             ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], dim=1)
     full_answer = tok.decode(ids[0, -3:], skip_special_tokens=True)
     assert f"answer (full cache) : {full_answer!r} [cut at the token limit]" in out
+
+
+def test_compress_json_is_the_library_result_as_one_object(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json``: one JSON object on standard output, nothing else there, holding what
+    ``rcstat.commands.compress.run`` returns for the same options (answers, ratios per layer
+    and KV head, KV bytes, the full-cache answer)."""
+    from rcstat.commands.compress import CompressConfig
+    from rcstat.commands.compress import run as run_compress
+
+    context = "The cat sat on the warm mat near the door. " * 4
+    question = "Where did the cat sit?"
+    argv = ["compress", "--model", str(model_dir), "--context", context, "--question", question]
+    assert cli.main([*argv, "--ratio", "0.5", "--max-new-tokens", "3", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1
+    printed = json.loads(out)
+    config = CompressConfig(
+        context=context, question=question, ratio=0.5, max_new_tokens=3, model=str(model_dir)
+    )
+    result = run_compress(config)
+    report, full = result.reports[0], result.fulls[0]
+    assert full is not None
+    [entry] = printed["questions"]
+    assert printed["batched"] is False and printed["format"] == 1
+    assert entry["question"] == question and entry["answer"] == report.answer
+    assert entry["finished"] is report.finished is False  # cut at 3 tokens
+    assert entry["ratio"] == pytest.approx(report.ratio) and report.ratio == pytest.approx(
+        0.5, abs=0.02
+    )
+    assert entry["layer_ratios"] == {
+        str(k): pytest.approx(v) for k, v in report.layer_ratios.items()
+    }
+    assert len(entry["head_ratios"]) == 3 and len(entry["head_ratios"][0]) == 2
+    assert entry["kv_bytes"] == {
+        "full": report.dense_bytes,
+        "live": report.live_bytes,
+        "allocated": report.allocated_bytes,
+    }
+    # the live bytes are the kept entries: ratio of the whole model, keys and values in float32
+    entry_bytes = 2 * 16 * 4  # head_dim 16
+    assert report.dense_bytes == 3 * 2 * report.context_tokens * entry_bytes
+    assert report.live_bytes == pytest.approx((1 - report.ratio) * report.dense_bytes)
+    assert entry["full_answer"] == {
+        "text": full.text,
+        "finished": full.finished,
+        "agreement": pytest.approx(full.agreement),
+    }
+    no_full = [*argv, "--ratio", "0.5", "--max-new-tokens", "2", "--json", "--no-full"]
+    assert cli.main(no_full) == 0
+    assert json.loads(capsys.readouterr().out)["questions"][0]["full_answer"] is None
 
 
 def test_compress_needs_context_and_question(

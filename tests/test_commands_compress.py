@@ -159,8 +159,9 @@ def test_the_command_line_builds_the_config_from_its_flags(tmp_path: Path) -> No
     path.write_text("a?\n\nb?\n", encoding="utf-8")
     argv = ["compress", "--context", "c", "--questions-file", str(path), "--ratio", "0.25"]
     argv += ["--press-scope", "question", "--window", "4", "--sinks", "2", "--no-full"]
-    config = compress.from_namespace(cli.build_parser().parse_args(argv))
-    assert config == CompressConfig(
+    args = compress.from_namespace(cli.build_parser().parse_args(argv))
+    assert args.json is False
+    assert args.config == CompressConfig(
         context="c",
         questions=("a?", "b?"),
         ratio=0.25,
@@ -170,9 +171,10 @@ def test_the_command_line_builds_the_config_from_its_flags(tmp_path: Path) -> No
         full=False,
     )
     plain = compress.from_namespace(
-        cli.build_parser().parse_args(["compress", "--context", "c", "--question", "q"])
+        cli.build_parser().parse_args(["compress", "--context", "c", "--question", "q", "--json"])
     )
-    assert plain == CompressConfig(context="c", question="q")  # every default the config's
+    assert plain.config == CompressConfig(context="c", question="q")  # the config's defaults
+    assert plain.json is True
 
 
 def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
@@ -198,6 +200,6 @@ def test_every_press_knob_reaches_the_press_from_its_flag(name: str) -> None:
     argv = ["compress", "--context", "c", "--question", "q", "--ratio", "0.5"]
     config = compress.from_namespace(
         cli.build_parser().parse_args([*argv, f"--{name}", str(value)])
-    )
+    ).config
     assert config.knobs == {name: value}
     assert getattr(config.press(), name) == value

@@ -3,12 +3,15 @@
 The work is :func:`rcstat.commands.compress.run` (its options and their defaults:
 :class:`~rcstat.commands.compress.CompressConfig`); this module parses the flags into that
 config (reading ``--questions-file``), calls it with the command line's model loader and
-progress lines, and prints the answers, the ratios and the KV memory.
+progress lines, and prints the answers, the ratios and the KV memory (``--json``: the result's
+``to_dict`` as one JSON object).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import dataclass
 from typing import Any
 
 from rich.markup import escape
@@ -37,7 +40,7 @@ from rcstat.commands.compress import run as run_compress
 from rcstat.defaults import QUESTION_WINDOW
 from rcstat.press.options import knob_default
 
-__all__ = ["NAME", "from_namespace", "register", "run"]
+__all__ = ["NAME", "CompressArgs", "from_namespace", "register", "run"]
 
 
 def register(sub: Any) -> None:
@@ -81,9 +84,24 @@ def register(sub: Any) -> None:
         help="skip the full-cache answer used for comparison",
     )
     add_special_tokens_option(co)
+    co.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as one JSON object on standard output (answers, eviction "
+        "ratios per layer and KV head, KV memory in bytes, the full-cache answers) instead of "
+        "the tables",
+    )
 
 
-def from_namespace(ns: argparse.Namespace) -> CompressConfig:
+@dataclass(frozen=True)
+class CompressArgs:
+    """The checked config of ``rcstat compress`` and whether to print ``--json``."""
+
+    config: CompressConfig
+    json: bool = False
+
+
+def from_namespace(ns: argparse.Namespace) -> CompressArgs:
     """The checked config of ``rcstat compress`` (a flag left out keeps the config's
     default)."""
     texts = read_texts(ns, ["context", "question"])
@@ -95,7 +113,7 @@ def from_namespace(ns: argparse.Namespace) -> CompressConfig:
     window = ns.window
     if window is not None and window != QUESTION_WINDOW:
         window = int_list("--window", [window])[0]
-    return CompressConfig.from_dict(
+    config = CompressConfig.from_dict(
         flag_values(
             CompressConfig,
             ns,
@@ -107,6 +125,7 @@ def from_namespace(ns: argparse.Namespace) -> CompressConfig:
             devices=Devices.from_namespace(ns),
         )
     )
+    return CompressArgs(config, json=bool(ns.json))
 
 
 def _questions(path: str | None, single: bool) -> tuple[str, ...]:
@@ -118,11 +137,15 @@ def _questions(path: str | None, single: bool) -> tuple[str, ...]:
     return read_lines_option("--questions-file", path, "question")
 
 
-def run(config: CompressConfig) -> int:
-    """Answer on the compressed cache; print the answers, the ratios and the KV memory."""
+def run(args: CompressArgs) -> int:
+    """Answer on the compressed cache; print the answers, the ratios and the KV memory (or the
+    ``--json`` object)."""
     from rcstat.report.console import compression_table, format_bytes, kv_memory_line
 
-    result = run_compress(config, loader=load_model_quietly, step=step)
+    result = run_compress(args.config, loader=load_model_quietly, step=step)
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, allow_nan=False))
+        return 0
     for index, (question, report, full) in enumerate(
         zip(result.questions, result.reports, result.fulls, strict=True), 1
     ):

@@ -6,9 +6,10 @@ them (:meth:`CompressConfig.check`, whose messages name the command-line flags);
 builds the press, loads the model, compresses the context into a ragged cache (evicted entries
 are freed, paper eq. 9) and answers the question on it — several questions in one padded batch
 — and, unless ``full`` is False, answers with the full cache too and measures the agreement
-(ROUGE-L). It returns a :class:`CompressResult`. The command writes no folder, so neither does
-this call. This module imports neither torch nor kvpress: the options are checked before
-anything heavy loads (the press needs the ``rcstat[press]`` extra).
+(ROUGE-L). It returns a :class:`CompressResult` (``to_dict``: what ``rcstat compress --json``
+prints). The command writes no folder, so neither does this call. This module imports neither
+torch nor kvpress: the options are checked before anything heavy loads (the press needs the
+``rcstat[press]`` extra).
 
 >>> from rcstat.commands.compress import CompressConfig
 >>> CompressConfig.from_dict({"context": "c", "question": "q?", "ratio": 0.5}).ratio
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from rcstat.press.rcstat_press import RCStatPress
 
 __all__ = [
+    "COMPRESS_FORMAT",
     "NAME",
     "SCOPES",
     "CompressConfig",
@@ -48,6 +50,8 @@ __all__ = [
 NAME = "compress"
 #: What the press compresses (``--press-scope``): the context alone, or with the question.
 SCOPES = ("context", "question")
+#: The version of :meth:`CompressResult.to_dict`'s layout.
+COMPRESS_FORMAT = 1
 
 
 @dataclass
@@ -193,6 +197,43 @@ class CompressResult:
     def agreements(self) -> list[float | None]:
         """Each question's ROUGE-L of the compressed answer against the full-cache answer."""
         return [None if full is None else full.agreement for full in self.fulls]
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``rcstat compress --json`` prints: per question its compressed answer (and
+        whether it was cut at the token limit), the share of the context's KV entries evicted
+        (whole model, per layer — keys are layer indices — and per layer and KV head), the KV
+        memory in bytes and the full-cache answer with its ROUGE-L agreement (None without
+        ``full``)."""
+        return {
+            "format": COMPRESS_FORMAT,
+            "batched": self.batched,
+            "questions": [
+                {
+                    "question": question,
+                    "answer": report.answer,
+                    "finished": report.finished,
+                    "context_tokens": report.context_tokens,
+                    "ratio": report.ratio,
+                    "layer_ratios": {str(k): v for k, v in sorted(report.layer_ratios.items())},
+                    "head_ratios": report.head_ratios,
+                    "kv_bytes": {
+                        "full": report.dense_bytes,
+                        "live": report.live_bytes,
+                        "allocated": report.allocated_bytes,
+                    },
+                    "full_answer": None
+                    if full is None
+                    else {
+                        "text": full.text,
+                        "finished": full.finished,
+                        "agreement": full.agreement,
+                    },
+                }
+                for question, report, full in zip(
+                    self.questions, self.reports, self.fulls, strict=True
+                )
+            ],
+        }
 
 
 def run(
