@@ -33,9 +33,10 @@ from rcstat.cli import (
     merge,
     serve,
 )
-from rcstat.cli._common import HelpFormatter, Parser, error_console
+from rcstat.cli._common import HelpFormatter, error_console
 from rcstat.cli.exit_codes import EXIT_CODES, exit_status_text
 from rcstat.cli.options import check_model_option, join_dash_values
+from rcstat.cli.parser import Parser
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
 

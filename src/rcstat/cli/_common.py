@@ -14,17 +14,15 @@ Rules every command follows (tested in ``tests/test_cli_*.py``):
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 
 from rcstat.checks import float_list as float_list  # the options' checks, shared with the API
 from rcstat.checks import int_list as int_list
@@ -61,38 +59,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.nargs == 0:  # store_true / store_false / store_const
             return text
         return super()._get_help_string(action)
-
-
-class Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one ``error:`` line on standard error, exit
-    status 2, naming the command (``rcstat ground: unrecognized arguments: --treshold (did you
-    mean --threshold?)``) and where its options are listed, instead of argparse's usage block.
-
-    A sub-command's unknown options are refused by the sub-command's own parser (argparse
-    would hand them back up to ``rcstat``, whose message names no command), with the nearest
-    option name when one is close (``difflib``)."""
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        ns, extras = super().parse_known_args(args, namespace)
-        if extras and self._subparsers is None:  # a leaf command: nothing below takes them
-            self.error(f"unrecognized arguments: {' '.join(extras)}{self._nearest(extras)}")
-        return ns, extras
-
-    def _nearest(self, extras: Sequence[str]) -> str:
-        options = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
-        for given in extras:
-            if given.startswith("--"):
-                near = difflib.get_close_matches(given.split("=", 1)[0], options, n=1, cutoff=0.75)
-                if near:
-                    return f" (did you mean {near[0]}?)"
-        return ""
-
-    def error(self, message: str) -> NoReturn:
-        line = " ".join(f"{self.prog}: {message}; see {self.prog} --help".split())
-        error_console.print(f"[red]error:[/red] {escape(line)}")
-        sys.exit(2)
 
 
 def add_command(
