@@ -10,6 +10,7 @@ The pairs are checked against those facts, the sentences of
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rcstat.attribution import split_sentences
-from rcstat.grounding.swaps import SwapPair, find_facts, swap_pairs
+from rcstat.grounding.swaps import OPPOSITES, SwapPair, find_facts, opposite_pairs, swap_pairs
 
 _PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -315,3 +316,92 @@ def test_fewer_than_two_distinct_contexts(contexts: list[str]) -> None:
 def test_bad_per_context(per_context: object) -> None:
     with pytest.raises(ValueError, match=r"per_context must be an integer >= 1, got"):
         swap_pairs(["It was 1889.", "It was 1932."], per_context=per_context)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- opposite_pairs
+
+_OPPOSITE_WORDS = sorted(OPPOSITES)
+
+
+def test_opposite_pairs_by_hand() -> None:
+    contexts = [
+        "Profits rose by 12 percent in 2023. Costs rose and fell.",  # "fell" is in the second
+        "Before the war the bridge stood north of the town.",
+        "It is red.",  # no sentence of four words or more
+    ]
+    pairs = opposite_pairs(contexts, per_context=2, seed=0)
+    first = [p for p in pairs if p.source == 0]
+    assert [(p.original, p.replacement) for p in first] == []  # the context holds "fell"
+    second = [p for p in pairs if p.source == 1]
+    assert len(second) == 1 and second[0].kind == "opposite"
+    p = second[0]
+    assert (p.original, p.replacement) in {("Before", "After"), ("north", "south")}
+    assert p.edit == p.copy[: p.start] + p.replacement + p.copy[p.start + len(p.original) :]
+    assert not any(p.source == 2 for p in pairs)
+
+
+@st.composite
+def opposite_corpora(draw: st.DrawFn) -> list[str]:
+    """1 to 3 contexts of 1 to 4 sentences of filler words and words with opposites, any case."""
+    contexts = []
+    for _ in range(draw(st.integers(1, 3))):
+        sentences_ = []
+        for _ in range(draw(st.integers(1, 4))):
+            words = draw(
+                st.lists(
+                    st.one_of(st.sampled_from(_FILLER), st.sampled_from(_OPPOSITE_WORDS)),
+                    min_size=1,
+                    max_size=12,
+                )
+            )
+            if draw(st.booleans()):
+                words[0] = words[0].capitalize()
+            sentences_.append(" ".join(["The", *words]) + ".")
+        contexts.append(" ".join(sentences_))
+    return contexts
+
+
+@_PROPS
+@given(opposite_corpora(), st.integers(1, 3), st.integers(0, 2**16))
+def test_opposite_pairs_properties(contexts: list[str], per_context: int, seed: int) -> None:
+    """Every edit replaces one word of a copied sentence by its opposite in the same case, an
+    opposite that the context does not hold as a word; a context with a candidate sentence
+    gives min(per_context, such sentences) pairs; the same seed gives the same pairs."""
+    pairs = opposite_pairs(contexts, per_context=per_context, seed=seed)
+    for p in pairs:
+        context = contexts[p.source]
+        words = {w.lower() for w in re.findall(r"[A-Za-z]+", context)}
+        assert p.context == context and p.kind == "opposite"
+        assert p.copy in [s.text for s in split_sentences(context)]
+        assert 4 <= len(p.copy.split()) <= 60
+        assert p.copy[p.start : p.start + len(p.original)] == p.original
+        assert p.replacement.lower() == OPPOSITES[p.original.lower()]
+        assert p.replacement[0].isupper() == p.original[0].isupper()
+        assert p.edit == p.copy[: p.start] + p.replacement + p.copy[p.start + len(p.original) :]
+        assert p.edit[p.start : p.end] == p.replacement
+        assert p.replacement.lower() not in words
+    for i, context in enumerate(contexts):
+        words = {w.lower() for w in re.findall(r"[A-Za-z]+", context)}
+        eligible = [
+            s
+            for s in split_sentences(context)
+            if 4 <= len(s.text.split()) <= 60
+            and any(
+                OPPOSITES.get(w.lower()) not in (None, *words)
+                for w in re.findall(r"[A-Za-z]+", s.text)
+            )
+        ]
+        got = [p for p in pairs if p.source == i]
+        assert len(got) == min(per_context, len(eligible))
+        assert len({p.copy for p in got}) == len(got)
+    assert opposite_pairs(contexts, per_context=per_context, seed=seed) == pairs
+
+
+def test_opposites_are_symmetric_pairs() -> None:
+    assert all(OPPOSITES[OPPOSITES[w]] == w and OPPOSITES[w] != w for w in OPPOSITES)
+
+
+@pytest.mark.parametrize("per_context", [0, True, 1.5])
+def test_opposite_pairs_bad_per_context(per_context: object) -> None:
+    with pytest.raises(ValueError, match=r"per_context must be an integer >= 1, got"):
+        opposite_pairs(["It rose in 1889 and after."], per_context=per_context)  # type: ignore[arg-type]

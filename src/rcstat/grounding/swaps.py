@@ -11,6 +11,10 @@ for any model and domain (docs/grounding.md, "Calibration"):
 * the **copy** is the sentence as written; the **edit** replaces one of its facts by a fact of
   the same kind from another context that does not occur anywhere in this one (so the context
   cannot support it).
+
+:func:`opposite_pairs` builds the same pairs for a change that is neither a number nor a name:
+one word of the sentence replaced by its opposite (``rose`` → ``fell``, ``north`` → ``south``,
+``before`` → ``after``; :data:`OPPOSITES`) where the context holds no form of the opposite word.
 """
 
 from __future__ import annotations
@@ -24,14 +28,38 @@ from typing import Literal
 from rcstat.attribution import split_sentences
 from rcstat.defaults import DEFAULT_LANGUAGE
 
-__all__ = ["FactKind", "SwapPair", "find_facts", "swap_pairs"]
+__all__ = ["OPPOSITES", "FactKind", "SwapPair", "find_facts", "opposite_pairs", "swap_pairs"]
 
-FactKind = Literal["number", "name"]
+FactKind = Literal["number", "name", "opposite"]
 
 _NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*(?![\w])")
 # capitalised words (with inner hyphens or apostrophes), joined by single spaces
 _NAME = re.compile(r"(?<![\w'’-])[A-Z][\w'’-]*[a-z][\w'’-]*(?: [A-Z][\w'’-]*[a-z][\w'’-]*)*")
 _WORDS = (4, 60)
+_OPPOSITE_PAIRS = (
+    "rose fell, rise fall, rises falls, risen fallen, increased decreased, increase decrease, "
+    "increases decreases, higher lower, highest lowest, more less, before after, north south, "
+    "east west, northern southern, eastern western, opens closes, opened closed, first last, "
+    "largest smallest, larger smaller, maximum minimum, won lost, wins loses, win lose, "
+    "early late, earlier later, earliest latest, above below, inside outside, "
+    "positive negative, true false, always never, accepted rejected, older younger, "
+    "oldest youngest, longer shorter, longest shortest, heavier lighter, faster slower, "
+    "stronger weaker, strongest weakest, hot cold, wet dry, men women, male female, "
+    "husband wife, father mother, son daughter, brother sister, king queen, morning evening, "
+    "day night, summer winter, success failure, legal illegal, possible impossible, "
+    "public private, rich poor, modern ancient, internal external, imports exports, "
+    "bought sold, best worst, better worse, major minor, majority minority, "
+    "full empty, victory defeat, allowed banned, supported opposed, included excluded, "
+    "arrived departed, born died, beginning end, started ended, agreed refused"
+)
+#: Each word of a pair of opposites mapped to the other (lower case), for :func:`opposite_pairs`.
+OPPOSITES: dict[str, str] = {
+    a: b
+    for pair in _OPPOSITE_PAIRS.split(", ")
+    for x, y in [pair.split()]
+    for a, b in ((x, y), (y, x))
+}
+_LETTERS = re.compile(r"(?<![\w'’-])[A-Za-z]+(?![\w'’-])")
 
 
 @dataclass(frozen=True)
@@ -57,7 +85,7 @@ class SwapPair:
     edit
         ``copy`` with ``original`` replaced by ``replacement`` at ``edit[start:end]``.
     kind
-        ``"number"`` or ``"name"``.
+        ``"number"``, ``"name"`` or ``"opposite"`` (:func:`opposite_pairs`).
     source
         Index of the context in the list given to :func:`swap_pairs`.
     """
@@ -158,6 +186,67 @@ def swap_pairs(
                     replacement=replacement,
                     start=fact.start,
                     end=fact.start + len(replacement),
+                    source=index,
+                )
+            )
+    return pairs
+
+
+def opposite_pairs(
+    contexts: Sequence[str],
+    *,
+    per_context: int = 2,
+    seed: int = 0,
+    language: str = DEFAULT_LANGUAGE,
+) -> list[SwapPair]:
+    """Build copy/edit pairs from ``contexts`` whose edit replaces one word of the copied
+    sentence by its opposite (:data:`OPPOSITES`, the original's capitalisation kept): the
+    changes :func:`swap_pairs` cannot make (``kind="opposite"``). A word is a candidate only
+    when its opposite occurs nowhere in the context as a word, so the context cannot support
+    the edit. Sentences of 4 to 60 words, at most ``per_context`` a context, one word each,
+    chosen with ``seed`` (the same inputs and seed give the same pairs).
+
+    >>> pair = opposite_pairs(["Profits rose in 2023 at the firm. Sales held at 4 shops."])[0]
+    >>> pair.edit, pair.original, pair.replacement
+    ('Profits fell in 2023 at the firm.', 'rose', 'fell')
+
+    Raises
+    ------
+    ValueError
+        ``per_context < 1``.
+    """
+    if isinstance(per_context, bool) or not isinstance(per_context, int) or per_context < 1:
+        raise ValueError(f"per_context must be an integer >= 1, got {per_context!r}")
+    rng = random.Random(seed)
+    pairs = []
+    for index, context in enumerate(contexts):
+        present = {m.group().lower() for m in _LETTERS.finditer(context)}
+        sentences = []
+        for span in split_sentences(context, language=language):
+            if not _WORDS[0] <= len(span.text.split()) <= _WORDS[1]:
+                continue
+            words = [
+                m
+                for m in _LETTERS.finditer(span.text)
+                if OPPOSITES.get(m.group().lower(), "") not in present | {""}
+            ]
+            if words:
+                sentences.append((span.text, words))
+        for sentence, words in rng.sample(sentences, min(per_context, len(sentences))):
+            word = rng.choice(words)
+            opposite = OPPOSITES[word.group().lower()]
+            if word.group()[0].isupper():
+                opposite = opposite[0].upper() + opposite[1:]
+            pairs.append(
+                SwapPair(
+                    context=context,
+                    copy=sentence,
+                    edit=sentence[: word.start()] + opposite + sentence[word.end() :],
+                    kind="opposite",
+                    original=word.group(),
+                    replacement=opposite,
+                    start=word.start(),
+                    end=word.start() + len(opposite),
                     source=index,
                 )
             )
