@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import check_count, check_number
@@ -221,13 +221,7 @@ class CompressResult:
                         "live": report.live_bytes,
                         "allocated": report.allocated_bytes,
                     },
-                    "full_answer": None
-                    if full is None
-                    else {
-                        "text": full.text,
-                        "finished": full.finished,
-                        "agreement": full.agreement,
-                    },
+                    "full_answer": None if full is None else asdict(full),
                 }
                 for question, report, full in zip(
                     self.questions, self.reports, self.fulls, strict=True
