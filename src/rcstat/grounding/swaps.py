@@ -203,8 +203,9 @@ def opposite_pairs(
     sentence by its opposite (:data:`OPPOSITES`, the original's capitalisation kept): the
     changes :func:`swap_pairs` cannot make (``kind="opposite"``). A word is a candidate only
     when its opposite occurs nowhere in the context as a word, so the context cannot support
-    the edit. Sentences of 4 to 60 words, at most ``per_context`` a context, one word each,
-    chosen with ``seed`` (the same inputs and seed give the same pairs).
+    the edit. Sentences of 4 to 60 words (a sentence written twice in a context is two
+    candidates), at most ``per_context`` a context, one word each, chosen with ``seed`` (the
+    same inputs and seed give the same pairs).
 
     >>> pair = opposite_pairs(["Profits rose in 2023 at the firm. Sales held at 4 shops."])[0]
     >>> pair.edit, pair.original, pair.replacement
