@@ -137,6 +137,20 @@ def test_a_long_error_stays_on_one_line(
     assert err.startswith("error: cannot read --prompt-file")
 
 
+def test_an_error_with_newlines_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rcstat.cli import analyze
+
+    def fail(args: Any) -> int:
+        raise ValueError("the first part\n  and [b]the second[/b]")
+
+    monkeypatch.setattr(analyze, "run", fail)
+    code, out, err = _run(capsys, ["analyze", "--prompt", "p"])
+    assert code == 2 and out == ""
+    assert err == "error: the first part and [b]the second[/b]\n"  # markup shown as written
+
+
 def test_interrupted_goes_to_stderr_with_status_130(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

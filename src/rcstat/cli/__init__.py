@@ -36,7 +36,7 @@ from rcstat.cli import (
 from rcstat.cli._common import HelpFormatter, error_console
 from rcstat.cli.exit_codes import EXIT_CODES, exit_status_text
 from rcstat.cli.options import check_model_option, join_dash_values
-from rcstat.cli.parser import Parser
+from rcstat.cli.parser import Parser, error_line
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
 
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     # OSError: a --model path that does not exist or is a file, an unreadable checkpoint.
     except (ValueError, FloatingPointError, RuntimeError, OSError, MissingExtraError) as err:
-        error_console.print(f"[red]error:[/red] {escape(' '.join(str(err).split()))}")
+        error_line(str(err))
         return 2
 
 

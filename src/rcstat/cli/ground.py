@@ -37,6 +37,7 @@ from rcstat.cli.options import (
     add_special_tokens_option,
     add_text_options,
 )
+from rcstat.cli.parser import error_line
 from rcstat.commands.ground import (
     MODEL_LANGUAGES,
     NAME,
@@ -186,7 +187,7 @@ class GroundArgs:
             baselines = ", ".join(f"{k} {v:.3f}" for k, v in result.grounding.baselines.items())
             console.print(f"same-pass baselines (higher = more supported): {escape(baselines)}")
         if failed is not None:
-            error_console.print(f"[red]error:[/red] {escape(failed)}")
+            error_line(failed)
             return ERROR
         where = escape(str(self.config.out))
         if self.json:

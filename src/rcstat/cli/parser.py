@@ -1,5 +1,6 @@
-"""The argument parser of the ``rcstat`` command line, whose usage errors keep the command
-line's convention: one ``error:`` line on standard error (:mod:`rcstat.cli`)."""
+"""The command line's error convention — one ``error:`` line on standard error
+(:func:`error_line`) — and the argument parser that keeps it for usage errors
+(:class:`Parser`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rich.markup import escape
 
 from rcstat.cli._common import error_console
 
-__all__ = ["Parser"]
+__all__ = ["Parser", "error_line"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -43,6 +44,11 @@ class Parser(argparse.ArgumentParser):
         return ""
 
     def error(self, message: str) -> NoReturn:
-        line = " ".join(f"{self.prog}: {message}; see {self.prog} --help".split())
-        error_console.print(f"[red]error:[/red] {escape(line)}")
+        error_line(f"{self.prog}: {message}; see {self.prog} --help")
         sys.exit(2)
+
+
+def error_line(message: str) -> None:
+    """Print ``error: message`` on standard error as one line (whitespace runs, newlines
+    included, become one space; no rich markup in ``message`` is read)."""
+    error_console.print(f"[red]error:[/red] {escape(' '.join(message.split()))}")

@@ -149,8 +149,7 @@ def swap_pairs(
     """
     if len(set(contexts)) < 2:
         raise ValueError("swap_pairs needs at least two distinct contexts")
-    if isinstance(per_context, bool) or not isinstance(per_context, int) or per_context < 1:
-        raise ValueError(f"per_context must be an integer >= 1, got {per_context!r}")
+    _check_per_context(per_context)
     rng = random.Random(seed)
     found: list[list[tuple[str, list[Fact]]]] = []
     pool: dict[FactKind, list[tuple[int, str]]] = {"number": [], "name": []}
@@ -216,8 +215,7 @@ def opposite_pairs(
     ValueError
         ``per_context < 1``.
     """
-    if isinstance(per_context, bool) or not isinstance(per_context, int) or per_context < 1:
-        raise ValueError(f"per_context must be an integer >= 1, got {per_context!r}")
+    _check_per_context(per_context)
     rng = random.Random(seed)
     pairs = []
     for index, context in enumerate(contexts):
@@ -252,3 +250,8 @@ def opposite_pairs(
                 )
             )
     return pairs
+
+
+def _check_per_context(per_context: object) -> None:
+    if isinstance(per_context, bool) or not isinstance(per_context, int) or per_context < 1:
+        raise ValueError(f"per_context must be an integer >= 1, got {per_context!r}")
