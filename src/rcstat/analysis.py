@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from rcstat.capture import attention_layout, capture_scores
+from rcstat.capture.graphs import kept_graphs
 from rcstat.capture.host import stack_on_host
 from rcstat.checks import check_count, check_tau
 from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TAU
@@ -236,6 +237,9 @@ def analyze_segmented(
     device = input_device(model)
     lower = not triton_available(device) if lower_bound is None else bool(lower_bound)
     reducer = _reduce_block(keep, example.prompt_len, samples, lower)
+    # the layers' graphs stay on the model while calls of these lengths follow each other
+    graphs = kept_graphs(model, "analyze")
+    scope = graphs.scope((example.prompt_len, example.gen_len, lower, scaled))
     with (
         torch.no_grad(),
         capture_scores(
@@ -245,7 +249,9 @@ def analyze_segmented(
             scaled=scaled,
             # float64 sums over every score: non-finite iff a score is (no scan of the block)
             finite=lambda out: torch.isfinite(out["mean_gap"]).all(),
-            graph_key=lambda layer: None if layer in keep else "block",  # keep copies to host
+            # kept heads copy their samples to the host: those layers run eagerly
+            graph_key=lambda layer: None if layer in keep else ("block", scope),
+            graphs=graphs,
         ) as result,
     ):
         model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)

@@ -39,6 +39,7 @@ from rcstat.attribution.spans import (
     split_sentences,
 )
 from rcstat.capture import attention_layout, capture_scores, softmax_params
+from rcstat.capture.graphs import kept_graphs
 from rcstat.capture.host import HostStack, stack_on_host
 from rcstat.defaults import (
     DEFAULT_LANGUAGE,
@@ -295,13 +296,28 @@ class Attributor:
             per_head.put(layer, out.pop("per_head"))
             return out
 
+        # the layers' graphs stay on the model while calls of the same spans follow each other
+        graphs = kept_graphs(self.model, "attribution")
+        scope = graphs.scope(
+            (
+                example.input_ids.shape[-1],
+                m,
+                tuple(unit_tokens),
+                tuple(span_tokens),
+                (first, last),
+                self.statistic,
+                self.rank_post_softmax,
+            )
+        )
         with (
             torch.no_grad(),
             capture_scores(
                 self.model,
                 reducer,
                 query_start=m,
-                graph_key=self._softmax.__getitem__,  # layers alike up to their softmax
+                # layers alike up to their softmax
+                graph_key=lambda layer: (self._softmax[layer], scope),
+                graphs=graphs,
                 sink=sink,
             ) as result,
         ):

@@ -68,6 +68,7 @@ class _Session:
     flags: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # checked on exit
     placed: dict[torch.device, torch.Tensor] = field(default_factory=dict)  # positions there
     graphs: GraphedCalls = field(default_factory=GraphedCalls)
+    owns_graphs: bool = True  # freed when the capture ends (else the caller's, kept)
 
 
 _ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
@@ -107,6 +108,19 @@ def grouped_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     q = query.to(dtype).view(batch, kv_heads, heads // kv_heads, q_len, dim)
     k = key.to(dtype).unsqueeze(2)  # [batch, kv_heads, 1, k, dim]
     return (q @ k.transpose(-1, -2)).reshape(batch, heads, q_len, key.shape[2])
+
+
+def all_finite(scores: torch.Tensor) -> torch.Tensor:
+    """Whether every score is finite: a boolean tensor on the scores' device, read later.
+
+    Scores of float32 or narrower are summed in float64, one pass over the block: the sum is
+    finite iff every score is (NaN and ±inf carry through a sum, and finite float32 values,
+    below 3.5e38 each, cannot overflow float64 in fewer than 1e269 terms) — where
+    ``isfinite(scores).all()`` takes five passes.
+    """
+    if scores.dtype == torch.float64:
+        return torch.isfinite(scores).all()
+    return torch.isfinite(scores.sum(dtype=torch.float64))
 
 
 @functools.cache
@@ -161,7 +175,7 @@ def _attention(
                 output = session.reducer(layer, scores)
                 # the flag is read when the capture ends: no synchronisation per layer
                 if session.finite is None:
-                    return output, torch.isfinite(scores).all()
+                    return output, all_finite(scores)
                 return output, session.finite(output)
 
             graph_key = (
@@ -175,7 +189,9 @@ def _attention(
                 if graph_key is None:
                     output, finite = reduce(rows, key)
                 else:
-                    output, finite = session.graphs((graph_key, scaling), reduce, rows, key)
+                    output, finite = session.graphs(
+                        (graph_key, scaling), reduce, rows, key, hold=session.reducer
+                    )
                 if session.sink is not None:
                     output = session.sink(layer, output)
             session.flags.append((layer, finite))
@@ -227,6 +243,7 @@ def capture_scores(
     scaled: bool = False,
     finite: Callable[[Any], torch.Tensor] | None = None,
     graph_key: Callable[[int], Hashable | None] | None = None,
+    graphs: GraphedCalls | None = None,
     sink: Callable[[int, Any], Any] | None = None,
 ) -> Iterator[CaptureResult[R]]:
     """Run forward passes inside this context to reduce each layer's attention scores.
@@ -262,6 +279,13 @@ def capture_scores(
         graph, recorded at the second such layer and replayed for the rest; ``None`` runs a
         layer eagerly. Only for reducers that never synchronise with the host and depend on
         the layer through the key alone.
+    graphs
+        The graphs to record into and replay from (:func:`~rcstat.capture.graphs.kept_graphs`),
+        kept after the capture for later ones: a layer whose key and shapes were recorded by
+        an earlier capture replays that graph (its reducer is not called), so the keys must
+        then name everything the reducer's work depends on (a
+        :meth:`~rcstat.capture.graphs.GraphedCalls.scope` number). ``None``: graphs of this
+        capture only, freed when it ends.
     sink
         ``sink(layer, output)`` is called with each layer's reducer output (outside any
         graph) and its return value is kept instead, e.g. to move large results to the host
@@ -315,6 +339,8 @@ def capture_scores(
         sink=sink,
         delegate=_delegate_for(model, previous),
         result=result,
+        graphs=GraphedCalls() if graphs is None else graphs,
+        owns_graphs=graphs is None,
     )
     if query_positions is not None:  # copied before the pass, where a plain copy waits for nothing
         first = next((p.device for p in model.parameters() if p.is_cuda), None)
@@ -326,7 +352,8 @@ def capture_scores(
             yield result
     finally:
         _ACTIVE.reset(token)
-        session.graphs.close()
+        if session.owns_graphs:
+            session.graphs.close()
     _raise_if_not_finite(session)
 
 

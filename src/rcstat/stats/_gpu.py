@@ -23,6 +23,7 @@ Set ``RCSTAT_TRITON=0`` to force the reference path on CUDA.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import math
 import os
@@ -76,7 +77,22 @@ def available(*tensors: torch.Tensor) -> bool:
     return triton_available(tensors[0].device)
 
 
-@functools.lru_cache(maxsize=64)  # shapes change with every example of a dataset
+#: While a CUDA graph is recorded (``rcstat.capture.graphs``), the list its recorder set here
+#: receives every cached device constant handed out (:func:`causal_index`, the bracket's
+#: sample index): a graph that outlives its call keeps them alive after they leave their cache.
+graph_constants: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "rcstat_graph_constants", default=None
+)
+
+
+def _held(value: Any) -> Any:
+    """``value`` (a cached device constant), added to the graph being recorded, if any."""
+    recording = graph_constants.get()
+    if recording is not None:
+        recording.append(value)
+    return value
+
+
 def causal_index(gen_len: int, columns: int, offset: int, device: torch.device) -> torch.Tensor:
     """Flat indices of the causal self samples inside rows of ``[gen_len, columns]``.
 
@@ -84,6 +100,12 @@ def causal_index(gen_len: int, columns: int, offset: int, device: torch.device) 
     index (query-major) is built once per shape and device, so gathering with it never
     synchronises the device the way boolean indexing does.
     """
+    return _held(_causal_index(gen_len, columns, offset, device))
+
+
+@functools.lru_cache(maxsize=64)  # shapes change with every example of a dataset
+def _causal_index(gen_len: int, columns: int, offset: int, device: torch.device) -> torch.Tensor:
+    """:func:`causal_index`, built (``[g(g+1)/2]`` int64 on ``device``)."""
     rows = torch.arange(gen_len)[:, None]
     keys = torch.arange(gen_len)[None, :]
     flat = (rows * columns + offset + keys).expand(gen_len, gen_len)
@@ -127,17 +149,37 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None, *, spread: int 
     same order, half the radix passes); one kernel (``_triton.prepare_kernel``) computes the
     rest: the centres, prefix sums, origin, scale and table in one launch.
     """
-    from rcstat.stats._triton import prepare_kernel
+    ys, count, _ = sorted_self(y, y_valid)
+    return prepared_sorted(ys, count, spread=spread)
 
+
+def sorted_self(
+    y: torch.Tensor, y_valid: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(ys, count, order)``: each row of ``y`` ``[R, M]`` sorted ascending, float32 with
+    ``+inf`` after its ``count`` (``[R]`` int32) valid samples, and ``order`` ``[R, M]`` int64,
+    where each sorted sample was in ``y`` (``torch.sort``; 16-bit samples in their own type:
+    the same order, half the radix passes)."""
     narrow = y if y.dtype in (torch.bfloat16, torch.float16) else y.float()
     rows, width = y.shape
-    device = y.device
     if y_valid is None:
-        count = torch.full((rows,), width, dtype=torch.int32, device=device)
-        ys = torch.sort(narrow, dim=-1).values.float()
+        count = torch.full((rows,), width, dtype=torch.int32, device=y.device)
+        ys, order = torch.sort(narrow, dim=-1)
     else:
         count = y_valid.sum(-1, dtype=torch.int32)
-        ys = torch.sort(torch.where(y_valid, narrow, torch.inf), dim=-1).values.float()
+        ys, order = torch.sort(torch.where(y_valid, narrow, torch.inf), dim=-1)
+    return ys.float(), count, order
+
+
+@torch.no_grad()
+def prepared_sorted(ys: torch.Tensor, count: torch.Tensor, *, spread: int = 2) -> SelfSamples:
+    """:func:`prepared_self` of samples sorted already: ``ys`` ``[R, M]`` float32 ascending
+    with ``+inf`` after each row's ``count`` (``[R]`` int32) valid ones (a row's stride may
+    differ from ``M``; its samples are contiguous)."""
+    from rcstat.stats._triton import prepare_kernel
+
+    rows, width = ys.shape
+    device = ys.device
     buckets = 1 << min(width.bit_length() + spread, 16) if width >= _TABLE_FROM else 0
     center = torch.empty(rows, dtype=torch.float64, device=device)
     prefix = torch.empty(rows, width + 1, dtype=torch.float64, device=device)
@@ -379,10 +421,17 @@ def _sample_step(size: int) -> int:
     return (size // _SAMPLES + 1) | 1
 
 
-@functools.lru_cache(maxsize=64)
 def _sample_index(size: int, width_b: int, device: torch.device) -> tuple[torch.Tensor, ...]:
     """``(a, b)`` of every ``step``-th of ``size`` samples laid out ``[A, width_b]``, with an odd
     ``step`` so that the sample meets every column (the keys of a block) alike."""
+    return _held(_built_sample_index(size, width_b, device))
+
+
+@functools.lru_cache(maxsize=64)
+def _built_sample_index(
+    size: int, width_b: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_sample_index`, built: ``[k]`` int64 each, on ``device``."""
     flat = torch.arange(0, size, _sample_step(size))
     return (flat // width_b).to(device), (flat % width_b).to(device)
 
