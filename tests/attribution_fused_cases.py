@@ -148,3 +148,28 @@ def test_a_whole_answer_unit_ranks_heads_by_its_key_values(
         own = np.concatenate([scores[h, j, prompt : prompt + j + 1] for j in range(gen)])
         want = naive_expected_rc(scores[h, :, :prompt].ravel(), own)
         assert float(fused["rank"][0, h]) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_units_sorted_from_the_heads_sort_equal_their_own_sort(ties: bool) -> None:
+    """Units that do not overlap, in any order and with rows of none between them, take
+    their sorted samples from the heads' sort grouped by unit: every field the search reads
+    equals that of the units' own sort, bit for bit (the larger unit through a table)."""
+    from rcstat.stats import self_samples, unit_rows, unit_self_samples
+    from rcstat.stats._gpu import prepared_self, sorted_self
+
+    prompt, gen, heads = 6, 50, 3
+    block = _block(heads, gen, prompt, seed=11, ties=ties)[0]  # [H, g, m + g]
+    units = [(20, 50), (0, 12), (13, 19)]
+    rows = unit_rows(units, prompt + gen, prompt)
+    ys, _, order = sorted_self(self_samples(block, prompt), None)
+    placed = fused_module.unit_order(units, gen)
+    assert placed is not None and fused_module.unit_order([(0, 5), (4, 9)], gen) is None
+    got = fused_module._units_from_heads(ys, order, placed, rows)
+    y, valid = unit_self_samples(block, rows)  # [U, H, Y]
+    want = prepared_self(
+        y.reshape(len(units) * heads, -1), valid.reshape(len(units) * heads, -1), spread=-2
+    )
+    assert got.buckets == want.buckets > 0
+    for name in ("ys", "count", "prefix", "center", "table", "low", "scale"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name

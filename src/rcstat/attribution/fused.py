@@ -13,16 +13,25 @@ on the key. The results equal the tensor path's (tests/attribution_fused_cases.p
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from rcstat.capture import SoftmaxParams
 from rcstat.stats import UnitRows, self_samples, unit_self_samples
-from rcstat.stats._gpu import kernels_serve, on_device, prepared_self, search_args
+from rcstat.stats._gpu import (
+    SelfSamples,
+    kernels_serve,
+    on_device,
+    prepared_self,
+    prepared_sorted,
+    search_args,
+    sorted_self,
+)
 
-__all__ = ["fused_attribution", "fused_serves", "row_segments"]
+__all__ = ["UnitOrder", "fused_attribution", "fused_serves", "row_segments", "unit_order"]
 
 _BLOCK_J = 4  # rows a tile
 _BLOCK_I = 32  # prompt keys a tile (and a program)
@@ -65,6 +74,74 @@ def row_segments(units: Sequence[tuple[int, int]], gen_len: int) -> np.ndarray:
     return np.asarray(runs, dtype=np.int32)
 
 
+@dataclass(frozen=True)
+class UnitOrder:
+    """Where the units' self samples lie in the heads' ``Y(g, g)``, for units that do not
+    overlap (:func:`unit_order`): the units' sorted samples are then the heads' sorted ones
+    grouped by unit, with no sort of their own.
+
+    ``unit`` ``[g(g+1)/2]`` uint8 or int16: the unit of each self sample in query-major
+    order (the number of units for rows of none); ``take`` ``[U, Ymax]`` int64: the
+    position of unit ``u``'s ``i``-th sample among the heads' samples grouped by unit
+    (units in order), clipped past the unit's end (the padding of
+    :class:`~rcstat.stats.UnitRows`).
+    """
+
+    unit: torch.Tensor
+    take: torch.Tensor
+
+    def map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> UnitOrder:
+        """The same order with both tensors moved by ``move`` (e.g. to a device)."""
+        return UnitOrder(move(self.unit), move(self.take))
+
+
+def unit_order(units: Sequence[tuple[int, int]], gen_len: int) -> UnitOrder | None:
+    """:class:`UnitOrder` of the row ranges ``units`` of a ``gen_len``-row answer (host
+    tensors), or None when two units share a row.
+
+    Examples
+    --------
+    >>> order = unit_order([(2, 3), (0, 2)], 3)  # rows 0-1 are unit 1, row 2 unit 0
+    >>> order.unit.tolist()  # samples of row 0 (1), row 1 (2), row 2 (3)
+    [1, 1, 1, 0, 0, 0]
+    >>> order.take.tolist()  # unit 0 first (3 samples), then unit 1
+    [[0, 1, 2], [3, 4, 5]]
+    """
+    row_unit = np.full(gen_len, len(units), dtype=np.int64)
+    for u, (a, b) in enumerate(units):
+        if (row_unit[a:b] != len(units)).any():
+            return None
+        row_unit[a:b] = u
+    sizes = [(b * (b + 1) - a * (a + 1)) // 2 for a, b in units]  # |Y(g, g')|
+    starts = np.cumsum([0, *sizes[:-1]])
+    steps = np.arange(max(sizes))
+    take = starts[:, None] + np.minimum(steps[None, :], np.asarray(sizes)[:, None] - 1)
+    kind = torch.uint8 if len(units) < 256 else torch.int16
+    per_sample = np.repeat(row_unit, np.arange(1, gen_len + 1))  # [g(g+1)/2]
+    return UnitOrder(torch.from_numpy(per_sample).to(kind), torch.from_numpy(take))
+
+
+def _units_from_heads(
+    ys: torch.Tensor, order: torch.Tensor, placed: UnitOrder, rows: UnitRows
+) -> SelfSamples:
+    """The units' prepared self samples from the heads' sorted ones: ``ys`` ``[H, M]`` sorted,
+    ``order`` ``[H, M]`` where each was in query-major order. A stable sort by unit keeps
+    every unit's samples in ascending order, so each unit's run is its sorted ``Y(g, g')``,
+    the values :func:`prepared_self` of the gathered samples sorts to."""
+    heads = ys.shape[0]
+    units, width = rows.index.shape
+    unit = placed.unit[order]  # [H, M] the unit of each sorted sample
+    grouped = ys.gather(-1, torch.sort(unit, dim=-1, stable=True).indices)  # [H, M]
+    taken = grouped[:, placed.take].transpose(0, 1)  # [U, H, Ymax]
+    padded = torch.where(rows.valid[:, None, :], taken, torch.inf)  # as prepared_self pads
+    count = rows.valid.sum(-1, dtype=torch.int32)[:, None].expand(units, heads)  # [U, H]
+    return prepared_sorted(
+        padded.reshape(units * heads, width).contiguous(),
+        count.reshape(-1).contiguous(),
+        spread=_UNIT_SPREAD,
+    )
+
+
 def fused_attribution(
     block: torch.Tensor,
     prompt_len: int,
@@ -73,6 +150,7 @@ def fused_attribution(
     params: SoftmaxParams,
     *,
     rank_heads: bool = True,
+    placed: UnitOrder | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """``(E, t, attention)`` of one layer's generation block ``[H, |g|, m + |g|]``.
 
@@ -81,7 +159,8 @@ def fused_attribution(
     key-level expected RC ``t_h(g', i)`` of every unit over the prompt keys; ``attention``
     ``[U, m]`` float32: the post-softmax weight on each prompt key, summed over heads and
     averaged over the unit's rows. ``segments`` is :func:`row_segments` on the block's device
-    and ``rows`` the units' :class:`~rcstat.stats.UnitRows` there.
+    and ``rows`` the units' :class:`~rcstat.stats.UnitRows` there; ``placed`` (units that
+    do not overlap, with ``rank_heads``) lets the units' samples come from the heads' sort.
     """
     from rcstat.attribution._fused_triton import attribution_kernel
     from rcstat.capture._softmax_triton import row_lse_kernel
@@ -89,12 +168,19 @@ def fused_attribution(
     heads, gen_len, _ = block.shape
     units = rows.index.shape[0]
     device = block.device
-    y, valid = unit_self_samples(block, rows)  # [U, H, Y]
-    unit = prepared_self(
-        y.reshape(units * heads, -1), valid.reshape(units * heads, -1), spread=_UNIT_SPREAD
-    )
-    # without the ranking the kernel never reads the heads' samples: the units' stand in
-    head = prepared_self(self_samples(block, prompt_len), None) if rank_heads else unit
+    unit: SelfSamples | None = None
+    if rank_heads:
+        ys, count, order = sorted_self(self_samples(block, prompt_len), None)  # [H, M]
+        head = prepared_sorted(ys, count)
+        if placed is not None:
+            unit = _units_from_heads(ys, order, placed, rows)
+    if unit is None:
+        y, valid = unit_self_samples(block, rows)  # [U, H, Y]
+        unit = prepared_self(
+            y.reshape(units * heads, -1), valid.reshape(units * heads, -1), spread=_UNIT_SPREAD
+        )
+    if not rank_heads:  # the kernel never reads the heads' samples: the units' stand in
+        head = unit
     softcap = params.softcap is not None
     window = params.sliding_window is not None
     lse = torch.empty(heads, gen_len, dtype=torch.float32, device=device)

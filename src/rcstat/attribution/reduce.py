@@ -37,7 +37,13 @@ from typing import Any
 
 import torch
 
-from rcstat.attribution.fused import fused_attribution, fused_serves, row_segments
+from rcstat.attribution.fused import (
+    UnitOrder,
+    fused_attribution,
+    fused_serves,
+    row_segments,
+    unit_order,
+)
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.capture.host import upload
 from rcstat.stats import (
@@ -168,7 +174,10 @@ def attribution_reducer(
     starts, ends = (torch.tensor(v) for v in zip(*spans, strict=True))
     first, last = context
     fused = not upper and not post_softmax  # the kernel serves the default statistic
-    on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor, UnitRows, torch.Tensor]] = {}
+    on_device: dict[
+        torch.device,
+        tuple[torch.Tensor, torch.Tensor, UnitRows, torch.Tensor, UnitOrder | None],
+    ] = {}
 
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         block = scores[0]  # [H, |g|, m + |g|]
@@ -183,18 +192,26 @@ def attribution_reducer(
             rows = unit_rows(list(units), block.shape[-1], prompt_len)
             moved = rows.map(lambda t: upload(t, device))
             segments = torch.from_numpy(row_segments(units, gen_len))
+            placed = unit_order(units, gen_len) if fused and fused_serves(block) else None
             on_device[device] = (
                 upload(starts, device),
                 upload(ends, device),
                 moved,
                 upload(segments, device),
+                None if placed is None else placed.map(lambda t: upload(t, device)),
             )
-        start, end, rows, segments = on_device[device]
+        start, end, rows, segments, placed = on_device[device]
         whole = not upper and len(units) == 1 and tuple(units[0]) == (0, gen_len)
         rank: list[torch.Tensor | None]
         if fused and fused_serves(block):
             expected, per_key, attention = fused_attribution(
-                block, prompt_len, segments, rows, softmax[layer], rank_heads=not whole
+                block,
+                prompt_len,
+                segments,
+                rows,
+                softmax[layer],
+                rank_heads=not whole,
+                placed=placed,
             )  # [H], [U, H, m], [U, m]
             rank = [expected, None, None, None]
         else:
