@@ -168,3 +168,19 @@ def test_sink_receives_each_layer_and_graph_keys_are_ignored_on_cpu() -> None:
     assert seen == list(range(len(plain.layers)))
     for full, summed in zip(plain.ordered(), sunk.ordered(), strict=True):
         torch.testing.assert_close(summed, full.sum(-1))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), None])
+def test_the_finiteness_flag_of_a_block_from_its_extremes(bad: float | None) -> None:
+    """One non-finite score anywhere clears the flag; the largest finite values do not."""
+    from rcstat.capture.scores import all_finite
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        scores = torch.randn(2, 3, 5, 7).to(dtype)
+        scores[0, 1, 2, 3] = torch.finfo(dtype).max
+        scores[1, 0, 4, 6] = torch.finfo(dtype).min
+        if bad is not None:
+            scores[1, 2, 0, 5] = bad
+        flag = all_finite(scores)
+        assert flag.dtype == torch.bool and flag.dim() == 0
+        assert bool(flag) == (bad is None), dtype

@@ -375,6 +375,21 @@ def test_analysis_with_graphs_equals_eager_layers() -> None:
         np.testing.assert_array_equal(getattr(graphed, field), getattr(eager, field))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), None])
+def test_the_finiteness_flag_of_a_cuda_block_from_its_extremes(bad: float | None) -> None:
+    """The capture's flag on the card: one non-finite score of a large block (a reduction
+    over many programs) clears it; the largest finite values do not."""
+    from rcstat.capture.scores import all_finite
+
+    for dtype in (torch.float32, torch.bfloat16):
+        scores = torch.randn(32, 256, 2100, device="cuda").to(dtype)
+        scores[3, 100, 7] = torch.finfo(dtype).max
+        scores[30, 2, 2000] = torch.finfo(dtype).min
+        if bad is not None:
+            scores[17, 255, 1234] = bad
+        assert bool(all_finite(scores)) == (bad is None), dtype
+
+
 def test_upload_many_moves_every_tensor_with_one_copy_per_dtype() -> None:
     from rcstat.capture.host import upload_many
 
