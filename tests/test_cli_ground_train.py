@@ -124,6 +124,7 @@ def pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--weight", "ragtruth=0"], "--weight ragtruth"),
         (["--folds", "1"], "--folds"),
         (["--folds", "21"], "--folds"),
+        (["--seed", "-1"], "--seed must be an integer in [0, 4294967295], got -1"),
         (["--max-false-alarms", "0"], "--max-false-alarms"),
         (["--max-false-alarms", "1"], "--max-false-alarms"),
         (["--max-copy-false-alarms", "1.5"], "--max-copy-false-alarms"),
@@ -172,8 +173,20 @@ def test_config_from_dict(pairs_file) -> None:  # type: ignore[no-untyped-def]
     assert config.weights == (("jsonl", 2.0),) and config.out == Path("o")
     options = config.fit_options()
     assert options.folds == 5 and options.dataset_weights == (("jsonl", 2.0),)
+    assert options.seed == 0
+    assert GroundTrainConfig.from_dict({"seed": 3, "folds": 4}).fit_options().seed == 3
     with pytest.raises(ValueError, match="unknown option"):
         GroundTrainConfig.from_dict({"epochs": 3})
+
+
+def test_seed_flag_reaches_the_fit(pairs_file) -> None:  # type: ignore[no-untyped-def]
+    from rcstat.cli.ground_train import from_namespace
+
+    parser = cli.build_parser()
+    data = ["ground-train", "--dataset", f"jsonl:{pairs_file}"]
+    assert from_namespace(parser.parse_args(data)).fit_options().seed == 0
+    ns = parser.parse_args([*data, "--seed", "7"])
+    assert from_namespace(ns).fit_options().seed == 7
 
 
 def test_labelled_responses_of_pairs(pairs_file) -> None:  # type: ignore[no-untyped-def]

@@ -143,9 +143,19 @@ def _checked_list(
 
 
 def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
-    left = "(-∞" if low is None else ("(" if low_open else "[") + f"{low:g}"
-    right = "∞)" if high is None else f"{high:g}" + (")" if high_open else "]")
+    """``[low, high]`` as a person reads it: an integer bound in full (``4294967295``, not
+    ``4.29497e+09``), others in ``g`` format.
+
+    >>> _interval(0, 2**32 - 1, False, False), _interval(0.0, 1.0, True, True)
+    ('[0, 4294967295]', '(0, 1)')
+    """
+    left = "(-∞" if low is None else ("(" if low_open else "[") + _bound(low)
+    right = "∞)" if high is None else _bound(high) + (")" if high_open else "]")
     return f"{left}, {right}"
+
+
+def _bound(value: float) -> str:
+    return str(value) if isinstance(value, Integral) else f"{value:g}"
 
 
 def check_file(option: str, path: str | os.PathLike[str]) -> Path:

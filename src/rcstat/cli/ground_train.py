@@ -54,6 +54,13 @@ def register(sub: Any) -> None:
     add_n_option(p)
     p.add_argument("--folds", type=int, default=None, help="grouped folds (default 5)")
     p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the fold assignment (default 0); out-of-fold figures move between seeds, "
+        "so compare designs over several",
+    )
+    p.add_argument(
         "--max-false-alarms",
         type=float,
         default=None,
@@ -88,6 +95,7 @@ def from_namespace(ns: argparse.Namespace) -> GroundTrainConfig:
             raise ValueError(f"--weight {entry}: {value!r} is not a number") from None
     given = {
         "folds": ns.folds,
+        "seed": ns.seed,
         "max_false_alarms": ns.max_false_alarms,
         "max_copy_false_alarms": ns.max_copy_false_alarms,
     }

@@ -145,6 +145,7 @@ class GroundTrainConfig:
                 raise ValueError(f"--weight {name}: not a dataset of this run ({sorted(names)})")
             check_number(f"--weight {name}", value, low=0.0, high=1e6, low_open=True)
         check_count("--folds", self.folds, low=2, high=20)
+        check_count("--seed", self.seed, low=0, high=2**32 - 1)
         for option, value in (
             ("--max-false-alarms", self.max_false_alarms),
             ("--max-copy-false-alarms", self.max_copy_false_alarms),
