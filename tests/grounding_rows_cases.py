@@ -160,3 +160,29 @@ def test_a_layer_without_rc_heads_takes_the_kernel_without_rc(
     for layer in (0, 1):
         _same(out[layer], eager(layer, scores))
     assert out[0]["features"][0].isnan().all() and not out[1]["features"][0, :, 2, :3].isnan().any()
+
+
+@pytest.mark.parametrize("heads", [[2], [3, 0, 1]])
+def test_support_sums_equal_the_units_key_expected_rc(heads: list[int]) -> None:
+    """The support heads' key-level RC read in place (``rows_gpu.support_sums``, the kernels
+    of ``rcstat.stats`` under the interpreter) against ``units_key_expected`` of their rows
+    copied out (the CPU's sorted search), summed over the heads; twice, the second time from
+    what the first left in ``shared``."""
+    from rcstat.grounding.features import support_unit_rows, unit_pairs
+    from rcstat.stats import units_key_expected
+
+    examples = _examples(9, [(2, 40, 12), (0, 25, 7)], False)
+    scores = _scores(examples, heads=4, seed=10, ties=True)
+    length = scores.shape[-1]
+    pairs = unit_pairs(examples)
+    rows = support_unit_rows(
+        {f"pairs_{k}": torch.from_numpy(v) for k, v in pairs.items()}, length, pairs
+    )
+    k0 = min(e.rows.context[0] for e in examples)
+    k1 = max(e.rows.context[1] for e in examples)
+    chosen = torch.tensor(heads)
+    want = units_key_expected(scores[:, chosen], rows, (k0, k1)).sum(1)  # [U, K]
+    shared: dict = {}
+    for _ in range(2):
+        got = rows_gpu.support_sums(scores, chosen, rows, (k0, k1), shared)
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)

@@ -287,6 +287,34 @@ def test_fused_grounding_rows_on_cuda_equal_the_cpu_operations(
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6, equal_nan=True, msg=key)
 
 
+def test_grounding_support_sums_equal_units_key_expected_bit_for_bit() -> None:
+    """The support heads' sums read in place (``rows_gpu.support_sums``) equal
+    ``units_key_expected`` of the heads' rows copied out, summed over the heads, bit for bit
+    (the same kernels on the same values), for layers of one and three heads sharing what
+    the first left in ``shared``."""
+    from rcstat.grounding.features import PassExample, ResponseRows, support_unit_rows, unit_pairs
+    from rcstat.grounding.rows_gpu import support_sums
+    from rcstat.stats import units_key_expected
+
+    gen = torch.Generator().manual_seed(3)
+    examples = [
+        PassExample(ResponseRows((5, 2005), (2008, 2208)), ((0, 70), (70, 130), (130, 200))),
+        PassExample(ResponseRows((2, 900), (903, 1003)), ((0, 100),)),
+    ]
+    width = max(e.rows.num_rows for e in examples)
+    length = max(e.length for e in examples)
+    scores = (torch.randn(2, 8, width, length, generator=gen) * 6).cuda()
+    pairs = unit_pairs(examples)
+    moved = {f"pairs_{k}": torch.from_numpy(v).cuda() for k, v in pairs.items()}
+    rows = support_unit_rows(moved, length, pairs)
+    shared: dict = {}
+    for heads in ([6], [7, 2, 0], [4]):
+        chosen = torch.tensor(heads).cuda()
+        got = support_sums(scores, chosen, rows, (2, 2005), shared)
+        want = units_key_expected(scores[:, chosen], rows, (2, 2005)).sum(1)
+        assert torch.equal(got, want), heads
+
+
 @pytest.mark.parametrize(
     "units", [[(0, 9), (9, 60), (64, 130), (130, 197)], [(0, 200)]], ids=["units", "whole"]
 )

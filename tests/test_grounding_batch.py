@@ -15,7 +15,13 @@ import torch
 
 from rcstat.capture import capture_scores
 from rcstat.grounding import Grounder, HeadProfile, Measurer
-from rcstat.grounding.features import PassExample, ResponseRows, query_positions
+from rcstat.grounding.features import (
+    PassExample,
+    ResponseRows,
+    query_positions,
+    support_unit_rows,
+    unit_pairs,
+)
 from rcstat.grounding.passes import token_batches
 from rcstat.stats import stacked_unit_rows, unit_rows, units_key_expected
 from tests._tiny_models import tiny_model
@@ -219,6 +225,37 @@ def test_stacked_units_equal_each_block() -> None:
     assert stacked.batch.tolist() == [0, 0, 2]  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="no block has units"):
         stacked_unit_rows([None], 20)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_units_built_on_the_device_equal_the_stacked_units(seed: int) -> None:
+    """``support_unit_rows`` (built from ``[U]`` values where the pass runs) equals
+    ``stacked_unit_rows`` of each sequence's ``unit_rows`` on every sample it marks valid."""
+    rng = np.random.default_rng(seed)
+    examples = []
+    for b in range(3):
+        start = int(rng.integers(3, 30))
+        response = int(rng.integers(1, 50))
+        cuts = sorted({int(c) for c in rng.integers(1, response + 1, size=3)} | {response})
+        units = tuple((a, z) for a, z in zip([0, *cuts], cuts, strict=False) if a < z)
+        examples.append(PassExample(ResponseRows((1, start - 2), (start, start + response)),
+                                    units if b != 1 else ()))  # fmt: skip
+    length = max(e.length for e in examples)
+    want = stacked_unit_rows(
+        [unit_rows(list(e.units), length, e.rows.response[0]) if e.units else None
+         for e in examples],
+        length,
+        row_offset=1,
+    )  # fmt: skip
+    pairs = unit_pairs(examples)
+    got = support_unit_rows({f"pairs_{k}": torch.from_numpy(v) for k, v in pairs.items()},
+                            length, pairs)  # fmt: skip
+    for name in ("starts", "lengths", "valid", "batch"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+        assert getattr(got, name).dtype == getattr(want, name).dtype, name
+    assert got.longest == want.longest
+    assert torch.equal(got.index[got.valid], want.index[want.valid])
+    assert not got.index[~got.valid].any()  # the padding, never read
 
 
 def test_query_positions_take_each_sequences_rows(tiny) -> None:  # type: ignore[no-untyped-def]

@@ -66,6 +66,9 @@ class _Session:
     delegate: Callable[..., Any]
     result: CaptureResult[Any]
     flags: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # checked on exit
+    # eager layers' smallest and largest score, tested together on exit
+    extremes: list[tuple[int, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    reach: int = 0  # the largest of positions
     placed: dict[torch.device, torch.Tensor] = field(default_factory=dict)  # positions there
     graphs: GraphedCalls = field(default_factory=GraphedCalls)
     owns_graphs: bool = True  # freed when the capture ends (else the caller's, kept)
@@ -165,15 +168,22 @@ def _attention(
         if rows is not None:
             scaling = float(kwargs.get("scaling") or module.scaling)  # type: ignore[arg-type]
 
-            def reduce(rows: torch.Tensor, key: torch.Tensor) -> tuple[Any, torch.Tensor]:
+            def reduce(
+                rows: torch.Tensor, key: torch.Tensor, eager: bool = False
+            ) -> tuple[Any, torch.Tensor | None]:
+                """The layer's output and finiteness flag (None: its scores' extremes are
+                kept instead, ``eager`` layers only)."""
                 scores = grouped_scores(rows, key)  # [batch, head, q, k]
                 if session.scaled:
                     scores = scores * scaling
                 output = session.reducer(layer, scores)
                 # the flag is read when the capture ends: no synchronisation per layer
-                if session.finite is None:
-                    return output, all_finite(scores)
-                return output, session.finite(output)
+                if session.finite is not None:
+                    return output, session.finite(output)
+                if eager:  # one reduction a layer; the extremes of all are tested on exit
+                    session.extremes.append((layer, *torch.aminmax(scores)))
+                    return output, None
+                return output, all_finite(scores)
 
             graph_key = (
                 None if session.graph_key is None or not query.is_cuda else session.graph_key(layer)
@@ -184,14 +194,15 @@ def _attention(
             on_device = torch.cuda.device(query.device) if switch else nullcontext()
             with torch.no_grad(), on_device:
                 if graph_key is None:
-                    output, finite = reduce(rows, key)
+                    output, finite = reduce(rows, key, eager=True)
                 else:
                     output, finite = session.graphs(
                         (graph_key, scaling), reduce, rows, key, hold=session.reducer
                     )
                 if session.sink is not None:
                     output = session.sink(layer, output)
-            session.flags.append((layer, finite))
+            if finite is not None:
+                session.flags.append((layer, finite))
             session.result.per_layer[layer] = output
     return session.delegate(module, query, key, value, attention_mask, **kwargs)
 
@@ -200,10 +211,10 @@ def _rows_at(session: _Session, query: torch.Tensor, offset: int) -> torch.Tenso
     """The query rows at each batch entry's own positions: ``[B, heads, Q, dim]``."""
     positions = session.positions
     assert positions is not None
-    if positions.shape[0] != query.shape[0] or offset != 0 or positions.max() >= query.shape[2]:
+    if positions.shape[0] != query.shape[0] or offset != 0 or session.reach >= query.shape[2]:
         raise ValueError(
             f"query_positions holds rows of {positions.shape[0]} sequences up to position "
-            f"{int(positions.max())} for a pass over {query.shape[0]} sequences of "
+            f"{session.reach} for a pass over {query.shape[0]} sequences of "
             f"{query.shape[2]} new tokens after {offset} cached ones: give one row of "
             "positions inside each sequence of a pass without a cache"
         )
@@ -338,6 +349,7 @@ def capture_scores(
         result=result,
         graphs=GraphedCalls() if graphs is None else graphs,
         owns_graphs=graphs is None,
+        reach=0 if query_positions is None else int(query_positions.max()),
     )
     if query_positions is not None:  # copied before the pass, where a plain copy waits for nothing
         first = next((p.device for p in model.parameters() if p.is_cuda), None)
@@ -355,14 +367,30 @@ def capture_scores(
 
 
 def _raise_if_not_finite(session: _Session) -> None:
-    """Raise if a captured layer had NaN / inf scores (its reducer output is meaningless)."""
-    if not session.flags:
-        return
-    flags = stack_on_host([flag for _, flag in session.flags])  # one copy per device
-    if not bool(flags.all()):
-        layer = session.flags[int((~flags).nonzero()[0])][0]
+    """Raise if a captured layer had NaN / inf scores (its reducer output is meaningless):
+    the flags, and the extremes of the eager layers tested at once (as :func:`all_finite`
+    tests one layer's), copied to the host once per device."""
+    found: list[tuple[list[int], torch.Tensor]] = []  # layers and their flags, on the host
+    if session.flags:
+        flags = stack_on_host([flag for _, flag in session.flags])  # one copy per device
+        found.append(([layer for layer, _ in session.flags], flags))
+    kinds: dict[tuple[torch.device, torch.dtype], list[tuple[int, torch.Tensor, torch.Tensor]]]
+    kinds = {}
+    for entry in session.extremes:
+        kinds.setdefault((entry[1].device, entry[1].dtype), []).append(entry)
+    for entries in kinds.values():
+        values = torch.stack([value for _, low, high in entries for value in (low, high)])
+        flags = torch.isfinite(values).view(-1, 2).all(-1).cpu()  # [n]: both extremes finite
+        found.append(([layer for layer, _, _ in entries], flags))
+    bad = [
+        layer
+        for layers, flags in found
+        for layer, ok in zip(layers, flags.tolist(), strict=True)
+        if not ok
+    ]
+    if bad:
         session.result.per_layer.clear()
         raise FloatingPointError(
-            f"layer {layer}: attention scores contain NaN or inf; the model's activations "
+            f"layer {min(bad)}: attention scores contain NaN or inf; the model's activations "
             "overflowed (try float32 or a shorter input)"
         )

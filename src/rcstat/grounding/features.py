@@ -37,14 +37,9 @@ import torch
 
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.capture.host import upload_many
-from rcstat.grounding.rows_gpu import RowLayout, fused_rows, fused_rows_serve
-from rcstat.stats import (
-    UnitRows,
-    normalized_rc_shared,
-    stacked_unit_rows,
-    unit_rows,
-    units_key_expected,
-)
+from rcstat.grounding.rows_gpu import RowLayout, fused_rows, fused_rows_serve, support_sums
+from rcstat.stats import UnitRows, normalized_rc_shared, units_key_expected
+from rcstat.stats._gpu import available
 
 __all__ = [
     "HEAD_FEATURES",
@@ -204,24 +199,16 @@ def grounding_reducer(
         [b * most + u for b, e in enumerate(examples) for u in range(len(e.units))],
         dtype=torch.long,
     )
-    match = np.zeros((count, width, k1 - k0), dtype=bool)  # [B, Gmax, K]
-    for b, e in enumerate(examples):
-        if e.matches is not None:
-            c0, c1 = e.rows.context
-            match[b, : gens[b], c0 - k0 : c1 - k0] = e.matches.numpy()
+    if count == 1 and examples[0].matches is not None:  # its context is [k0, k1): as it is
+        match = examples[0].matches.numpy()[None]  # [1, G, K]
+    else:
+        match = np.zeros((count, width, k1 - k0), dtype=bool)  # [B, Gmax, K]
+        for b, e in enumerate(examples):
+            if e.matches is not None:
+                c0, c1 = e.rows.context
+                match[b, : gens[b], c0 - k0 : c1 - k0] = e.matches.numpy()
     triangle = torch.from_numpy(np.tri(width, dtype=bool))  # [Gmax, Gmax]: key <= row
-    support_rows = (
-        stacked_unit_rows(
-            [
-                unit_rows(list(e.units), length, e.rows.response[0]) if e.units else None
-                for e in examples
-            ],
-            length,
-            row_offset=1,  # the generation block starts at the row of the first response token
-        )
-        if units
-        else None
-    )
+    pairs = unit_pairs(examples) if units else None  # [U] each: the units' rows, built later
     meta = torch.tensor(
         [[*e.rows.context, e.rows.first_row, g] for e, g in zip(examples, gens, strict=True)]
     )  # [B, 4]: what the fused kernels need of each sequence
@@ -254,8 +241,8 @@ def grounding_reducer(
         for name, chosen_heads in (("rc_heads", rc_heads), ("support_heads", support_heads)):
             for layer, chosen in (chosen_heads or {}).items():
                 tensors[f"{name}_{layer}"] = chosen
-        if support_rows is not None:
-            tensors |= {f"support_rows_{i}": t for i, t in enumerate(_fields(support_rows))}
+        if pairs is not None:
+            tensors |= {f"pairs_{name}": torch.from_numpy(v) for name, v in pairs.items()}
         return tensors
 
     def placed(device: torch.device, heads: int, idle: bool = False) -> dict[str, Any]:
@@ -265,13 +252,8 @@ def grounding_reducer(
             moved = upload_many(on_host(heads), device, idle=idle)
             matched = moved["match"].view(torch.uint8) if has_match else None  # same bytes
             layout = RowLayout(moved["positions"], moved["meta"], matched, k0, moved["units"])
-            rows = None
-            if support_rows is not None:
-                by_id = {
-                    id(t): moved[f"support_rows_{i}"] for i, t in enumerate(_fields(support_rows))
-                }
-                rows = support_rows.map(lambda t: by_id[id(t)])
-            on_device[device] = moved | {"layout": layout, "support_rows": rows}
+            rows = None if pairs is None else support_unit_rows(moved, length, pairs)
+            on_device[device] = moved | {"layout": layout, "support_rows": rows, "shared": {}}
         return on_device[device]
 
     if device is not None and heads is not None:
@@ -347,16 +329,66 @@ def grounding_reducer(
             features, copy, copied = rows_eager(layer, scores)
         out = {"features": features, "copy": copy, "copied": copied}
         if at["support_rows"] is not None and f"support_heads_{layer}" in at:
-            picked = scores[:, at[f"support_heads_{layer}"]]  # [B, h, Gmax + 1, T]
-            per_key = units_key_expected(picked, at["support_rows"], (k0, k1), check_finite=False)
-            out["support"] = per_key.sum(1)  # [U, K] summed over the support heads
+            chosen = at[f"support_heads_{layer}"]
+            if available(scores):  # the same sums, fewer launches
+                out["support"] = support_sums(
+                    scores, chosen, at["support_rows"], (k0, k1), at["shared"]
+                )
+            else:
+                picked = scores[:, chosen]  # [B, h, Gmax + 1, T]
+                per_key = units_key_expected(
+                    picked, at["support_rows"], (k0, k1), check_finite=False
+                )
+                out["support"] = per_key.sum(1)  # [U, K] summed over the support heads
         return out
 
     return reduce
 
 
-def _fields(rows: UnitRows) -> list[torch.Tensor]:
-    """The tensors of ``rows``, in the order :meth:`UnitRows.map` moves them."""
-    return [
-        t for t in (rows.starts, rows.lengths, rows.index, rows.valid, rows.batch) if t is not None
-    ]
+def unit_pairs(examples: Sequence[PassExample]) -> dict[str, np.ndarray]:
+    """``[U]`` int64 per response unit of a pass, all sequences' units in order: its sequence
+    (``batch``), its rows ``[a, z)`` from the response's start (``a``, ``z``), the first key
+    of the response (``prompt``), the causal pairs ``(row, key <= row)`` of the rows before
+    ``a`` (``first``) and its own (``count``). :func:`support_unit_rows` builds the units'
+    :class:`~rcstat.stats.UnitRows` from them on the device."""
+    found = []
+    for b, e in enumerate(examples):
+        for a, z in e.units:
+            if not 0 <= a < z:
+                raise ValueError(f"unit rows [{a}, {z}) are empty or negative")
+            found.append((b, a, z, e.rows.response[0]))
+    batch, a, z, prompt = np.array(found, dtype=np.int64).reshape(-1, 4).T  # [U] each
+    first = a * (a + 1) // 2
+    count = z * (z + 1) // 2 - first
+    return {"batch": batch, "a": a, "z": z, "prompt": prompt, "first": first, "count": count}
+
+
+def support_unit_rows(
+    at: dict[str, torch.Tensor], length: int, pairs: dict[str, np.ndarray]
+) -> UnitRows:
+    """The units' :class:`~rcstat.stats.UnitRows` in the pass's blocks ``[B, H, Gmax + 1, T]``
+    (``T = length`` keys; the blocks start at the row before the first response token, so a
+    unit's rows are one further down), equal to :func:`~rcstat.stats.stacked_unit_rows` of
+    each sequence's :func:`~rcstat.stats.unit_rows` with ``row_offset=1`` (but for the index's
+    padding, never read: 0 here), built where the
+    ``pairs_*`` tensors (:func:`unit_pairs` ``pairs``, moved) are: only ``[U]`` values cross
+    from the host, and nothing is read back.
+
+    Pair ``first + s`` of the query-major causal pairs lies in the row ``r`` with
+    ``r(r + 1)/2 <= first + s < (r + 1)(r + 2)/2`` (a search among the triangular numbers),
+    at key ``first + s - r(r + 1)/2``.
+    """
+    batch, a, z, prompt = at["pairs_batch"], at["pairs_a"], at["pairs_z"], at["pairs_prompt"]
+    first, count = at["pairs_first"], at["pairs_count"]
+    device = first.device
+    most, last = int(pairs["count"].max()), int(pairs["z"].max())
+    step = torch.arange(most, device=device)  # [Y]
+    pair = first[:, None] + step  # [U, Y]
+    rows = torch.arange(last + 1, device=device)
+    triangular = rows * (rows + 1) // 2  # [zmax + 1]
+    row = torch.searchsorted(triangular, pair, right=True) - 1  # [U, Y]
+    valid = step < count[:, None]  # [U, Y]
+    key = pair - triangular[row.clamp_max(last)]
+    index = torch.where(valid, (row + 1) * length + prompt[:, None] + key, 0)  # [U, Y]
+    lengths = (z - a).to(torch.int32)
+    return UnitRows(a + 1, lengths, index, valid, int((pairs["z"] - pairs["a"]).max()), batch)

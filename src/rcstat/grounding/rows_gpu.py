@@ -14,14 +14,22 @@ with Triton (``RCSTAT_TRITON`` not 0), and on the CPU under ``TRITON_INTERPRET=1
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import torch
 
 from rcstat.capture import SoftmaxParams
-from rcstat.stats._gpu import kernels_serve, on_device, sm_count
+from rcstat.stats import UnitRows
+from rcstat.stats._gpu import (
+    kernels_serve,
+    on_device,
+    prepared_sorted,
+    ragged_rank_sums,
+    sm_count,
+)
 
-__all__ = ["RowLayout", "fused_rows", "fused_rows_serve"]
+__all__ = ["RowLayout", "fused_rows", "fused_rows_serve", "support_sums"]
 
 _BLOCK = 1024  # keys a program reads at once
 _PAIRS = 64  # context and response samples of one RC tile (64 x 64 pairs)
@@ -177,3 +185,68 @@ def fused_rows(
         )
     copied = partial[0] if groups == 1 else partial.sum(0)  # [U, K], the groups in order
     return features, copy, copied
+
+
+def support_sums(
+    scores: torch.Tensor,
+    heads: torch.Tensor,
+    rows: UnitRows,
+    keys: tuple[int, int],
+    shared: dict[Hashable, torch.Tensor],
+) -> torch.Tensor:
+    """``[U, K]`` float64: :func:`~rcstat.stats.units_key_expected` of the heads ``heads`` of
+    ``scores``, summed over those heads — the same sums, by the same kernels, with the heads'
+    scores read in place (no copy of their rows) and what depends only on the units and the
+    number of heads made once a pass.
+
+    Parameters
+    ----------
+    scores
+        ``[B, H, R, T]`` float32 blocks of a pass, on CUDA (``rcstat.stats`` serves them).
+    heads
+        ``[h]`` int64 indices of the support heads, on the scores' device.
+    rows
+        The units' rows in the blocks (:func:`~rcstat.grounding.features.support_unit_rows`).
+    keys
+        ``[k0, k1)``: the keys scored.
+    shared
+        Filled and read across the layers of one pass: the units' masks, sample counts, row
+        lengths and denominators for ``h`` heads, and the units' first elements for a layout
+        of strides.
+    """
+    count, _, height, columns = scores.shape
+    units, width = rows.index.shape
+    picked = heads.shape[0]
+    first, last = keys
+    if ("valid", picked) not in shared:
+        valid = rows.valid[:, None, :].expand(units, picked, width).reshape(units * picked, width)
+        samples = valid.sum(-1, dtype=torch.int32)  # [U·h] as prepared_self counts them
+        lengths = rows.lengths[:, None].expand(units, picked).reshape(-1)  # [U·h]
+        shared |= {
+            ("valid", picked): valid,
+            ("count", picked): samples,
+            ("lengths", picked): lengths,
+            ("denominator", picked): (lengths.double() * samples.double())[:, None],
+        }
+    strides = scores.stride()
+    stride_b, stride_h, stride_row, stride_key = strides
+    if ("base", strides) not in shared:  # [U]: the element of key k0 in each unit's first row
+        shared[("base", strides)] = (
+            rows.batch * stride_b + rows.starts * stride_row + first * stride_key
+        )
+    flat = scores.reshape(count, -1, height * columns)  # [B, H, R·T] (a view when contiguous)
+    y = flat[rows.batch[:, None, None], heads[None, :, None], rows.index[:, None, :]]  # [U,h,Y]
+    valid = shared[("valid", picked)]
+    ys = torch.sort(torch.where(valid, y.reshape(units * picked, width), torch.inf), dim=-1)[0]
+    samples = prepared_sorted(ys, shared[("count", picked)])
+    base = (shared[("base", strides)][:, None] + heads[None, :] * stride_h).reshape(-1)  # [U·h]
+    sums = ragged_rank_sums(
+        scores,
+        base,
+        shared[("lengths", picked)],
+        (last - first, rows.longest, 1),
+        (stride_key, stride_row, 1),
+        samples,
+    )[0]  # [U·h, K]
+    expected = sums / shared[("denominator", picked)]
+    return expected.view(units, picked, last - first).sum(1)
