@@ -228,17 +228,18 @@ def support_sums(
             ("lengths", picked): lengths,
             ("denominator", picked): (lengths.double() * samples.double())[:, None],
         }
+    if "batch" not in shared:  # [U]: each unit's block (None: the first for every unit)
+        shared["batch"] = torch.zeros_like(rows.starts) if rows.batch is None else rows.batch
+    batch = shared["batch"]
     strides = scores.stride()
     stride_b, stride_h, stride_row, stride_key = strides
     if ("base", strides) not in shared:  # [U]: the element of key k0 in each unit's first row
-        shared[("base", strides)] = (
-            rows.batch * stride_b + rows.starts * stride_row + first * stride_key
-        )
+        shared[("base", strides)] = batch * stride_b + rows.starts * stride_row + first * stride_key
     flat = scores.reshape(count, -1, height * columns)  # [B, H, R·T] (a view when contiguous)
-    y = flat[rows.batch[:, None, None], heads[None, :, None], rows.index[:, None, :]]  # [U,h,Y]
+    y = flat[batch[:, None, None], heads[None, :, None], rows.index[:, None, :]]  # [U, h, Y]
     valid = shared[("valid", picked)]
     ys = torch.sort(torch.where(valid, y.reshape(units * picked, width), torch.inf), dim=-1)[0]
-    samples = prepared_sorted(ys, shared[("count", picked)])
+    prepared = prepared_sorted(ys, shared[("count", picked)])
     base = (shared[("base", strides)][:, None] + heads[None, :] * stride_h).reshape(-1)  # [U·h]
     sums = ragged_rank_sums(
         scores,
@@ -246,7 +247,7 @@ def support_sums(
         shared[("lengths", picked)],
         (last - first, rows.longest, 1),
         (stride_key, stride_row, 1),
-        samples,
+        prepared,
     )[0]  # [U·h, K]
     expected = sums / shared[("denominator", picked)]
     return expected.view(units, picked, last - first).sum(1)
