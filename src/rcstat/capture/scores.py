@@ -369,25 +369,16 @@ def capture_scores(
 def _raise_if_not_finite(session: _Session) -> None:
     """Raise if a captured layer had NaN / inf scores (its reducer output is meaningless):
     the flags, and the extremes of the eager layers tested at once (as :func:`all_finite`
-    tests one layer's), copied to the host once per device."""
-    found: list[tuple[list[int], torch.Tensor]] = []  # layers and their flags, on the host
+    tests one layer's), each copied to the host once per device."""
+    layers = [layer for layer, _ in session.flags]
+    ok: list[bool] = []
     if session.flags:
-        flags = stack_on_host([flag for _, flag in session.flags])  # one copy per device
-        found.append(([layer for layer, _ in session.flags], flags))
-    kinds: dict[tuple[torch.device, torch.dtype], list[tuple[int, torch.Tensor, torch.Tensor]]]
-    kinds = {}
-    for entry in session.extremes:
-        kinds.setdefault((entry[1].device, entry[1].dtype), []).append(entry)
-    for entries in kinds.values():
-        values = torch.stack([value for _, low, high in entries for value in (low, high)])
-        flags = torch.isfinite(values).view(-1, 2).all(-1).cpu()  # [n]: both extremes finite
-        found.append(([layer for layer, _, _ in entries], flags))
-    bad = [
-        layer
-        for layers, flags in found
-        for layer, ok in zip(layers, flags.tolist(), strict=True)
-        if not ok
-    ]
+        ok += stack_on_host([flag for _, flag in session.flags]).tolist()
+    if session.extremes:
+        layers += [layer for layer, _, _ in session.extremes]
+        values = stack_on_host([v for _, low, high in session.extremes for v in (low, high)])
+        ok += torch.isfinite(values).view(-1, 2).all(-1).tolist()  # [n]: both extremes finite
+    bad = [layer for layer, good in zip(layers, ok, strict=True) if not good]
     if bad:
         session.result.per_layer.clear()
         raise FloatingPointError(
