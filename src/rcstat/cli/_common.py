@@ -236,5 +236,12 @@ def add_config_option(
     config holds the default, which ``--help`` states."""
     flag = "--" + name.replace("_", "-")
     parser.add_argument(
-        flag, type=kind, choices=choices, help=f"{help} (default: {config.default(name)})"
+        flag, type=kind, choices=choices, help=f"{help} (default: {shown_default(config, name)})"
     )
+
+
+def shown_default(config: Any, name: str) -> str:
+    """The default of field ``name`` of ``config`` (a :class:`~rcstat.runs.job.Config`) as
+    ``--help`` states it: a list comma-separated, as its flag takes it."""
+    value = config.default(name)
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)

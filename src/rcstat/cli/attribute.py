@@ -19,6 +19,7 @@ from rcstat.cli._common import (
     CUT_MARK,
     Devices,
     add_command,
+    add_config_option,
     answer_line,
     clip,
     console,
@@ -79,17 +80,9 @@ def register(sub: Any) -> None:
         default=None,
         help="candidate spans (default: chunk for --chunks-file, else sentence)",
     )
-    at.add_argument(
-        "--top-k",
-        type=int,
-        default=None,
-        help=f"number of heads (default: {AttributeConfig.top_k})",
-    )
-    at.add_argument(
-        "--ranking",
-        choices=list(RANKINGS),
-        default=None,
-        help=f"how heads are chosen (default: {AttributeConfig.ranking})",
+    add_config_option(at, AttributeConfig, "top_k", int, "number of heads")
+    add_config_option(
+        at, AttributeConfig, "ranking", str, "how heads are chosen", choices=list(RANKINGS)
     )
     add_attribution_options(at)
     add_max_new_tokens_option(at, AttributeConfig.max_new_tokens, "length of a generated answer")

@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from rcstat.checks import check_count, check_tau
 from rcstat.cli._common import (
     add_command,
+    add_config_option,
     add_run_options,
     devices_and_shard,
     folder_note,
     load_model_quietly,
     say,
+    shown_default,
     step,
 )
 from rcstat.cli.options import (
@@ -51,7 +53,10 @@ DEFAULT_COMPARE_OUT = "runs/heads_compare"
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
-    """Add the ``heads`` sub-command to ``sub`` (the result of ``add_subparsers``)."""
+    """Add the ``heads`` sub-command to ``sub`` (the result of ``add_subparsers``; ``--help``
+    shows ``HeadsConfig``'s defaults)."""
+    from rcstat.evaluation.bench.heads import HeadsConfig
+
     p = add_command(
         sub,
         NAME,
@@ -79,23 +84,17 @@ def register(sub: Any) -> argparse.ArgumentParser:
         default=None,
         help="qmsum only: whole transcript (default) or the query's relevant turns",
     )
-    p.add_argument(
-        "--tau", type=float, help=f"threshold for head counts, >= 0 (default: {_shown('tau')})"
-    )
-    p.add_argument(
-        "--statistic",
-        choices=["upper", "expected"],
-        help=f"statistic summarised (default: {_shown('statistic')})",
+    add_config_option(p, HeadsConfig, "tau", float, "threshold for head counts, >= 0")
+    add_config_option(
+        p, HeadsConfig, "statistic", str, "statistic summarised", choices=["upper", "expected"]
     )
     add_max_new_tokens_option(
         p,
         None,
         "answer length generated for examples without an answer (default: "
-        f"{_shown('max_new_tokens')})",
+        f"{shown_default(HeadsConfig, 'max_new_tokens')})",
     )
-    p.add_argument(
-        "--top", type=int, help=f"rows of the top-heads table (default: {_shown('top')})"
-    )
+    add_config_option(p, HeadsConfig, "top", int, "rows of the top-heads table")
     add_run_options(p, items="examples", redo="analysing them again")
     p.add_argument(
         "--compare",
@@ -121,9 +120,9 @@ class CompareArgs:
     tau: float
 
 
-def _shown(name: str) -> object:
-    """``HeadsConfig``'s default of field ``name`` (``--help`` shows it; ``--compare`` uses it
-    for a flag left out)."""
+def _default(name: str) -> Any:
+    """``HeadsConfig``'s default of field ``name`` (``--compare`` uses it for a flag left
+    out)."""
     from rcstat.evaluation.bench.heads import HeadsConfig
 
     return HeadsConfig.default(name)
@@ -132,8 +131,8 @@ def _shown(name: str) -> object:
 def _compare_args(ns: argparse.Namespace) -> CompareArgs:
     if ns.top is not None:
         check_count("--top", ns.top)
-    tau = check_tau("--tau", _shown("tau") if ns.tau is None else ns.tau)
-    statistic = _shown("statistic") if ns.statistic is None else ns.statistic
+    tau = check_tau("--tau", _default("tau") if ns.tau is None else ns.tau)
+    statistic = _default("statistic") if ns.statistic is None else ns.statistic
     used = [
         f"--{name}"
         for name in ("model", "dataset", "data", "n", "context", "shard")
@@ -156,7 +155,7 @@ def _compare_args(ns: argparse.Namespace) -> CompareArgs:
     if names[0] == names[1]:
         raise ValueError(f"the two runs need distinct --labels, got {names[0]!r} twice")
     out = Path(ns.out or DEFAULT_COMPARE_OUT)
-    return CompareArgs((a, b), (names[0], names[1]), out, statistic, tau)  # type: ignore[arg-type]
+    return CompareArgs((a, b), (names[0], names[1]), out, statistic, tau)
 
 
 def from_namespace(ns: argparse.Namespace) -> HeadsConfig | CompareArgs:

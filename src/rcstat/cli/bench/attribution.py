@@ -12,9 +12,17 @@ the config, with messages that name the flags (lm-evaluation-harness's ``from_cl
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rcstat.cli._common import add_command, add_run_options, devices_and_shard, note
+from rcstat.cli._common import (
+    add_command,
+    add_config_option,
+    add_run_options,
+    devices_and_shard,
+    note,
+    shown_default,
+)
 from rcstat.cli.options import (
     add_attribution_options,
     add_data_option,
@@ -30,33 +38,31 @@ if TYPE_CHECKING:
     from rcstat.evaluation.bench.results import AttributionResult
 
 
-def _shown(name: str) -> str:
-    """The config's default of field ``name`` as ``--help`` shows it (a list comma-separated)."""
+def register(bench_sub: Any) -> None:
+    """Add ``attribution`` to the sub-commands of ``bench`` (``--help`` shows
+    ``AttributionConfig``'s defaults)."""
     from rcstat.evaluation.bench.attribution import AttributionConfig
 
-    value = AttributionConfig.default(name)
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-def register(bench_sub: Any) -> None:
-    """Add ``attribution`` to the sub-commands of ``bench``."""
+    shown = partial(shown_default, AttributionConfig)
     ab = add_command(bench_sub, "attribution", "chunk-level attribution accuracy vs k")
-    add_dataset_option(ab, None, ("attribution",), note=f" (default: {_shown('dataset')})")
+    add_dataset_option(ab, None, ("attribution",), note=f" (default: {shown('dataset')})")
     add_data_option(ab)
     ab.add_argument(
         "--k",
         dest="ks",
         metavar="K",
-        help=f"numbers of heads, comma-separated; all: every head (default: {_shown('ks')})",
+        help=f"numbers of heads, comma-separated; all: every head (default: {shown('ks')})",
     )
     add_n_option(ab)
-    ab.add_argument(
-        "--layout",
-        choices=list(LAYOUTS),
-        help="numbered: sources as '[k] Title: text' paragraphs (as RAG prompts write them), "
+    add_config_option(
+        ab,
+        AttributionConfig,
+        "layout",
+        str,
+        "numbered: sources as '[k] Title: text' paragraphs (as RAG prompts write them), "
         "each entry a candidate span; numbered-text: the same prompt, the chunk text alone "
-        "the span; plain: the bare chunks joined by blank lines (the first benchmark runs) "
-        f"(default: {_shown('layout')})",
+        "the span; plain: the bare chunks joined by blank lines (the first benchmark runs)",
+        choices=list(LAYOUTS),
     )
     ab.add_argument(
         "--max-tokens",
@@ -70,7 +76,7 @@ def register(bench_sub: Any) -> None:
         help="another bench attribution run of the same model: adds top_fixed, one head set "
         "for every example (the heads of lowest mean rank over that run's examples)",
     )
-    add_out_option(ab, None, f" (resumable; default: {_shown('out')})")
+    add_out_option(ab, None, f" (resumable; default: {shown('out')})")
     add_run_options(ab)
 
 

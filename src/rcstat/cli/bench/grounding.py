@@ -14,9 +14,16 @@ grounds makes them (:func:`rcstat.cli.ground_flags.grounding_options`).
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rcstat.cli._common import add_command, add_run_options, devices_and_shard
+from rcstat.cli._common import (
+    add_command,
+    add_config_option,
+    add_run_options,
+    devices_and_shard,
+    shown_default,
+)
 from rcstat.cli.ground_flags import add_batch_tokens_option, grounding_options
 from rcstat.cli.options import (
     add_data_option,
@@ -34,15 +41,12 @@ if TYPE_CHECKING:
     from rcstat.evaluation.bench.results import GroundingResult
 
 
-def _shown(name: str) -> Any:
-    """``GroundingConfig``'s default of field ``name``, which ``--help`` shows."""
+def register(bench_sub: Any) -> None:
+    """Add ``grounding`` to the sub-commands of ``bench`` (``--help`` shows
+    ``GroundingConfig``'s defaults)."""
     from rcstat.evaluation.bench.grounding import GroundingConfig
 
-    return GroundingConfig.default(name)
-
-
-def register(bench_sub: Any) -> None:
-    """Add ``grounding`` to the sub-commands of ``bench``."""
+    shown = partial(shown_default, GroundingConfig)
     gb = add_command(
         bench_sub,
         "grounding",
@@ -57,7 +61,7 @@ def register(bench_sub: Any) -> None:
         note=" (ragtruth: RAGTruth's QA, summary and data-to-text responses, --task to pick "
         "one; jsonl: your labelled pairs, --data FILE; squad-contrast: SQuAD v2, supporting "
         "vs unrelated context; squad-swaps: SQuAD v2, the answer's sentence copied vs its "
-        f"answer changed) (default: {_shown('dataset')})",
+        f"answer changed) (default: {shown('dataset')})",
     )
     add_data_option(gb)
     add_n_option(gb)
@@ -86,14 +90,11 @@ def register(bench_sub: Any) -> None:
         action="store_true",
         help="the zero-shot word score gives the default verdict, even where a detector ships",
     )
-    gb.add_argument(
-        "--resamples",
-        type=int,
-        default=None,
-        help=f"bootstrap resamples (1 to {MAX_RESAMPLES:,}) (default: {_shown('resamples')})",
+    add_config_option(
+        gb, GroundingConfig, "resamples", int, f"bootstrap resamples (1 to {MAX_RESAMPLES:,})"
     )
     add_batch_tokens_option(gb)
-    add_out_option(gb, None, f" (resumable) (default: {_shown('out')})")
+    add_out_option(gb, None, f" (resumable) (default: {shown('out')})")
     add_run_options(gb)
 
 

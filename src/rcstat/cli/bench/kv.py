@@ -9,10 +9,17 @@ given are the config's fields, checked once by the config (lm-evaluation-harness
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import float_list, split_list
-from rcstat.cli._common import add_command, add_run_options, devices_and_shard, note
+from rcstat.cli._common import (
+    add_command,
+    add_run_options,
+    devices_and_shard,
+    note,
+    shown_default,
+)
 from rcstat.cli.options import (
     add_data_option,
     add_dataset_option,
@@ -31,32 +38,26 @@ if TYPE_CHECKING:
 CONTEXTS = ("full", "relevant", "fit")
 
 
-def _shown(name: str) -> str:
-    """``KVConfig``'s default of field ``name`` as ``--help`` shows it."""
+def register(bench_sub: Any) -> None:
+    """Add ``kv`` to the sub-commands of ``bench`` (``--help`` shows ``KVConfig``'s
+    defaults)."""
     from rcstat.evaluation.bench.kv import KVConfig
 
-    value = KVConfig.default(name)
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-def register(bench_sub: Any) -> None:
-    """Add ``kv`` to the sub-commands of ``bench``."""
+    shown = partial(shown_default, KVConfig)
     kv = add_command(
         bench_sub, "kv", "KV-cache compression: VER, ROUGE, realized ratio (needs rcstat[press])"
     )
-    add_dataset_option(kv, None, ("qa",), note=f" (default: {_shown('dataset')})")
+    add_dataset_option(kv, None, ("qa",), note=f" (default: {shown('dataset')})")
     add_data_option(kv)
-    kv.add_argument("--presses", help=f"comma-separated press names (default: {_shown('presses')})")
-    kv.add_argument("--ratios", help=f"compression ratios in [0, 1) (default: {_shown('ratios')})")
+    kv.add_argument("--presses", help=f"comma-separated press names (default: {shown('presses')})")
+    kv.add_argument("--ratios", help=f"compression ratios in [0, 1) (default: {shown('ratios')})")
     kv.add_argument(
-        "--thresholds", help=f"RCStat thresholds c >= 0 (default: {_shown('thresholds')})"
+        "--thresholds", help=f"RCStat thresholds c >= 0 (default: {shown('thresholds')})"
     )
-    add_press_options(kv, sweep=True, windows=_shown("windows"))
+    add_press_options(kv, sweep=True, windows=shown("windows"))
     add_n_option(kv)
-    add_max_new_tokens_option(
-        kv, None, f"answer length limit (default: {_shown('max_new_tokens')})"
-    )
-    add_out_option(kv, None, f" (resumable; default: {_shown('out')})")
+    add_max_new_tokens_option(kv, None, f"answer length limit (default: {shown('max_new_tokens')})")
+    add_out_option(kv, None, f" (resumable; default: {shown('out')})")
     kv.add_argument(
         "--context",
         choices=CONTEXTS,
