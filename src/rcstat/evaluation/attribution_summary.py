@@ -76,15 +76,7 @@ def write_summaries(
     if units.empty:
         raise ValueError(f"no example could be scored (see {predictions})")
     units.to_csv(into / "units.csv", index=False)
-    accuracy = (
-        units.groupby(["method", "k"])
-        .agg(
-            accuracy=("correct", "mean"),
-            units=("correct", "size"),
-            examples=("example", "nunique"),
-        )
-        .reset_index()
-    )
+    accuracy = _accuracy(units, ["method", "k"])
     chance = float((1.0 / units.drop_duplicates(["example", "unit"])["chunks"]).mean())
     accuracy["chance"] = chance
     accuracy.to_csv(into / "accuracy.csv", index=False)
@@ -166,9 +158,14 @@ def by_length(units: pd.DataFrame) -> pd.DataFrame:
     for low, high in LENGTH_BUCKETS:
         inside = (tokens >= low) & (tokens < high if high is not None else True)
         bucket[inside] = f"{low}-{high}" if high is not None else f">={low}"
+    return _accuracy(units.assign(bucket=bucket), ["method", "k", "bucket"])
+
+
+def _accuracy(units: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group of the columns ``by``: the share of correct units (``accuracy``), the number
+    of units and of examples."""
     return (
-        units.assign(bucket=bucket)
-        .groupby(["method", "k", "bucket"])
+        units.groupby(by)
         .agg(
             accuracy=("correct", "mean"),
             units=("correct", "size"),
