@@ -229,14 +229,9 @@ def validate(
         raise ValueError("span_scores needs spans")
     methods = []
     for k, (label, raw) in enumerate(panels.items()):
-        weights = np.asarray(raw, dtype=np.float64)
-        if weights.shape != expected:
-            raise ValueError(
-                f"panels[{label!r}] has shape {weights.shape}, expected "
-                f"(len(units), len(tokens)) = {expected}"
-            )
-        if not np.isfinite(weights).all():
-            raise ValueError(f"panels[{label!r}] has NaN or infinite weights")
+        weights = _finite_matrix(
+            f"panels[{label!r}]", raw, expected, "(len(units), len(tokens))", "weights"
+        )
         if (weights < 0).any():
             raise ValueError(f"panels[{label!r}] has negative weights")
         per_unit = None
@@ -250,14 +245,13 @@ def validate(
             for u, index in enumerate(per_unit):
                 check_index(f"attributed[{label!r}][{u}]", index)
         if label in span_scores:
-            scores = np.asarray(span_scores[label], dtype=np.float64)
-            if scores.shape != (len(units), n_spans):
-                raise ValueError(
-                    f"span_scores[{label!r}] has shape {scores.shape}, expected "
-                    f"(len(units), len(spans)) = {(len(units), n_spans)}"
-                )
-            if not np.isfinite(scores).all():
-                raise ValueError(f"span_scores[{label!r}] has NaN or infinite scores")
+            scores = _finite_matrix(
+                f"span_scores[{label!r}]",
+                span_scores[label],
+                (len(units), n_spans),
+                "(len(units), len(spans))",
+                "scores",
+            )
         elif spans:
             mass = np.stack([weights[:, s:e].sum(axis=1) for s, e in spans], axis=1)  # [U, S]
             total = mass.sum(axis=1, keepdims=True)
@@ -273,3 +267,16 @@ def validate(
     if not 0 <= selected < len(units):
         raise ValueError(f"selected = {selected} is out of range for {len(units)} units")
     return methods
+
+
+def _finite_matrix(
+    name: str, raw: np.ndarray, shape: tuple[int, int], axes: str, values: str
+) -> np.ndarray:
+    """``raw`` as float64 of ``shape`` (``axes`` says what it counts) with finite ``values``;
+    a ``ValueError`` naming the argument ``name`` otherwise."""
+    matrix = np.asarray(raw, dtype=np.float64)
+    if matrix.shape != shape:
+        raise ValueError(f"{name} has shape {matrix.shape}, expected {axes} = {shape}")
+    if not np.isfinite(matrix).all():
+        raise ValueError(f"{name} has NaN or infinite {values}")
+    return matrix
