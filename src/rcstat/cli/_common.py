@@ -1,6 +1,6 @@
 """What every sub-command shares: the console, its parser, text reading, checked numbers, safe
-outputs, the run options of dataset jobs. The shared options themselves are in
-:mod:`rcstat.cli.options` (RCStatPress's in :mod:`rcstat.cli.press_options`).
+outputs. The shared options themselves are in :mod:`rcstat.cli.options` (RCStatPress's in
+:mod:`rcstat.cli.press_options`, a dataset job's in :mod:`rcstat.cli.job_options`).
 
 Rules every command follows (tested in ``tests/test_cli_*.py``):
 
@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
@@ -36,9 +36,6 @@ from rcstat.runs.folder import check_output_folder as check_output_folder
 from rcstat.runs.folder import check_writable as check_writable
 from rcstat.runs.folder import claim_output_folder as claim_output_folder
 from rcstat.runs.folder import staged_output as staged_output
-
-if TYPE_CHECKING:
-    from rcstat.runs.shards import Shard
 
 # Results go to standard output; progress, errors and warnings to standard error. Every line
 # stays one line in a pipe (soft_wrap: no wrapping at the console width).
@@ -73,46 +70,6 @@ def add_command(
     if model:
         add_model_option(parser)
     return parser
-
-
-def add_shard_option(parser: argparse.ArgumentParser) -> None:
-    """``--shard i/N``: take shard ``i`` of ``N`` of the examples (default: from torchrun,
-    accelerate or srun; see :mod:`rcstat.runs.shards`)."""
-    parser.add_argument(
-        "--shard",
-        default=None,
-        metavar="i/N",
-        help="work on shard i (0-based) of N of the examples, in the run's part "
-        "OUT/parts/i-of-N (default: from torchrun / accelerate launch / srun, else the whole "
-        "dataset); the last shard to finish merges the parts",
-    )
-
-
-def shard_from_namespace(ns: argparse.Namespace) -> Shard:
-    """The shard of ``--shard`` or of the launcher's environment (checked)."""
-    from rcstat.runs.shards import detect_shard, parse_shard
-
-    text = getattr(ns, "shard", None)
-    return parse_shard(text) if text is not None else detect_shard()
-
-
-def add_run_options(
-    parser: argparse.ArgumentParser, *, items: str = "items", redo: str = "running them again"
-) -> None:
-    """``--no-retry-failed`` and ``--shard`` (every dataset job is a resumable run)."""
-    parser.add_argument(
-        "--no-retry-failed",
-        dest="retry_failed",
-        action="store_false",
-        help=f"when resuming, skip the {items} that failed instead of {redo}",
-    )
-    add_shard_option(parser)
-
-
-def devices_and_shard(ns: argparse.Namespace) -> tuple[Devices, Shard]:
-    """The checked device plan and shard of a dataset job's process (its own GPUs)."""
-    shard = shard_from_namespace(ns)
-    return Devices.from_namespace(ns).for_shard(shard), shard
 
 
 def flag_values(config: type, ns: argparse.Namespace, **given: Any) -> dict[str, Any]:

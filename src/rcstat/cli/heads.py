@@ -26,14 +26,13 @@ from rcstat.checks import check_count, check_tau
 from rcstat.cli._common import (
     add_command,
     add_config_option,
-    add_run_options,
-    devices_and_shard,
     folder_note,
     load_model_quietly,
     say,
     shown_default,
     step,
 )
+from rcstat.cli.job_options import add_run_options, job_config
 from rcstat.cli.options import (
     add_data_option,
     add_dataset_option,
@@ -166,9 +165,7 @@ def from_namespace(ns: argparse.Namespace) -> HeadsConfig | CompareArgs:
         raise ValueError("--labels applies to --compare only")
     from rcstat.evaluation.bench.heads import HeadsConfig
 
-    config = HeadsConfig.from_flags(ns)
-    config.devices, config.shard = devices_and_shard(ns)
-    return config
+    return job_config(HeadsConfig, ns)
 
 
 def run(args: HeadsConfig | CompareArgs) -> int:

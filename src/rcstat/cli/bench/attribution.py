@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 from rcstat.cli._common import (
     add_command,
     add_config_option,
-    add_run_options,
-    devices_and_shard,
     note,
     shown_default,
 )
+from rcstat.cli.job_options import add_run_options, job_config
 from rcstat.cli.options import (
     add_attribution_options,
     add_data_option,
@@ -85,9 +84,7 @@ def from_namespace(ns: argparse.Namespace) -> AttributionConfig:
     fields (nothing heavy is imported before they are checked)."""
     from rcstat.evaluation.bench.attribution import AttributionConfig
 
-    config = AttributionConfig.from_flags(ns)
-    config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
-    return config
+    return job_config(AttributionConfig, ns)
 
 
 def run(config: AttributionConfig, loader: Loader) -> AttributionResult:

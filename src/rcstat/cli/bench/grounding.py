@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Any
 from rcstat.cli._common import (
     add_command,
     add_config_option,
-    add_run_options,
-    devices_and_shard,
     shown_default,
 )
 from rcstat.cli.ground_flags import add_batch_tokens_option, grounding_options
+from rcstat.cli.job_options import add_run_options, job_config
 from rcstat.cli.options import (
     add_data_option,
     add_dataset_option,
@@ -103,9 +102,7 @@ def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
     fields (nothing heavy is imported)."""
     from rcstat.evaluation.bench.grounding import GroundingConfig
 
-    config = GroundingConfig.from_flags(ns, options=grounding_options(ns))
-    config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
-    return config
+    return job_config(GroundingConfig, ns, options=grounding_options(ns))
 
 
 def run(config: GroundingConfig, loader: Loader) -> GroundingResult:

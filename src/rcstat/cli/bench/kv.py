@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 from rcstat.checks import float_list, split_list
 from rcstat.cli._common import (
     add_command,
-    add_run_options,
-    devices_and_shard,
     note,
     shown_default,
 )
+from rcstat.cli.job_options import add_run_options, job_config
 from rcstat.cli.options import (
     add_data_option,
     add_dataset_option,
@@ -90,9 +89,7 @@ def from_namespace(ns: argparse.Namespace) -> KVConfig:
         given["thresholds"] = float_list("--thresholds", split_list(ns.thresholds))
     if ns.window is not None:
         given["windows"] = window_list(split_list(ns.window))
-    config = KVConfig.from_flags(ns, **given)
-    config.devices, config.shard = devices_and_shard(ns)  # may ask torch which GPUs it sees
-    return config
+    return job_config(KVConfig, ns, **given)
 
 
 def run(config: KVConfig, loader: Loader) -> KVResult:
