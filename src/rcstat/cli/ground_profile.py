@@ -13,8 +13,7 @@ from typing import Any
 from rcstat.checks import split_list
 from rcstat.cli._common import Devices, add_command, add_config_option, load_model_quietly, say
 from rcstat.cli.options import (
-    add_data_option,
-    add_dataset_option,
+    add_dataset_options,
     add_max_new_tokens_option,
     add_n_option,
     add_out_option,
@@ -36,8 +35,7 @@ def register(sub: Any) -> None:
         "it flags the given share of the copies. No hallucination label is used.",
     )
     # the defaults shown by --help are the config's (the one home of them)
-    add_dataset_option(p, GroundProfileConfig.dataset, ("qa",))
-    add_data_option(p)
+    add_dataset_options(p, GroundProfileConfig.dataset, ("qa",))
     add_n_option(p)
     add_max_new_tokens_option(p, GroundProfileConfig.max_new_tokens, "length of each answer")
     add_config_option(p, GroundProfileConfig, "fraction", float, "share of heads the score uses")

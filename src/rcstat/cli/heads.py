@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from rcstat.checks import check_count, check_tau
 from rcstat.cli._common import (
@@ -34,15 +34,13 @@ from rcstat.cli._common import (
 )
 from rcstat.cli.job_options import add_run_options, job_config
 from rcstat.cli.options import (
-    add_data_option,
-    add_dataset_option,
+    add_dataset_options,
     add_max_new_tokens_option,
     add_n_option,
     add_out_option,
 )
-
-if TYPE_CHECKING:
-    from rcstat.evaluation.bench.heads import HeadsConfig
+from rcstat.evaluation.bench.heads import HeadsConfig
+from rcstat.evaluation.bench.heads import run as run_heads
 
 __all__ = ["CompareArgs", "from_namespace", "register", "run"]
 
@@ -52,10 +50,7 @@ DEFAULT_COMPARE_OUT = "runs/heads_compare"
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
-    """Add the ``heads`` sub-command to ``sub`` (the result of ``add_subparsers``; ``--help``
-    shows ``HeadsConfig``'s defaults)."""
-    from rcstat.evaluation.bench.heads import HeadsConfig
-
+    """Add the ``heads`` sub-command to ``sub`` (the result of ``add_subparsers``)."""
     p = add_command(
         sub,
         NAME,
@@ -66,7 +61,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
     )
     # The datasets with a question (QA and attribution), plus the user's own JSONL (None: no
     # dataset is named, which --compare checks; squad_v2 when collecting).
-    add_dataset_option(
+    add_dataset_options(
         p,
         None,
         ("qa", "attribution"),
@@ -74,7 +69,6 @@ def register(sub: Any) -> argparse.ArgumentParser:
         note=' (default squad_v2); jsonl reads --data as {"context", "question", "answer"?, '
         '"id"?} records',
     )
-    add_data_option(p)
     add_n_option(p)
     add_out_option(p, None, f" (default {DEFAULT_OUT}, or {DEFAULT_COMPARE_OUT} with --compare)")
     p.add_argument(
@@ -119,19 +113,11 @@ class CompareArgs:
     tau: float
 
 
-def _default(name: str) -> Any:
-    """``HeadsConfig``'s default of field ``name`` (``--compare`` uses it for a flag left
-    out)."""
-    from rcstat.evaluation.bench.heads import HeadsConfig
-
-    return HeadsConfig.default(name)
-
-
 def _compare_args(ns: argparse.Namespace) -> CompareArgs:
     if ns.top is not None:
         check_count("--top", ns.top)
-    tau = check_tau("--tau", _default("tau") if ns.tau is None else ns.tau)
-    statistic = _default("statistic") if ns.statistic is None else ns.statistic
+    tau = check_tau("--tau", HeadsConfig.default("tau") if ns.tau is None else ns.tau)
+    statistic = HeadsConfig.default("statistic") if ns.statistic is None else ns.statistic
     used = [
         f"--{name}"
         for name in ("model", "dataset", "data", "n", "context", "shard")
@@ -163,14 +149,11 @@ def from_namespace(ns: argparse.Namespace) -> HeadsConfig | CompareArgs:
         return _compare_args(ns)
     if ns.labels is not None:
         raise ValueError("--labels applies to --compare only")
-    from rcstat.evaluation.bench.heads import HeadsConfig
-
     return job_config(HeadsConfig, ns)
 
 
 def run(args: HeadsConfig | CompareArgs) -> int:
     """Run ``rcstat heads`` (collect, or compare two runs) and print what it found."""
-    from rcstat.evaluation.bench.heads import run as run_heads
     from rcstat.evaluation.bench.heads_results import compare_runs
 
     note = None

@@ -1,7 +1,7 @@
 """The options several commands share, each defined once: ``--model`` (with where it runs),
-``--out``, ``--n``, ``--data``, ``--dataset``, ``--max-new-tokens``, ``--language``, ``--top-k``,
-the text options, ``--allow-special-tokens`` and the attribution options, with the checks that
-refuse a bad value before any model is loaded (the error names the flag).
+``--out``, ``--n``, ``--dataset`` with ``--data``, ``--max-new-tokens``, ``--language``,
+``--top-k``, the text options, ``--allow-special-tokens`` and the attribution options, with the
+checks that refuse a bad value before any model is loaded (the error names the flag).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from rcstat.runs.devices import DEVICE_MAPS, DTYPES
 
 __all__ = [
     "add_attribution_options",
-    "add_data_option",
-    "add_dataset_option",
+    "add_dataset_options",
     "add_language_option",
     "add_max_new_tokens_option",
     "add_model_option",
@@ -84,17 +83,7 @@ def add_n_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=None, help="first N examples (default: all)")
 
 
-def add_data_option(parser: argparse.ArgumentParser) -> None:
-    """``--data PATH``: the dataset's file in its upstream format (default: the shared slice)."""
-    parser.add_argument(
-        "--data",
-        default=None,
-        metavar="PATH",
-        help="data file (or folder) in the dataset's upstream format (default: the shared slice)",
-    )
-
-
-def add_dataset_option(
+def add_dataset_options(
     parser: argparse.ArgumentParser,
     default: str | None,
     tasks: Sequence[str] = ("qa",),
@@ -103,10 +92,17 @@ def add_dataset_option(
     note: str = "",
 ) -> tuple[str, ...]:
     """``--dataset NAME`` among the registry's datasets of ``tasks`` (:mod:`rcstat.data.registry`)
-    and the command's ``extra`` names; returns those names (None default: the command's own,
-    which ``note`` tells)."""
+    and the command's ``extra`` names (None default: the command's own, which ``note`` tells),
+    then ``--data PATH``, the dataset's file in its upstream format (default: the shared slice);
+    returns the names."""
     names = (*dataset_names(tasks), *extra)
     parser.add_argument("--dataset", default=default, help=f"one of {', '.join(names)}{note}")
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="PATH",
+        help="data file (or folder) in the dataset's upstream format (default: the shared slice)",
+    )
     return names
 
 

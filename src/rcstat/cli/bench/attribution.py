@@ -15,37 +15,28 @@ import argparse
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rcstat.cli._common import (
-    add_command,
-    add_config_option,
-    note,
-    shown_default,
-)
+from rcstat.cli._common import add_command, add_config_option, note, shown_default
 from rcstat.cli.job_options import add_run_options, job_config
 from rcstat.cli.options import (
     add_attribution_options,
-    add_data_option,
-    add_dataset_option,
+    add_dataset_options,
     add_n_option,
     add_out_option,
 )
+from rcstat.evaluation.bench.attribution import AttributionConfig
+from rcstat.evaluation.bench.attribution import run as run_attribution
 from rcstat.evaluation.choices import LAYOUTS
 
 if TYPE_CHECKING:
-    from rcstat.evaluation.bench.attribution import AttributionConfig
     from rcstat.evaluation.bench.common import Loader
     from rcstat.evaluation.bench.results import AttributionResult
 
 
 def register(bench_sub: Any) -> None:
-    """Add ``attribution`` to the sub-commands of ``bench`` (``--help`` shows
-    ``AttributionConfig``'s defaults)."""
-    from rcstat.evaluation.bench.attribution import AttributionConfig
-
+    """Add ``attribution`` to the sub-commands of ``bench``."""
     shown = partial(shown_default, AttributionConfig)
     ab = add_command(bench_sub, "attribution", "chunk-level attribution accuracy vs k")
-    add_dataset_option(ab, None, ("attribution",), note=f" (default: {shown('dataset')})")
-    add_data_option(ab)
+    add_dataset_options(ab, None, ("attribution",), note=f" (default: {shown('dataset')})")
     ab.add_argument(
         "--k",
         dest="ks",
@@ -82,16 +73,12 @@ def register(bench_sub: Any) -> None:
 def from_namespace(ns: argparse.Namespace) -> AttributionConfig:
     """The checked config of ``rcstat bench attribution``: the flags given, as the config's
     fields (nothing heavy is imported before they are checked)."""
-    from rcstat.evaluation.bench.attribution import AttributionConfig
-
     return job_config(AttributionConfig, ns)
 
 
 def run(config: AttributionConfig, loader: Loader) -> AttributionResult:
     """Run (or resume) the benchmark (its notes printed as they come): the accuracy table
     (Table 1, Fig. 7)."""
-    from rcstat.evaluation.bench.attribution import run as run_attribution
-
     return run_attribution(config, loader=loader, say=note)
 
 

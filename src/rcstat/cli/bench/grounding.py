@@ -17,34 +17,27 @@ import argparse
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rcstat.cli._common import (
-    add_command,
-    add_config_option,
-    shown_default,
-)
+from rcstat.cli._common import add_command, add_config_option, shown_default
 from rcstat.cli.ground_flags import add_batch_tokens_option, grounding_options
 from rcstat.cli.job_options import add_run_options, job_config
 from rcstat.cli.options import (
-    add_data_option,
-    add_dataset_option,
+    add_dataset_options,
     add_n_option,
     add_out_option,
 )
 from rcstat.data.ragtruth import TASKS
 from rcstat.defaults import MAX_RESAMPLES
+from rcstat.evaluation.bench.grounding import GroundingConfig
+from rcstat.evaluation.bench.grounding import run as run_grounding
 from rcstat.evaluation.choices import PAIR_DATASETS
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
-    from rcstat.evaluation.bench.grounding import GroundingConfig
     from rcstat.evaluation.bench.results import GroundingResult
 
 
 def register(bench_sub: Any) -> None:
-    """Add ``grounding`` to the sub-commands of ``bench`` (``--help`` shows
-    ``GroundingConfig``'s defaults)."""
-    from rcstat.evaluation.bench.grounding import GroundingConfig
-
+    """Add ``grounding`` to the sub-commands of ``bench``."""
     shown = partial(shown_default, GroundingConfig)
     gb = add_command(
         bench_sub,
@@ -52,7 +45,7 @@ def register(bench_sub: Any) -> None:
         "grounding: the verdict, zero-shot score, variants, baselines, probes (AUROC, AUC-PR, "
         "example and span F1)",
     )
-    add_dataset_option(
+    add_dataset_options(
         gb,
         None,
         ("grounding",),
@@ -62,7 +55,6 @@ def register(bench_sub: Any) -> None:
         "vs unrelated context; squad-swaps: SQuAD v2, the answer's sentence copied vs its "
         f"answer changed) (default: {shown('dataset')})",
     )
-    add_data_option(gb)
     add_n_option(gb)
     gb.add_argument(
         "--questionable",
@@ -100,15 +92,11 @@ def register(bench_sub: Any) -> None:
 def from_namespace(ns: argparse.Namespace) -> GroundingConfig:
     """The checked config of ``rcstat bench grounding``: the flags given, as the config's
     fields (nothing heavy is imported)."""
-    from rcstat.evaluation.bench.grounding import GroundingConfig
-
     return job_config(GroundingConfig, ns, options=grounding_options(ns))
 
 
 def run(config: GroundingConfig, loader: Loader) -> GroundingResult:
     """Run (or resume) the benchmark."""
-    from rcstat.evaluation.bench.grounding import run as run_grounding
-
     return run_grounding(config, loader=loader)
 
 

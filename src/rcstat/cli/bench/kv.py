@@ -13,41 +13,30 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import float_list, split_list
-from rcstat.cli._common import (
-    add_command,
-    note,
-    shown_default,
-)
+from rcstat.cli._common import add_command, note, shown_default
 from rcstat.cli.job_options import add_run_options, job_config
 from rcstat.cli.options import (
-    add_data_option,
-    add_dataset_option,
+    add_dataset_options,
     add_max_new_tokens_option,
     add_n_option,
     add_out_option,
 )
 from rcstat.cli.press_options import add_press_options, knob_lists, window_list
+from rcstat.evaluation.bench.kv import CONTEXTS, KVConfig
+from rcstat.evaluation.bench.kv import run as run_kv
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
-    from rcstat.evaluation.bench.kv import KVConfig
     from rcstat.evaluation.bench.results import KVResult
-
-#: ``--context`` values (:data:`rcstat.evaluation.bench.kv.CONTEXTS`).
-CONTEXTS = ("full", "relevant", "fit")
 
 
 def register(bench_sub: Any) -> None:
-    """Add ``kv`` to the sub-commands of ``bench`` (``--help`` shows ``KVConfig``'s
-    defaults)."""
-    from rcstat.evaluation.bench.kv import KVConfig
-
+    """Add ``kv`` to the sub-commands of ``bench``."""
     shown = partial(shown_default, KVConfig)
     kv = add_command(
         bench_sub, "kv", "KV-cache compression: VER, ROUGE, realized ratio (needs rcstat[press])"
     )
-    add_dataset_option(kv, None, ("qa",), note=f" (default: {shown('dataset')})")
-    add_data_option(kv)
+    add_dataset_options(kv, None, ("qa",), note=f" (default: {shown('dataset')})")
     kv.add_argument("--presses", help=f"comma-separated press names (default: {shown('presses')})")
     kv.add_argument("--ratios", help=f"compression ratios in [0, 1) (default: {shown('ratios')})")
     kv.add_argument(
@@ -78,8 +67,6 @@ def from_namespace(ns: argparse.Namespace) -> KVConfig:
     """The checked config of ``rcstat bench kv``: the flags given, as the config's fields
     (:meth:`~rcstat.evaluation.bench.common.JobConfig.from_flags`; nothing heavy is
     imported)."""
-    from rcstat.evaluation.bench.kv import KVConfig
-
     given: dict[str, Any] = {"press_scope": ns.question_placement, "knobs": knob_lists(ns)}
     if ns.presses is not None:
         given["presses"] = split_list(ns.presses)
@@ -94,8 +81,6 @@ def from_namespace(ns: argparse.Namespace) -> KVConfig:
 
 def run(config: KVConfig, loader: Loader) -> KVResult:
     """Run (or resume) the benchmark (its notes on standard error as they come)."""
-    from rcstat.evaluation.bench.kv import run as run_kv
-
     return run_kv(config, loader=loader, say=note)
 
 
