@@ -1,21 +1,55 @@
 """The options of a dataset job, a resumable and sharded run (``rcstat heads``, ``rcstat bench
-…``): ``--no-retry-failed`` and ``--shard``, and the checked config they make with the flags
-(:func:`job_config`), on this process's shard and GPUs."""
+…``): a benchmark's parser with its dataset (:func:`add_job_command`), ``--no-retry-failed``
+and ``--shard``, and the checked config they make with the flags (:func:`job_config`), on this
+process's shard and GPUs."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rcstat.cli._common import add_command, shown_default
+from rcstat.cli.options import add_dataset_options
 from rcstat.runs.devices import Devices
 
 if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import JobConfig
     from rcstat.runs.shards import Shard
 
-__all__ = ["add_run_options", "add_shard_option", "job_config", "shard_from_namespace"]
+__all__ = [
+    "add_job_command",
+    "add_run_options",
+    "add_shard_option",
+    "job_config",
+    "shard_from_namespace",
+]
 
 JobConfigT = TypeVar("JobConfigT", bound="JobConfig")
+
+
+def add_job_command(
+    sub: Any,
+    config: type[JobConfig],
+    name: str,
+    help: str,
+    tasks: Sequence[str],
+    *,
+    extra: Sequence[str] = (),
+    note: str = "",
+) -> tuple[argparse.ArgumentParser, Callable[[str], str]]:
+    """The parser of the dataset job ``name`` in ``sub`` (the result of ``add_subparsers``)
+    with ``--model``, then ``--dataset`` among the datasets of ``tasks`` and the ``extra``
+    names (``note`` on them, then ``config``'s default) and ``--data``; and ``shown(field)``,
+    ``config``'s default of a field as ``--help`` states it (every flag of a job defaults to
+    None: the config holds the default)."""
+    parser = add_command(sub, name, help)
+    shown = partial(shown_default, config)
+    add_dataset_options(
+        parser, None, tasks, extra=extra, note=f"{note} (default: {shown('dataset')})"
+    )
+    return parser, shown
 
 
 def add_shard_option(parser: argparse.ArgumentParser) -> None:

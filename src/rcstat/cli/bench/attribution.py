@@ -12,14 +12,12 @@ the config, with messages that name the flags (lm-evaluation-harness's ``from_cl
 from __future__ import annotations
 
 import argparse
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rcstat.cli._common import add_command, add_config_option, note, shown_default
-from rcstat.cli.job_options import add_run_options, job_config
+from rcstat.cli._common import add_config_option, note
+from rcstat.cli.job_options import add_job_command, add_run_options, job_config
 from rcstat.cli.options import (
     add_attribution_options,
-    add_dataset_options,
     add_n_option,
     add_out_option,
 )
@@ -34,9 +32,13 @@ if TYPE_CHECKING:
 
 def register(bench_sub: Any) -> None:
     """Add ``attribution`` to the sub-commands of ``bench``."""
-    shown = partial(shown_default, AttributionConfig)
-    ab = add_command(bench_sub, "attribution", "chunk-level attribution accuracy vs k")
-    add_dataset_options(ab, None, ("attribution",), note=f" (default: {shown('dataset')})")
+    ab, shown = add_job_command(
+        bench_sub,
+        AttributionConfig,
+        "attribution",
+        "chunk-level attribution accuracy vs k",
+        ("attribution",),
+    )
     ab.add_argument(
         "--k",
         dest="ks",

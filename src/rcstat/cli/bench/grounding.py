@@ -14,14 +14,12 @@ grounds makes them (:func:`rcstat.cli.ground_flags.grounding_options`).
 from __future__ import annotations
 
 import argparse
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rcstat.cli._common import add_command, add_config_option, shown_default
+from rcstat.cli._common import add_config_option
 from rcstat.cli.ground_flags import add_batch_tokens_option, grounding_options
-from rcstat.cli.job_options import add_run_options, job_config
+from rcstat.cli.job_options import add_job_command, add_run_options, job_config
 from rcstat.cli.options import (
-    add_dataset_options,
     add_n_option,
     add_out_option,
 )
@@ -38,22 +36,18 @@ if TYPE_CHECKING:
 
 def register(bench_sub: Any) -> None:
     """Add ``grounding`` to the sub-commands of ``bench``."""
-    shown = partial(shown_default, GroundingConfig)
-    gb = add_command(
+    gb, shown = add_job_command(
         bench_sub,
+        GroundingConfig,
         "grounding",
         "grounding: the verdict, zero-shot score, variants, baselines, probes (AUROC, AUC-PR, "
         "example and span F1)",
-    )
-    add_dataset_options(
-        gb,
-        None,
         ("grounding",),
         extra=PAIR_DATASETS,
         note=" (ragtruth: RAGTruth's QA, summary and data-to-text responses, --task to pick "
         "one; jsonl: your labelled pairs, --data FILE; squad-contrast: SQuAD v2, supporting "
         "vs unrelated context; squad-swaps: SQuAD v2, the answer's sentence copied vs its "
-        f"answer changed) (default: {shown('dataset')})",
+        "answer changed)",
     )
     add_n_option(gb)
     gb.add_argument(

@@ -9,14 +9,12 @@ given are the config's fields, checked once by the config (lm-evaluation-harness
 from __future__ import annotations
 
 import argparse
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import float_list, split_list
-from rcstat.cli._common import add_command, note, shown_default
-from rcstat.cli.job_options import add_run_options, job_config
+from rcstat.cli._common import note
+from rcstat.cli.job_options import add_job_command, add_run_options, job_config
 from rcstat.cli.options import (
-    add_dataset_options,
     add_max_new_tokens_option,
     add_n_option,
     add_out_option,
@@ -32,11 +30,13 @@ if TYPE_CHECKING:
 
 def register(bench_sub: Any) -> None:
     """Add ``kv`` to the sub-commands of ``bench``."""
-    shown = partial(shown_default, KVConfig)
-    kv = add_command(
-        bench_sub, "kv", "KV-cache compression: VER, ROUGE, realized ratio (needs rcstat[press])"
+    kv, shown = add_job_command(
+        bench_sub,
+        KVConfig,
+        "kv",
+        "KV-cache compression: VER, ROUGE, realized ratio (needs rcstat[press])",
+        ("qa",),
     )
-    add_dataset_options(kv, None, ("qa",), note=f" (default: {shown('dataset')})")
     kv.add_argument("--presses", help=f"comma-separated press names (default: {shown('presses')})")
     kv.add_argument("--ratios", help=f"compression ratios in [0, 1) (default: {shown('ratios')})")
     kv.add_argument(
