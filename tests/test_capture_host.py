@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rcstat.capture.host import HostStack, stack_on_host
+from rcstat.capture.host import HostStack, stack_on_host, sum_on_host
 
 
 def test_layers_land_in_their_slices_in_any_order() -> None:
@@ -41,3 +41,13 @@ def test_stack_on_host_equals_stacking_each_value() -> None:
 def test_stack_on_host_of_nothing_is_an_error() -> None:
     with pytest.raises(ValueError, match="values is empty"):
         stack_on_host([])
+
+
+def test_sum_on_host_equals_summing_the_stack() -> None:
+    gen = torch.Generator().manual_seed(0)
+    values = [torch.randn(3, 50, generator=gen) for _ in range(32)]
+    got = sum_on_host(values)
+    assert got.device.type == "cpu" and got.shape == (3, 50)
+    assert torch.equal(got, torch.stack(values).sum(0))
+    with pytest.raises(ValueError, match="values is empty"):
+        sum_on_host([])

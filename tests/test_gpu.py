@@ -466,6 +466,19 @@ def test_stack_on_host_keeps_the_order_across_devices() -> None:
     torch.testing.assert_close(got[:, 0], torch.arange(5, dtype=torch.float32))
 
 
+def test_sum_on_host_adds_each_devices_sum() -> None:
+    """Values on two devices (the host and a GPU) are summed where they are, then added: the
+    sum over all of them, up to float32 rounding, returned on the host."""
+    from rcstat.capture.host import sum_on_host
+
+    gen = torch.Generator().manual_seed(1)
+    values = [torch.randn(4, 300, generator=gen) for _ in range(7)]
+    moved = [v.cuda() if k % 3 else v for k, v in enumerate(values)]
+    got = sum_on_host(moved)
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got, torch.stack(values).sum(0), rtol=1e-6, atol=1e-6)
+
+
 @needs_triton
 def test_units_key_expected_on_cuda_equals_cpu() -> None:
     from rcstat.stats import unit_rows, units_key_expected

@@ -40,7 +40,7 @@ from rcstat.attribution.spans import (
 )
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.capture.graphs import kept_graphs
-from rcstat.capture.host import HostStack, stack_on_host
+from rcstat.capture.host import HostStack, stack_on_host, sum_on_host
 from rcstat.defaults import (
     DEFAULT_LANGUAGE,
     DEFAULT_MAX_NEW_TOKENS,
@@ -324,7 +324,7 @@ class Attributor:
             self.model(example.input_ids.to(device), use_cache=False, logits_to_keep=1)
         layers = result.ordered()
         ranking = stack_on_host([r["rank"] for r in layers]).transpose(0, 1).numpy()  # [4, L, H]
-        attention = stack_on_host([r["attention"] for r in layers]).sum(dim=0)  # [U, m]
+        attention = sum_on_host([r["attention"] for r in layers])  # [U, m] summed over layers
         heads = layout.num_layers * layout.num_heads
         token_texts = example.token_texts("context")
         if candidates is None:

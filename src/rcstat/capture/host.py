@@ -71,6 +71,27 @@ def stack_on_host(values: Sequence[torch.Tensor]) -> torch.Tensor:
     return out
 
 
+def sum_on_host(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack(values).sum(0)`` on the host, summed where the values are first: one
+    copy of one value's size per device, not of every value.
+
+    The attribution's per-layer weights ``[U, m]`` summed over layers: copying all 32 layers
+    from pageable memory and summing them on the host took 3.7 ms after the pass at 2k
+    tokens and 9.8 ms at 8k (a 256-token answer of 20 units, H200 host), where the device
+    needs two launches and copies 0.2–0.7 MB.
+    """
+    if not values:
+        raise ValueError("nothing to sum: values is empty")
+    where: dict[torch.device, list[torch.Tensor]] = {}
+    for value in values:
+        where.setdefault(value.device, []).append(value)
+    parts = [torch.stack(group).sum(0).cpu() for group in where.values()]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
+
+
 def upload_many(
     values: dict[str, torch.Tensor], device: torch.device, *, idle: bool = False
 ) -> dict[str, torch.Tensor]:
