@@ -110,8 +110,10 @@ def _detector(
     copy_threshold: float = 0.5,
     span_threshold: float = 0.5,
     copy_response: bool = False,
+    copy_token: bool = False,
 ) -> Detector:
-    """p_j = σ(4·novel − 2) (0.88 on a novel word, 0.12 otherwise); P = σ(10·(p_max − 0.5))."""
+    """p_j = σ(4·novel − 2) (0.88 on a novel word, 0.12 otherwise); P = σ(10·(p_max − 0.5));
+    the copied kind's token model (``copy_token``): p_j = σ(2·novel − 1) (0.73 and 0.27)."""
     token = _linear(token_feature_names(layers), {"novel": 4.0}, intercept=-2.0)
     response = _linear(
         RESPONSE_FEATURES, {"p_max": 1.0}, means={"p_max": 0.5}, scales={"p_max": 0.1}
@@ -130,6 +132,9 @@ def _detector(
         span_threshold=span_threshold,
         copy_threshold=copy_threshold,
         copy_response=copy,
+        copy_token=_linear(token_feature_names(layers), {"novel": 2.0}, intercept=-1.0)
+        if copy_token
+        else None,
         meta={"datasets": ["by hand"]},
     )
 
@@ -318,13 +323,22 @@ def test_unsupported_spans_cover_the_words_at_the_threshold(
 
 
 def test_detector_json_round_trip(tmp_path: Path) -> None:
-    for detector in (_detector(), _detector(copy_response=True, copy_threshold=0.2)):
+    for detector in (
+        _detector(),
+        _detector(copy_response=True, copy_threshold=0.2),
+        _detector(copy_response=True, copy_token=True),
+    ):
         path = detector.save(tmp_path / "detector.json")
         loaded = Detector.load(path)
         assert loaded.to_dict() == detector.to_dict()
         assert json.loads(path.read_text())["format"] == "rcstat-detector-1"
         assert (loaded.copy_response is None) == (detector.copy_response is None)
+        assert (loaded.copy_token is None) == (detector.copy_token is None)
         np.testing.assert_array_equal(loaded.token.coef, detector.token.coef)
+        if detector.copy_token is not None:
+            np.testing.assert_array_equal(
+                loaded.token_model("copied").coef, detector.copy_token.coef
+            )
     with pytest.raises(
         ValueError, match=r"Detector\.save writes a \.json file, got 'detector\.pkl'"
     ):
@@ -332,7 +346,7 @@ def test_detector_json_round_trip(tmp_path: Path) -> None:
 
 
 def _broken(tmp_path: Path, change: Any) -> Path:
-    data = _detector(copy_response=True).to_dict()
+    data = _detector(copy_response=True, copy_token=True).to_dict()
     change(data)
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(data))
@@ -362,6 +376,11 @@ def _broken(tmp_path: Path, change: Any) -> Path:
         ),
         (lambda d: d["token"].update(scale=[0.0] * 28), "token: scale must be > 0"),
         (lambda d: d.update(copy_response=[]), "copy_response: expected an object, got list"),
+        (lambda d: d.update(copy_token=3), "copy_token: expected an object, got int"),
+        (
+            lambda d: d["copy_token"].update(features=d["copy_token"]["features"][::-1]),
+            "the copied kind's token model has other features than the token model",
+        ),
         (lambda d: d["response"].pop("intercept"), "response: 'intercept'"),
     ],
 )
@@ -409,6 +428,16 @@ def test_kind_of_counts_the_copied_words() -> None:
         assert threshold == (0.8 if kind == "copied" else 0.3)
         name, model, _ = plain.kind_of(_words(flags))  # no copied model: the other one
         assert name == kind and model is plain.response
+        assert plain.token_model(name) is plain.token
+
+
+def test_the_token_model_of_each_kind() -> None:
+    both = _detector(copy_response=True, copy_token=True)
+    assert both.copy_token is not None and both.copy_token is not both.token
+    assert both.token_model("copied") is both.copy_token
+    assert both.token_model("other") is both.token
+    with pytest.raises(ValueError, match="kind must be 'copied' or 'other', got 'quoted'"):
+        both.token_model("quoted")
 
 
 def test_the_copied_kind_bound_is_the_detectors_own() -> None:
@@ -635,7 +664,11 @@ def _expected(measurer: Measurer, detector: Detector, response: str) -> tuple[fl
     m = measurer.measure(CONTEXT, response, QUESTION)
     words = Lexicon(CONTEXT).words_of(response)
     x, _ = token_features(m, words)
-    p = 1 / (1 + np.exp(-(4.0 * x[:, token_feature_names(LAYERS).index("novel")] - 2.0)))
+    novel = x[:, token_feature_names(LAYERS).index("novel")]
+    if _copied_kind(response) and detector.copy_token is not None:
+        p = 1 / (1 + np.exp(-(2.0 * novel - 1.0)))
+    else:
+        p = 1 / (1 + np.exp(-(4.0 * novel - 2.0)))
     features = response_features(
         p, m.nll, context_tokens(m), response, words, Lexicon(CONTEXT).structured
     )
@@ -664,9 +697,11 @@ def test_the_kinds_of_the_responses(response: str, copied: bool) -> None:
     "thresholds",
     [(0.5, 0.5, 0.5), (0.3, 0.99, 0.5), (0.99, 0.3, 0.2), (0.0, 0.0, 0.9), (1.0, 1.0, 0.5)],
 )
-@pytest.mark.parametrize("copy_response", [False, True])
+@pytest.mark.parametrize(
+    ("copy_response", "copy_token"), [(False, False), (True, False), (True, True)]
+)
 def test_detector_mode_scores_thresholds_and_spans(  # type: ignore[no-untyped-def]
-    tiny, profile, thresholds, copy_response
+    tiny, profile, thresholds, copy_response, copy_token
 ) -> None:
     threshold, copy_threshold, span_threshold = thresholds
     detector = _detector(
@@ -674,6 +709,7 @@ def test_detector_mode_scores_thresholds_and_spans(  # type: ignore[no-untyped-d
         copy_threshold=copy_threshold,
         span_threshold=span_threshold,
         copy_response=copy_response,
+        copy_token=copy_token,
     )
     model, tok = tiny
     grounder = Grounder(model, tok, profile=profile, top_k=5, detector=detector)

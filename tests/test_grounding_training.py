@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from rcstat.grounding import Measurer
-from rcstat.grounding.detector import COPIED_KIND, Detector
+from rcstat.grounding.detector import COPIED_KIND, Detector, LinearModel
 from rcstat.grounding.detector_features import token_feature_names
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.training import (
@@ -38,6 +38,7 @@ from tests._tiny_tokenizer import make_tiny_tokenizer
 LAYERS = 1
 NAMES = token_feature_names(LAYERS)
 NOVEL = NAMES.index("novel")
+NUMBER = NAMES.index("number")
 FAST = FitOptions(token_C=(0.1, 1.0), response_C=(0.3, 3.0), folds=3)
 
 
@@ -55,21 +56,23 @@ def _sample(
     group: str | None = None,
     copied: bool = False,
     spans_known: bool = True,
+    signal: int = NOVEL,
 ) -> DetectorSample:
     """A response of 6 to 12 one-token words; an unsupported one has a labelled run of 2
-    words whose tokens have ``novel`` = 1 (every other column is noise)."""
+    words whose tokens have column ``signal`` (default ``novel``) = 1 and the others 0 (every
+    other column is noise, ``novel`` 0)."""
     n = int(rng.integers(6, 13))
     texts = [f"w{k}" for k in range(n)]
     response = " ".join(texts)
     starts = [sum(len(t) + 1 for t in texts[:k]) for k in range(n)]
     offsets = np.array([(s, s + len(t)) for s, t in zip(starts, texts, strict=True)])
     x = rng.normal(size=(n, len(NAMES)))
-    x[:, NOVEL] = 0.0
+    x[:, [NOVEL, signal]] = 0.0
     token_label = np.zeros(n, dtype=bool)
     spans: tuple[tuple[int, int], ...] = ()
     if label:
         k = int(rng.integers(0, n - 1))
-        x[k : k + 2, NOVEL] = 1.0
+        x[k : k + 2, signal] = 1.0
         token_label[k : k + 2] = True
         spans = ((int(offsets[k, 0]), int(offsets[k + 1, 1])),)
     words = tuple(
@@ -99,11 +102,17 @@ def _sample(
 
 
 def _samples(
-    seed: int, per_class: int = 26, *, copied: int = 0, copied_unsupported: int | None = None
+    seed: int,
+    per_class: int = 26,
+    *,
+    copied: int = 0,
+    copied_unsupported: int | None = None,
+    copied_signal: int = NOVEL,
 ) -> list[DetectorSample]:
     """``per_class`` faithful and unsupported responses of the other kind over datasets a and
     b (two responses a group), and ``copied`` faithful plus ``copied_unsupported`` (default
-    ``copied``) unsupported ones of the copied kind."""
+    ``copied``) unsupported ones of the copied kind (their spans planted in column
+    ``copied_signal``)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(2 * per_class):
@@ -126,6 +135,7 @@ def _samples(
                 dataset="a",
                 group=f"c{seed}:{i // 2}",
                 copied=True,
+                signal=copied_signal,
             )
         )
     return out
@@ -139,8 +149,8 @@ def fitted() -> tuple[list[DetectorSample], Detector, OutOfFold]:
 
 
 def _predict(detector: Detector, sample: DetectorSample) -> tuple[float, np.ndarray, float]:
-    p = detector.token.probability(sample.x)
-    _, model, threshold = detector.kind_of(list(sample.words))
+    kind, model, threshold = detector.kind_of(list(sample.words))
+    p = detector.token_model(kind).probability(sample.x)
     return float(model.probability(sample.response_x(p)[None])[0]), p, threshold
 
 
@@ -203,6 +213,7 @@ def test_a_copied_kind_gets_its_own_model_with_enough_of_each_class() -> None:
     few = _samples(1, copied=MIN_CALIBRATION, copied_unsupported=MIN_CALIBRATION - 1)
     detector, oof = fit_detector(few, model="m", layers=LAYERS, options=FAST)
     assert detector.copy_response is None and detector.copy_threshold == detector.threshold
+    assert detector.copy_token is None and detector.token_model("copied") is detector.token
     assert detector.meta["copied_samples"] == 2 * MIN_CALIBRATION - 1
     assert detector.meta["inner_auroc"]["copied"] is None
     copied = np.array([sum(w.copied for w in s.words) / len(s.words) >= COPIED_KIND for s in few])
@@ -216,7 +227,7 @@ def test_a_copied_kind_gets_its_own_model_with_enough_of_each_class() -> None:
         layers=LAYERS,
         options=FitOptions(**{**vars(FAST), "max_copy_false_alarms": 0.1}),
     )
-    assert detector.copy_response is not None
+    assert detector.copy_response is not None and detector.copy_token is not None
     assert detector.meta["inner_auroc"]["copied"] > 0.9
     kinds = np.array([detector.kind_of(list(s.words))[0] == "copied" for s in enough])
     assert kinds.sum() == 2 * MIN_CALIBRATION
@@ -225,6 +236,70 @@ def test_a_copied_kind_gets_its_own_model_with_enough_of_each_class() -> None:
     np.testing.assert_array_equal(
         oof.flagged, oof.probability > np.where(kinds, detector.copy_threshold, detector.threshold)
     )
+
+
+def test_the_copied_kind_has_a_token_model_of_its_own() -> None:
+    """The copied responses' spans are planted in another column (``number``) than the
+    others' (``novel``): their own token model learns it from them alone."""
+    samples = _samples(11, copied=MIN_CALIBRATION, copied_signal=NUMBER)
+    detector, oof = fit_detector(samples, model="m", layers=LAYERS, options=FAST)
+    assert detector.copy_token is not None and detector.copy_response is not None
+    assert detector.token_model("copied") is detector.copy_token
+    assert detector.copy_token.features == detector.token.features == tuple(NAMES)
+    # fitted on the copied responses alone: other responses of the other kind change nothing
+    other = [s for s in _samples(12) if not s.words[0].copied]
+    again, _ = fit_detector(
+        other + [s for s in samples if s.words[0].copied], model="m", layers=LAYERS, options=FAST
+    )
+    assert again.copy_token is not None  # equal up to rounding: the weights' scale cancels
+    np.testing.assert_allclose(again.copy_token.coef, detector.copy_token.coef, rtol=1e-9)
+    assert again.copy_token.intercept == pytest.approx(detector.copy_token.intercept, rel=1e-9)
+    assert again.token.to_dict() != detector.token.to_dict()
+    # each kind's tokens are ranked by its own model, on held-out samples
+    held_out = _samples(13, per_class=10, copied=10, copied_signal=NUMBER)
+    for kind in ("copied", "other"):
+        chosen = [s for s in held_out if (s.words[0].copied) == (kind == "copied")]
+        p = np.concatenate([detector.token_model(kind).probability(s.x) for s in chosen])
+        assert auroc(p, np.concatenate([s.token_label for s in chosen])) > 0.97
+    # and the copied kind's model never saw a ``novel`` span: the other kind's are chance to it
+    chosen = [s for s in held_out if not s.words[0].copied]
+    p = np.concatenate([detector.copy_token.probability(s.x) for s in chosen])
+    assert auroc(p, np.concatenate([s.token_label for s in chosen])) < 0.7
+    # the copied responses' out-of-fold token probabilities come from their own model's folds:
+    # they rank their spans as well as held-out ones
+    copied = [i for i, s in enumerate(samples) if s.words[0].copied]
+    tokens = np.concatenate([oof.token[i] for i in copied])
+    assert auroc(tokens, np.concatenate([samples[i].token_label for i in copied])) > 0.97
+
+
+def test_every_fit_weighs_a_dataset_as_the_whole_training_set_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dataset a holds 26 responses of the other kind and 40 copied ones, b 26 of the other
+    kind: balanced over all 92, a response of a weighs 46/66 and one of b 46/26, so in the
+    other kind's fit (26 of each) a's weigh 26/66 of b's — not the same, as balancing inside
+    that fit would make them — and each model's weights have a mean of 1."""
+    samples = _samples(14, copied=MIN_CALIBRATION)
+    seen: list[tuple[int, np.ndarray]] = []
+    original = LinearModel.fit.__func__  # type: ignore[attr-defined]
+
+    def recording(cls: type, x: np.ndarray, y: np.ndarray, features: Any, **kw: Any) -> Any:
+        seen.append((len(x), np.asarray(kw["weight"])))
+        return original(cls, x, y, features, **kw)
+
+    monkeypatch.setattr(LinearModel, "fit", classmethod(recording))
+    fit_detector(samples, model="m", layers=LAYERS, options=FAST)
+    other = [s for s in samples if not s.words[0].copied]
+    final = [w for n, w in seen if n == len(other)][-1]  # the other kind's response model
+    of_a = np.array([s.item.dataset == "a" for s in other])
+    assert of_a.sum() == 26 and (~of_a).sum() == 26
+    np.testing.assert_allclose(final[of_a] / final[~of_a][0], 26 / 66)
+    copied = len(samples) - len(other)
+    tokens = sum(len(s.x) for s in samples), sum(len(s.x) for s in samples if s.words[0].copied)
+    finals = [w for n, w in seen if n in (len(other), copied, *tokens)]
+    assert len(finals) >= 4  # the two token models and the two response models
+    for weight in finals:
+        assert weight.mean() == pytest.approx(1.0)
 
 
 def test_responses_without_labelled_spans_train_the_response_model_only() -> None:
@@ -297,12 +372,15 @@ def test_fit_options_validation(options: dict[str, Any], message: str) -> None:
 # ----------------------------------------------------------------------- cross-validation
 
 
+@pytest.mark.parametrize("copied", [0, 33])
 def test_cross_validation_predicts_each_sample_from_a_fit_that_never_saw_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, copied: int
 ) -> None:
+    """With 33 copied responses of each class (their spans in another column), every inner
+    fit has a copied kind of its own, whose token model judges them."""
     import rcstat.grounding.training as training
 
-    samples = _samples(6, per_class=33)
+    samples = _samples(6, per_class=33, copied=copied, copied_signal=NUMBER)
     seen: list[tuple[set[str], Detector]] = []
     original = training.fit_detector
 
@@ -330,6 +408,7 @@ def test_cross_validation_predicts_each_sample_from_a_fit_that_never_saw_it(
     assert sum(len(train) for train, _ in seen) == (FAST.folds - 1) * len(ids)
     labels = np.array([s.item.label for s in samples])
     assert auroc(out.probability, labels) > 0.95
+    assert all((d.copy_token is not None) == bool(copied) for _, d in seen)
     steps: list[list[int]] = []
     again = cross_validate_detector(
         samples, model="m", layers=LAYERS, options=FAST, progress=lambda k: steps.append(k) or k

@@ -8,14 +8,17 @@ A :class:`Detector` is two logistic regressions over the features of
 2. the **response model** turns aggregates of ``p_j`` and response-level features into the
    probability ``P`` that the response holds an unsupported span.
 
-Two kinds of response get their own response model and threshold: one that quotes its
-context (at least :data:`COPIED_KIND` of its words in copied runs, :mod:`.lexicon`: an
-extractive answer, where one changed fact must be caught; ``copy_response``,
-``copy_threshold``) and any other (abstractive, data-to-text; ``response``, ``threshold``).
-The response is *unsupported* when ``P`` exceeds the threshold of its kind. Its unsupported
-spans are the runs of words whose *span value* reaches ``span_threshold``: a word's value is
-the largest ``p_j`` of its tokens, or that peak averaged over the :data:`SPAN_RADIUS` words on
-either side when larger (labelled hallucinations are phrases around their likeliest tokens);
+Two kinds of response get their own token model, response model and threshold: one that
+quotes its context (at least :data:`COPIED_KIND` of its words in copied runs, :mod:`.lexicon`:
+an extractive answer, where one changed word must be caught; ``copy_token``,
+``copy_response``, ``copy_threshold``) and any other (abstractive, data-to-text; ``token``,
+``response``, ``threshold``). A detector without a model of the copied kind gives that kind
+the other's. The response is *unsupported* when ``P`` exceeds the threshold of its kind.
+
+Its unsupported spans are the runs of words whose *span value* reaches ``span_threshold``: a
+word's value is the largest ``p_j`` of its tokens, or that peak averaged over the
+:data:`SPAN_RADIUS` words on either side when larger (labelled hallucinations are phrases
+around their likeliest tokens);
 runs are merged across the spaces and punctuation between their words, and a run is kept when
 it holds a word the context does not hold (:func:`with_novel_words`: a run of known words is
 mostly a faithful paraphrase such as "was built" for "built it"). An unsupported response
@@ -221,7 +224,8 @@ class Detector:
     layers
         Its number of layers (the per-layer features).
     token, response
-        The two logistic regressions.
+        The two logistic regressions (of the other kind, and of the copied kind when it has
+        none of its own).
     threshold
         A response is unsupported when its probability exceeds this.
     span_threshold
@@ -230,6 +234,8 @@ class Detector:
         The threshold of responses of the copied kind (module notes).
     copy_response
         The response model of the copied kind (None: :attr:`response`).
+    copy_token
+        The token model of the copied kind (None: :attr:`token`).
     copied_kind
         The share of words in copied runs from which a response is of the copied kind.
     meta
@@ -244,6 +250,7 @@ class Detector:
     span_threshold: float
     copy_threshold: float
     copy_response: LinearModel | None = None
+    copy_token: LinearModel | None = None
     copied_kind: float = COPIED_KIND
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -252,6 +259,10 @@ class Detector:
             raise ValueError(
                 f"the token model's features are not the detector features of a "
                 f"{self.layers}-layer model (rcstat.grounding.detector_features)"
+            )
+        if self.copy_token is not None and self.copy_token.features != self.token.features:
+            raise ValueError(
+                "the copied kind's token model has other features than the token model"
             )
         for model in (self.response, self.copy_response):
             if model is not None and tuple(model.features) != RESPONSE_FEATURES:
@@ -269,11 +280,14 @@ class Detector:
             context = measured.example.part_text("context")
         lexicon = Lexicon(context)
         words = lexicon.words_of(response)
-        probability = self.token_probability(measured, words)
+        probability = self.token_probability(measured, words, self.kind_of(words)[0])
         return self.detect_tokens(measured, words, probability, structured=lexicon.structured)
 
-    def token_probability(self, measured: Measurement, words: list[ResponseWord]) -> np.ndarray:
-        """``[G]``: the token model's probabilities for the pass ``measured``."""
+    def token_probability(
+        self, measured: Measurement, words: list[ResponseWord], kind: str
+    ) -> np.ndarray:
+        """``[G]``: the probabilities of the token model of ``kind`` (``"copied"`` or
+        ``"other"``, :meth:`kind_of`) for the pass ``measured``."""
         layers = measured.copy.shape[0]
         if layers != self.layers:
             raise ValueError(
@@ -281,7 +295,7 @@ class Detector:
                 f"has {layers} layers"
             )
         x, _ = token_features(measured, words)
-        return self.token.probability(x)
+        return self.token_model(kind).probability(x)
 
     def detect_tokens(
         self,
@@ -324,6 +338,12 @@ class Detector:
         found = unsupported_spans(response, offsets, probability, self.span_threshold)
         return with_novel_words(*found, words)
 
+    def token_model(self, kind: str) -> LinearModel:
+        """The token model of responses of ``kind`` (``"copied"`` or ``"other"``)."""
+        if kind not in ("copied", "other"):
+            raise ValueError(f"kind must be 'copied' or 'other', got {kind!r}")
+        return self.copy_token if kind == "copied" and self.copy_token is not None else self.token
+
     def kind_of(self, words: list[ResponseWord]) -> tuple[str, LinearModel, float]:
         """The kind of a response with these words, its response model and its threshold
         (module notes)."""
@@ -344,6 +364,7 @@ class Detector:
             "token": self.token.to_dict(),
             "response": self.response.to_dict(),
             "copy_response": None if self.copy_response is None else self.copy_response.to_dict(),
+            "copy_token": None if self.copy_token is None else self.copy_token.to_dict(),
             "meta": self.meta,
         }
 
@@ -364,6 +385,9 @@ class Detector:
                 copy_response=None
                 if data.get("copy_response") is None
                 else LinearModel.from_dict(data["copy_response"], f"{where}: copy_response"),
+                copy_token=None
+                if data.get("copy_token") is None
+                else LinearModel.from_dict(data["copy_token"], f"{where}: copy_token"),
                 meta=dict(data.get("meta") or {}),
             )
         except (KeyError, TypeError) as err:

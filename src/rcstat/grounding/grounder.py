@@ -506,17 +506,19 @@ class Grounder:
         self, measured: list[Measurement], windows: list[Window], context: str, checked: str
     ) -> tuple[Detection, list[ResponseWord]]:
         """The detector's view of the passes over ``windows``: each token keeps its lowest
-        probability over the windows (where its support is best), the response features come
+        probability over the windows (where its support is best) under the token model of the
+        response's kind (by the whole context's words), the response features come
         from the window of lowest mean probability and the whole context's words; and the
         response's words marked by the whole context's lexicon."""
         assert self.detector is not None
         lexicon = Lexicon(context)
         marked = lexicon.words_of(checked)
         whole = len(windows) == 1 and windows[0].end - windows[0].start == len(context)
+        kind = self.detector.kind_of(marked)[0]
         per_window = np.stack(
             [
                 self.detector.token_probability(
-                    m, marked if whole else lexicon_words(context[w.start : w.end], checked)
+                    m, marked if whole else lexicon_words(context[w.start : w.end], checked), kind
                 )
                 for m, w in zip(measured, windows, strict=True)
             ]

@@ -4,21 +4,27 @@
 labelled response and keeps its detector features (:mod:`.detector_features`);
 :func:`fit_detector` fits a :class:`~rcstat.grounding.detector.Detector` on them:
 
-1. the **token model** (responses whose unsupported spans are labelled, faithful ones
-   included: every token of a faithful response is a negative): ``C`` chosen by grouped
-   cross-validation of the token AUROC;
-2. out-of-fold token probabilities for every response (the token model of the other folds),
-   so that the **response model** learns from probabilities like those of unseen responses
-   (stacking); its ``C`` chosen by grouped cross-validation of the response AUROC;
-   One response model for each kind of response (:mod:`.detector`): the responses that quote
-   their context ("copied": mostly the copied and changed sentences of :mod:`.swaps`, built
-   from unlabelled documents) and all others; a kind with fewer than :data:`MIN_CALIBRATION`
-   responses of either class takes the other kind's model and threshold;
+1. the **token models** (responses whose unsupported spans are labelled, faithful ones
+   included: every token of a faithful response is a negative), ``C`` chosen by grouped
+   cross-validation of the token AUROC: one on every response, and one of the responses that
+   quote their context ("copied", :mod:`.detector`: mostly the copied and changed sentences of
+   :mod:`.swaps`, built from unlabelled documents) on those alone — one changed word in a
+   quoted sentence is a signal that reworded answers do not carry;
+2. out-of-fold token probabilities for every response (the token model of its kind, fitted on
+   the other folds), so that the **response models** learn from probabilities like those of
+   unseen responses (stacking): one for the copied kind and one for all others, each ``C``
+   chosen by grouped cross-validation of the response AUROC;
+   a kind with fewer than :data:`MIN_CALIBRATION` responses of either class (or no labelled
+   span, for its token model) takes the other kind's models and threshold;
 3. each kind's **threshold**: the smallest that flags at most ``max_false_alarms`` (other
    kind) or ``max_copy_false_alarms`` (copied kind) of its faithful responses in *every*
    dataset, out of fold (a false-alarm rate that holds on each source of data, not only on
    their mix);
 4. the **span threshold**: the one of largest character-level span F1, out of fold.
+
+Every fit weighs a response (or a token) by its dataset's weight, set once over all the
+samples (:mod:`.sample_weights`): with ``balance_datasets`` every dataset has the same total
+whatever its size, times its ``dataset_weights`` entry.
 
 Folds are grouped (:class:`~sklearn.model_selection.StratifiedGroupKFold`): responses sharing a
 group (one source document) never sit on both sides. :func:`cross_validate_detector` repeats
@@ -45,6 +51,7 @@ from rcstat.grounding.detector import (
 )
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.measure import Measurer
+from rcstat.grounding.sample_weights import DatasetWeights
 from rcstat.metrics.ranking import auroc
 from rcstat.metrics.spans import char_prf
 
@@ -209,7 +216,7 @@ class FitOptions:
         The same for the faithful responses of the copied kind.
     balance_datasets
         Weight each dataset's tokens (and responses) so that every dataset counts as much as
-        any other, whatever its size.
+        any other, whatever its size (over all the samples: :mod:`.sample_weights`).
     dataset_weights
         Relative weight of each named dataset's total (default 1), on top of the balancing.
     seed
@@ -268,14 +275,27 @@ def fit_detector(
     names = features.token_feature_names(layers)
     if samples[0].x.shape[1] != len(names):
         raise ValueError(f"the samples' token features are not those of a {layers}-layer model")
-    token_C, token_oof = _choose_token_model(samples, names, options)
-    token_model = _fit_tokens(samples, names, range(len(samples)), token_C, options)
-    rows = np.stack([s.response_x(p) for s, p in zip(samples, token_oof, strict=True)])
+    weights = DatasetWeights.of(
+        [s.item.dataset for s in samples],
+        [len(s.x) if s.item.spans_known else None for s in samples],
+        balance=options.balance_datasets,
+        extra=dict(options.dataset_weights),
+    )
     copied = np.array([features.copied_share(list(s.words)) >= COPIED_KIND for s in samples])
-    other = _fit_kind(samples, rows, ~copied, options, options.max_false_alarms)
+    everyone = np.ones(len(samples), dtype=bool)
+    tokens = _fit_token_model(samples, names, everyone, weights, options)
+    copy_tokens = None
+    if _enough(samples, copied, options, tokens=True):
+        copy_tokens = _fit_token_model(samples, names, copied, weights, options)
+    token_oof = [
+        c if copy_tokens is not None and k else t
+        for t, c, k in zip(tokens.oof, (copy_tokens or tokens).oof, copied, strict=True)
+    ]
+    rows = np.stack([s.response_x(p) for s, p in zip(samples, token_oof, strict=True)])
+    other = _fit_kind(samples, rows, ~copied, weights, options, options.max_false_alarms)
     if other is None:
         raise ValueError("too few responses of the other kind (not copied) to fit a detector")
-    copy = _fit_kind(samples, rows, copied, options, options.max_copy_false_alarms)
+    copy = _fit_kind(samples, rows, copied, weights, options, options.max_copy_false_alarms)
     response_oof = other.oof.copy()
     if copy is not None:
         response_oof[copied] = copy.oof[copied]
@@ -292,12 +312,13 @@ def fit_detector(
     detector = Detector(
         model=model,
         layers=layers,
-        token=token_model,
+        token=tokens.model,
         response=other.model,
         threshold=other.threshold,
         span_threshold=span_threshold,
         copy_threshold=copy_threshold,
         copy_response=copy_model,
+        copy_token=None if copy_tokens is None else copy_tokens.model,
         meta={
             "samples": len(samples),
             "copied_samples": int(copied.sum()),
@@ -354,8 +375,8 @@ def cross_validate_detector(
         )
         for i in test:
             s = samples[i]
-            p = detector.token.probability(s.x)
-            model_, threshold = detector.kind_of(list(s.words))[1:]
+            kind, model_, threshold = detector.kind_of(list(s.words))
+            p = detector.token_model(kind).probability(s.x)
             prob = float(model_.probability(s.response_x(p)[None])[0])
             out.token[i] = p
             out.probability[i] = prob
@@ -379,19 +400,19 @@ def _fit_kind(
     samples: Sequence[DetectorSample],
     rows: np.ndarray,
     members: np.ndarray,
+    dataset_weights: DatasetWeights,
     options: FitOptions,
     max_false_alarms: float,
 ) -> _KindFit | None:
     """The response model of the samples ``members`` (``[n]`` bool), ``C`` chosen by grouped
-    cross-validation; None when they hold fewer than :data:`MIN_CALIBRATION` responses of
-    either class or fewer groups than folds."""
-    index = np.flatnonzero(members)
-    labels = np.array([samples[i].item.label for i in index], dtype=bool)  # [n]; none: []
-    groups = [samples[i].group for i in index]
-    if min(labels.sum(), (~labels).sum()) < MIN_CALIBRATION or len(set(groups)) < options.folds:
+    cross-validation; None when they are too few (:func:`_enough`)."""
+    if not _enough(samples, members, options, tokens=False):
         return None
+    index = np.flatnonzero(members)
+    labels = np.array([samples[i].item.label for i in index], dtype=bool)  # [n]
+    groups = [samples[i].group for i in index]
     picked = [samples[i] for i in index]
-    weights = _weights(picked, options, per_token=False)
+    weights = dataset_weights.of_responses([s.item.dataset for s in picked])
     x = rows[index]
     best_C, best, best_oof = options.response_C[0], -np.inf, np.zeros(len(index))
     for C in options.response_C:
@@ -408,6 +429,21 @@ def _fit_kind(
     full = np.zeros(len(samples))
     full[index] = best_oof
     return _KindFit(model, full, best, _threshold(picked, best_oof, max_false_alarms))
+
+
+def _enough(
+    samples: Sequence[DetectorSample], members: np.ndarray, options: FitOptions, *, tokens: bool
+) -> bool:
+    """Whether the samples ``members`` (``[n]`` bool) fit a kind's own model: at least
+    :data:`MIN_CALIBRATION` responses of each class, as many groups as folds and, for a token
+    model (``tokens``), a labelled unsupported span."""
+    picked = [samples[i] for i in np.flatnonzero(members)]
+    labels = np.array([s.item.label for s in picked], dtype=bool)  # [n]; none: []
+    return (
+        min(labels.sum(), (~labels).sum()) >= MIN_CALIBRATION
+        and len({s.group for s in picked}) >= options.folds
+        and (not tokens or any(s.item.spans_known and s.token_label.any() for s in picked))
+    )
 
 
 def _check_samples(samples: Sequence[DetectorSample], folds: int) -> None:
@@ -431,28 +467,31 @@ def _folds(
     return list(split.split(np.zeros(len(labels)), labels, groups))
 
 
-def _weights(
-    samples: Sequence[DetectorSample], options: FitOptions, *, per_token: bool
-) -> np.ndarray:
-    """Per response (or per token of the span-labelled responses, concatenated) weights that
-    give every dataset the same total when ``balance_datasets``, else ones."""
-    chosen = [s for s in samples if s.item.spans_known] if per_token else list(samples)
-    sizes = [len(s.x) if per_token else 1 for s in chosen]
-    totals: dict[str, int] = {}
-    for s, n in zip(chosen, sizes, strict=True):
-        totals[s.item.dataset] = totals.get(s.item.dataset, 0) + n
-    mean = sum(totals.values()) / len(totals)
-    extra = dict(options.dataset_weights)
-    return np.concatenate(
-        [
-            np.full(
-                n,
-                extra.get(s.item.dataset, 1.0)
-                * (mean / totals[s.item.dataset] if options.balance_datasets else 1.0),
-            )
-            for s, n in zip(chosen, sizes, strict=True)
-        ]
-    )
+@dataclass(frozen=True)
+class _TokenFit:
+    """A token model and the ``[G]`` out-of-fold token probabilities of every sample (empty
+    for samples it did not fit)."""
+
+    model: LinearModel
+    oof: list[np.ndarray]
+
+
+def _fit_token_model(
+    samples: Sequence[DetectorSample],
+    names: list[str],
+    members: np.ndarray,
+    weights: DatasetWeights,
+    options: FitOptions,
+) -> _TokenFit:
+    """The token model of the samples ``members`` (``[n]`` bool), ``C`` chosen by
+    :func:`_choose_token_model` over them."""
+    index = np.flatnonzero(members)
+    picked = [samples[i] for i in index]
+    C, oof = _choose_token_model(picked, names, weights, options)
+    full = [np.zeros(0)] * len(samples)
+    for i, p in zip(index, oof, strict=True):
+        full[i] = p
+    return _TokenFit(_fit_tokens(picked, names, range(len(picked)), C, weights), full)
 
 
 def _fit_tokens(
@@ -460,16 +499,20 @@ def _fit_tokens(
     names: list[str],
     chosen: Iterable[int],
     C: float,
-    options: FitOptions,
+    weights: DatasetWeights,
 ) -> LinearModel:
     picked = [samples[i] for i in chosen if samples[i].item.spans_known]
     x = np.vstack([s.x for s in picked])
     y = np.concatenate([s.token_label for s in picked])
-    return LinearModel.fit(x, y, names, C=C, weight=_weights(picked, options, per_token=True))
+    weight = weights.of_tokens([s.item.dataset for s in picked], [len(s.x) for s in picked])
+    return LinearModel.fit(x, y, names, C=C, weight=weight)
 
 
 def _choose_token_model(
-    samples: Sequence[DetectorSample], names: list[str], options: FitOptions
+    samples: Sequence[DetectorSample],
+    names: list[str],
+    weights: DatasetWeights,
+    options: FitOptions,
 ) -> tuple[float, list[np.ndarray]]:
     """The token model's ``C`` of best out-of-fold token AUROC (over the span-labelled
     samples) and its out-of-fold probabilities for every sample."""
@@ -479,7 +522,7 @@ def _choose_token_model(
     for C in options.token_C:
         oof = [np.zeros(0)] * len(samples)
         for train, test in splits:
-            fitted = _fit_tokens(samples, names, train, C, options)
+            fitted = _fit_tokens(samples, names, train, C, weights)
             for i in test:
                 oof[i] = fitted.probability(samples[i].x)
         known = [i for i, s in enumerate(samples) if s.item.spans_known]
