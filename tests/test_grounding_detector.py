@@ -339,6 +339,9 @@ def test_detector_json_round_trip(tmp_path: Path) -> None:
             np.testing.assert_array_equal(
                 loaded.token_model("copied").coef, detector.copy_token.coef
             )
+    older = _detector(copy_response=True).to_dict()  # a file written before copy_token
+    del older["copy_token"]
+    assert Detector.from_dict(older).copy_token is None
     with pytest.raises(
         ValueError, match=r"Detector\.save writes a \.json file, got 'detector\.pkl'"
     ):
