@@ -287,10 +287,10 @@ def fit_detector(
     copy_tokens = None
     if _enough(samples, copied, options, tokens=True):
         copy_tokens = _fit_token_model(samples, names, copied, weights, options)
-    token_oof = [
-        c if copy_tokens is not None and k else t
-        for t, c, k in zip(tokens.oof, (copy_tokens or tokens).oof, copied, strict=True)
-    ]
+    token_oof = list(tokens.oof)
+    if copy_tokens is not None:  # the copied kind's stacking reads its own token model
+        for i in np.flatnonzero(copied):
+            token_oof[i] = copy_tokens.oof[i]
     rows = np.stack([s.response_x(p) for s, p in zip(samples, token_oof, strict=True)])
     other = _fit_kind(samples, rows, ~copied, weights, options, options.max_false_alarms)
     if other is None:
