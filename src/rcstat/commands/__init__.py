@@ -4,9 +4,10 @@ name the command-line flags), ``run(config, *, loader=None, step=nullcontext)`` 
 that writes the folder the command writes. The command line (:mod:`rcstat.cli`) parses its
 flags into the config, calls ``run`` and prints.
 
-Every config holds ``model`` (a hub id, a local folder or a ``.gguf`` file; None: the embedded
-default model), ``devices`` (where it runs: :class:`~rcstat.runs.devices.Devices`) and, where
-the command writes a folder, ``out`` (the folder ``run`` writes; None: nothing is written).
+Each flag ``--x-y`` of a command is the field ``x_y`` of its config. Every config holds
+``model`` (a hub id, a local folder or a ``.gguf`` file; None: the embedded default model),
+``devices`` (where it runs: :class:`~rcstat.runs.devices.Devices`) and, where the command
+writes a folder, ``out`` (the folder ``run`` writes; None: nothing is written).
 Every ``run`` checks ``config`` again, then the output folder ``config.out`` where it has one
 (before the model loads: a folder of another command, or with files rcstat did not write, is a
 ``ValueError``); ``loader(model, devices)`` returns ``(model, tokenizer)`` (default

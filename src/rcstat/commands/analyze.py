@@ -42,8 +42,7 @@ PLACEMENTS = ("prompt", "generation")
 
 @dataclass
 class AnalyzeConfig(Config):
-    """The options of ``rcstat analyze`` (each flag ``--x-y`` is the field ``x_y``;
-    ``model``, ``devices`` and ``out`` as in every command, :mod:`rcstat.commands`).
+    """The options of ``rcstat analyze``, a field a flag (:mod:`rcstat.commands`).
 
     Chat mode gives ``context`` and ``question`` (and ``answer``, generated when absent), raw
     mode gives ``prompt`` (and ``generation``, generated when absent); not both.

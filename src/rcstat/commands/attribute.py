@@ -60,8 +60,7 @@ STATISTICS = ("expected", "upper")
 
 @dataclass
 class AttributeConfig(Config):
-    """The options of ``rcstat attribute`` (each flag ``--x-y`` is the field ``x_y``;
-    ``model``, ``devices`` and ``out`` as in every command, :mod:`rcstat.commands`).
+    """The options of ``rcstat attribute``, a field a flag (:mod:`rcstat.commands`).
 
     Attributes
     ----------

@@ -56,8 +56,7 @@ COMPRESS_FORMAT = 1
 
 @dataclass
 class CompressConfig(Config):
-    """The options of ``rcstat compress`` (each flag ``--x-y`` is the field ``x_y``;
-    ``model``, ``devices`` and ``out`` as in every command, :mod:`rcstat.commands`).
+    """The options of ``rcstat compress``, a field a flag (:mod:`rcstat.commands`).
 
     Attributes
     ----------

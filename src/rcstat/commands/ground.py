@@ -78,9 +78,8 @@ Say = Callable[[str], None]
 
 @dataclass
 class GroundConfig(Config):
-    """The options of ``rcstat ground`` on one pair (each flag ``--x-y`` is the field ``x_y``,
-    the grounder's among ``options``; ``model``, ``devices`` and ``out`` as in every command,
-    :mod:`rcstat.commands`).
+    """The options of ``rcstat ground`` on one pair, a field a flag (:mod:`rcstat.commands`;
+    the grounder's among ``options``).
 
     Attributes
     ----------

@@ -43,8 +43,7 @@ QA_DATASETS = dataset_names(("qa",))
 
 @dataclass
 class GroundProfileConfig(Config):
-    """The options of ``rcstat ground-profile`` (each flag ``--x-y`` is the field ``x_y``;
-    ``model``, ``devices`` and ``out`` as in every command, :mod:`rcstat.commands`).
+    """The options of ``rcstat ground-profile``, a field a flag (:mod:`rcstat.commands`).
 
     Attributes
     ----------
