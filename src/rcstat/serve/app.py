@@ -48,7 +48,7 @@ NO_QUESTION = "Write a response based on the text above."
 def request_models() -> tuple[type, type]:
     """The bodies of ``POST /v1/ground`` and ``POST /v1/attribute`` (pydantic models; made
     here, not at import, so that the package imports without the ``serve`` extra)."""
-    from pydantic import BaseModel, ConfigDict
+    from pydantic import BaseModel, ConfigDict, create_model
 
     class TextsRequest(BaseModel):
         """The texts every request carries (checked by the command's config, so optional here);
@@ -59,19 +59,18 @@ def request_models() -> tuple[type, type]:
         response: str | None = None
         question: str | None = None
 
-    class GroundRequest(TextsRequest):
-        """``POST /v1/ground``: the texts of ``rcstat ground`` and its options by name (each as its
-        flag: ``top_k`` is ``--top-k``; ``zero_shot`` is ``--zero-shot``; None: the service's)."""
-
-        fraction: float | None = None
-        quantile: float | None = None
-        threshold: float | None = None
-        top_k: int | None = None
-        language: str | None = None
-        max_tokens: int | None = None
-        max_chars: int | None = None
-        max_response_tokens: int | None = None
-        zero_shot: bool | None = None
+    # the options a request may set, as REQUEST_OPTIONS lists them (their one home)
+    options: dict[str, Any] = {name: (kind | None, None) for name, kind in REQUEST_OPTIONS.items()}
+    GroundRequest = create_model(
+        "GroundRequest",
+        __base__=TextsRequest,
+        __doc__=(  # the schema's description, line break included
+            "``POST /v1/ground``: the texts of ``rcstat ground`` and its options by name (each as "
+            "its\nflag: ``top_k`` is ``--top-k``; ``zero_shot`` is ``--zero-shot``; None: the "
+            "service's)."
+        ),
+        **options,
+    )
 
     class AttributeRequest(TextsRequest):
         """``POST /v1/attribute``: the response attributed to the context, sentence by sentence

@@ -21,18 +21,19 @@ from rcstat.runs.job import Config
 
 __all__ = ["LIMITS", "REQUEST_OPTIONS", "ServeConfig"]
 
-#: The grounding options a request may set by name (``zero_shot`` is ``detector=False``).
-REQUEST_OPTIONS = (
-    "fraction",
-    "quantile",
-    "threshold",
-    "top_k",
-    "language",
-    "max_tokens",
-    "max_chars",
-    "max_response_tokens",
-    "zero_shot",
-)
+#: The grounding options a request may set by name, with the type of each value (the fields of
+#: ``POST /v1/ground``'s body; ``zero_shot`` is ``detector=False``).
+REQUEST_OPTIONS: dict[str, type] = {
+    "fraction": float,
+    "quantile": float,
+    "threshold": float,
+    "top_k": int,
+    "language": str,
+    "max_tokens": int,
+    "max_chars": int,
+    "max_response_tokens": int,
+    "zero_shot": bool,
+}
 #: The limits a request may lower but not raise above the service's.
 LIMITS = ("max_tokens", "max_chars", "max_response_tokens")
 
