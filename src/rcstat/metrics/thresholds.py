@@ -70,10 +70,8 @@ def balanced_accuracy(scores: Any, labels: Any, threshold: float) -> float:
 
     Parameters
     ----------
-    scores
-        ``[n]`` detector scores, higher = more likely hallucinated.
-    labels
-        ``[n]`` booleans (or 0/1), ``True`` = hallucinated; both classes must be present.
+    scores, labels
+        As in :func:`~rcstat.metrics.ranking.auroc`.
     threshold
         A finite number.
 
