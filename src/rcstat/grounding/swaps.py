@@ -174,19 +174,8 @@ def swap_pairs(
             if not options:
                 continue
             replacement = rng.choice(options)
-            edit = sentence[: fact.start] + replacement + sentence[fact.end :]
             pairs.append(
-                SwapPair(
-                    context=context,
-                    copy=sentence,
-                    edit=edit,
-                    kind=fact.kind,
-                    original=fact.text,
-                    replacement=replacement,
-                    start=fact.start,
-                    end=fact.start + len(replacement),
-                    source=index,
-                )
+                _splice(context, sentence, (fact.start, fact.end), replacement, fact.kind, index)
             )
     return pairs
 
@@ -236,20 +225,37 @@ def opposite_pairs(
             opposite = OPPOSITES[word.group().lower()]
             if word.group()[0].isupper():
                 opposite = opposite[0].upper() + opposite[1:]
-            pairs.append(
-                SwapPair(
-                    context=context,
-                    copy=sentence,
-                    edit=sentence[: word.start()] + opposite + sentence[word.end() :],
-                    kind="opposite",
-                    original=word.group(),
-                    replacement=opposite,
-                    start=word.start(),
-                    end=word.start() + len(opposite),
-                    source=index,
-                )
-            )
+            pairs.append(_splice(context, sentence, word.span(), opposite, "opposite", index))
     return pairs
+
+
+def _splice(
+    context: str,
+    sentence: str,
+    where: tuple[int, int],
+    replacement: str,
+    kind: FactKind,
+    source: int,
+) -> SwapPair:
+    """The pair whose edit is ``sentence`` with ``sentence[start:end]`` (``where``) replaced by
+    ``replacement``; the pair's ``start``/``end`` locate the replacement in the edit.
+
+    >>> pair = _splice("Built in 1889.", "Built in 1889.", (9, 13), "1920", "number", 0)
+    >>> pair.edit, pair.original, (pair.start, pair.end)
+    ('Built in 1920.', '1889', (9, 13))
+    """
+    start, end = where
+    return SwapPair(
+        context=context,
+        copy=sentence,
+        edit=sentence[:start] + replacement + sentence[end:],
+        kind=kind,
+        original=sentence[start:end],
+        replacement=replacement,
+        start=start,
+        end=start + len(replacement),
+        source=source,
+    )
 
 
 def _check_per_context(per_context: object) -> None:
