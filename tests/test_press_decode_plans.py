@@ -132,18 +132,31 @@ def test_the_shipped_table_reads_and_holds_the_h200():
     assert card_plans("A card never measured", 132) is None
 
 
+#: Points of the shipped H200 table set to the built-in rule's plan although another candidate
+#: was (at most 4 %) faster at the point's own shape: in whole decode steps of batch 1 at 4k
+#: and 16k, 50 % kept, those plans lost 0.6-0.8 % and 2.9-4.3 % to the built-in rule (the code
+#: of 8c2bf48), whose plans the table now gives there (docs/benchmarks.md §3.5.1a.1).
+BUILT_IN_POINTS = {(8, 3003), (8, 14815)}
+
+
 def test_the_shipped_h200_points_are_the_fastest_checked_plans_measured():
     """Each point of the shipped H200 table is the fastest candidate that passed the bf16
     check at its step shape in the measurement it came from (docs/bench/tune_plans_h200.json),
-    and the rows name the built-in rule's plan there too (the baseline of the same run)."""
+    or, at :data:`BUILT_IN_POINTS`, the built-in rule's plan within 4 % of it; the rows name
+    the built-in rule's plan there too (the baseline of the same run)."""
     h200 = card_plans("NVIDIA H200", 132)
     assert h200 is not None
     rows = json.loads(MEASURED.read_text())["rows"]
     shapes = {(r["segments"], r["rows"]) for r in rows}
     assert {(p.segments, p.rows) for p in h200.points} == shapes
+    assert BUILT_IN_POINTS <= shapes
     for point in h200.points:
         here = [r for r in rows if (r["segments"], r["rows"]) == (point.segments, point.rows)]
         fastest = min((r for r in here if r["ok"]), key=lambda r: r["ms_median"])
+        if (point.segments, point.rows) in BUILT_IN_POINTS:
+            built_in = next(r for r in here if r["builtin"])
+            assert built_in["ok"] and built_in["ms_median"] <= 1.04 * fastest["ms_median"]
+            fastest = built_in
         assert (fastest["work_list"], fastest["waves"]) == (point.work_list, point.waves)
         assert sum(r["builtin"] for r in here) == 1
         assert all(r["ms_min"] <= r["ms_median"] <= r["ms_max"] for r in here)
