@@ -27,6 +27,8 @@ from rcstat.data import (
     AttributedSpan,
     AttributionExample,
     DatasetFormatError,
+    GroundingExample,
+    LabeledSpan,
     MarkedSpan,
     MarkupError,
     QAExample,
@@ -1095,6 +1097,38 @@ def test_example_types_validate_units():
         AttributionExample("x", "q", ("c",), "ab", (AttributedSpan(0, 3, 0),), "d")
     with pytest.raises(ValueError, match="out of range for 1 chunks"):
         AttributionExample("x", "q", ("c",), "ab", (AttributedSpan(0, 2, 1),), "d")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda end: AttributionExample(
+                "x", "q", ("c",), "ab", (AttributedSpan(1, end, 0),), "d"
+            ),
+            "unit [1, 3) exceeds the answer (2 chars)",
+        ),
+        (
+            lambda end: GroundingExample(
+                "x", "ctx", "ab", True, "g", "d", (LabeledSpan(1, end, ()),)
+            ),
+            "span [1, 3) exceeds the response (2 chars)",
+        ),
+        (
+            lambda end: GroundingExample(
+                "x", "ab", "a", True, "g", "d", (LabeledSpan(0, 1, (), "", 1, end),)
+            ),
+            "source span [1, 3) exceeds the context (2 chars)",
+        ),
+    ],
+    ids=["unit", "span", "source span"],
+)
+def test_example_spans_inside_their_text(make: Callable[[int], object], message: str):
+    """A span may end at its text's end (end 2 of 2 chars), not one past it; the message says
+    which span, which text and its length."""
+    make(2)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        make(3)
 
 
 def test_invalid_utf8_line(tmp_path):

@@ -30,6 +30,13 @@ def _check_span(start: int, end: int) -> None:
         raise ValueError(f"span needs 0 <= start < end, got [{start}, {end})")
 
 
+def _check_inside(what: str, start: int, end: int, where: str, text: str) -> None:
+    """Refuse a span ``[start, end)`` that ends past ``text``: ``what`` names the span in the
+    message, ``where`` the text (``"unit [0, 3) exceeds the answer (2 chars)"``)."""
+    if end > len(text):
+        raise ValueError(f"{what} [{start}, {end}) exceeds the {where} ({len(text)} chars)")
+
+
 @dataclass(frozen=True)
 class QAExample:
     """A question-answering example: prompt context, question and reference answers.
@@ -110,10 +117,7 @@ class AttributionExample:
 
     def __post_init__(self) -> None:
         for unit in self.units:
-            if unit.end > len(self.answer):
-                raise ValueError(
-                    f"unit [{unit.start}, {unit.end}) exceeds the answer ({len(self.answer)} chars)"
-                )
+            _check_inside("unit", unit.start, unit.end, "answer", self.answer)
             if unit.gold_chunk >= len(self.chunks):
                 raise ValueError(
                     f"unit gold_chunk {unit.gold_chunk} out of range for {len(self.chunks)} chunks"
@@ -215,15 +219,10 @@ class GroundingExample:
 
     def __post_init__(self) -> None:
         for span in self.spans:
-            if span.end > len(self.response):
-                raise ValueError(
-                    f"span [{span.start}, {span.end}) exceeds the response "
-                    f"({len(self.response)} chars)"
-                )
-            if span.source_end is not None and span.source_end > len(self.context):
-                raise ValueError(
-                    f"source span [{span.source_start}, {span.source_end}) exceeds the context "
-                    f"({len(self.context)} chars)"
+            _check_inside("span", span.start, span.end, "response", self.response)
+            if span.source_start is not None and span.source_end is not None:
+                _check_inside(
+                    "source span", span.source_start, span.source_end, "context", self.context
                 )
 
     @property
