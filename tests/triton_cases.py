@@ -92,6 +92,23 @@ def test_shared_expected_per_group_matches_pairwise() -> None:
             assert float(got[head, key]) == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
+def test_rows_past_the_grid_limit_launch_in_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More rows than CUDA's second grid axis takes (``_MAX_ROWS``, 2 here) run in parts,
+    each reading its own rows' self samples: the same statistics as one launch."""
+    block = _block(5, 4, 13, seed=6, ties=True)
+    x, y = block[:, :, :13], _self(block, 13)
+    valid = torch.rand(y.shape, generator=torch.Generator().manual_seed(7)) < 0.6
+    valid[:, 0] = True
+    whole = _gpu.dense_statistics(x, y, valid)
+    monkeypatch.setattr(_gpu, "_MAX_ROWS", 2)
+    parts = _gpu.dense_statistics(x, y, valid)
+    want = rc_statistics(x.reshape(5, -1), y, y_valid=valid)
+    for got in (whole, parts):
+        torch.testing.assert_close(got[0], want.expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got[1], want.upper, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got[2], want.mean_gap, rtol=1e-12, atol=1e-12)
+
+
 def _minimises_the_split_objective(x: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> None:
     """``t[r]`` is a sample value minimising ``E(X - t)⁺ + E(t - Y)⁺`` (brute force)."""
     for row in range(x.shape[0]):

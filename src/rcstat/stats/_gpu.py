@@ -133,6 +133,19 @@ class SelfSamples:
     scale: torch.Tensor  # [R] float32 buckets per unit of value
     buckets: int  # B
 
+    def rows(self, part: slice) -> SelfSamples:
+        """The samples of rows ``part`` only (views; ``buckets`` is shared)."""
+        return SelfSamples(
+            self.ys[part],
+            self.count[part],
+            self.prefix[part],
+            self.center[part],
+            None if self.table is None else self.table[part],
+            self.low[part],
+            self.scale[part],
+            self.buckets,
+        )
+
 
 @torch.no_grad()
 def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None, *, spread: int = 2) -> SelfSamples:
@@ -284,22 +297,11 @@ def ragged_rank_sums(
                 *strides,
                 groups,
                 width_b,
-                samples.ys[part],
-                samples.ys.stride(0),
-                samples.ys if samples.table is None else samples.table[part],
-                0 if samples.table is None else samples.table.stride(0),
-                samples.low[part],
-                samples.scale[part],
-                samples.buckets,
-                samples.count[part],
-                samples.prefix[part],
-                samples.prefix.stride(0),
-                samples.center[part],
+                *search_args(samples.rows(part)),
                 (samples.center if split is None else split)[part],
                 out[:, part],
                 out.stride(0),
                 blocks,
-                samples.ys.shape[-1].bit_length(),
                 BLOCK_K=tile_k,
                 BLOCK_N=tile_n,
                 SPLIT=split is not None,
