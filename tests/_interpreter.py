@@ -2,7 +2,8 @@
 
 The interpreter is chosen when ``triton`` is first imported, so the cases run in a fresh
 pytest process with ``TRITON_INTERPRET=1``; their file names do not start with ``test_`` so
-that the main run does not collect them.
+that the main run does not collect them. Every such process loads
+:mod:`tests._interpreter_plugin` (a fix of Triton 3.6's interpreter under NumPy >= 2.4).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = "tests._interpreter_plugin"
 
 
 def run_cases(cases: str, **env: str) -> str:
@@ -22,7 +24,7 @@ def run_cases(cases: str, **env: str) -> str:
     added; fail with its output unless every case passed. Returns pytest's output."""
     pytest.importorskip("triton")
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cases],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PLUGIN, cases],
         cwd=ROOT,
         env=os.environ | {"TRITON_INTERPRET": "1", "RCSTAT_TRITON": "1"} | env,
         capture_output=True,
