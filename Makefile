@@ -45,8 +45,10 @@ $(LATEST)/.installed: pyproject.toml Makefile
 	python3 -m venv $(LATEST)
 	$(LATEST)/bin/python -m pip install --upgrade --quiet pip
 	$(LATEST)/bin/python -m pip install --quiet $(TORCH)
-	# no constraints and no extras: the newest release that each range admits
-	$(LATEST)/bin/python -m pip install --quiet --upgrade $(TORCH) -e . transformers pytest hypothesis
+	# no constraints and no extras: the newest release that each range admits; Triton too, so
+	# that the kernels' interpreter cases run on the newest Triton and NumPy
+	$(LATEST)/bin/python -m pip install --quiet --upgrade $(TORCH) -e . transformers pytest hypothesis \
+		"triton>=3.6,<4; platform_system == 'Linux'"
 	$(LATEST)/bin/python -m pip install --quiet --no-deps $(SMOLLM)
 	touch $@
 
@@ -90,7 +92,7 @@ test: lint
 test-latest: $(LATEST)/.installed
 	$(LATEST)/bin/python -c "import importlib.util as u, sys; \
 		sys.exit('kvpress must not be installed in $(LATEST)' if u.find_spec('kvpress') else 0)"
-	$(LATEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|accelerate|gguf|safetensors|numpy|pandas|scipy|scikit-learn|matplotlib|rich|tqdm|sentencex|pytest|hypothesis) '
+	$(LATEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|triton|transformers|tokenizers|accelerate|gguf|safetensors|numpy|pandas|scipy|scikit-learn|matplotlib|rich|tqdm|sentencex|pytest|hypothesis) '
 	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(LATEST))/rcstat-cache \
 		$(LATEST)/bin/pytest -m "not press and not gpu" tests
 
