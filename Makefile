@@ -1,6 +1,7 @@
 # `make demo` and `make test` each set up .venv from scratch when needed, with the exact
 # versions of constraints.txt (the low end of every range in pyproject.toml).
-# `make test-latest` tests the high end: the newest releases, no extras, in .venv-latest.
+# `make test-latest` tests the high end: the newest releases, no extras (Triton only, for the
+# kernels' interpreter tests), in .venv-latest.
 # `make test-oldest` tests torch's lower bound in pyproject.toml (the oldest torch the suite
 # passes on), with every other package as in constraints.txt, in .venv-oldest.
 VENV   := .venv
