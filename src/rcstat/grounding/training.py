@@ -19,7 +19,9 @@ labelled response and keeps its detector features (:mod:`.detector_features`);
 3. each kind's **threshold**: the smallest that flags at most ``max_false_alarms`` (other
    kind) or ``max_copy_false_alarms`` (copied kind) of its faithful responses in *every*
    dataset, out of fold (a false-alarm rate that holds on each source of data, not only on
-   their mix);
+   their mix); a dataset with too few faithful responses in the kind to hold one false alarm
+   at that rate (fewer than ``1 / rate``) may have one
+   (:func:`~rcstat.metrics.thresholds.false_alarm_threshold`);
 4. the **span threshold**: the one of largest character-level span F1, out of fold.
 
 Every fit weighs a response (or a token) by its dataset's weight, set once over all the
@@ -54,6 +56,7 @@ from rcstat.grounding.measure import Measurer
 from rcstat.grounding.sample_weights import DatasetWeights
 from rcstat.metrics.ranking import auroc
 from rcstat.metrics.spans import char_prf
+from rcstat.metrics.thresholds import false_alarm_threshold
 
 __all__ = [
     "MIN_CALIBRATION",
@@ -538,20 +541,12 @@ def _choose_token_model(
 def _threshold(
     samples: Sequence[DetectorSample], probability: np.ndarray, max_false_alarms: float
 ) -> float:
-    """The smallest threshold under which at most ``max_false_alarms`` of the faithful
-    responses of every dataset score above it."""
+    """:func:`false_alarm_threshold` of the faithful responses among ``samples``."""
     by_dataset: dict[str, list[float]] = {}
     for s, p in zip(samples, probability, strict=True):
         if not s.item.label:
             by_dataset.setdefault(s.item.dataset, []).append(float(p))
-    if not by_dataset:
-        raise ValueError("no faithful response to set the threshold on")
-    smallest = []
-    for values in by_dataset.values():
-        v = np.sort(values)  # [n]
-        above = v.size - np.searchsorted(v, v, side="right")  # [n]: how many lie above each
-        smallest.append(v[np.argmax(above / v.size <= max_false_alarms)])  # the last always does
-    return float(max(smallest))
+    return false_alarm_threshold(list(by_dataset.values()), max_false_alarms)
 
 
 def _span_threshold(

@@ -25,6 +25,7 @@ from rcstat.metrics.thresholds import (
     balanced_accuracy,
     balanced_accuracy_of_predictions,
     best_threshold,
+    false_alarm_threshold,
     threshold_transfer,
 )
 
@@ -41,6 +42,7 @@ __all__ = [
     "bootstrap_interval",
     "breakdown",
     "evaluate",
+    "false_alarm_threshold",
     "paired_difference",
     "threshold_transfer",
     "token_auroc",

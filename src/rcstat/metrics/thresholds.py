@@ -6,6 +6,9 @@
   score, the midpoints between consecutive distinct scores, the next float above the highest
   score), the one of largest balanced accuracy, compared exactly in integers; of several
   maximisers, the **smallest** threshold.
+- **False-alarm threshold**: the smallest score under which every dataset's faithful
+  responses lie above it at most at a given rate (one allowed where a dataset is too small to
+  hold one at that rate).
 - **Threshold transfer**: the threshold that maximises balanced accuracy on one half of the
   groups (documents, source datasets) is applied to the other half, and vice versa — how
   well a threshold fixed on one part carries over to another.
@@ -13,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -26,6 +30,7 @@ __all__ = [
     "balanced_accuracy",
     "balanced_accuracy_of_predictions",
     "best_threshold",
+    "false_alarm_threshold",
     "threshold_transfer",
 ]
 
@@ -216,3 +221,37 @@ def threshold_transfer(
         groups_a=halves[0].tolist(),
         groups_b=halves[1].tolist(),
     )
+
+
+def false_alarm_threshold(faithful: Sequence[Sequence[float]], rate: float) -> float:
+    """The smallest score ``t`` of the faithful responses under which, in every dataset, at
+    most ``max(⌊rate · n⌋, 1)`` of its ``n`` faithful responses score above ``t``.
+
+    A dataset of fewer than ``1 / rate`` faithful responses cannot hold one false alarm at
+    ``rate``; holding it to none would let its single highest score set the threshold (eight
+    quoted RAGTruth answers among the copied kind did, at 5 %), so it may have one.
+
+    Parameters
+    ----------
+    faithful
+        The scores of each dataset's faithful responses (each non-empty).
+    rate
+        The largest share of any dataset's faithful responses above the threshold.
+
+    >>> false_alarm_threshold([[0.1, 0.2, 0.3, 0.4, 0.5]], 0.2)  # one of five above 0.4
+    0.4
+    >>> false_alarm_threshold([[0.1, 0.2, 0.3, 0.4, 0.5], [0.6, 0.9]], 0.2)  # one of two
+    0.6
+    """
+    if not faithful:
+        raise ValueError("no faithful response to set the threshold on")
+    bounds, lowest = [], math.inf
+    for values in faithful:
+        v = np.sort(np.asarray(values, dtype=np.float64))  # [n]
+        if v.size == 0:
+            raise ValueError("a dataset without faithful responses cannot set a threshold")
+        allowed = max(math.floor(rate * v.size + 1e-9), 1)
+        lowest = min(lowest, float(v[0]))
+        if allowed < v.size:  # below its (allowed + 1)-th largest score, too many lie above
+            bounds.append(float(v[v.size - allowed - 1]))
+    return max(bounds, default=lowest)
