@@ -63,6 +63,29 @@ def test_sentence_invariants_on_any_text(text: str) -> None:
     _check_invariants(text, split_sentences(text))
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        ".Z\u3000.Z本",  # found by hypothesis: sentencex's Rust code panicked on it
+        "A.Z\u00a0.Zé",
+        "Paid by J.\u2009K.\u00a0Rowling in 1997. It sold.",
+    ],
+)
+@pytest.mark.parametrize("language", [DEFAULT_LANGUAGE, "de", "xx"])
+def test_spaces_outside_ascii_after_an_initial_split_without_a_panic(
+    text: str, language: str
+) -> None:
+    _check_invariants(text, split_sentences(text, language=language))
+
+
+def test_a_no_break_space_splits_as_a_space() -> None:
+    plain = _sentences("Dr. Smith paid 3.5 million. He left.")
+    assert _sentences("Dr.\u00a0Smith paid 3.5\u00a0million. He\u00a0left.") == [
+        t.replace("Dr. ", "Dr.\u00a0").replace("5 m", "5\u00a0m").replace("He l", "He\u00a0l")
+        for t in plain
+    ]
+
+
 def _sentences(text: str, language: str = DEFAULT_LANGUAGE) -> list[str]:
     spans = split_sentences(text, language=language)
     _check_invariants(text, spans)

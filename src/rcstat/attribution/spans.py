@@ -54,6 +54,9 @@ CHUNK_SEPARATOR = "\n\n"
 # A blank line (only whitespace between two line breaks) always ends a sentence.
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 
+#: Whitespace outside ASCII (no-break, thin, ideographic spaces...), which sentencex is given
+#: as a space (``_sentence_ends``).
+_SPACE = re.compile(r"[^\S\x00-\x7f]")
 # A CJK sentence end: its marks (full-width, and the half-width full stop), then the closing
 # quotes and brackets that belong to the sentence. It ends a sentence before any character.
 _CJK_END = re.compile("[。！？｡]+[」』”’\"'）)】〕〉》］]*")
@@ -154,8 +157,12 @@ def _sentence_ends(text: str, start: int, end: int, language: str) -> list[int]:
     consecutive slices of it), so every offset is exact; a segment that cannot be found (a
     library that altered its output) contributes no cut, and the text stays covered. The end
     of every CJK mark (:data:`_CJK_END`) is a cut too.
+
+    sentencex reads every whitespace character outside ASCII as a space (:data:`_SPACE`): its
+    Rust code panics on such a multi-byte space after an initial's period (``A.Z``, a no-break
+    space, ``.Z``), and one character for one keeps every offset.
     """
-    paragraph = text[start:end]
+    paragraph = _SPACE.sub(" ", text[start:end])
     ends: list[int] = []
     cursor = 0
     for segment in sentencex.segment(language, paragraph):
