@@ -15,8 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from rcstat.grounding import Measurer
 from rcstat.grounding.detector import COPIED_KIND, Detector, LinearModel
@@ -34,7 +32,6 @@ from rcstat.grounding.training import (
 )
 from rcstat.metrics.ranking import auroc
 from rcstat.metrics.spans import char_prf
-from rcstat.metrics.thresholds import false_alarm_threshold
 from tests._tiny_models import one_thread, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
@@ -477,45 +474,3 @@ def test_measure_samples_on_the_tiny_model() -> None:
     )
     assert "1925" in covered and "Lyon" in covered and "bridge" not in covered
     assert not math.isnan(float(wrong.x.sum()))
-
-
-def test_the_false_alarm_threshold_by_hand() -> None:
-    # ten faithful at 20 %: two may lie above; five: one; two (too few for one at 20 %): one
-    ten = [0.05 * k for k in range(1, 11)]
-    assert false_alarm_threshold([ten], 0.2) == pytest.approx(0.4)
-    assert false_alarm_threshold([ten[:5]], 0.2) == pytest.approx(0.2)
-    assert false_alarm_threshold([ten[:5], [0.7, 0.9]], 0.2) == pytest.approx(0.7)
-    # at 5 %, eight faithful responses may have one above, not none: the 2nd highest sets it
-    eight = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
-    assert false_alarm_threshold([eight], 0.05) == pytest.approx(0.7)
-    assert false_alarm_threshold([eight * 3], 0.05) == pytest.approx(0.8)  # 24: one allowed
-    assert false_alarm_threshold([[0.3, 0.3, 0.3]], 0.2) == pytest.approx(0.3)  # ties
-    with pytest.raises(ValueError, match="no faithful response"):
-        false_alarm_threshold([], 0.2)
-    with pytest.raises(ValueError, match="without faithful responses"):
-        false_alarm_threshold([[0.1], []], 0.2)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(
-        st.lists(st.integers(0, 20).map(lambda k: k / 20), min_size=1, max_size=40),
-        min_size=1,
-        max_size=4,
-    ),
-    st.sampled_from([0.05, 0.1, 0.2, 0.3]),
-)
-def test_the_false_alarm_threshold_is_the_smallest_score_that_holds(
-    faithful: list[list[float]], rate: float
-) -> None:
-    """Brute force: the smallest score under which no dataset has more than
-    ``max(rate · n, 1)`` of its ``n`` scores above it."""
-    t = false_alarm_threshold(faithful, rate)
-
-    def holds(v: float) -> bool:
-        return all(
-            sum(x > v for x in d) <= max(math.floor(rate * len(d) + 1e-9), 1) for d in faithful
-        )
-
-    assert holds(t)
-    assert t == min(v for d in faithful for v in d if holds(v))

@@ -4,6 +4,7 @@ threshold by looping over every rule in exact fractions, threshold transfer reco
 from __future__ import annotations
 
 import json
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -16,6 +17,7 @@ from rcstat.metrics.thresholds import (
     balanced_accuracy,
     balanced_accuracy_of_predictions,
     best_threshold,
+    false_alarm_threshold,
     threshold_transfer,
 )
 from tests._metrics_oracles import brute_best, grouped, loop_balanced_accuracy, scored_data
@@ -139,3 +141,45 @@ def test_balanced_accuracy_of_predictions_by_hand_and_errors() -> None:
         balanced_accuracy_of_predictions([True, False, True], [True, False])
     with pytest.raises(ValueError, match="predicted must be booleans"):
         balanced_accuracy_of_predictions([0.2, 0.8], [True, False])
+
+
+def test_the_false_alarm_threshold_by_hand() -> None:
+    # ten faithful at 20 %: two may lie above; five: one; two (too few for one at 20 %): one
+    ten = [0.05 * k for k in range(1, 11)]
+    assert false_alarm_threshold([ten], 0.2) == pytest.approx(0.4)
+    assert false_alarm_threshold([ten[:5]], 0.2) == pytest.approx(0.2)
+    assert false_alarm_threshold([ten[:5], [0.7, 0.9]], 0.2) == pytest.approx(0.7)
+    # at 5 %, eight faithful responses may have one above, not none: the 2nd highest sets it
+    eight = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    assert false_alarm_threshold([eight], 0.05) == pytest.approx(0.7)
+    assert false_alarm_threshold([eight * 3], 0.05) == pytest.approx(0.8)  # 24: one allowed
+    assert false_alarm_threshold([[0.3, 0.3, 0.3]], 0.2) == pytest.approx(0.3)  # ties
+    with pytest.raises(ValueError, match="no faithful response"):
+        false_alarm_threshold([], 0.2)
+    with pytest.raises(ValueError, match="without faithful responses"):
+        false_alarm_threshold([[0.1], []], 0.2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.integers(0, 20).map(lambda k: k / 20), min_size=1, max_size=40),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from([0.05, 0.1, 0.2, 0.3]),
+)
+def test_the_false_alarm_threshold_is_the_smallest_score_that_holds(
+    faithful: list[list[float]], rate: float
+) -> None:
+    """Brute force: the smallest score under which no dataset has more than
+    ``max(rate · n, 1)`` of its ``n`` scores above it."""
+    t = false_alarm_threshold(faithful, rate)
+
+    def holds(v: float) -> bool:
+        return all(
+            sum(x > v for x in d) <= max(math.floor(rate * len(d) + 1e-9), 1) for d in faithful
+        )
+
+    assert holds(t)
+    assert t == min(v for d in faithful for v in d if holds(v))
