@@ -295,25 +295,17 @@ class RCStatPress(BasePress, RCStatOptions):
             keep[..., :candidates] = decided
         return keep
 
-    def keep_mask(
-        self,
-        module: nn.Module,
-        hidden_states: torch.Tensor,
-        keys: torch.Tensor,
-        kwargs: dict,
-        pads: Sequence[int] | None = None,
-        finite: list[tuple[int, torch.Tensor]] | None = None,
-    ) -> torch.Tensor:
+    def keep_mask(self, per_kv: torch.Tensor, pads: Sequence[int] | None = None) -> torch.Tensor:
         """``[batch, kv_heads, T]`` boolean: which prompt entries each KV head keeps (per
-        layer: threshold mode or ``budget="layer"``); padded positions (``pads``: each row's
-        left padding) are never kept; ``finite`` as in :meth:`relative`."""
-        pads = [0] * keys.shape[0] if pads is None else list(pads)
-        per_kv = self.relative(module, hidden_states, keys, kwargs, pads, finite)  # [B, Hkv, T-w]
+        layer: threshold mode or ``budget="layer"``), from the layer's relative scores
+        ``per_kv`` ``[batch, kv_heads, T - w]`` (:meth:`relative`); padded positions (``pads``:
+        each row's left padding) are never kept."""
+        pads = [0] * per_kv.shape[0] if pads is None else list(pads)
         if self.compression_ratio is None:
             if self.threshold > 0:
                 return self._full_keep(per_kv, per_kv > self.threshold)
             return self._full_keep(per_kv, per_kv > -torch.inf if any(pads) else None)
-        kv_heads, length = keys.shape[1], keys.shape[2]
+        kv_heads, length = per_kv.shape[1], per_kv.shape[2] + self.window_size
         evict = [round(self.compression_ratio * kv_heads * (length - pad)) for pad in pads]
         return self._full_keep(per_kv, self._lowest(per_kv, evict, pads=pads))
 
@@ -380,13 +372,12 @@ class RCStatPress(BasePress, RCStatOptions):
         if last:
             self._padding_read = None  # let the prefill's mask go
         cache = kwargs["past_key_values"]
+        per_kv = self.relative(module, hidden_states, keys, kwargs, pads, self._finite)
         if self.budget == "layer" or self.compression_ratio is None:
-            keep = self.keep_mask(module, hidden_states, keys, kwargs, pads, self._finite)
-            self._apply({layer: (module, cache, keep)}, real)
+            self._apply({layer: (module, cache, self.keep_mask(per_kv, pads))}, real)
             if last:
                 self._scored_all()
             return keys, values
-        per_kv = self.relative(module, hidden_states, keys, kwargs, pads, self._finite)
         self._pending[layer] = (module, cache, per_kv)
         if last:  # every layer scored: check the scores, then evict
             self._scored_all()
