@@ -75,7 +75,6 @@ from rcstat.evaluation.bench.common import (
     JobConfig,
     Loader,
     Say,
-    dataset_for,
     resolved,
     say_default,
 )
@@ -121,6 +120,7 @@ class AttributionConfig(JobConfig):
     """
 
     COMMAND = KIND
+    TASK = "attribution"
 
     dataset: str = "quotesum"
     out: Path = Path("runs/bench_attribution")
@@ -163,7 +163,7 @@ class AttributionConfig(JobConfig):
         """The ``k`` values as text and the dataset (an attribution set, by its registry
         name)."""
         self.ks = [str(k) for k in self.ks]
-        self.dataset = dataset_for(self.dataset, "attribution", self.COMMAND)
+        super().check_values()
 
     def check(self, *, flags: bool = False) -> None:
         """Every option in its range: a ``ValueError`` naming the first bad one (``--k`` with

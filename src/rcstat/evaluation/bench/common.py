@@ -56,6 +56,15 @@ class JobConfig(Config):
 
     #: The command whose output folder a run of this job is (and the kind of its manifest).
     COMMAND: ClassVar[str]
+    #: The registry's task that ``dataset`` must be of (:func:`dataset_for`); None: the job
+    #: checks its dataset itself.
+    TASK: ClassVar[str | None] = None
+
+    def check_values(self) -> None:
+        """``dataset`` as the registry names it, of :attr:`TASK` (``ValueError`` naming the
+        datasets of that task otherwise); nothing without a task."""
+        if self.TASK is not None:
+            self.dataset = dataset_for(self.dataset, self.TASK, self.COMMAND)
 
     def check_flags(self) -> None:
         """:meth:`check` with the messages naming the flags."""

@@ -39,7 +39,6 @@ from rcstat.evaluation.bench.common import (
     JobConfig,
     Loader,
     Say,
-    dataset_for,
     resolved,
     say_default,
 )
@@ -100,6 +99,7 @@ class KVConfig(JobConfig):
     """
 
     COMMAND = KIND
+    TASK = "qa"
 
     dataset: str = "squad_v2"
     out: Path = Path("runs/bench_kv")
@@ -118,7 +118,7 @@ class KVConfig(JobConfig):
         values (``ValueError`` naming the option)."""
         from rcstat.press.registry import check_press_names
 
-        self.dataset = dataset_for(self.dataset, "qa", self.COMMAND)
+        super().check_values()
         check_press_names(list(self.presses))
         for ratio in self.ratios:
             check_number("--ratios", ratio, low=0, high=1, high_open=True)
