@@ -328,3 +328,32 @@ def test_placement_options_give_the_same_scores(
     want, got = (HeadAnalysis.load(p / "scores.json") for p in (plain, placed))
     np.testing.assert_allclose(got.expected, want.expected, rtol=1e-6)
     np.testing.assert_allclose(got.upper, want.upper, rtol=1e-6)
+
+
+def test_json_is_the_library_result_as_one_object(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json``: one JSON object on standard output and nothing else there — every head's
+    statistics as the files hold them, the counts above τ and the top heads recomputed here
+    from ``scores.csv``; the folder written is named on standard error."""
+    out, tau = tmp_path / "run", 4.0
+    assert cli.main(_chat_args(model_dir, out, "--json", "--tau", str(tau), "--top", "4")) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 1
+    printed = json.loads(captured.out)
+    saved = json.loads((out / "scores.json").read_text())
+    assert {k: printed[k] for k in saved} == saved  # HeadAnalysis.to_dict, as scores.json
+    frame = pd.read_csv(out / "scores.csv")
+    assert printed["tau"] == tau
+    assert printed["heads_above_tau"] == {
+        "upper": int((frame["upper"] > tau).sum()),
+        "expected": int((frame["expected"] > tau).sum()),
+    }
+    top = frame.sort_values("expected", ascending=False, kind="stable").head(4)
+    assert [(h["layer"], h["head"]) for h in printed["top_heads"]] == list(
+        zip(top["layer"], top["head"], strict=True)
+    )
+    np.testing.assert_allclose([h["upper"] for h in printed["top_heads"]], top["upper"])
+    assert printed["out"] == str(out)
+    assert "│" not in captured.out  # no table
+    assert f"results written to {out}/" in captured.err

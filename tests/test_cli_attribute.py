@@ -285,3 +285,21 @@ def test_bench_attribution_resumes_safely(
         assert cli.main([*args, "--out", str(out)]) == 0
     assert f"{path}, line 3: cut-off last line" in caplog.text and len(calls) == 1
     assert len(_sorted_lines(out)) == 3
+
+
+def test_attribute_json_is_the_library_result_as_one_object(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json``: one JSON object on standard output and nothing else there — the
+    attribution as ``attribution.json`` holds it, and the folder written."""
+    chunks = tmp_path / "chunks.json"
+    chunks.write_text(json.dumps(CHUNKS))
+    out = tmp_path / "out"
+    extra = ["--chunks-file", str(chunks), "--answer", ANSWER, "--top-k", "3", "--json"]
+    assert _attribute(model_dir, out, *extra) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 1
+    printed = json.loads(captured.out)
+    assert printed == {**json.loads((out / "attribution.json").read_text()), "out": str(out)}
+    assert len(printed["units"]) == 2 and all(u["attributed"] in (0, 1) for u in printed["units"])
+    assert f"results written to {out}/" in captured.err

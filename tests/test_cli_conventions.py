@@ -220,3 +220,9 @@ def test_language_codes_are_accepted(code: str) -> None:
 def test_unknown_language_codes_are_refused(code: str) -> None:
     with pytest.raises(ValueError, match="--language"):
         check_language(code)
+
+
+@pytest.mark.parametrize("command", ["analyze", "attribute", "compress", "ground"])
+def test_single_example_commands_print_json_for_scripts(command: str) -> None:
+    """Each command that answers one example has ``--json`` (its result as one object)."""
+    assert "--json" in _help(command) and "one JSON object on standard output" in _help(command)

@@ -14,13 +14,14 @@ Rules every command follows (tested in ``tests/test_cli_*.py``):
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from rich.console import Console
 
@@ -42,6 +43,24 @@ from rcstat.runs.folder import staged_output as staged_output
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 progress_console = Console(stderr=True, highlight=False, soft_wrap=True)
 error_console = progress_console
+
+
+ConfigT = TypeVar("ConfigT")
+
+
+@dataclass(frozen=True)
+class JsonArgs(Generic[ConfigT]):
+    """A command's checked library config and whether to print ``--json``."""
+
+    config: ConfigT
+    json: bool = False
+
+
+def print_json(document: dict[str, Any]) -> None:
+    """Write ``document`` on standard output as one line of JSON (a NaN is an error: results
+    write a missing number as null)."""
+    sys.stdout.write(json.dumps(document, ensure_ascii=False, allow_nan=False) + "\n")
+    sys.stdout.flush()
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

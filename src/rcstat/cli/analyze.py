@@ -16,16 +16,20 @@ from rich.table import Table
 
 from rcstat.cli._common import (
     Devices,
+    JsonArgs,
     add_command,
     add_config_option,
     answer_line,
     console,
+    error_console,
     flag_values,
     load_model_quietly,
+    print_json,
     read_texts,
     step,
 )
 from rcstat.cli.options import (
+    add_json_option,
     add_max_new_tokens_option,
     add_out_option,
     add_special_tokens_option,
@@ -92,13 +96,18 @@ def register(sub: Any) -> None:
         help="compute the lower bound a (default: where it is free, i.e. not on CUDA with Triton)",
     )
     add_special_tokens_option(an)
+    add_json_option(
+        an,
+        "the texts, every head's statistics, the head counts above τ, the top heads",
+        "the table",
+    )
 
 
-def from_namespace(ns: argparse.Namespace) -> AnalyzeConfig:
+def from_namespace(ns: argparse.Namespace) -> JsonArgs[AnalyzeConfig]:
     """The checked config of ``rcstat analyze`` (a flag left out keeps the config's
-    default)."""
+    default) and whether to print ``--json``."""
     texts = read_texts(ns, [name for name, _ in _TEXTS])
-    return AnalyzeConfig.from_dict(
+    config = AnalyzeConfig.from_dict(
         flag_values(
             AnalyzeConfig,
             ns,
@@ -108,6 +117,7 @@ def from_namespace(ns: argparse.Namespace) -> AnalyzeConfig:
             out=ns.out,
         )
     )
+    return JsonArgs(config, json=bool(ns.json))
 
 
 def top_heads_table(result: AnalyzeResult) -> Table:
@@ -120,9 +130,15 @@ def top_heads_table(result: AnalyzeResult) -> Table:
     return table
 
 
-def run(config: AnalyzeConfig) -> int:
-    """Analyse one example and write scores.csv, scores.json, heatmap.png (+ head plots)."""
+def run(args: JsonArgs[AnalyzeConfig]) -> int:
+    """Analyse one example and write scores.csv, scores.json, heatmap.png (+ head plots);
+    print the generation and the top heads (or the ``--json`` object)."""
+    config = args.config
     result = run_analyze(config, loader=load_model_quietly, step=step)
+    if args.json:
+        print_json(result.to_dict())
+        error_console.print(f"results written to {escape(str(config.out))}/")
+        return 0
     analysis = result.analysis
     # User text and paths may contain [brackets]: escape them, they are not rich markup.
     finished = analysis.generation_finished

@@ -18,19 +18,23 @@ from rich.table import Table
 from rcstat.cli._common import (
     CUT_MARK,
     Devices,
+    JsonArgs,
     add_command,
     add_config_option,
     answer_line,
     clip,
     console,
+    error_console,
     flag_values,
     load_model_quietly,
+    print_json,
     read_file_option,
     read_texts,
 )
 from rcstat.cli._common import step as show_step
 from rcstat.cli.options import (
     add_attribution_options,
+    add_json_option,
     add_language_option,
     add_max_new_tokens_option,
     add_out_option,
@@ -89,11 +93,18 @@ def register(sub: Any) -> None:
     add_language_option(at)
     add_out_option(at, NAME)
     add_special_tokens_option(at)
+    add_json_option(
+        at,
+        "the texts, the heads, the candidate spans, every answer unit's span scores and "
+        "attributed span",
+        "the table",
+    )
 
 
-def from_namespace(ns: argparse.Namespace) -> AttributeConfig:
-    """The checked config of ``rcstat attribute`` (a flag left out keeps the config's default);
-    ``--top-k`` beyond the heads of ``--model``'s config is refused before it loads."""
+def from_namespace(ns: argparse.Namespace) -> JsonArgs[AttributeConfig]:
+    """The checked config of ``rcstat attribute`` (a flag left out keeps the config's default)
+    and whether to print ``--json``; ``--top-k`` beyond the heads of ``--model``'s config is
+    refused before it loads."""
     if ns.chunks_file == "-" and "-" in (ns.context_file, ns.question_file, ns.answer_file):
         raise ValueError("only one option can read standard input")
     texts = read_texts(ns, ["context", "question", "answer"])
@@ -114,7 +125,7 @@ def from_namespace(ns: argparse.Namespace) -> AttributeConfig:
     )
     if config.ranking != "all":  # --ranking all uses every head, whatever --top-k says
         check_top_k(config.top_k, config.model)
-    return config
+    return JsonArgs(config, json=bool(ns.json))
 
 
 def parse_chunks(path: str) -> list[str]:
@@ -152,9 +163,15 @@ def attribution_table(result: AttributeResult) -> Table:
     return table
 
 
-def run(config: AttributeConfig) -> int:
-    """Attribute the answer's sentences; print a table, write attribution.{csv,json,npz,html}."""
+def run(args: JsonArgs[AttributeConfig]) -> int:
+    """Attribute the answer's sentences; write attribution.{csv,json,npz,html}; print a table
+    (or the ``--json`` object)."""
+    config = args.config
     result = run_attribute(config, loader=load_model_quietly, step=show_step)
+    if args.json:
+        print_json(result.to_dict())
+        error_console.print(f"results written to {escape(str(config.out))}/")
+        return 0
     attribution = result.attribution
     console.print(escape(answer_line("answer", attribution.answer, attribution.finished)))
     console.print(attribution_table(result))

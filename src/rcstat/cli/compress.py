@@ -10,8 +10,6 @@ progress lines, and prints the answers, the ratios and the KV memory (``--json``
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import dataclass
 from typing import Any
 
 from rich.markup import escape
@@ -19,17 +17,20 @@ from rich.table import Table
 
 from rcstat.cli._common import (
     Devices,
+    JsonArgs,
     add_command,
     answer_line,
     console,
     flag_values,
     int_list,
     load_model_quietly,
+    print_json,
     read_lines_option,
     read_texts,
     step,
 )
 from rcstat.cli.options import (
+    add_json_option,
     add_max_new_tokens_option,
     add_special_tokens_option,
     add_text_options,
@@ -40,7 +41,7 @@ from rcstat.commands.compress import run as run_compress
 from rcstat.defaults import QUESTION_WINDOW
 from rcstat.press.options import knob_default
 
-__all__ = ["NAME", "CompressArgs", "from_namespace", "register", "run"]
+__all__ = ["NAME", "from_namespace", "register", "run"]
 
 
 def register(sub: Any) -> None:
@@ -84,24 +85,15 @@ def register(sub: Any) -> None:
         help="skip the full-cache answer used for comparison",
     )
     add_special_tokens_option(co)
-    co.add_argument(
-        "--json",
-        action="store_true",
-        help="print the result as one JSON object on standard output (answers, eviction "
-        "ratios per layer and KV head, KV memory in bytes, the full-cache answers) instead of "
+    add_json_option(
+        co,
+        "answers, eviction ratios per layer and KV head, KV memory in bytes, the full-cache "
+        "answers",
         "the tables",
     )
 
 
-@dataclass(frozen=True)
-class CompressArgs:
-    """The checked config of ``rcstat compress`` and whether to print ``--json``."""
-
-    config: CompressConfig
-    json: bool = False
-
-
-def from_namespace(ns: argparse.Namespace) -> CompressArgs:
+def from_namespace(ns: argparse.Namespace) -> JsonArgs[CompressConfig]:
     """The checked config of ``rcstat compress`` (a flag left out keeps the config's
     default)."""
     texts = read_texts(ns, ["context", "question"])
@@ -125,7 +117,7 @@ def from_namespace(ns: argparse.Namespace) -> CompressArgs:
             devices=Devices.from_namespace(ns),
         )
     )
-    return CompressArgs(config, json=bool(ns.json))
+    return JsonArgs(config, json=bool(ns.json))
 
 
 def _questions(path: str | None, single: bool) -> tuple[str, ...]:
@@ -137,14 +129,14 @@ def _questions(path: str | None, single: bool) -> tuple[str, ...]:
     return read_lines_option("--questions-file", path, "question")
 
 
-def run(args: CompressArgs) -> int:
+def run(args: JsonArgs[CompressConfig]) -> int:
     """Answer on the compressed cache; print the answers, the ratios and the KV memory (or the
     ``--json`` object)."""
     from rcstat.report.console import compression_table, format_bytes, kv_memory_line
 
     result = run_compress(args.config, loader=load_model_quietly, step=step)
     if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, allow_nan=False))
+        print_json(result.to_dict())
         return 0
     for index, (question, report, full) in enumerate(
         zip(result.questions, result.reports, result.fulls, strict=True), 1

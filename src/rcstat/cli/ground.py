@@ -22,16 +22,18 @@ from rcstat.cli._common import (
     console,
     error_console,
     load_model_quietly,
+    print_json,
     read_texts,
     step,
 )
 from rcstat.cli.exit_codes import ERROR, exit_status_text
 from rcstat.cli.ground_flags import add_limit_options, grounding_options
-from rcstat.cli.ground_output import print_json, print_table, verdict_status
+from rcstat.cli.ground_output import print_table, verdict_status
 from rcstat.cli.ground_pairs import add_pairs_option
 from rcstat.cli.ground_pairs import from_namespace as pairs_from_namespace
 from rcstat.cli.ground_pairs import run as run_pairs
 from rcstat.cli.options import (
+    add_json_option,
     add_language_option,
     add_out_option,
     add_special_tokens_option,
@@ -126,11 +128,10 @@ def register(sub: Any) -> None:
     add_language_option(gr)
     add_out_option(gr, NAME)
     add_special_tokens_option(gr)
-    gr.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object on standard output (verdict, score, threshold, every "
-        "sentence with its score, verdict and evidence) instead of the table",
+    add_json_option(
+        gr,
+        "verdict, score, threshold, every sentence with its score, verdict and evidence",
+        "the table",
     )
     add_pairs_option(gr)
 

@@ -1,21 +1,17 @@
-"""What ``rcstat ground`` prints for one grounded response: the console table, the ``--json``
-object and the exit status of the verdict (the library's result,
-:class:`~rcstat.commands.ground.GroundResult`, holds the grounding, the JSON object and the
-files).
+"""What ``rcstat ground`` prints for one grounded response: the console table and the exit
+status of the verdict (the library's result, :class:`~rcstat.commands.ground.GroundResult`,
+holds the grounding, the ``--json`` object that :func:`rcstat.cli._common.print_json` prints,
+and the files).
 
 * :func:`print_table`: the console table, whole sentences and their evidence wrapped to the
   terminal, never cut.
-* :func:`print_json`: :meth:`GroundResult.document
-  <rcstat.commands.ground.GroundResult.document>`, alone, on standard output.
 * :func:`verdict_status`: the exit status of the verdict (:mod:`rcstat.cli.exit_codes`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -26,7 +22,7 @@ from rcstat.cli.exit_codes import SUPPORTED, UNSUPPORTED, UNVERIFIED
 if TYPE_CHECKING:
     from rcstat.grounding.result import Grounding
 
-__all__ = ["print_json", "print_table", "verdict_status"]
+__all__ = ["print_table", "verdict_status"]
 
 
 def verdict_status(verdict: str) -> int:
@@ -36,12 +32,6 @@ def verdict_status(verdict: str) -> int:
     (1, 3)
     """
     return {"supported": SUPPORTED, "unsupported": UNSUPPORTED}.get(verdict, UNVERIFIED)
-
-
-def print_json(document: dict[str, Any]) -> None:
-    """Write ``document`` on standard output as one line of JSON."""
-    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
 
 
 def print_table(result: Grounding) -> None:

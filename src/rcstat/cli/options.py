@@ -78,6 +78,16 @@ def add_out_option(parser: argparse.ArgumentParser, command: str | None, note: s
     parser.add_argument("--out", default=default, help="output folder" + note)
 
 
+def add_json_option(parser: argparse.ArgumentParser, what: str, instead: str) -> None:
+    """``--json``: print the result as one JSON object on standard output (``what`` it holds)
+    instead of ``instead``; the progress and the folder written stay on standard error."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print one JSON object on standard output ({what}) instead of {instead}",
+    )
+
+
 def add_n_option(parser: argparse.ArgumentParser) -> None:
     """``--n N``: the first ``N`` examples of the dataset (default: all)."""
     parser.add_argument("--n", type=int, default=None, help="first N examples (default: all)")

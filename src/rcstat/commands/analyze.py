@@ -155,11 +155,13 @@ _TEXTS = ("context", "question", "answer", "prompt", "generation")
 @dataclass
 class AnalyzeResult:
     """What :func:`run` measured: the :class:`~rcstat.analysis.HeadAnalysis` of the example,
-    with the ``tau`` and ``top`` it is shown with."""
+    with the ``tau`` and ``top`` it is shown with, and the folder it was written to (None: not
+    written)."""
 
     analysis: HeadAnalysis
     tau: float = DEFAULT_TAU
     top: int = 10
+    out: Path | None = None
 
     def title(self) -> str:
         """The top-heads table's title: how many heads it shows, and the head counts above
@@ -184,9 +186,28 @@ class AnalyzeResult:
             for row in self.analysis.top(self.top).to_dict("records")
         ]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``rcstat analyze --json``: :meth:`HeadAnalysis.to_dict
+        <rcstat.analysis.HeadAnalysis.to_dict>` (texts, lengths, every head's statistics as
+        ``[layer][head]`` lists), then ``tau``, the head counts above it (``heads_above_tau``:
+        of the upper bound A and of the expected RC E), the ``top`` heads by expected RC as
+        the table shows them (``top_heads``: layer, head and each statistic, highest first)
+        and ``out``, the folder the files were written to (None when they were not)."""
+        analysis = self.analysis
+        return {
+            **analysis.to_dict(),
+            "tau": self.tau,
+            "heads_above_tau": {
+                by: analysis.count_above(self.tau, by) for by in ("upper", "expected")
+            },
+            "top_heads": analysis.top(self.top).to_dict("records"),
+            "out": None if self.out is None else str(self.out),
+        }
+
     def write(self, out: Path) -> None:
         """Write ``scores.csv``, ``scores.json``, ``heatmap.png`` and the head plots into
-        ``out`` (staged: the folder is replaced only when everything was written)."""
+        ``out`` (staged: the folder is replaced only when everything was written) and remember
+        it as :attr:`out`."""
         from rcstat.report.plots import heatmap, save_figure, score_distributions
 
         result = self.analysis
@@ -206,6 +227,7 @@ class AnalyzeResult:
                     sample.cross, sample.self_, title=f"layer {sample.layer}, head {sample.head}"
                 )
                 save_figure(fig, stage / f"head_{sample.layer}_{sample.head}.png")
+        self.out = Path(out)
 
 
 def run(

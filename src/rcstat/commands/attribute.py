@@ -19,7 +19,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rcstat.checks import check_count, check_language
 from rcstat.defaults import (
@@ -148,14 +148,27 @@ class AttributeConfig(Config):
 @dataclass
 class AttributeResult:
     """What :func:`run` measured: the :class:`~rcstat.attribution.Attribution` of the answer
-    (its units, candidate spans, scores, and the mean-attention baseline)."""
+    (its units, candidate spans, scores, and the mean-attention baseline), and the folder it
+    was written to (None: not written)."""
 
     attribution: Attribution
+    out: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``rcstat attribute --json``: :meth:`Attribution.to_dict
+        <rcstat.attribution.Attribution.to_dict>` (the texts, the heads, the candidate spans
+        and, for each answer unit, its character span, every span's score and the index of the
+        attributed span) and ``out``, the folder the files were written to (None when they
+        were not)."""
+        return {
+            **self.attribution.to_dict(),
+            "out": None if self.out is None else str(self.out),
+        }
 
     def write(self, out: Path) -> None:
         """Write ``attribution.csv``, ``attribution.json``, ``attribution.npz`` and the page
         ``attribution.html`` into ``out`` (staged: the folder is replaced only when everything
-        was written)."""
+        was written) and remember it as :attr:`out`."""
         from rcstat.report.attribution_html import save_attribution_page
 
         result = self.attribution
@@ -164,6 +177,7 @@ class AttributeResult:
             (stage / "attribution.json").write_text(result.to_json(), encoding="utf-8")
             result.save(stage / "attribution.npz")
             save_attribution_page(stage / "attribution.html", result)
+        self.out = Path(out)
 
 
 def run(
