@@ -54,6 +54,7 @@ CASES = [
     ("attribute --context a --question b --max-new-tokens 0", "--max-new-tokens"),
     ("attribute --context a --question b --span-score sum --statistic upper", "--span-score"),
     ("attribute --context a --question b --language xx", "--language"),
+    ("attribute --context a --question b --granularity chunk", "--granularity chunk needs"),
     ("compress --context a --question b --threshold -1", "--threshold"),
     ("compress --context a --question b --window 0", "--window"),
     ("compress --context a --question b --window question", "--press-scope question"),

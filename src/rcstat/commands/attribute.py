@@ -126,8 +126,18 @@ class AttributeConfig(Config):
                 "attribute needs a context (--context, --context-file or --chunks-file) "
                 "and --question"
             )
-        if self.answer is not None and not self.answer.strip():
-            raise ValueError("--answer is empty or whitespace only")
+        texts = {"--context": context} if isinstance(context, str) else {}
+        for flag, text in {**texts, "--question": self.question, "--answer": self.answer}.items():
+            if text is not None and not text.strip():
+                raise ValueError(f"{flag} is empty or whitespace only")
+        if isinstance(context, list):
+            if not context:
+                raise ValueError("--chunks-file: the context has no chunk")
+            for index, chunk in enumerate(context):
+                if not chunk.strip():
+                    raise ValueError(f"--chunks-file: chunk {index} is empty")
+        elif self.granularity == "chunk":
+            raise ValueError("--granularity chunk needs the context as chunks (--chunks-file)")
         check_count("--top-k", self.top_k)
         for flag, value, allowed in (
             ("--ranking", self.ranking, RANKINGS),
