@@ -70,14 +70,7 @@ from rcstat.evaluation.attribution_scoring import (
     render,
     score_example,
 )
-from rcstat.evaluation.bench.common import (
-    DatasetJob,
-    JobConfig,
-    Loader,
-    Say,
-    resolved,
-    say_default,
-)
+from rcstat.evaluation.bench.common import DatasetJob, JobConfig, resolved, say_default
 from rcstat.evaluation.bench.results import AttributionResult
 from rcstat.evaluation.choices import LAYOUTS
 from rcstat.runs.folder import staged_output
@@ -90,6 +83,7 @@ from rcstat.runs.shards import Shard
 if TYPE_CHECKING:
     from rcstat.attribution import Attributor
     from rcstat.data import AttributionExample
+    from rcstat.evaluation.bench.common import Loader, Say
 
 __all__ = [
     "KIND",

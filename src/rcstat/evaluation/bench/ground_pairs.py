@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcstat.checks import check_file
-from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
+from rcstat.evaluation.bench.common import JobConfig, resolved
 from rcstat.evaluation.bench.results import Outcome
 from rcstat.grounding.limits import check_limit, check_texts
 from rcstat.grounding.options import GroundingOptions
@@ -46,6 +46,7 @@ from rcstat.runs.shards import Shard
 
 if TYPE_CHECKING:
     from rcstat.data import ResponsePair
+    from rcstat.evaluation.bench.common import Loader
     from rcstat.grounding import Grounder, Grounding
 
 __all__ = ["KIND", "PairsConfig", "PairsJob", "PairsResult", "run", "summarize_run"]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcstat.checks import check_count, optional_count
 from rcstat.defaults import MAX_RESAMPLES
-from rcstat.evaluation.bench.common import DatasetJob, JobConfig, Loader, resolved
+from rcstat.evaluation.bench.common import DatasetJob, JobConfig, resolved
 from rcstat.evaluation.bench.results import GroundingResult
 from rcstat.evaluation.choices import GROUNDING_DATASETS, PAIR_DATASETS, SPAN_DATASETS
 from rcstat.evaluation.grounding_methods import PREDICTIONS, TOKENS, item_scores, token_file_name
@@ -42,6 +42,7 @@ from rcstat.runs.rows import EXAMPLE_HASH, RowFile
 from rcstat.runs.shards import Shard
 
 if TYPE_CHECKING:
+    from rcstat.evaluation.bench.common import Loader
     from rcstat.evaluation.grounding_items import GroundingItem
     from rcstat.grounding.grounder import Grounder
     from rcstat.grounding.measure import Prepared

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from rcstat.checks import check_count, check_tau, optional_count
 from rcstat.data.registry import DATASETS, canonical_name
 from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_TAU
-from rcstat.evaluation.bench.common import JobConfig, Loader, resolved
+from rcstat.evaluation.bench.common import JobConfig, resolved
 
 if TYPE_CHECKING:
+    from rcstat.evaluation.bench.common import Loader
     from rcstat.evaluation.bench.heads_results import HeadsResult
 
 __all__ = [

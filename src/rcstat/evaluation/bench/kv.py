@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -34,14 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rcstat.checks import check_count, check_number, optional_count
 from rcstat.defaults import DATASET_MAX_NEW_TOKENS, DEFAULT_WINDOW, QUESTION_WINDOW
-from rcstat.evaluation.bench.common import (
-    DatasetJob,
-    JobConfig,
-    Loader,
-    Say,
-    resolved,
-    say_default,
-)
+from rcstat.evaluation.bench.common import DatasetJob, JobConfig, resolved, say_default
 from rcstat.evaluation.bench.results import KVResult
 from rcstat.files import write_atomic
 from rcstat.press.options import KNOBS, check_knob, knob_default
@@ -55,6 +48,7 @@ from rcstat.runs.shards import Shard
 
 if TYPE_CHECKING:
     from rcstat.data import QAExample
+    from rcstat.evaluation.bench.common import Loader, Say
     from rcstat.evaluation.kv import CacheFactory
     from rcstat.evaluation.kv_settings import Setting
 
@@ -433,7 +427,7 @@ def summarize_run(
     scatter: Any = None,
     *,
     shard: Shard | None = None,
-    say: Callable[[str], None] | None = None,
+    say: Say | None = None,
 ) -> KVResult:
     """Rebuild the summaries of a ``bench kv`` run (or merged run) in ``out``
     (:func:`~rcstat.evaluation.kv_summary.write_summaries`); ``scatter`` (the head scatter) is
