@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -233,24 +233,19 @@ def swap_responses(
     texts = [t for name, path in sources for t in document_texts(load_dataset(name, path))]
     out = []
     for i, pair in enumerate(swap_pairs(list(dict.fromkeys(texts)), per_context=2, seed=0)):
-        group = hashlib.sha256(pair.context.encode()).hexdigest()[:12]
-        for suffix, response, label, spans in (
-            ("copy", pair.copy, False, ()),
-            ("edit", pair.edit, True, ((pair.start, pair.end),)),
-        ):
-            out.append(
-                LabelledResponse(
-                    id=f"swap:{i}:{suffix}",
-                    context=pair.context,
-                    question=None,
-                    response=response,
-                    label=label,
-                    spans=spans,
-                    group=group,
-                    dataset=SWAPS,
-                    by=pair.kind,
-                )
-            )
+        copy = LabelledResponse(
+            id=f"swap:{i}:copy",
+            context=pair.context,
+            question=None,
+            response=pair.copy,
+            label=False,
+            group=hashlib.sha256(pair.context.encode()).hexdigest()[:12],
+            dataset=SWAPS,
+            by=pair.kind,
+        )
+        spans = ((pair.start, pair.end),)
+        edit = replace(copy, id=f"swap:{i}:edit", response=pair.edit, label=True, spans=spans)
+        out += [copy, edit]
     return out[: None if limit is None else 2 * limit]
 
 
