@@ -1,11 +1,12 @@
-"""HostStack and stack_on_host: per-layer results gathered on the host."""
+"""HostStack, stack_on_host, sum_on_host and download_many: per-layer results gathered on the
+host."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rcstat.capture.host import HostStack, stack_on_host, sum_on_host
+from rcstat.capture.host import HostStack, download_many, stack_on_host, sum_on_host
 
 
 def test_layers_land_in_their_slices_in_any_order() -> None:
@@ -51,3 +52,9 @@ def test_sum_on_host_equals_summing_the_stack() -> None:
     assert torch.equal(got, torch.stack(values).sum(0))
     with pytest.raises(ValueError, match="values is empty"):
         sum_on_host([])
+
+
+def test_download_many_keeps_host_values_as_they_are() -> None:
+    values = {"a": torch.arange(5), "b": torch.ones(2, 3, dtype=torch.float64)}
+    got = download_many(values)
+    assert list(got) == list(values) and all(got[k] is values[k] for k in values)

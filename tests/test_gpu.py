@@ -442,6 +442,47 @@ def test_upload_many_moves_every_tensor_with_one_copy_per_dtype() -> None:
         assert torch.equal(moved[name].cpu(), value), name
 
 
+def test_download_many_reads_every_tensor_bit_for_bit_in_one_copy() -> None:
+    """Device tensors of every size and dtype (odd byte counts, empty, strided, NaN payloads)
+    come back equal bit for bit, in their order and shapes, with one wait for the device;
+    a host tensor stays as it is."""
+    import warnings
+
+    from rcstat.capture.host import download_many
+
+    gen = torch.Generator().manual_seed(2)
+    nan = torch.tensor([float("nan"), -0.0, float("inf")])
+    values = {
+        "float64": torch.randn(3, 5, generator=gen, dtype=torch.float64).cuda(),
+        "odd": torch.arange(7, dtype=torch.uint8).cuda(),
+        "mask": torch.tensor([[True, False, True]]).cuda(),
+        "host": torch.arange(4),
+        "empty": torch.zeros(0, 3).cuda(),
+        "half": torch.randn(5, generator=gen).to(torch.bfloat16).cuda(),
+        "strided": torch.randn(4, 3, generator=gen).cuda().t(),
+        "special": nan.cuda(),
+    }
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            got = download_many(values)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert len([w for w in caught if "synchroniz" in str(w.message)]) == 1
+    assert list(got) == list(values) and got["host"] is values["host"]
+    for name, value in values.items():
+        assert got[name].device.type == "cpu" and got[name].dtype == value.dtype, name
+        assert got[name].shape == value.shape, name
+        host = value.cpu()
+        if host.dtype.is_floating_point:  # bits, NaN payloads and signed zeros included
+            bits = {8: torch.int64, 4: torch.int32, 2: torch.int16}[host.element_size()]
+            assert torch.equal(got[name].view(bits), host.contiguous().view(bits)), name
+        else:
+            assert torch.equal(got[name], host), name
+
+
 def test_host_stack_copies_from_cuda_asynchronously() -> None:
     from rcstat.capture.host import HostStack
 

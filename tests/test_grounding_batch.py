@@ -317,3 +317,16 @@ def test_batches_respect_the_token_budget() -> None:
     assert token_batches(lengths, 10**6) == [[1, 5, 3, 0, 4, 2]]
     assert token_batches(lengths, 1) == [[1], [5], [3], [0], [4], [2]]
     assert token_batches([], 100) == []
+
+
+def test_ground_equals_scoring_its_measurement(tiny) -> None:  # type: ignore[no-untyped-def]
+    """ground() makes the scoring's text work while the pass runs (texts made before the
+    measurement): its result equals scoring the measurement afterwards, value for value."""
+    model, tok = tiny
+    grounder = Grounder(model, tok, profile=_profile(), detector=False)
+    for context, response, question in PAIRS:
+        got = grounder.ground(context, response, question)
+        want = grounder.score(grounder.measurer.measure(context, response, question))
+        assert got.score == want.score and got.baselines == want.baselines
+        np.testing.assert_array_equal(got.token_scores, want.token_scores)
+        assert got.sentences == want.sentences and got.spans == want.spans

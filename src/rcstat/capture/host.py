@@ -92,6 +92,35 @@ def sum_on_host(values: Sequence[torch.Tensor]) -> torch.Tensor:
     return total
 
 
+def download_many(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every tensor of ``values`` on the host with one device-to-host copy: the device's
+    tensors joined as bytes (each starting at a multiple of 8) on the first one's device and
+    copied at once, each coming back as a view of its own dtype and shape, bit for bit
+    (host tensors are kept as they are).
+
+    A pass's results read one by one cost a wait for the device and its launches each; the
+    grounding measurement reads its five in one.
+    """
+    found = {name: value for name, value in values.items() if value.device.type != "cpu"}
+    if not found:
+        return dict(values)
+    first = next(iter(found.values())).device
+    parts, offsets, end = [], [], 0
+    for value in found.values():
+        raw = value.detach().to(first, non_blocking=True).contiguous().reshape(-1)
+        raw = raw.view(torch.uint8)
+        offsets.append(end)
+        padded = -(-raw.numel() // 8) * 8
+        parts += [raw] if padded == raw.numel() else [raw, raw.new_zeros(padded - raw.numel())]
+        end += padded
+    joined = torch.cat(parts).cpu()  # [bytes] uint8: one copy
+    out = dict(values)
+    for (name, value), start in zip(found.items(), offsets, strict=True):
+        size = value.numel() * value.element_size()
+        out[name] = joined[start : start + size].view(value.dtype).view(value.shape)
+    return out
+
+
 def upload_many(
     values: dict[str, torch.Tensor], device: torch.device, *, idle: bool = False
 ) -> dict[str, torch.Tensor]:

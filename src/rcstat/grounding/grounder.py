@@ -24,7 +24,7 @@ from rcstat.defaults import DEFAULT_TOP_K
 from rcstat.grounding.detector import Detection
 from rcstat.grounding.detector_features import lexicon_words
 from rcstat.grounding.features import HEAD_FEATURES
-from rcstat.grounding.lexicon import Lexicon, ResponseWord
+from rcstat.grounding.lexicon import ResponseWord
 from rcstat.grounding.limits import check_response_tokens, check_texts
 from rcstat.grounding.measure import (
     DEFAULT_INSTRUCTION,
@@ -36,14 +36,8 @@ from rcstat.grounding.measure import (
 from rcstat.grounding.options import GroundingOptions
 from rcstat.grounding.resolve import resolve_detector, resolve_probe, resolve_profile
 from rcstat.grounding.result import Grounding, SentenceGrounding, UnsupportedSpan
-from rcstat.grounding.score import (
-    Word,
-    aggregate,
-    baselines,
-    response_words,
-    token_scores,
-    word_scores,
-)
+from rcstat.grounding.score import aggregate, baselines, token_scores, word_scores
+from rcstat.grounding.texts import ScoringTexts, scoring_texts, word_runs
 from rcstat.grounding.windows import MIN_CONTEXT_TOKENS, Window, plan_windows
 from rcstat.progress import progress
 from rcstat.segments import Segmented
@@ -222,9 +216,17 @@ class Grounder:
             for any context (:mod:`.limits`; all before any forward pass).
         """
         planned = self._prepare(context, response, question)
-        if isinstance(planned, Prepared):
-            return self.score(self.measurer.measure_batch([planned])[0])
-        return self._read_windows(context, response, question, planned, show_progress)
+        if not isinstance(planned, Prepared):
+            return self._read_windows(context, response, question, planned, show_progress)
+        checked, whole = planned.example.part_text("answer"), planned.example.part_text("context")
+        texts: list[ScoringTexts] = []
+
+        def work() -> None:  # while the device runs the pass
+            spans, units, scores = planned.token_spans(), planned.units, self.detector is not None
+            texts.append(scoring_texts(checked, spans, units, whole, lexicon=scores, overlaps=True))
+
+        measured = self.measurer.measure_batch([planned], meanwhile=work)[0]
+        return self._combine([measured], [Window(0, len(whole))], texts=texts[0])
 
     def _read_windows(
         self,
@@ -377,16 +379,27 @@ class Grounder:
         windows: list[Window],
         context: str | None = None,
         response: str | None = None,
+        texts: ScoringTexts | None = None,
     ) -> Grounding:
         """One grounding from the passes over ``windows`` of the context: each word keeps its
         best score over the windows, each sentence its evidence from the window that supports
-        it best; sentences of ``response`` past the checked part are unverified."""
+        it best; sentences of ``response`` past the checked part are unverified (``texts``:
+        what it reads of the texts alone, already made)."""
         example = measured[0].example
         checked = example.part_text("answer")
         context = example.part_text("context") if context is None else context
         response = checked if response is None else response
         spans = measured[0].token_spans()
-        words = response_words(checked, spans)
+        if texts is None:
+            texts = scoring_texts(
+                checked,
+                spans,
+                measured[0].units,
+                context,
+                lexicon=self.detector is not None,
+                overlaps=False,
+            )
+        words = texts.words
         per_window = np.stack(
             [word_scores(m.nll, m.copy_at(self.copy_heads), words) for m in measured]
         )  # [windows, W]
@@ -398,13 +411,13 @@ class Grounder:
                 token_values[w.first : w.last] = np.fmin(part, value)
             word_values = best
         else:
-            detection, marked = self._detect(measured, windows, context, checked)
+            detection, marked = self._detect(measured, windows, context, checked, texts)
             token_values = 1.0 - detection.token_probability  # [G]
             word_values = np.array([token_values[w.first : w.last].min() for w in words])
         units = measured[0].units
         sentences = []
         for u, unit in enumerate(units):
-            inside = [i for i, w in enumerate(words) if unit.start <= w.start < unit.end]
+            inside = texts.inside[u]
             if inside:
                 by_window = per_window[:, inside].min(axis=1)  # [windows]
                 k = int(np.argmax(by_window))
@@ -439,7 +452,7 @@ class Grounder:
         threshold = self.threshold
         if self.detector is None:
             score = min((s.score for s in sentences), default=float("nan"))
-            found = _word_runs(checked, words, best, self.threshold)
+            found = word_runs(checked, words, best, self.threshold)
             token_threshold = None
         else:
             score = 1.0 - detection.probability
@@ -487,7 +500,9 @@ class Grounder:
             sentences=sentences,
             score=score,
             threshold=threshold,
-            baselines=baselines(chosen, checked, chosen.example.part_text("context")),
+            baselines=baselines(
+                chosen, checked, chosen.example.part_text("context"), texts.overlaps
+            ),
             head_features={
                 name: features[i]
                 for i, name in enumerate(HEAD_FEATURES)
@@ -503,7 +518,12 @@ class Grounder:
         )
 
     def _detect(
-        self, measured: list[Measurement], windows: list[Window], context: str, checked: str
+        self,
+        measured: list[Measurement],
+        windows: list[Window],
+        context: str,
+        checked: str,
+        texts: ScoringTexts,
     ) -> tuple[Detection, list[ResponseWord]]:
         """The detector's view of the passes over ``windows``: each token keeps its lowest
         probability over the windows (where its support is best) under the token model of the
@@ -511,8 +531,8 @@ class Grounder:
         from the window of lowest mean probability and the whole context's words; and the
         response's words marked by the whole context's lexicon."""
         assert self.detector is not None
-        lexicon = Lexicon(context)
-        marked = lexicon.words_of(checked)
+        assert texts.lexicon is not None and texts.marked is not None
+        lexicon, marked = texts.lexicon, texts.marked
         whole = len(windows) == 1 and windows[0].end - windows[0].start == len(context)
         kind = self.detector.kind_of(marked)[0]
         per_window = np.stack(
@@ -565,29 +585,6 @@ def sentence_scores(
 
 def _copy(span: TextSpan) -> TextSpan:
     return TextSpan(int(span.start), int(span.end), span.text)
-
-
-def _word_runs(
-    response: str, words: list[Word], scores: np.ndarray, threshold: float
-) -> list[UnsupportedSpan]:
-    """The runs of consecutive words scoring below ``threshold`` (the zero-shot spans), each
-    with its lowest word score."""
-    runs: list[list[int]] = []
-    for k, value in enumerate(scores):
-        if value < threshold:
-            if runs and runs[-1][-1] == k - 1:
-                runs[-1].append(k)
-            else:
-                runs.append([k])
-    return [
-        UnsupportedSpan(
-            words[run[0]].start,
-            words[run[-1]].end,
-            response[words[run[0]].start : words[run[-1]].end],
-            float(scores[run].min()),
-        )
-        for run in runs
-    ]
 
 
 def _flag_by_spans(sentence: SentenceGrounding, spans: list[UnsupportedSpan]) -> SentenceGrounding:

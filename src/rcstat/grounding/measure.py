@@ -22,7 +22,7 @@ import torch
 from rcstat.attribution import TextSpan, split_sentences
 from rcstat.attribution.result import eq10_normalize
 from rcstat.capture import attention_layout, capture_scores, softmax_params
-from rcstat.capture.host import upload_many
+from rcstat.capture.host import download_many, upload_many
 from rcstat.checks import check_count
 from rcstat.defaults import DEFAULT_BATCH_TOKENS, DEFAULT_LANGUAGE
 from rcstat.generation import check_example, input_device
@@ -126,10 +126,7 @@ class Measurement:
 
     def token_spans(self) -> np.ndarray:
         """``[G, 2]`` int64 character offsets of each response token in the response."""
-        first = self.example.token_span("answer")[0]
-        base = self.example.parts["answer"][0]
-        offsets = np.array(self.example.offsets[first : first + len(self.nll)], dtype=np.int64)
-        return np.maximum(offsets.reshape(-1, 2) - base, 0)
+        return _token_spans(self.example, len(self.nll))
 
     def copied_tokens(self) -> np.ndarray:
         """``[n]`` indices of the response tokens whose word occurs in the context (where
@@ -157,6 +154,10 @@ class Prepared:
     units: list[TextSpan]
     spans: list[TextSpan]
     instruction: str
+
+    def token_spans(self) -> np.ndarray:
+        """``[G, 2]``: :meth:`Measurement.token_spans` of its measurement, known before it."""
+        return _token_spans(self.example, self.passed.rows.num_rows - 1)
 
 
 class Measurer:
@@ -312,7 +313,9 @@ class Measurer:
             return DEFAULT_BATCH_TOKENS if input_device(self.model).type != "cpu" else 1
         return check_count("batch_tokens", batch_tokens)
 
-    def measure_batch(self, prepared: Sequence[Prepared]) -> list[Measurement]:
+    def measure_batch(
+        self, prepared: Sequence[Prepared], *, meanwhile: Callable[[], object] | None = None
+    ) -> list[Measurement]:
         """Measure several examples in one forward pass (and one prior pass).
 
         The sequences are right-padded to the longest: the padding comes after every real
@@ -320,6 +323,9 @@ class Measurer:
         one of a pass over its sequence alone (up to floating-point rounding). A batch costs
         about one pass over ``len(prepared) x`` its longest sequence in memory; see
         :meth:`Grounder.ground_many` for batches sized by tokens.
+
+        ``meanwhile()`` runs once the pass is queued on the device, before anything is read
+        back: host work that needs no result runs while the device computes.
         """
         if not prepared:
             return []
@@ -332,7 +338,9 @@ class Measurer:
             torch.no_grad(),
             capture_scores(self.model, reduce, query_positions=query_positions(examples)) as res,
         ):
-            predicted = self._predicted(sequences, rows, device)
+            predicted = self._predict(sequences, rows, device)  # queued, not read
+            if meanwhile is not None:
+                meanwhile()
         priors = self._priors(prepared, sequences, rows, device)
         return self._measurements(prepared, res.ordered(), predicted, priors)
 
@@ -379,7 +387,7 @@ class Measurer:
                     self.model, reduce, query_start=rows.first_row, query_end=end
                 ) as res,
             ):
-                predicted = self._predicted([seq], [rows.num_rows], device, past=cache, start=split)
+                predicted = self._predict([seq], [rows.num_rows], device, past=cache, start=split)
             # the prompt's keys and values again, for the next response (a negative crop
             # removes that many tokens: the one form every transformers release takes)
             cache.crop(split - cache.get_seq_length())
@@ -434,31 +442,37 @@ class Measurer:
                 for p, ids in zip(prepared, sequences, strict=True)
             ]
             with torch.no_grad():
-                priors = [nll for nll, _, _ in self._predicted(alone, rows, device)]
+                predicted = self._predict(alone, rows, device).cpu().numpy()  # [B, 3, Gmax]
+            priors = [predicted[b, 0, : r - 1] for b, r in enumerate(rows)]
         return priors
 
     def _measurements(
         self,
         prepared: Sequence[Prepared],
         layers: list[dict[str, torch.Tensor]],
-        predicted: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+        predicted: torch.Tensor,
         priors: list[np.ndarray | None],
     ) -> list[Measurement]:
         """The measurements of one pass's examples from its layers' reductions, its
-        predictions and the priors."""
+        :meth:`_predict` and the priors, read from the device in one copy."""
         examples = [p.passed for p in prepared]
-        features = _gathered(layers, "features", dim=1)  # [3, L, B, H, Gmax]
-        copy = _gathered(layers, "copy", dim=0)  # [L, B, H, Gmax]
         k0 = min(e.rows.context[0] for e in examples)
         shape = (sum(len(e.units) for e in examples), max(e.rows.context[1] for e in examples) - k0)
-        support = _summed(layers, "support", shape)  # [U, K] over layers and heads
-        copied = _summed(layers, "copied", shape)  # [U, K]
+        features, copy, support, copied, predicted = download_many(
+            {
+                "features": _stacked(layers, "features", dim=1),  # [3, L, B, H, Gmax]
+                "copy": _stacked(layers, "copy", dim=0),  # [L, B, H, Gmax]
+                "support": _summed(layers, "support", shape),  # [U, K] over layers and heads
+                "copied": _summed(layers, "copied", shape),  # [U, K]
+                "predicted": predicted,  # [B, 3, Gmax]
+            }
+        ).values()
+        host = predicted.numpy()
         out = []
         first_unit = 0
-        for b, (p, (nll, entropy, rank), prior) in enumerate(
-            zip(prepared, predicted, priors, strict=True)
-        ):
+        for b, (p, prior) in enumerate(zip(prepared, priors, strict=True)):
             g = p.passed.rows.num_rows - 1
+            nll, entropy, rank = host[b, 0, :g], host[b, 1, :g], host[b, 2, :g]
             mine = slice(first_unit, first_unit + len(p.passed.units))
             first_unit = mine.stop
             spans = (
@@ -499,7 +513,7 @@ class Measurer:
             allow_special_tokens=self.allow_special_tokens,
         )
 
-    def _predicted(
+    def _predict(
         self,
         sequences: Sequence[torch.Tensor],
         rows: Sequence[int],
@@ -507,12 +521,12 @@ class Measurer:
         *,
         past: Any = None,
         start: int = 0,
-    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """NLL, entropy and rank ``[G]`` of the last ``rows[b] - 1`` tokens of each sequence
-        ``[T_b]``, from one forward pass over them right-padded to one length: the output
-        layer sees only the rows it needs (a hook picks them), and the results come to the
-        host in one copy. With ``past`` (the cache of the first ``start`` tokens, all of them
-        before every row needed), the pass runs over the tokens from ``start`` on."""
+    ) -> torch.Tensor:
+        """``[B, 3, Gmax]`` float64 where the pass runs (not read back): NLL, entropy and
+        rank of the last ``rows[b] - 1`` tokens of each sequence ``[T_b]``, from one forward
+        pass over them right-padded to one length: the output layer sees only the rows it
+        needs (a hook picks them). With ``past`` (the cache of the first ``start`` tokens,
+        all of them before every row needed), the pass runs over the tokens from ``start``."""
         lengths = [len(ids) for ids in sequences]
         width = max(rows) - 1
         ids = torch.full((len(sequences), max(lengths)), _pad_id(self.tokenizer), dtype=torch.long)
@@ -547,24 +561,28 @@ class Measurer:
             entropy = -(log_probs.exp() * log_probs).sum(-1)  # [G]
             rank = (log_probs > chosen).sum(-1)  # [G]
             out[b, :, : r - 1] = torch.stack([-chosen[:, 0], entropy, rank.to(entropy.dtype)])
-        host = out.cpu().numpy()
-        return [
-            (host[b, 0, : r - 1], host[b, 1, : r - 1], host[b, 2, : r - 1])
-            for b, r in enumerate(rows)
-        ]
+        return out
 
 
 def _summed(
     layers: list[dict[str, torch.Tensor]], key: str, shape: tuple[int, ...]
 ) -> torch.Tensor:
-    """The ``key`` output (``shape``) summed in float64 over the layers that return it (on
-    the first such layer's device; zeros when none does), on the host."""
+    """The ``key`` output (``shape``) summed in float64 over the layers that return it, on
+    the first such layer's device (zeros on the host when none does)."""
     found = [r[key] for r in layers if key in r]
     if not found:
         return torch.zeros(shape, dtype=torch.float64)
     first = found[0].device
     stacked = torch.stack([value.to(first, non_blocking=True) for value in found])
-    return stacked.sum(0, dtype=torch.float64).cpu()
+    return stacked.sum(0, dtype=torch.float64)
+
+
+def _token_spans(example: Segmented, count: int) -> np.ndarray:
+    """``[count, 2]``: the first ``count`` response tokens' offsets in the response."""
+    first = example.token_span("answer")[0]
+    base = example.parts["answer"][0]
+    offsets = np.array(example.offsets[first : first + count], dtype=np.int64)
+    return np.maximum(offsets.reshape(-1, 2) - base, 0)
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
@@ -575,8 +593,7 @@ def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
     return 0
 
 
-def _gathered(layers: list[dict[str, torch.Tensor]], key: str, dim: int = 0) -> torch.Tensor:
-    """The ``key`` output of every layer stacked on ``dim``, copied to the host once per
-    device (not once per layer: each copy waits for the device)."""
+def _stacked(layers: list[dict[str, torch.Tensor]], key: str, dim: int = 0) -> torch.Tensor:
+    """The ``key`` output of every layer stacked on ``dim``, on the first layer's device."""
     first = layers[0][key].device
-    return torch.stack([r[key].to(first, non_blocking=True) for r in layers], dim=dim).cpu()
+    return torch.stack([r[key].to(first, non_blocking=True) for r in layers], dim=dim)

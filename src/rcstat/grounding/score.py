@@ -46,6 +46,7 @@ __all__ = [
     "check_threshold",
     "lower_quantiles",
     "response_words",
+    "text_overlaps",
     "token_scores",
     "unigram_overlap",
     "word_scores",
@@ -226,15 +227,30 @@ class _SamePass(Protocol):
     nll: np.ndarray  # [G]
 
 
-def baselines(measured: _SamePass, response: str, context: str) -> dict[str, float]:
+def baselines(
+    measured: _SamePass,
+    response: str,
+    context: str,
+    overlaps: dict[str, float] | None = None,
+) -> dict[str, float]:
     """Response-level baselines from the same pass, each oriented so that higher means more
     supported as its authors use it: the Lookback Lens ratio (mean over heads and tokens),
     LLM-Check's attention score (mean log-diagonal), minus the mean token NLL, and the share
-    of response bigrams (``overlap``) and words (``unigram_overlap``) found in the context."""
+    of response bigrams (``overlap``) and words (``unigram_overlap``) found in the context
+    (:func:`text_overlaps`; ``overlaps``: those of ``response`` and ``context``, already
+    made)."""
     return {
         "lookback": float(measured.features[1].mean()),
         "attention_score": float(measured.features[2].mean()),
         "neg_nll": float(-measured.nll.mean()),
+        **(text_overlaps(response, context) if overlaps is None else overlaps),
+    }
+
+
+def text_overlaps(response: str, context: str) -> dict[str, float]:
+    """The baselines of :func:`baselines` that read the texts alone: ``overlap``
+    (:func:`bigram_overlap`) and ``unigram_overlap``."""
+    return {
         "overlap": bigram_overlap(response, context),
         "unigram_overlap": unigram_overlap(response, context),
     }
