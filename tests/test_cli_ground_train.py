@@ -18,6 +18,7 @@ from rcstat import cli
 from rcstat.evaluation.ground_train import GroundTrainConfig, labelled_responses
 from rcstat.grounding import Grounding, HeadProfile
 from rcstat.grounding.detector import Detector
+from rcstat.grounding.lexicon import Lexicon
 from rcstat.metrics.ranking import auroc
 from rcstat.metrics.spans import char_prf, example_prf
 from tests._tiny_models import one_thread
@@ -278,7 +279,8 @@ def test_train_on_labelled_pairs_end_to_end(  # type: ignore[no-untyped-def]
     )
     result = Grounding.load(ground_out / "ground.json")
     assert status == (1 if result.verdict == "unsupported" else 0)
-    assert result.token_threshold == pytest.approx(1 - detector.span_threshold)
+    kind = detector.kind_of(Lexicon(result.context).words_of(result.response))[0]
+    assert result.token_threshold == pytest.approx(1 - detector.span_threshold_of(kind))
     assert result.method["detector"]["model"] == detector.model
     assert bool(result.spans) == (result.verdict == "unsupported")
     # a rerun reads every sample from the cache: nothing is measured again, same detector

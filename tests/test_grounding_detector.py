@@ -10,7 +10,6 @@ the ``novel`` column only, the response model ``p_max`` only, so their verdicts 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 import re
@@ -20,21 +19,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 
 from rcstat.grounding import Grounder, Grounding, HeadProfile, Measurement, Measurer
-from rcstat.grounding.detector import (
-    COPIED_KIND,
-    SPAN_RADIUS,
-    Detector,
-    LinearModel,
-    shipped_detector,
-    span_values,
-    unsupported_spans,
-    word_peaks,
-)
+from rcstat.grounding.detector import COPIED_KIND, Detector, LinearModel, shipped_detector
+from rcstat.grounding.detector_spans import draw_spans
 from rcstat.grounding.detector_features import (
     NLL_CAP,
     RESPONSE_FEATURES,
@@ -109,6 +98,7 @@ def _detector(
     threshold: float = 0.5,
     copy_threshold: float = 0.5,
     span_threshold: float = 0.5,
+    copy_span_threshold: float = 0.5,
     copy_response: bool = False,
     copy_token: bool = False,
 ) -> Detector:
@@ -131,6 +121,7 @@ def _detector(
         threshold=threshold,
         span_threshold=span_threshold,
         copy_threshold=copy_threshold,
+        copy_span_threshold=copy_span_threshold,
         copy_response=copy,
         copy_token=_linear(token_feature_names(layers), {"novel": 2.0}, intercept=-1.0)
         if copy_token
@@ -223,102 +214,6 @@ def test_linear_model_round_trip_and_refusals() -> None:
         LinearModel.from_dict({**model.to_dict(), "scale": [0.0, 1.0]}, "here")
 
 
-# ------------------------------------------------------------------------------- spans
-
-
-def _peaks_oracle(
-    response: str, offsets: np.ndarray, p: np.ndarray
-) -> list[tuple[int, int, float]]:
-    out = []
-    for m in _WORD.finditer(response):
-        hits = [p[j] for j, (s, e) in enumerate(offsets) if s < m.end() and e > m.start()]
-        out.append((m.start(), m.end(), max(hits) if hits else 0.0))
-    return out
-
-
-def _values_oracle(peaks: list[float]) -> list[float]:
-    out = []
-    for k, value in enumerate(peaks):
-        near = peaks[max(0, k - SPAN_RADIUS) : k + SPAN_RADIUS + 1]
-        out.append(max(value, sum(near) / len(near)))
-    return out
-
-
-def test_word_peaks_and_span_values_by_hand() -> None:
-    text = "It was 1925."
-    offsets = np.array([[0, 2], [2, 6], [6, 9], [9, 11], [11, 12]])  # " 19" "25" "."
-    p = np.array([0.1, 0.2, 0.7, 0.9, 0.95])
-    np.testing.assert_array_equal(
-        word_peaks(text, offsets, p), [[0, 2, 0.1], [3, 6, 0.2], [7, 11, 0.9]]
-    )
-    # a word without a token peaks at 0; no word: no row
-    assert word_peaks("ab cd", np.array([[0, 2]]), np.array([0.4]))[1, 2] == 0.0
-    assert word_peaks("...", np.array([[0, 3]]), np.array([0.4])).shape == (0, 3)
-    values = np.array([0.1, 0.2, 0.9])
-    mean = values.mean()
-    np.testing.assert_allclose(span_values(np.c_[np.zeros((3, 2)), values]), [mean, mean, 0.9])
-    assert span_values(np.zeros((0, 3))).shape == (0,)
-
-
-def test_unsupported_spans_docstring_case() -> None:
-    text = "It opened in 1925 and closed in 1930 after the war ended there."
-    words = np.array([(m.start(), m.end()) for m in _WORD.finditer(text)])
-    p = np.full(13, 0.1)
-    p[3] = 0.9
-    spans, peaks = unsupported_spans(text, words, p, 0.5)
-    assert [(s.start, s.end, s.text) for s in spans] == [(13, 17, "1925")] and peaks == [0.9]
-    spans, peaks = unsupported_spans(text, words, p, 0.15)  # 0.1 + 0.8 / 9 within 4 words
-    assert [s.text for s in spans] == ["It opened in 1925 and closed in 1930"] and peaks == [0.9]
-    # none reaches the threshold: the single word of the largest value
-    spans, peaks = unsupported_spans(text, words, p, 0.99)
-    assert [s.text for s in spans] == ["1925"] and peaks == [0.9]
-    assert unsupported_spans("?!", np.array([[0, 2]]), np.array([0.9]), 0.5) == ([], [])
-
-
-_TOKEN_WORDS = st.lists(
-    st.text(alphabet="abcxyz19", min_size=1, max_size=5), min_size=1, max_size=14
-)
-
-
-@settings(max_examples=100, deadline=None)
-@given(words=_TOKEN_WORDS, data=st.data())
-def test_unsupported_spans_cover_the_words_at_the_threshold(
-    words: list[str], data: st.DataObject
-) -> None:
-    gaps = data.draw(st.lists(st.sampled_from([" ", ", ", ". ", " - ", "\n"]), min_size=len(words)))
-    response = "".join(w + g for w, g in zip(words, gaps, strict=False))
-    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(response) - 1), max_size=30))))
-    bounds = [0, *cuts, len(response)]
-    offsets = np.array(list(itertools.pairwise(bounds)))  # tokens tile the text
-    p = np.array(data.draw(st.lists(st.floats(0, 1), min_size=len(offsets), max_size=len(offsets))))
-    threshold = data.draw(st.floats(0, 1))
-    spans, span_peaks = unsupported_spans(response, offsets, p, threshold)
-    peaks = _peaks_oracle(response, offsets, p)
-    found = word_peaks(response, offsets, p)
-    assert found.tolist() == [list(map(float, row)) for row in peaks]
-    values = span_values(found).tolist()  # ties decided as the detector decides them
-    assert values == pytest.approx(_values_oracle([v for _, _, v in peaks]), abs=1e-12)
-    starts = {s for s, _, _ in peaks}
-    ends = {e for _, e, _ in peaks}
-    assert spans and len(spans) == len(span_peaks)
-    for span in spans:  # inside the response, on word boundaries, its own text
-        assert 0 <= span.start < span.end <= len(response)
-        assert span.start in starts and span.end in ends
-        assert span.text == response[span.start : span.end]
-    for a, b in itertools.pairwise(spans):  # in order, apart
-        assert a.end < b.start
-    covered = [any(s.start <= ws and we <= s.end for s in spans) for ws, we, _ in peaks]
-    reached = [v >= threshold for v in values]
-    if any(reached):
-        assert covered == reached  # exactly the words whose value reaches the threshold
-    else:  # exactly one span: the (first) word of the largest value
-        k = int(np.argmax(values))
-        assert [(s.start, s.end) for s in spans] == [peaks[k][:2]]
-    for span, peak in zip(spans, span_peaks, strict=True):  # the largest token peak inside
-        inside = [v for ws, we, v in peaks if span.start <= ws and we <= span.end]
-        assert peak == max(inside)
-
-
 # ---------------------------------------------------------------------------- Detector file
 
 
@@ -331,7 +226,7 @@ def test_detector_json_round_trip(tmp_path: Path) -> None:
         path = detector.save(tmp_path / "detector.json")
         loaded = Detector.load(path)
         assert loaded.to_dict() == detector.to_dict()
-        assert json.loads(path.read_text())["format"] == "rcstat-detector-1"
+        assert json.loads(path.read_text())["format"] == "rcstat-detector-2"
         assert (loaded.copy_response is None) == (detector.copy_response is None)
         assert (loaded.copy_token is None) == (detector.copy_token is None)
         np.testing.assert_array_equal(loaded.token.coef, detector.token.coef)
@@ -339,9 +234,9 @@ def test_detector_json_round_trip(tmp_path: Path) -> None:
             np.testing.assert_array_equal(
                 loaded.token_model("copied").coef, detector.copy_token.coef
             )
-    older = _detector(copy_response=True).to_dict()  # a file written before copy_token
-    del older["copy_token"]
-    assert Detector.from_dict(older).copy_token is None
+    without = _detector(copy_response=True).to_dict()  # copy_token may be left out
+    del without["copy_token"]
+    assert Detector.from_dict(without).copy_token is None
     with pytest.raises(
         ValueError, match=r"Detector\.save writes a \.json file, got 'detector\.pkl'"
     ):
@@ -369,6 +264,13 @@ def _broken(tmp_path: Path, change: Any) -> Path:
         (lambda d: d.update(threshold=1.5), "threshold must be in [0, 1], got 1.5"),
         (lambda d: d.update(span_threshold=-0.1), "span_threshold must be in [0, 1]"),
         (lambda d: d.update(copy_threshold=2.0), "copy_threshold must be in [0, 1]"),
+        (lambda d: d.update(copy_span_threshold=1.1), "copy_span_threshold must be in [0, 1]"),
+        (lambda d: d.pop("copy_span_threshold"), "missing or mistyped 'copy_span_threshold'"),
+        (
+            lambda d: d.update(format="rcstat-detector-1"),
+            "a detector of an earlier rcstat (format 'rcstat-detector-1': its spans are word "
+            "runs at one threshold for both kinds); train it again with `rcstat ground-train`",
+        ),
         (
             lambda d: d.update(layers=2),
             "the token model's features are not the detector features of a 2-layer model",
@@ -698,7 +600,13 @@ def test_the_kinds_of_the_responses(response: str, copied: bool) -> None:
 
 @pytest.mark.parametrize(
     "thresholds",
-    [(0.5, 0.5, 0.5), (0.3, 0.99, 0.5), (0.99, 0.3, 0.2), (0.0, 0.0, 0.9), (1.0, 1.0, 0.5)],
+    [
+        (0.5, 0.5, 0.5, 0.5),
+        (0.3, 0.99, 0.5, 0.2),
+        (0.99, 0.3, 0.2, 0.8),
+        (0.0, 0.0, 0.9, 0.6),
+        (1.0, 1.0, 0.5, 0.5),
+    ],
 )
 @pytest.mark.parametrize(
     ("copy_response", "copy_token"), [(False, False), (True, False), (True, True)]
@@ -706,11 +614,12 @@ def test_the_kinds_of_the_responses(response: str, copied: bool) -> None:
 def test_detector_mode_scores_thresholds_and_spans(  # type: ignore[no-untyped-def]
     tiny, profile, thresholds, copy_response, copy_token
 ) -> None:
-    threshold, copy_threshold, span_threshold = thresholds
+    threshold, copy_threshold, span_threshold, copy_span_threshold = thresholds
     detector = _detector(
         threshold=threshold,
         copy_threshold=copy_threshold,
         span_threshold=span_threshold,
+        copy_span_threshold=copy_span_threshold,
         copy_response=copy_response,
         copy_token=copy_token,
     )
@@ -725,23 +634,35 @@ def test_detector_mode_scores_thresholds_and_spans(  # type: ignore[no-untyped-d
         kind_threshold = copy_threshold if copied else threshold
         assert result.threshold == pytest.approx(1 - kind_threshold)
         assert result.verdict == ("unsupported" if probability > kind_threshold else "supported")
-        assert result.token_threshold == pytest.approx(1 - span_threshold)
+        kind, span_kind_threshold = (
+            ("copied", copy_span_threshold) if copied else ("other", span_threshold)
+        )
+        assert result.token_threshold == pytest.approx(1 - span_kind_threshold)
         _check_agreement(result)
+        if result.verdict == "unsupported":  # the span rule of its kind (tested alone)
+            words = Lexicon(CONTEXT).words_of(response)
+            want, _ = draw_spans(kind, response, result.token_spans, p, span_kind_threshold, words)
+            assert [(s.start, s.end) for s in result.spans] == [(w.start, w.end) for w in want]
         for span in result.spans:  # 1 - the largest token probability inside
             inside = (result.token_spans[:, 0] < span.end) & (result.token_spans[:, 1] > span.start)
             assert span.score == pytest.approx(float(np.min(1 - p[inside])), abs=1e-9)
 
 
-def test_detector_spans_are_the_novel_words(tiny, profile) -> None:  # type: ignore[no-untyped-def]
+def test_detector_spans_by_kind(tiny, profile) -> None:  # type: ignore[no-untyped-def]
     model, tok = tiny
-    detector = _detector(threshold=0.5, span_threshold=0.6)  # only novel words reach 0.6
-    result = Grounder(model, tok, profile=profile, top_k=5, detector=detector).ground(
-        CONTEXT, RESPONSES[0][0], QUESTION
-    )
+    # only novel words reach 0.6 (p 0.88 against 0.12)
+    detector = _detector(threshold=0.5, span_threshold=0.6, copy_span_threshold=0.6)
+    grounder = Grounder(model, tok, profile=profile, top_k=5, detector=detector)
+    result = grounder.ground(CONTEXT, RESPONSES[0][0], QUESTION)  # reworded: clauses
     assert result.verdict == "unsupported"
-    # runs of words merge across the punctuation between them, sentence ends included
-    assert [s.text for s in result.spans] == ["1925. It crosses", "Lyon"]
+    assert [s.text for s in result.spans] == [
+        "The bridge was built in 1925.",
+        "It crosses the river in Lyon!",
+    ]
     assert [s.status for s in result.sentences] == ["unsupported", "unsupported"]
+    result = grounder.ground(CONTEXT, RESPONSES[3][0], QUESTION)  # quoted: the changed word
+    assert result.verdict == "unsupported"
+    assert [s.text for s in result.spans] == ["1925"]
 
 
 def test_detector_mode_with_a_threshold_given(tiny, profile) -> None:  # type: ignore[no-untyped-def]

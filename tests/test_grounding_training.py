@@ -58,20 +58,23 @@ def _sample(
     spans_known: bool = True,
     signal: int = NOVEL,
 ) -> DetectorSample:
-    """A response of 6 to 12 one-token words; an unsupported one has a labelled run of 2
-    words whose tokens have column ``signal`` (default ``novel``) = 1 and the others 0 (every
-    other column is noise, ``novel`` 0)."""
+    """A response of 6 to 12 one-token words in clauses of two (``w0 w1, w2 w3, …``); an
+    unsupported one has a labelled clause whose two tokens have column ``signal`` (default
+    ``novel``) = 1 and the others 0 (every other column is noise, ``novel`` 0)."""
     n = int(rng.integers(6, 13))
     texts = [f"w{k}" for k in range(n)]
-    response = " ".join(texts)
-    starts = [sum(len(t) + 1 for t in texts[:k]) for k in range(n)]
+    after = [", " if k % 2 else " " for k in range(n - 1)] + [""]
+    response = "".join(t + a for t, a in zip(texts, after, strict=True))
+    starts = [
+        sum(len(t) + len(a) for t, a in zip(texts[:k], after, strict=False)) for k in range(n)
+    ]
     offsets = np.array([(s, s + len(t)) for s, t in zip(starts, texts, strict=True)])
     x = rng.normal(size=(n, len(NAMES)))
     x[:, [NOVEL, signal]] = 0.0
     token_label = np.zeros(n, dtype=bool)
     spans: tuple[tuple[int, int], ...] = ()
     if label:
-        k = int(rng.integers(0, n - 1))
+        k = 2 * int(rng.integers(0, n // 2))
         x[k : k + 2, signal] = 1.0
         token_label[k : k + 2] = True
         spans = ((int(offsets[k, 0]), int(offsets[k + 1, 1])),)
@@ -154,6 +157,12 @@ def _predict(detector: Detector, sample: DetectorSample) -> tuple[float, np.ndar
     return float(model.probability(sample.response_x(p)[None])[0]), p, threshold
 
 
+def _spans(detector: Detector, sample: DetectorSample, p: np.ndarray) -> list[tuple[int, int]]:
+    """The spans of a flagged ``sample``: its kind's rule at its kind's span threshold."""
+    kind = detector.kind_of(list(sample.words))[0]
+    return sample.spans_at(p, detector.span_threshold_of(kind), kind)
+
+
 # ------------------------------------------------------------------------------- fitting
 
 
@@ -169,7 +178,7 @@ def test_the_fitted_detector_separates_held_out_samples(fitted) -> None:  # type
     assert auroc(tokens, np.concatenate([s.token_label for s in held_out])) > 0.97
     # flagged responses get spans on their labelled words
     found = [
-        s.spans_at(p, detector.span_threshold) if prob > t else []
+        _spans(detector, s, p) if prob > t else []
         for s, (prob, p, t) in zip(held_out, predicted, strict=True)
     ]
     assert char_prf(found, [list(s.item.spans) for s in held_out]).f1 > 0.6
@@ -178,7 +187,7 @@ def test_the_fitted_detector_separates_held_out_samples(fitted) -> None:  # type
 def test_thresholds_hold_the_false_alarms_of_every_dataset(fitted) -> None:  # type: ignore[no-untyped-def]
     samples, detector, oof = fitted
     options = FAST
-    assert 0.0 <= detector.span_threshold <= 1.0
+    assert 0.0 <= detector.span_threshold <= 1.0 and 0.0 <= detector.copy_span_threshold <= 1.0
     assert detector.copy_response is None  # no copied response: the other kind's model
     assert detector.copy_threshold == detector.threshold
     assert detector.meta["samples"] == len(samples) and detector.meta["copied_samples"] == 0
@@ -403,7 +412,7 @@ def test_cross_validation_predicts_each_sample_from_a_fit_that_never_saw_it(
         np.testing.assert_allclose(out.token[i], p)
         assert out.probability[i] == pytest.approx(probability)
         assert out.flagged[i] == (probability > threshold)
-        want = s.spans_at(p, detector.span_threshold) if out.flagged[i] else []
+        want = _spans(detector, s, p) if out.flagged[i] else []
         assert out.spans[i] == want
     assert sum(len(train) for train, _ in seen) == (FAST.folds - 1) * len(ids)
     labels = np.array([s.item.label for s in samples])

@@ -15,16 +15,12 @@ an extractive answer, where one changed word must be caught; ``copy_token``,
 ``response``, ``threshold``). A detector without a model of the copied kind gives that kind
 the other's. The response is *unsupported* when ``P`` exceeds the threshold of its kind.
 
-Its unsupported spans are the runs of words whose *span value* reaches ``span_threshold``: a
-word's value is the largest ``p_j`` of its tokens, or that peak averaged over the
-:data:`SPAN_RADIUS` words on either side when larger (labelled hallucinations are phrases
-around their likeliest tokens);
-runs are merged across the spaces and punctuation between their words, and a run is kept when
-it holds a word the context does not hold (:func:`with_novel_words`: a run of known words is
-mostly a faithful paraphrase such as "was built" for "built it"). An unsupported response
-with no such run reports its likeliest one (the word of largest value when no word reaches the
-span threshold), and a supported one reports none, so the spans and the verdict never
-disagree.
+Its unsupported spans are drawn from the ``p_j`` by the rule of its kind
+(:mod:`.detector_spans`): runs of words around a peak, kept when they hold a word the context
+does not hold, at ``copy_span_threshold`` (copied kind), or the clauses whose largest ``p_j``
+reaches ``span_threshold`` (other kind). An unsupported response with no unit over its span
+threshold reports its likeliest one, and a supported one reports none, so the spans and the
+verdict never disagree.
 
 With ``z = (x − mean) / scale`` each model is ``σ(z · coef + intercept)``. A detector is saved as
 JSON (never pickled, :meth:`Detector.save`) and checked on load; one ships for the default
@@ -36,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -53,29 +48,18 @@ from rcstat.grounding.detector_features import (
     token_feature_names,
     token_features,
 )
+from rcstat.grounding.detector_spans import draw_spans
 from rcstat.grounding.json_file import check_format, save_json
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.measure import Measurement
 
-__all__ = [
-    "COPIED_KIND",
-    "SPAN_RADIUS",
-    "Detection",
-    "Detector",
-    "LinearModel",
-    "shipped_detector",
-    "span_values",
-    "unsupported_spans",
-    "with_novel_words",
-    "word_peaks",
-]
+__all__ = ["COPIED_KIND", "Detection", "Detector", "LinearModel", "shipped_detector"]
 
-_FORMAT = "rcstat-detector-1"
-_WORD = re.compile(r"\w+")
+_FORMAT = "rcstat-detector-2"
+#: The formats of earlier releases, refused with the reason.
+_EARLIER = {"rcstat-detector-1": "its spans are word runs at one threshold for both kinds"}
 #: The share of a response's words in copied runs from which it is of the "copied" kind.
 COPIED_KIND = 0.65
-#: Words on each side over which a word's token peak is averaged before the span threshold.
-SPAN_RADIUS = 4
 
 
 @dataclass(frozen=True)
@@ -229,9 +213,13 @@ class Detector:
     threshold
         A response is unsupported when its probability exceeds this.
     span_threshold
-        Words whose span value reaches this make the unsupported spans.
+        The span threshold of the other kind: clauses whose largest token probability reaches
+        it are unsupported (:mod:`.detector_spans`).
     copy_threshold
         The threshold of responses of the copied kind (module notes).
+    copy_span_threshold
+        The span threshold of the copied kind: runs of words whose span value reaches it are
+        unsupported (:mod:`.detector_spans`).
     copy_response
         The response model of the copied kind (None: :attr:`response`).
     copy_token
@@ -249,6 +237,7 @@ class Detector:
     threshold: float
     span_threshold: float
     copy_threshold: float
+    copy_span_threshold: float
     copy_response: LinearModel | None = None
     copy_token: LinearModel | None = None
     copied_kind: float = COPIED_KIND
@@ -267,7 +256,13 @@ class Detector:
         for model in (self.response, self.copy_response):
             if model is not None and tuple(model.features) != RESPONSE_FEATURES:
                 raise ValueError("a response model's features are not RESPONSE_FEATURES")
-        for name in ("threshold", "span_threshold", "copy_threshold", "copied_kind"):
+        for name in (
+            "threshold",
+            "span_threshold",
+            "copy_threshold",
+            "copy_span_threshold",
+            "copied_kind",
+        ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
@@ -333,10 +328,16 @@ class Detector:
         probability: np.ndarray,
         words: list[ResponseWord],
     ) -> tuple[list[TextSpan], list[float]]:
-        """The unsupported spans of an unsupported response (module notes) and their peaks:
-        :func:`unsupported_spans` at the span threshold, kept by :func:`with_novel_words`."""
-        found = unsupported_spans(response, offsets, probability, self.span_threshold)
-        return with_novel_words(*found, words)
+        """The unsupported spans of an unsupported response and their peaks: the span rule of
+        its kind at that kind's span threshold (:func:`~.detector_spans.draw_spans`)."""
+        kind = self.kind_of(words)[0]
+        return draw_spans(kind, response, offsets, probability, self.span_threshold_of(kind), words)
+
+    def span_threshold_of(self, kind: str) -> float:
+        """The span threshold of responses of ``kind`` (``"copied"`` or ``"other"``)."""
+        if kind not in ("copied", "other"):
+            raise ValueError(f"kind must be 'copied' or 'other', got {kind!r}")
+        return self.copy_span_threshold if kind == "copied" else self.span_threshold
 
     def token_model(self, kind: str) -> LinearModel:
         """The token model of responses of ``kind`` (``"copied"`` or ``"other"``)."""
@@ -360,6 +361,7 @@ class Detector:
             "threshold": self.threshold,
             "span_threshold": self.span_threshold,
             "copy_threshold": self.copy_threshold,
+            "copy_span_threshold": self.copy_span_threshold,
             "copied_kind": self.copied_kind,
             "token": self.token.to_dict(),
             "response": self.response.to_dict(),
@@ -371,6 +373,11 @@ class Detector:
     @classmethod
     def from_dict(cls, data: Any, where: str = "detector") -> Detector:
         """The detector of :meth:`to_dict`'s output; ``ValueError`` naming ``where``."""
+        if isinstance(data, dict) and data.get("format") in _EARLIER:
+            raise ValueError(
+                f"{where}: a detector of an earlier rcstat (format {data['format']!r}: "
+                f"{_EARLIER[data['format']]}); train it again with `rcstat ground-train`"
+            )
         check_format(data, _FORMAT, where, "detector")
         try:
             return cls(
@@ -381,6 +388,7 @@ class Detector:
                 threshold=float(data["threshold"]),
                 span_threshold=float(data["span_threshold"]),
                 copy_threshold=float(data["copy_threshold"]),
+                copy_span_threshold=float(data["copy_span_threshold"]),
                 copied_kind=float(data.get("copied_kind", COPIED_KIND)),
                 copy_response=None
                 if data.get("copy_response") is None
@@ -410,94 +418,6 @@ class Detector:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ValueError(f"{path}: cannot read a detector ({err})") from None
         return cls.from_dict(data, str(path))
-
-
-def word_peaks(response: str, offsets: np.ndarray, probability: np.ndarray) -> np.ndarray:
-    """``[W, 3]``: each ``\\w+`` word's start, end and the largest probability of its tokens
-    (``offsets`` ``[G, 2]``, ``probability`` ``[G]``)."""
-    p = np.asarray(probability, dtype=np.float64)
-    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-    rows = []
-    for m in _WORD.finditer(response):
-        hit = (offsets[:, 1] > m.start()) & (offsets[:, 0] < m.end())
-        rows.append((m.start(), m.end(), float(p[hit].max()) if hit.any() else 0.0))
-    return np.array(rows, dtype=np.float64).reshape(-1, 3)
-
-
-def span_values(peaks: np.ndarray) -> np.ndarray:
-    """``[W]``: each word's peak, or its mean over the words within :data:`SPAN_RADIUS` of it
-    when larger (a span is a run of words around its likeliest tokens)."""
-    values = peaks[:, 2]
-    if values.size == 0:
-        return values
-    sums = np.concatenate([[0.0], np.cumsum(values)])
-    at = np.arange(values.size)
-    lo = np.maximum(at - SPAN_RADIUS, 0)
-    hi = np.minimum(at + SPAN_RADIUS + 1, values.size)
-    return np.maximum(values, (sums[hi] - sums[lo]) / (hi - lo))
-
-
-def unsupported_spans(
-    response: str, offsets: np.ndarray, probability: np.ndarray, threshold: float
-) -> tuple[list[TextSpan], list[float]]:
-    """The runs of words whose smoothed peak (:func:`span_values`) reaches ``threshold``
-    (module notes), each with its largest token probability; the word of the largest
-    smoothed peak when none reaches it.
-
-    Parameters
-    ----------
-    response
-        The response text.
-    offsets
-        ``[G, 2]`` character offsets of its tokens.
-    probability
-        ``[G]`` token probabilities.
-    threshold
-        The span threshold.
-
-    >>> import numpy as np
-    >>> text = "It opened in 1925 and closed in 1930 after the war ended there."
-    >>> words = [(m.start(), m.end()) for m in _WORD.finditer(text)]
-    >>> p = np.array([0.1, 0.1, 0.1, 0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
-    >>> unsupported_spans(text, np.array(words), p, 0.5)
-    ([TextSpan(start=13, end=17, text='1925')], [0.9])
-    >>> unsupported_spans(text, np.array(words), p, 0.15)  # the words around it: 0.1 + 0.8 / 8
-    ([TextSpan(start=0, end=36, text='It opened in 1925 and closed in 1930')], [0.9])
-    """
-    peaks = word_peaks(response, offsets, probability)  # [W, 3]
-    if peaks.shape[0] == 0:
-        return [], []
-    smoothed = span_values(peaks)  # [W]
-    chosen = np.flatnonzero(smoothed >= threshold).tolist()
-    if not chosen:
-        chosen = [int(np.argmax(smoothed))]
-    runs: list[list[int]] = []
-    for k in chosen:
-        if runs and runs[-1][-1] == k - 1:
-            runs[-1].append(k)
-        else:
-            runs.append([k])
-    spans = []
-    for run in runs:
-        start, end = int(peaks[run[0], 0]), int(peaks[run[-1], 1])
-        spans.append(TextSpan(start, end, response[start:end]))
-    return spans, [float(peaks[run, 2].max()) for run in runs]
-
-
-def with_novel_words(
-    spans: list[TextSpan], peaks: list[float], words: list[ResponseWord]
-) -> tuple[list[TextSpan], list[float]]:
-    """The spans that hold a word the context does not hold (module notes); the span of the
-    largest peak when none does, so an unsupported response keeps one span."""
-    kept = [
-        (span, peak)
-        for span, peak in zip(spans, peaks, strict=True)
-        if any(not w.known and span.start <= w.start and w.end <= span.end for w in words)
-    ]
-    if not kept and spans:
-        best = int(np.argmax(peaks))
-        kept = [(spans[best], peaks[best])]
-    return [span for span, _ in kept], [peak for _, peak in kept]
 
 
 def shipped_detector(model_name: str) -> Detector | None:

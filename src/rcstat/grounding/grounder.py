@@ -165,6 +165,7 @@ class Grounder:
                 "model": detector.model,
                 "threshold": detector.threshold,
                 "span_threshold": detector.span_threshold,
+                "copy_span_threshold": detector.copy_span_threshold,
                 "trained_on": detector.meta.get("datasets"),
             },
             "copy_heads": len(self.copy_heads),
@@ -458,7 +459,7 @@ class Grounder:
             score = 1.0 - detection.probability
             if self._kind_threshold:
                 threshold = 1.0 - detection.threshold
-            token_threshold = 1.0 - self.detector.span_threshold
+            token_threshold = 1.0 - self.detector.span_threshold_of(detection.kind)
             found = []
             if score < threshold:  # only an unsupported response has unsupported spans
                 runs, peaks = self.detector.spans(

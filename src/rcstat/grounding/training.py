@@ -42,15 +42,8 @@ from typing import Any
 import numpy as np
 
 from rcstat.grounding import detector_features as features
-from rcstat.grounding.detector import (
-    COPIED_KIND,
-    Detector,
-    LinearModel,
-    span_values,
-    unsupported_spans,
-    with_novel_words,
-    word_peaks,
-)
+from rcstat.grounding.detector import COPIED_KIND, Detector, LinearModel
+from rcstat.grounding.detector_spans import draw_spans, unit_values
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.measure import Measurer
 from rcstat.grounding.sample_weights import DatasetWeights
@@ -158,11 +151,15 @@ class DetectorSample:
             self.structured,
         )
 
-    def spans_at(self, probability: np.ndarray, threshold: float) -> list[tuple[int, int]]:
-        """The predicted unsupported spans of a flagged response at span ``threshold``."""
-        found = unsupported_spans(self.item.response, self.offsets, probability, threshold)
-        kept, _ = with_novel_words(*found, list(self.words))
-        return [(s.start, s.end) for s in kept]
+    def spans_at(
+        self, probability: np.ndarray, threshold: float, kind: str
+    ) -> list[tuple[int, int]]:
+        """The predicted unsupported spans of a flagged response of ``kind`` at span
+        ``threshold`` (:func:`~.detector_spans.draw_spans`)."""
+        spans, _ = draw_spans(
+            kind, self.item.response, self.offsets, probability, threshold, list(self.words)
+        )
+        return [(s.start, s.end) for s in spans]
 
 
 def measure_samples(
@@ -307,10 +304,13 @@ def fit_detector(
         copy_model, copy_threshold = None, other.threshold
         response_oof[copied] = other.model.probability(rows[copied]) if copied.any() else []
     flagged = response_oof > np.where(copied, copy_threshold, other.threshold)
-    span_threshold = _span_threshold(samples, token_oof, flagged)
+    span_threshold = _span_threshold(samples, token_oof, flagged, "other", ~copied)
+    copy_span_threshold = _span_threshold(samples, token_oof, flagged, "copied", copied)
+    kinds = ["copied" if c else "other" for c in copied]
+    thresholds = {"copied": copy_span_threshold, "other": span_threshold}
     oof_spans = [
-        s.spans_at(p, span_threshold) if f else []
-        for s, p, f in zip(samples, token_oof, flagged, strict=True)
+        s.spans_at(p, thresholds[kind], kind) if f else []
+        for s, p, f, kind in zip(samples, token_oof, flagged, kinds, strict=True)
     ]
     detector = Detector(
         model=model,
@@ -320,6 +320,7 @@ def fit_detector(
         threshold=other.threshold,
         span_threshold=span_threshold,
         copy_threshold=copy_threshold,
+        copy_span_threshold=copy_span_threshold,
         copy_response=copy_model,
         copy_token=None if copy_tokens is None else copy_tokens.model,
         meta={
@@ -384,7 +385,8 @@ def cross_validate_detector(
             out.token[i] = p
             out.probability[i] = prob
             out.flagged[i] = prob > threshold
-            out.spans[i] = s.spans_at(p, detector.span_threshold) if out.flagged[i] else []
+            threshold = detector.span_threshold_of(kind)
+            out.spans[i] = s.spans_at(p, threshold, kind) if out.flagged[i] else []
     return out
 
 
@@ -550,22 +552,27 @@ def _threshold(
 
 
 def _span_threshold(
-    samples: Sequence[DetectorSample], token: list[np.ndarray], flagged: np.ndarray
+    samples: Sequence[DetectorSample],
+    token: list[np.ndarray],
+    flagged: np.ndarray,
+    kind: str,
+    among: np.ndarray,
 ) -> float:
-    """The token threshold of largest character-level span F1 (out of fold) over the
-    span-labelled samples."""
-    known = [i for i, s in enumerate(samples) if s.item.spans_known]
+    """The span threshold of ``kind`` of largest character-level span F1 (out of fold) over
+    the span-labelled samples ``among`` (``[n]`` bool; all span-labelled samples when none of
+    them is), with the span rule of ``kind`` (:mod:`.detector_spans`)."""
+    labelled = [i for i, s in enumerate(samples) if s.item.spans_known]
+    known = [i for i in labelled if among[i]] or labelled
     values = np.concatenate(
-        [
-            span_values(word_peaks(samples[i].item.response, samples[i].offsets, token[i]))
-            for i in known
-        ]
+        [unit_values(kind, samples[i].item.response, samples[i].offsets, token[i]) for i in known]
     )
     candidates = np.unique(np.quantile(values, np.linspace(0.5, 0.995, 60)))
     gold = [list(samples[i].item.spans) for i in known]
     best_t, best = float(candidates[-1]), -1.0
     for t in candidates:
-        predicted = [samples[i].spans_at(token[i], float(t)) if flagged[i] else [] for i in known]
+        predicted = [
+            samples[i].spans_at(token[i], float(t), kind) if flagged[i] else [] for i in known
+        ]
         f1 = char_prf(predicted, gold).f1
         if not np.isnan(f1) and f1 > best:
             best_t, best = float(t), f1
