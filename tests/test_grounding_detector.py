@@ -23,7 +23,6 @@ from sklearn.linear_model import LogisticRegression
 
 from rcstat.grounding import Grounder, Grounding, HeadProfile, Measurement, Measurer
 from rcstat.grounding.detector import COPIED_KIND, Detector, LinearModel, shipped_detector
-from rcstat.grounding.detector_spans import draw_spans
 from rcstat.grounding.detector_features import (
     NLL_CAP,
     RESPONSE_FEATURES,
@@ -33,6 +32,7 @@ from rcstat.grounding.detector_features import (
     token_feature_names,
     token_features,
 )
+from rcstat.grounding.detector_spans import draw_spans
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.result import UnsupportedSpan
 from rcstat.grounding.score import response_words, word_scores
