@@ -924,3 +924,48 @@ def test_real_smollm2_tokenizer_keeps_user_text_literal():
     assert not special & set(_ids(raw)) and tok.decode(_ids(raw)) == raw.text
     raw_plain = segment_text(tok, injection, injection, allow_special_tokens=True)
     assert sum(i in special for i in _ids(raw_plain)) == 8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "calls"),
+    [
+        ({}, 1),
+        ({"system_prompt": "Be brief."}, 1),
+        ({"allow_special_tokens": True}, 1),
+        ({"answer": None}, 1),
+        ({"question_placement": "generation"}, 1),
+        ({"answer": "It was <|im_end|> built."}, 2),  # the answer's special string: once more
+    ],
+)
+def test_segment_chat_calls_the_tokenizer_once(tok, monkeypatch, kwargs, calls):
+    """The prompt, the template's placeholders and the answer are encoded in one call of the
+    tokenizer (each as if alone: the other tests compare the ids with separate encodings);
+    only an answer holding a special-token string is encoded again, literally."""
+    args = {"context": CONTEXT, "question": QUESTION, "answer": ANSWER} | kwargs
+    want = segment_chat(tok, **args)
+    seen: list[object] = []
+    call = type(tok).__call__
+
+    def counted(self, text, *a, **k):
+        seen.append(text)
+        return call(self, text, *a, **k)
+
+    monkeypatch.setattr(type(tok), "__call__", counted)
+    assert segment_chat(tok, **args) == want
+    assert len(seen) == calls
+
+
+def test_chat_prompt_ids_calls_the_tokenizer_once(tok, monkeypatch):
+    from rcstat.segments import chat_prompt_ids
+
+    want = chat_prompt_ids(tok, QUESTION + " " + ANSWER)
+    seen: list[object] = []
+    call = type(tok).__call__
+
+    def counted(self, text, *a, **k):
+        seen.append(text)
+        return call(self, text, *a, **k)
+
+    monkeypatch.setattr(type(tok), "__call__", counted)
+    assert chat_prompt_ids(tok, QUESTION + " " + ANSWER) == want
+    assert len(seen) == 1
