@@ -186,3 +186,17 @@ def test_support_sums_equal_the_units_key_expected_rc(heads: list[int]) -> None:
     for _ in range(2):
         got = rows_gpu.support_sums(scores, chosen, rows, (k0, k1), shared)
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    # the same scores inside a larger block (other strides, an offset): the same sums, bit for
+    # bit; and another heads tensor in the same pass gets its own gather
+    wider = torch.full((*scores.shape[:3], length + 5), float("nan"))
+    wider[..., 2 : length + 2] = scores
+    inside = wider[..., 2 : length + 2]
+    for _ in range(2):
+        assert torch.equal(rows_gpu.support_sums(inside, chosen, rows, (k0, k1), shared), got)
+    other = torch.tensor([1])
+    again = rows_gpu.support_sums(scores, other, rows, (k0, k1), shared)
+    fresh = rows_gpu.support_sums(scores, other, rows, (k0, k1), {})
+    assert torch.equal(again, fresh)
+    torch.testing.assert_close(
+        again, units_key_expected(scores[:, other], rows, (k0, k1)).sum(1), rtol=1e-9, atol=1e-9
+    )
