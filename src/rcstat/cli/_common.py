@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from rich.console import Console
+from rich.markup import escape
 
 from rcstat.checks import float_list as float_list  # the options' checks, shared with the API
 from rcstat.checks import int_list as int_list
@@ -61,6 +62,14 @@ def print_json(document: dict[str, Any]) -> None:
     write a missing number as null)."""
     sys.stdout.write(json.dumps(document, ensure_ascii=False, allow_nan=False) + "\n")
     sys.stdout.flush()
+
+
+def print_json_result(document: dict[str, Any], out: str | Path | None) -> None:
+    """``--json``: ``document`` on standard output (:func:`print_json`), and the folder the
+    command wrote, ``out`` (None: none), on standard error."""
+    print_json(document)
+    if out is not None:
+        error_console.print(f"results written to {escape(str(out))}/")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

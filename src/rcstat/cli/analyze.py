@@ -21,10 +21,9 @@ from rcstat.cli._common import (
     add_config_option,
     answer_line,
     console,
-    error_console,
     flag_values,
     load_model_quietly,
-    print_json,
+    print_json_result,
     read_texts,
     step,
 )
@@ -136,8 +135,7 @@ def run(args: JsonArgs[AnalyzeConfig]) -> int:
     config = args.config
     result = run_analyze(config, loader=load_model_quietly, step=step)
     if args.json:
-        print_json(result.to_dict())
-        error_console.print(f"results written to {escape(str(config.out))}/")
+        print_json_result(result.to_dict(), config.out)
         return 0
     analysis = result.analysis
     # User text and paths may contain [brackets]: escape them, they are not rich markup.

@@ -24,10 +24,9 @@ from rcstat.cli._common import (
     answer_line,
     clip,
     console,
-    error_console,
     flag_values,
     load_model_quietly,
-    print_json,
+    print_json_result,
     read_file_option,
     read_texts,
 )
@@ -169,8 +168,7 @@ def run(args: JsonArgs[AttributeConfig]) -> int:
     config = args.config
     result = run_attribute(config, loader=load_model_quietly, step=show_step)
     if args.json:
-        print_json(result.to_dict())
-        error_console.print(f"results written to {escape(str(config.out))}/")
+        print_json_result(result.to_dict(), config.out)
         return 0
     attribution = result.attribution
     console.print(escape(answer_line("answer", attribution.answer, attribution.finished)))
