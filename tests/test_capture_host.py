@@ -58,19 +58,3 @@ def test_download_many_keeps_host_values_as_they_are() -> None:
     values = {"a": torch.arange(5), "b": torch.ones(2, 3, dtype=torch.float64)}
     got = download_many(values)
     assert list(got) == list(values) and all(got[k] is values[k] for k in values)
-
-
-def test_put_together_fills_each_stack_as_put_does() -> None:
-    """Host values (the CPU's case; the GPU's side stream is in tests/test_gpu.py)."""
-    from rcstat.capture.host import put_together
-
-    first = HostStack([0, 1], (2,), torch.float32, pinned=False)
-    second = HostStack([0, 1], (3,), torch.float64, pinned=False)
-    for layer in (1, 0):
-        put_together(
-            layer,
-            [(first, torch.full((2,), float(layer))), (second, torch.full((3,), -1.0 - layer))],
-        )
-    torch.testing.assert_close(first.result(), torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
-    want = torch.tensor([[-1.0] * 3, [-2.0] * 3], dtype=torch.float64)
-    torch.testing.assert_close(second.result(), want)

@@ -496,27 +496,6 @@ def test_host_stack_copies_from_cuda_asynchronously() -> None:
     torch.testing.assert_close(result[1] - result[0], torch.ones(1000))
 
 
-def test_put_together_copies_from_cuda_on_one_side_stream() -> None:
-    """Two stacks filled together, one of them copied alone before (on its own side stream):
-    every slice arrives, and each stack's result waits for its copies."""
-    from rcstat.capture.host import HostStack, put_together
-
-    first = HostStack([0, 1, 2], (1000,), torch.float32, pinned=True)
-    second = HostStack([0, 1, 2], (7,), torch.float64, pinned=True)
-    second.put(0, torch.full((7,), 0.5, device="cuda", dtype=torch.float64))
-    first.put(0, torch.zeros(1000, device="cuda"))
-    for layer in (1, 2):
-        big = torch.arange(1000, device="cuda", dtype=torch.float32) * layer
-        small = torch.full((7,), float(layer), device="cuda", dtype=torch.float64)
-        put_together(layer, [(first, big), (second, small)])
-        del big, small  # the stream record keeps the memory until the copy is done
-    got = first.result()
-    torch.testing.assert_close(got[2], 2 * torch.arange(1000, dtype=torch.float32))
-    torch.testing.assert_close(got[1], torch.arange(1000, dtype=torch.float32))
-    want = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)[:, None].expand(3, 7)
-    torch.testing.assert_close(second.result(), want)
-
-
 def test_stack_on_host_keeps_the_order_across_devices() -> None:
     """Values on two devices (the host and a GPU, as a model split across cards gives them)
     come back in their own order, each device copied once."""

@@ -40,7 +40,7 @@ from rcstat.attribution.spans import (
 )
 from rcstat.capture import attention_layout, capture_scores, softmax_params
 from rcstat.capture.graphs import kept_graphs
-from rcstat.capture.host import HostStack, put_together, stack_on_host, sum_on_host
+from rcstat.capture.host import HostStack, stack_on_host, sum_on_host
 from rcstat.defaults import (
     DEFAULT_LANGUAGE,
     DEFAULT_MAX_NEW_TOKENS,
@@ -292,10 +292,8 @@ class Attributor:
 
         def sink(layer: int, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             """The results that grow with the input go to the host as each layer ends."""
-            put_together(  # one wait and one side stream for both copies
-                layer,
-                [(token_scores, out.pop("token_scores")), (per_head, out.pop("per_head"))],
-            )
+            token_scores.put(layer, out.pop("token_scores"))
+            per_head.put(layer, out.pop("per_head"))
             return out
 
         # the layers' graphs stay on the model while calls of the same spans follow each other

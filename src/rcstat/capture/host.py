@@ -28,7 +28,19 @@ class HostStack:
 
     def put(self, layer: int, value: torch.Tensor) -> None:
         """Copy ``value`` (any device, the slice's shape) into ``layer``'s slice."""
-        put_together(layer, [(self, value)])
+        target = self._values[self._index[layer]]
+        if not value.is_cuda:
+            target.copy_(value)
+        else:
+            device = value.device
+            stream = self._streams.get(device)
+            if stream is None:  # one side stream a device (a new one every call costs host time)
+                stream = self._streams[device] = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                target.copy_(value, non_blocking=True)
+            value.record_stream(stream)  # not reused before the copy is done
+        self._filled.add(layer)
 
     def result(self) -> torch.Tensor:
         """The filled tensor, once every copy is done; raises if a layer is missing."""
@@ -38,39 +50,6 @@ class HostStack:
         for stream in self._streams.values():
             stream.synchronize()
         return self._values
-
-
-def put_together(layer: int, pairs: Sequence[tuple[HostStack, torch.Tensor]]) -> None:
-    """:meth:`HostStack.put` of each ``(stack, value)`` for ``layer``, the copies of a device
-    queued on one side stream behind one wait for the device's current stream (the side
-    stream of the first stack that has one there; each stack's :meth:`~HostStack.result`
-    waits for it).
-
-    A layer's results put one by one cost a wait and a switch of streams each (host time
-    that the device waits for between a pass's layers).
-    """
-    on_device: dict[torch.device, list[tuple[HostStack, torch.Tensor, torch.Tensor]]] = {}
-    for stack, value in pairs:
-        target = stack._values[stack._index[layer]]
-        if value.is_cuda:
-            on_device.setdefault(value.device, []).append((stack, value, target))
-        else:
-            target.copy_(value)
-        stack._filled.add(layer)
-    for device, copies in on_device.items():
-        owner = next((stack for stack, _, _ in copies if device in stack._streams), None)
-        side = torch.cuda.Stream(device) if owner is None else owner._streams[device]
-        side.wait_stream(torch.cuda.current_stream(device))
-        for stack, _, _ in copies:
-            mine = stack._streams.setdefault(device, side)
-            if mine is not side:  # this stack copied on another stream before: wait for it
-                side.wait_stream(mine)
-                stack._streams[device] = side
-        with torch.cuda.stream(side):
-            for _, value, target in copies:
-                target.copy_(value, non_blocking=True)
-        for _, value, _ in copies:
-            value.record_stream(side)  # not reused before the copy is done
 
 
 def stack_on_host(values: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -211,13 +211,10 @@ def support_sums(
         ``[k0, k1)``: the keys scored.
     shared
         Filled and read across the layers of one pass: the units' masks, sample counts, row
-        lengths and denominators for ``h`` heads, the units' first elements and their samples'
-        elements for a layout of strides, and for each ``heads`` tensor (kept there, so the
-        same tensor a layer gives the same entry) the linear index of its samples: a layer
-        reads them in one ``index_select`` (an advanced index over blocks, heads and rows took
-        several times the host time).
+        lengths and denominators for ``h`` heads, and the units' first elements for a layout
+        of strides.
     """
-    _, _, _, columns = scores.shape
+    count, _, height, columns = scores.shape
     units, width = rows.index.shape
     picked = heads.shape[0]
     first, last = keys
@@ -237,33 +234,16 @@ def support_sums(
     strides = scores.stride()
     stride_b, stride_h, stride_row, stride_key = strides
     if ("base", strides) not in shared:  # [U]: the element of key k0 in each unit's first row
-        row = rows.index.div(columns, rounding_mode="floor")  # [U, Y]
-        shared |= {
-            ("base", strides): batch * stride_b + rows.starts * stride_row + first * stride_key,
-            # [U, Y]: the element of each of a unit's samples in head 0
-            ("at", strides): batch[:, None] * stride_b
-            + row * stride_row
-            + (rows.index % columns) * stride_key,
-        }
-    mine = (id(heads), strides)
-    if shared.get(("heads", mine)) is not heads:  # kept there: its id stays its own
-        on_head = heads[None, :] * stride_h  # [1, h]
-        shared |= {
-            ("heads", mine): heads,
-            ("at", mine): (shared[("at", strides)][:, None, :] + on_head[..., None]).view(-1),
-            ("base", mine): (shared[("base", strides)][:, None] + on_head).reshape(-1),  # [U·h]
-        }
-    extent = 1 + sum(
-        (size - 1) * stride for size, stride in zip(scores.shape, strides, strict=True)
-    )
-    storage = scores.as_strided((extent,), (1,))  # the scores' elements in memory order
-    y = storage.index_select(0, shared[("at", mine)]).view(units * picked, width)  # [U·h, Y]
+        shared[("base", strides)] = batch * stride_b + rows.starts * stride_row + first * stride_key
+    flat = scores.reshape(count, -1, height * columns)  # [B, H, R·T] (a view when contiguous)
+    y = flat[batch[:, None, None], heads[None, :, None], rows.index[:, None, :]]  # [U, h, Y]
     valid = shared[("valid", picked)]
-    ys = torch.sort(torch.where(valid, y, torch.inf), dim=-1)[0]
+    ys = torch.sort(torch.where(valid, y.reshape(units * picked, width), torch.inf), dim=-1)[0]
     prepared = prepared_sorted(ys, shared[("count", picked)])
+    base = (shared[("base", strides)][:, None] + heads[None, :] * stride_h).reshape(-1)  # [U·h]
     sums = ragged_rank_sums(
         scores,
-        shared[("base", mine)],
+        base,
         shared[("lengths", picked)],
         (last - first, rows.longest, 1),
         (stride_key, stride_row, 1),

@@ -3,9 +3,7 @@
 The template is rendered around the user message ``context + "\\n\\n" + question``; the
 message, and inside it the context and the question, are located by rendering the template a
 second time with a sentinel (see :mod:`rcstat.segments`). Special tokens that came from the
-user's strings rather than from the template are re-encoded literally. The prompt, the
-template's placeholder rendering (its own markers) and the answer are encoded in one call of
-the tokenizer (:func:`~rcstat.segments.encode.encode_together`), each as if alone.
+user's strings rather than from the template are re-encoded literally.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from rcstat.segments.encode import (
     check_text,
     common_prefix_len,
     encode,
-    encode_together,
     special_ids,
 )
 from rcstat.segments.segmented import Segmented, append_continuation, build
@@ -163,24 +160,11 @@ def segment_chat(
         "context": (ctx_start, ctx_start + len(context)),
         "question": (q_start, q_start + len(question)),
     }
-    # one call of the tokenizer: the prompt, the placeholders' rendering, the answer
-    placeholders = (
-        None if allow_special_tokens else _placeholders(tokenizer, prompt_text, system_prompt)
-    )
-    texts = [prompt_text] + ([] if placeholders is None else [placeholders])
-    encoded = encode_together(
-        tokenizer, texts + ([] if answer is None else [answer]), add_special_tokens=False
-    )
-    ids, offsets = encoded[0]
-    if placeholders is not None:
+    if allow_special_tokens:
+        ids, offsets = encode(tokenizer, prompt_text, add_special_tokens=False)
+    else:
         ids, offsets = _encode_template_literal(
-            tokenizer,
-            prompt_text,
-            (ids, offsets),
-            encoded[1][0],
-            message_window,
-            user_message,
-            system_prompt,
+            tokenizer, prompt_text, message_window, user_message, system_prompt
         )
     prompt_len = len(ids)
     if question_placement == "generation":
@@ -192,15 +176,7 @@ def segment_chat(
     text = prompt_text
     if answer is not None:
         text = append_continuation(
-            tokenizer,
-            text,
-            ids,
-            offsets,
-            parts,
-            "answer",
-            answer,
-            literal=not allow_special_tokens,
-            encoded=encoded[-1],
+            tokenizer, text, ids, offsets, parts, "answer", answer, literal=not allow_special_tokens
         )
     return build(ids, prompt_len, text, offsets, parts, max_length)
 
@@ -208,24 +184,21 @@ def segment_chat(
 def _encode_template_literal(
     tokenizer: Any,
     rendered: str,
-    encoded: tuple[list[int], list[tuple[int, int]]],
-    template_ids: list[int],
     message_window: tuple[int, int],
     user_message: str,
     system_prompt: str | None,
 ) -> tuple[list[int], list[tuple[int, int]]]:
     """Encode a rendered chat prompt so that only the template's markers are special tokens.
 
-    `encoded` is `rendered` encoded in one piece (as ``apply_chat_template(tokenize=True)``
-    would). Special tokens overlapping the user's text (`message_window`, and the system
-    prompt's window when one is given) came from that text: each run of tokens between two of
-    the template's own special tokens that holds one is re-encoded literally and spliced in.
-    The special tokens of the result must be those of `template_ids`, the ids of the template
-    rendered with placeholders for the user's strings (:func:`_placeholders`), in the same
-    order.
+    `rendered` is encoded in one piece (as ``apply_chat_template(tokenize=True)`` would).
+    Special tokens overlapping the user's text (`message_window`, and the system prompt's
+    window when one is given) came from that text: each run of tokens between two of the
+    template's own special tokens that holds one is re-encoded literally and spliced in.
+    The special tokens of the result must be those of the template rendered with
+    placeholders for the user's strings, in the same order.
     """
     special = special_ids(tokenizer)
-    ids, offsets = encoded
+    ids, offsets = encode(tokenizer, rendered, add_special_tokens=False)
     windows = [message_window]
     if system_prompt is not None:
         sentinel = _unused_sentinel(_SYSTEM_SENTINEL, rendered + system_prompt)
@@ -259,7 +232,14 @@ def _encode_template_literal(
             k = j
         ids, offsets = new_ids, new_offsets
 
-    # The template's own markers: those of the template rendered with placeholders.
+    # The template's own markers: render it with placeholders for every user string.
+    probe = rendered + (system_prompt or "")
+    placeholders = _render(
+        tokenizer,
+        _unused_sentinel(_SENTINEL, probe),
+        None if system_prompt is None else _unused_sentinel(_SYSTEM_SENTINEL, probe),
+    )
+    template_ids, _ = encode(tokenizer, placeholders, add_special_tokens=False)
     want = [i for i in template_ids if i in special]
     got = [i for i in ids if i in special]
     if got != want:
@@ -270,17 +250,6 @@ def _encode_template_literal(
             "strings from the text (or, for trusted text only, pass allow_special_tokens=True)"
         )
     return ids, offsets
-
-
-def _placeholders(tokenizer: Any, rendered: str, system_prompt: str | None) -> str:
-    """The template rendered with placeholders for every user string of `rendered` (whose
-    encoding's special tokens are the template's own markers)."""
-    probe = rendered + (system_prompt or "")
-    return _render(
-        tokenizer,
-        _unused_sentinel(_SENTINEL, probe),
-        None if system_prompt is None else _unused_sentinel(_SYSTEM_SENTINEL, probe),
-    )
 
 
 def _unused_sentinel(sentinel: str, text: str) -> str:
@@ -356,13 +325,7 @@ def chat_prompt_ids(
         return encode(tokenizer, rendered, add_special_tokens=False)[0]
     lo, hi = _message_bounds(tokenizer, rendered, None)
     window = (min(lo, hi), max(lo, hi))
-    placeholders = _placeholders(tokenizer, rendered, None)
-    encoded, (template_ids, _) = encode_together(
-        tokenizer, [rendered, placeholders], add_special_tokens=False
-    )
-    return _encode_template_literal(
-        tokenizer, rendered, encoded, template_ids, window, message, None
-    )[0]
+    return _encode_template_literal(tokenizer, rendered, window, message, None)[0]
 
 
 def _locate_message(

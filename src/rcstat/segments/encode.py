@@ -17,8 +17,6 @@ __all__ = [
     "check_text",
     "common_prefix_len",
     "encode",
-    "encode_together",
-    "literal_from",
     "special_ids",
 ]
 
@@ -95,44 +93,6 @@ def encode(
                 "only, pass allow_special_tokens=True)"
             )
     return ids, offsets
-
-
-def encode_together(
-    tokenizer: Any, texts: list[str], *, add_special_tokens: bool
-) -> list[tuple[list[int], list[tuple[int, int]]]]:
-    """:func:`encode` (without ``literal``) of each of `texts`, in one call of the tokenizer.
-
-    A batch is encoded text by text, without padding: each text's ids and offsets are those
-    of encoding it alone. One call instead of one a text saves the tokenizer's per-call host
-    work (and lets the backend encode the texts side by side).
-    """
-    enc = tokenizer(
-        texts,
-        add_special_tokens=add_special_tokens,
-        return_offsets_mapping=True,
-        return_attention_mask=False,
-        verbose=False,
-    )
-    return [
-        ([int(i) for i in ids], [(int(s), int(e)) for s, e in offsets])
-        for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
-    ]
-
-
-def literal_from(
-    tokenizer: Any, text: str, encoded: tuple[list[int], list[tuple[int, int]]]
-) -> tuple[list[int], list[tuple[int, int]]]:
-    """``encode(tokenizer, text, add_special_tokens=False, literal=True)``, given `encoded`,
-    the encoding of `text` without ``literal`` (from :func:`encode_together`).
-
-    Without special tokens in `encoded` the tokenizer matched no special-token string in
-    `text`, so splitting them (``split_special_tokens``) changes nothing and `encoded` is
-    the literal encoding; otherwise `text` is encoded again, literally.
-    """
-    special = special_ids(tokenizer)
-    if any(i in special for i in encoded[0]):
-        return encode(tokenizer, text, add_special_tokens=False, literal=True)
-    return encoded
 
 
 def special_ids(tokenizer: Any) -> frozenset[int]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rcstat.segments.encode import common_prefix_len, encode, literal_from
+from rcstat.segments.encode import common_prefix_len, encode
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -299,22 +299,12 @@ def append_continuation(
     continuation: str,
     *,
     literal: bool,
-    encoded: tuple[list[int], list[tuple[int, int]]] | None = None,
 ) -> str:
     """Teacher-force ``continuation``: tokenise it alone (``add_special_tokens=False``),
-    extend ``ids``/``offsets``/``parts`` in place and return the extended text.
-
-    ``encoded``: its encoding without ``literal``, made already (by
-    :func:`~rcstat.segments.encode.encode_together`); it is the result, or with ``literal``
-    the start of :func:`~rcstat.segments.encode.literal_from`."""
-    if encoded is None:
-        more_ids, more_offsets = encode(
-            tokenizer, continuation, add_special_tokens=False, literal=literal
-        )
-    else:
-        more_ids, more_offsets = (
-            literal_from(tokenizer, continuation, encoded) if literal else encoded
-        )
+    extend ``ids``/``offsets``/``parts`` in place and return the extended text."""
+    more_ids, more_offsets = encode(
+        tokenizer, continuation, add_special_tokens=False, literal=literal
+    )
     base = len(text)
     ids.extend(more_ids)
     offsets.extend((base + s, base + e) for s, e in more_offsets)
