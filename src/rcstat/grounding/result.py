@@ -138,11 +138,13 @@ class Grounding:
         does not show as a question).
     spans
         The unsupported spans (:class:`UnsupportedSpan`, character offsets in the response):
-        the runs of words below the token threshold, or the trained detector's spans. Empty
-        exactly when no checked sentence is unsupported.
+        the runs of words below the token threshold, or the trained detector's spans (the
+        clauses of a reworded response, the changed words of a quoted one). Empty exactly
+        when no checked sentence is unsupported.
     token_threshold
-        Token scores below it mark unsupported words (None: :attr:`threshold`, as for the
-        zero-shot word score; the detector's token scale differs from its response scale).
+        Token scores below it mark unsupported words, or with a detector the tokens that make
+        their clause or word unsupported (None: :attr:`threshold`, as for the zero-shot word
+        score; the detector's token scale differs from its response scale).
     """
 
     context: str
