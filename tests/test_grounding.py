@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -1211,3 +1212,8 @@ def test_the_readmes_example_gives_the_verdicts_it_claims() -> None:
         "It is 330 metres tall.",
         "Gustave Eiffel's company designed and built it.",
     ]
+    # docs/grounding.md shows these two calls' scores, the threshold and the span: today's
+    doc = (Path(__file__).parents[1] / "docs" / "grounding.md").read_text(encoding="utf-8")
+    assert [s.text for s in wrong.spans] == ["1925"]
+    assert f"response score {wrong.score:.3f} (threshold {wrong.threshold:.3f}): UNSUPPORTED" in doc
+    assert f"instead the response scores {right.score:.3f}," in doc
