@@ -12,14 +12,19 @@ thing is missing:
 - ``server``: a running ``rcstat serve``; run with ``RCSTAT_DOCS_SERVER=1``;
 - anything else is a module name, present when it can be imported (``ragas``, ...).
 
-Output and pseudo-code are fenced as ```text or ```bash, never ```python. Pages whose
+A ```text block right after a ```python block (nothing but blank lines between) is that block's
+printed output: what the block prints must end with it, line for line (trailing spaces aside;
+a framework may print its own lines before the example's).
+Other output and pseudo-code are fenced as ```text or ```bash, never ```python. Pages whose
 examples load the default model carry the ``slow`` marker; the model is loaded once per
 session (``rcstat.load_model()`` without arguments returns the same model and tokenizer).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import re
 from dataclasses import dataclass, field
@@ -30,18 +35,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_FENCE = re.compile(
+    r"^```python[ \t]*\n(.*?)^```[ \t]*$(?:\n\s*^```text[ \t]*\n(.*?)^```[ \t]*$)?",
+    re.MULTILINE | re.DOTALL,
+)
 _NEEDS = re.compile(r"\A#\s*needs:\s*(.+)")
 _SLOW = ("load_model(", ".run(", "run_demo(")
 
 
 @dataclass(frozen=True)
 class Block:
-    """One ```python block: its page, its first line's number and its code."""
+    """One ```python block: its page, its first line's number, its code and the output the
+    page shows for it (None: none)."""
 
     page: Path
     line: int
     code: str
+    output: str | None = None
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -58,7 +68,8 @@ def blocks_of(page: Path) -> list[Block]:
     """The ```python blocks of ``page``, in order."""
     text = page.read_text(encoding="utf-8")
     return [
-        Block(page, text.count("\n", 0, m.start()) + 2, m.group(1)) for m in _FENCE.finditer(text)
+        Block(page, text.count("\n", 0, m.start()) + 2, m.group(1), m.group(2))
+        for m in _FENCE.finditer(text)
     ]
 
 
@@ -131,12 +142,42 @@ def _one_default_model() -> Any:
     rcstat.load_model = original  # type: ignore[attr-defined]
 
 
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip("\n").splitlines()]
+
+
 def _run(block: Block, namespace: dict[str, Any]) -> None:
-    exec(compile(block.code, block.id, "exec"), namespace)
+    """Run ``block`` in ``namespace``; where the page shows its output, what it prints must be
+    that output."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block.code, block.id, "exec"), namespace)
+    if block.output is not None:
+        shown = _lines(block.output)
+        assert _lines(printed.getvalue())[-len(shown) :] == shown, (
+            f"{block.id} prints other than the page shows:\n{printed.getvalue()}"
+        )
 
 
 def test_pages_have_examples() -> None:
     assert blocks_of(ROOT / "README.md"), "README.md has no ```python example"
+
+
+def test_an_output_block_is_the_output_of_the_block_before_it(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nprint('a ')\n```\n\n```text\na\n```\n\nprose\n\n"
+        "```python\nprint('b')\n```\nprose\n```text\nnot an output\n```\n",
+        encoding="utf-8",
+    )
+    first, second = blocks_of(page)
+    assert (first.output, second.output) == ("a\n", None)
+    here = ROOT / "README.md"  # a block's id names its page in the repository
+    _run(Block(here, first.line, first.code, first.output), {})
+    _run(Block(here, 1, "print('banner'); print('a')", "a\n"), {})  # its lines last
+    for code in ("print('c')", "print('a'); print('c')"):
+        with pytest.raises(AssertionError, match="prints other than the page shows"):
+            _run(Block(here, 1, code, "a\n"), {})
 
 
 def test_needs_lines_are_known_or_modules() -> None:
