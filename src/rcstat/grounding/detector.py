@@ -48,7 +48,7 @@ from rcstat.grounding.detector_features import (
     token_feature_names,
     token_features,
 )
-from rcstat.grounding.detector_spans import draw_spans
+from rcstat.grounding.detector_spans import check_kind, draw_spans
 from rcstat.grounding.json_file import check_format, save_json
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.measure import Measurement
@@ -318,7 +318,7 @@ class Detector:
         peaks: list[float] = []
         if unsupported:
             text = measured.example.part_text("answer")
-            spans, peaks = self.spans(text, measured.token_spans(), probability, words)
+            spans, peaks = self.spans(text, measured.token_spans(), probability, words, kind)
         return Detection(probability, p_response, kind, threshold, unsupported, spans, peaks)
 
     def spans(
@@ -327,23 +327,21 @@ class Detector:
         offsets: np.ndarray,
         probability: np.ndarray,
         words: list[ResponseWord],
+        kind: str,
     ) -> tuple[list[TextSpan], list[float]]:
-        """The unsupported spans of an unsupported response and their peaks: the span rule of
-        its kind at that kind's span threshold (:func:`~.detector_spans.draw_spans`)."""
-        kind = self.kind_of(words)[0]
+        """The unsupported spans of an unsupported response of ``kind`` (:meth:`kind_of`) and
+        their peaks: the span rule of its kind at that kind's span threshold
+        (:func:`~.detector_spans.draw_spans`)."""
         return draw_spans(kind, response, offsets, probability, self.span_threshold_of(kind), words)
 
     def span_threshold_of(self, kind: str) -> float:
         """The span threshold of responses of ``kind`` (``"copied"`` or ``"other"``)."""
-        if kind not in ("copied", "other"):
-            raise ValueError(f"kind must be 'copied' or 'other', got {kind!r}")
-        return self.copy_span_threshold if kind == "copied" else self.span_threshold
+        return self.copy_span_threshold if check_kind(kind) == "copied" else self.span_threshold
 
     def token_model(self, kind: str) -> LinearModel:
         """The token model of responses of ``kind`` (``"copied"`` or ``"other"``)."""
-        if kind not in ("copied", "other"):
-            raise ValueError(f"kind must be 'copied' or 'other', got {kind!r}")
-        return self.copy_token if kind == "copied" and self.copy_token is not None else self.token
+        copied = check_kind(kind) == "copied"
+        return self.copy_token if copied and self.copy_token is not None else self.token
 
     def kind_of(self, words: list[ResponseWord]) -> tuple[str, LinearModel, float]:
         """The kind of a response with these words, its response model and its threshold

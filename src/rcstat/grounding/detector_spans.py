@@ -32,8 +32,10 @@ from rcstat.grounding.lexicon import ResponseWord
 __all__ = [
     "KINDS",
     "SPAN_RADIUS",
+    "check_kind",
     "clause_spans",
     "clauses",
+    "consecutive_runs",
     "draw_spans",
     "span_values",
     "unit_values",
@@ -51,6 +53,28 @@ _MARK = ".!?,;:。！？，、；："
 #: A clause: characters up to a clause mark (a period or comma between digits is none), then
 #: the marks that end it.
 _CLAUSE = re.compile(rf"(?:[^{_MARK}\n]|(?<=\d)[.,](?=\d))+[{_MARK}]*")
+
+
+def check_kind(kind: str) -> str:
+    """``kind`` when it is one of :data:`KINDS`, else ``ValueError``."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be 'copied' or 'other', got {kind!r}")
+    return kind
+
+
+def consecutive_runs(indices: list[int]) -> list[list[int]]:
+    """Increasing ``indices`` grouped into runs of consecutive ones.
+
+    >>> consecutive_runs([1, 2, 4, 6, 7, 8])
+    [[1, 2], [4], [6, 7, 8]]
+    """
+    runs: list[list[int]] = []
+    for k in indices:
+        if runs and runs[-1][-1] == k - 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return runs
 
 
 def word_peaks(response: str, offsets: np.ndarray, probability: np.ndarray) -> np.ndarray:
@@ -112,12 +136,7 @@ def unsupported_spans(
     chosen = np.flatnonzero(smoothed >= threshold).tolist()
     if not chosen:
         chosen = [int(np.argmax(smoothed))]
-    runs: list[list[int]] = []
-    for k in chosen:
-        if runs and runs[-1][-1] == k - 1:
-            runs[-1].append(k)
-        else:
-            runs.append([k])
+    runs = consecutive_runs(chosen)
     spans = []
     for run in runs:
         start, end = int(peaks[run[0], 0]), int(peaks[run[-1], 1])
@@ -218,9 +237,7 @@ def draw_spans(
     ``"other"``; module notes) at span ``threshold``, and each one's largest token
     probability (``offsets`` ``[G, 2]``, ``probability`` ``[G]``, ``words`` the response's
     words and their context matches)."""
-    if kind not in KINDS:
-        raise ValueError(f"kind must be 'copied' or 'other', got {kind!r}")
-    if kind == "copied":
+    if check_kind(kind) == "copied":
         return with_novel_words(
             *unsupported_spans(response, offsets, probability, threshold), words
         )

@@ -463,7 +463,7 @@ class Grounder:
             found = []
             if score < threshold:  # only an unsupported response has unsupported spans
                 runs, peaks = self.detector.spans(
-                    checked, spans, detection.token_probability, marked
+                    checked, spans, detection.token_probability, marked, detection.kind
                 )
                 found = [
                     UnsupportedSpan(span.start, span.end, span.text, 1.0 - peak)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rcstat.attribution import TextSpan
+from rcstat.grounding.detector_spans import consecutive_runs
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.result import UnsupportedSpan
 from rcstat.grounding.score import Word, response_words, text_overlaps
@@ -76,13 +77,7 @@ def word_runs(
 ) -> list[UnsupportedSpan]:
     """The runs of consecutive words scoring below ``threshold`` (the zero-shot spans), each
     with its lowest word score."""
-    runs: list[list[int]] = []
-    for k, value in enumerate(scores):
-        if value < threshold:
-            if runs and runs[-1][-1] == k - 1:
-                runs[-1].append(k)
-            else:
-                runs.append([k])
+    runs = consecutive_runs([k for k, value in enumerate(scores) if value < threshold])
     return [
         UnsupportedSpan(
             words[run[0]].start,

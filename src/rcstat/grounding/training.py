@@ -22,7 +22,8 @@ labelled response and keeps its detector features (:mod:`.detector_features`);
    their mix); a dataset with too few faithful responses in the kind to hold one false alarm
    at that rate (fewer than ``1 / rate``) may have one
    (:func:`~rcstat.metrics.thresholds.false_alarm_threshold`);
-4. the **span threshold**: the one of largest character-level span F1, out of fold.
+4. each kind's **span threshold**: the one of largest character-level span F1, out of fold,
+   over that kind's span-labelled responses with its span rule (:mod:`.detector_spans`).
 
 Every fit weighs a response (or a token) by its dataset's weight, set once over all the
 samples (:mod:`.sample_weights`): with ``balance_datasets`` every dataset has the same total
@@ -306,12 +307,6 @@ def fit_detector(
     flagged = response_oof > np.where(copied, copy_threshold, other.threshold)
     span_threshold = _span_threshold(samples, token_oof, flagged, "other", ~copied)
     copy_span_threshold = _span_threshold(samples, token_oof, flagged, "copied", copied)
-    kinds = ["copied" if c else "other" for c in copied]
-    thresholds = {"copied": copy_span_threshold, "other": span_threshold}
-    oof_spans = [
-        s.spans_at(p, thresholds[kind], kind) if f else []
-        for s, p, f, kind in zip(samples, token_oof, flagged, kinds, strict=True)
-    ]
     detector = Detector(
         model=model,
         layers=layers,
@@ -344,6 +339,11 @@ def fit_detector(
             **(meta or {}),
         },
     )
+    kinds = ["copied" if c else "other" for c in copied]
+    oof_spans = [
+        s.spans_at(p, detector.span_threshold_of(kind), kind) if f else []
+        for s, p, f, kind in zip(samples, token_oof, flagged, kinds, strict=True)
+    ]
     return detector, OutOfFold(token_oof, response_oof, flagged, oof_spans)
 
 
@@ -385,8 +385,8 @@ def cross_validate_detector(
             out.token[i] = p
             out.probability[i] = prob
             out.flagged[i] = prob > threshold
-            threshold = detector.span_threshold_of(kind)
-            out.spans[i] = s.spans_at(p, threshold, kind) if out.flagged[i] else []
+            span_threshold = detector.span_threshold_of(kind)
+            out.spans[i] = s.spans_at(p, span_threshold, kind) if out.flagged[i] else []
     return out
 
 
