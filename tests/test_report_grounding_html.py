@@ -502,6 +502,25 @@ def test_legend_has_every_bin_nan_and_the_markers():
         assert f".g{b}{{background:{colour}" in page
 
 
+def test_a_detectors_legend_names_its_span_threshold_and_marks_sentences_by_spans():
+    """With a trained detector the tokens are coloured against the span threshold, not the
+    response's threshold, and a sentence is unsupported where a span lies: a supported response
+    may hold tokens below the span threshold (doubted, not unsupported), so the legend must not
+    call a sentence score below it unsupported."""
+    g = _grounding(token_threshold=0.075)
+    parsed = _Parsed(grounding_page(g))
+    legend = " ".join(parsed.legend_text.split())
+    assert "below the span threshold 0.075" in legend
+    assert "an unsupported span (underlined) lies in the sentence" in legend
+    assert "sentence score below" not in legend and "0.500" not in legend
+    page = grounding_page(g)
+    assert '<b class="tick" style="left:50%" title="span threshold 0.075">' in page
+    assert "red below it (doubted; unsupported inside an underlined span)" in page
+    # the zero-shot view keeps the sentence score rule
+    plain = " ".join(_Parsed(grounding_page(_grounding())).legend_text.split())
+    assert "sentence score below the threshold 0.500" in plain and "span threshold" not in plain
+
+
 def test_invalid_groundings_raise():
     with pytest.raises(ValueError, match="token_scores has shape"):
         grounding_page(_grounding(token_scores=np.zeros(3)))

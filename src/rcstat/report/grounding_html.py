@@ -162,7 +162,7 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
         f"<title>{_esc(title)}</title><style>{STYLE}{_palette_css()}</style></head>"
         '<body><main id="rcstat-grounding">'
         f"{_render_header(g, title, score, threshold, sentences)}"
-        f"{_render_legend(colour_threshold, unverified=n_unverified > 0)}"
+        f"{_render_legend(colour_threshold, unverified=n_unverified > 0, by_spans=token_threshold is not None)}"
         '<div class="layout"><section class="card"><h2>Response <span class="what">· '
         f"{_count(len(tokens), 'token')} · {_count(len(sentences), 'sentence')}{flagged}"
         "</span></h2>"
@@ -307,30 +307,41 @@ def _render_header(
     )
 
 
-def _render_legend(threshold: float, *, unverified: bool = False) -> str:
+def _render_legend(threshold: float, *, unverified: bool = False, by_spans: bool = False) -> str:
+    """The colour scale and the markers. ``by_spans``: a trained detector's result, whose token
+    threshold colours the tokens and whose sentences are unsupported where an unsupported span
+    lies (a supported response may hold tokens below it: the words its token model doubts)."""
     edges = bin_edges(threshold)
     swatches = "".join(
         f'<i class="g{b}" title="{_value(low)}–{_value(high)}"></i>'
         for b, (low, high) in enumerate(edges)
     )
+    name = "the span threshold" if by_spans else "the threshold"
     tick = (  # between the last bin below the threshold and the first at or above it
-        f'<b class="tick" style="left:50%" title="threshold {_score(threshold)}"></b>'
+        f'<b class="tick" style="left:50%" title="{name[4:]} {_score(threshold)}"></b>'
         if not math.isnan(threshold)
         else ""
     )
     step = 10 ** (decades(threshold) / (BINS // 2))
+    if by_spans:
+        red = "doubted; unsupported inside an underlined span"
+        end = f"below {name} {_esc(_score(threshold))}"
+        sentence_key = "an unsupported span (underlined) lies in the sentence"
+    else:
+        red = "unsupported"
+        end = f"below {name}"
+        sentence_key = f"sentence score below the threshold {_esc(_score(threshold))}"
     return (
         '<div class="legend" id="legend" aria-label="legend">'
-        '<span class="scale" title="Colour: a response token\'s grounding score against the '
-        f"threshold {_esc(_score(threshold))}, on a log scale (each step ×{step:.1f}): red "
-        'below it (unsupported), green at or above it (supported); the bar marks the threshold">'
-        '<span class="lbl">Token score</span><span class="end">below the threshold</span>'
+        '<span class="scale" title="Colour: a response token\'s grounding score against '
+        f"{name} {_esc(_score(threshold))}, on a log scale (each step ×{step:.1f}): red "
+        f'below it ({red}), green at or above it (supported); the bar marks it">'
+        f'<span class="lbl">Token score</span><span class="end">{end}</span>'
         f'<span class="sw">{swatches}{tick}</span><span class="end">at or above it '
         f"(log scale, ×{step:.1f} a step)</span></span>"
         '<span class="key"><i class="gx"></i>no score</span>'
         '<span class="key"><span class="mk sent unsupported">sentence</span>'
-        '<span class="badge">⚠ unsupported</span>sentence score below the threshold '
-        f"{_esc(_score(threshold))}</span>"
+        f'<span class="badge">⚠ unsupported</span>{sentence_key}</span>'
         f"{_UNVERIFIED_KEY if unverified else ''}"
         '<span class="key"><span class="mk hl">span</span>context span supporting the '
         "selected sentence</span></div>"
