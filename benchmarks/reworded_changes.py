@@ -5,10 +5,14 @@ as labelled pairs for `rcstat bench grounding --dataset jsonl`.
 The self-built copied/changed sentences (`rcstat ground-train --swaps-from`) quote their
 context, so they test the copied kind; an answer that rewords its context is of the other kind
 (docs/grounding.md, "Two kinds of response"), and these pairs test that kind on the change it
-should catch. Twelve pairs are a probe, not a benchmark: they show a behaviour, not a rate.
+should catch. With ``--added`` the second answer of each pair is the faithful one with a claim
+added that the context does not hold (RAGTruth's "baseless information", 100 of the 155
+labelled spans of its slice): half name a new number or name, half add none. Twelve pairs
+are a probe, not a benchmark: they show a behaviour, not a rate.
 
     python -m benchmarks.reworded_changes --out runs/reworded.jsonl
     rcstat bench grounding --dataset jsonl --data runs/reworded.jsonl --out runs/g_reworded
+    python -m benchmarks.reworded_changes --added --out runs/added.jsonl
 """
 
 from __future__ import annotations
@@ -110,15 +114,38 @@ PAIRS = [
 ]
 
 
-def rows() -> list[dict[str, object]]:
+#: Per pair of :data:`PAIRS`, a claim added before the faithful answer's final period: the
+#: first six name a number or name the context does not hold, the last six add none.
+ADDED = [
+    ", and Napoleon had it painted blue",
+    ", and it was the first bridge in Europe to carry trams",
+    ", and it cost 90 million dollars",
+    "; she shared the first with Albert Einstein",
+    ", and its mouth lies near Lima",
+    ", after a loss in 2021",
+    ", and its water is the warmest of any lake",
+    ", and it is the most visited museum in the country",
+    ", with a stop on the way",
+    ", and its summit is often free of snow",
+    ", which must be whisked for ten minutes",
+    ", and it was never run on a machine",
+]
+
+
+def rows(added: bool = False) -> list[dict[str, object]]:
     """Two labelled pairs a context: the faithful rewording (label 0) and the changed one
-    (label 1, its span the replacement); both of one group."""
+    (label 1, its span the replacement), or with ``added`` the faithful one with the claim of
+    :data:`ADDED` (label 1, its span the claim); both of one group."""
     out: list[dict[str, object]] = []
     for k, (context, question, faithful, old, new) in enumerate(PAIRS):
-        assert faithful.count(old) == 1, (faithful, old)
-        changed = faithful.replace(old, new)
+        assert faithful.count(old) == 1 and faithful.endswith("."), (faithful, old)
+        if added:
+            changed = faithful[:-1] + ADDED[k] + "."
+            new = ADDED[k].lstrip(",; ")
+        else:
+            changed = faithful.replace(old, new)
         start = changed.index(new)
-        group = f"reworded:{k}"
+        group = f"{'added' if added else 'reworded'}:{k}"
         out.append(
             {
                 "id": f"{group}:copy",
@@ -147,11 +174,14 @@ def rows() -> list[dict[str, object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/reworded.jsonl"))
+    parser.add_argument(
+        "--added", action="store_true", help="add an unsupported claim instead of changing a fact"
+    )
     args = parser.parse_args()
     if args.out.exists():
         sys.exit(f"error: --out {args.out} exists; choose another file")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(row, ensure_ascii=False) for row in rows()]
+    lines = [json.dumps(row, ensure_ascii=False) for row in rows(args.added)]
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"{len(lines)} labelled responses written to {args.out}")
 
