@@ -171,5 +171,11 @@ def test_units_sorted_from_the_heads_sort_equal_their_own_sort(ties: bool) -> No
         y.reshape(len(units) * heads, -1), valid.reshape(len(units) * heads, -1), spread=-2
     )
     assert got.buckets == want.buckets > 0
-    for name in ("ys", "count", "prefix", "center", "table", "low", "scale"):
+    for name in ("ys", "count", "prefix", "center", "low", "scale"):
         assert torch.equal(getattr(got, name), getattr(want, name)), name
+    # the buckets' records: their ends bit for bit, their first and last samples by value
+    # (equal values, as in ys: a tie of -0.0 and 0.0 may sort either way)
+    assert torch.equal(got.table[..., 0], want.table[..., 0])
+    for shift in (0, 32):
+        first_or_last = (got.table[..., 1] >> shift).int(), (want.table[..., 1] >> shift).int()
+        assert torch.equal(*(t.view(torch.float32) for t in first_or_last))

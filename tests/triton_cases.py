@@ -220,9 +220,23 @@ def test_property_equal_to_the_cpu_kernel(x: np.ndarray, y: np.ndarray) -> None:
     assert bool((upper >= expected - 1e-9).all())
 
 
+def _records(below: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """The buckets' records of ``SelfSamples.table`` ``[R, B + 2, 2]`` int64 from the counts
+    ``below[r, b]`` = #{valid y : s(y) < b} ``[R, B + 3]`` and the sorted samples ``ys``:
+    ``start | end << 32`` (``below`` at ``b`` and ``b + 1``), then the bits of the bucket's
+    first and last sample ``first | last << 32`` (0 for an empty bucket)."""
+    start, end = below[:, :-1].long(), below[:, 1:].long()
+    filled = start < end
+    first = torch.where(filled, ys.gather(1, start.clamp_max(ys.shape[1] - 1)), 0.0)
+    last = torch.where(filled, ys.gather(1, (end - 1).clamp_min(0)), 0.0)
+    bits = first.view(torch.int32).long() & 0xFFFFFFFF
+    return torch.stack([start | end << 32, bits | last.view(torch.int32).long() << 32], -1)
+
+
 def test_bucket_table_counts_the_samples_below_each_bucket() -> None:
-    """``table[r, b]`` = #{valid y : s(y) < b}, by brute force, with ``s`` never decreasing
-    in the value and the valid samples inside ``[1, B + 1]``."""
+    """Bucket ``b``'s record starts at #{valid y : s(y) < b} and ends at #{s(y) < b + 1}, by
+    brute force, with ``s`` never decreasing in the value and the valid samples inside
+    ``[1, B + 1]``; its first and last sample are those of the sorted samples there."""
     y = torch.tensor([[-3.0, -0.5, 0.0, 0.25, 0.3, 7.0, 1e30], [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]])
     valid = torch.ones_like(y, dtype=torch.bool)
     valid[0, -1] = False
@@ -237,12 +251,16 @@ def test_bucket_table_counts_the_samples_below_each_bucket() -> None:
         order = torch.argsort(inside)
         assert bool((s[order][1:] >= s[order][:-1]).all())
         want = torch.tensor([int((s < b).sum()) for b in range(width)])
-        torch.testing.assert_close(samples.table[row].long(), want)
+        ends = samples.table[row, :, 0]
+        torch.testing.assert_close(ends & 0xFFFFFFFF, want[:-1])
+        torch.testing.assert_close(ends >> 32, want[1:])
+        assert torch.equal(samples.table[row], _records(want[None], samples.ys[row, None])[0])
 
 
 def _prepared_by_tensors(y: torch.Tensor, valid: torch.Tensor | None, buckets: int) -> dict:
     """What ``prepare_kernel`` computes, by tensor operations: sort, float64 running sums, the
-    buckets of every sample (the kernels' function) counted below each table entry."""
+    buckets of every sample (the kernels' function) counted below each table entry, and the
+    buckets' records from these counts."""
     inside = torch.ones_like(y, dtype=torch.bool) if valid is None else valid
     ys = torch.sort(torch.where(inside, y.float(), torch.inf), dim=-1).values
     count = inside.sum(-1, dtype=torch.int32)
@@ -261,7 +279,7 @@ def _prepared_by_tensors(y: torch.Tensor, valid: torch.Tensor | None, buckets: i
         s = _bucket_of(ys[row, : count[row]], low[row], scale[row], buckets)
         per_bucket = torch.bincount(s, minlength=buckets + 2)
         table.append(torch.nn.functional.pad(per_bucket.cumsum(0), (1, 0)))
-    return want | {"low": low, "scale": scale, "table": torch.stack(table).int()}
+    return want | {"low": low, "scale": scale, "table": _records(torch.stack(table), ys)}
 
 
 def _prepares_as_the_tensor_operations(

@@ -128,7 +128,9 @@ class SelfSamples:
     count: torch.Tensor  # [R] int32 valid samples
     prefix: torch.Tensor  # [R, M + 1] float64 sums of the c smallest centred values
     center: torch.Tensor  # [R] float64 mean of the valid samples
-    table: torch.Tensor | None  # [R, B + 3] int32 valid samples in the buckets below b
+    # [R, B + 2, 2] int64 a bucket's record: start | end << 32 (its samples' indices),
+    # then the bits of its first and last sample (first | last << 32)
+    table: torch.Tensor | None
     low: torch.Tensor  # [R] float32 smallest valid sample (the buckets' origin)
     scale: torch.Tensor  # [R] float32 buckets per unit of value
     buckets: int  # B
@@ -154,13 +156,15 @@ def prepared_self(y: torch.Tensor, y_valid: torch.Tensor | None, *, spread: int 
     ``center`` is subtracted for precision. For sets of at least ``_TABLE_FROM`` samples,
     the range ``[low, high]`` of the valid samples is cut in ``B`` equal buckets
     ``s(v) = clamp(floor((v − low)·scale), −1, B) + 1`` (``_triton._bucket``; ``s`` never
-    decreases as ``v`` grows) and ``table[r, b]`` counts the samples in buckets below ``b``, so
-    that a cross sample is searched only among the few samples of its bucket; smaller sets are
-    searched whole. ``B = 2^(bits(M) + spread)`` (at most ``2^16``) for rows of ``M`` samples:
-    a smaller ``spread`` builds a smaller table for a few more search steps (rows of many sizes
-    padded to the longest). The sort is ``torch.sort`` (16-bit samples in their own type: the
-    same order, half the radix passes); one kernel (``_triton.prepare_kernel``) computes the
-    rest: the centres, prefix sums, origin, scale and table in one launch.
+    decreases as ``v`` grows) and ``table[r, b]`` is bucket ``b``'s record: the indices where
+    its samples start and end (the samples in buckets below ``b`` and ``b + 1``) and its first
+    and last sample, so that a cross sample is compared only with the few samples of its
+    bucket, after one 16-byte load; smaller sets are searched whole.
+    ``B = 2^(bits(M) + spread)`` (at most ``2^16``) for rows of ``M`` samples: a smaller
+    ``spread`` builds a smaller table for a few more search steps (rows of many sizes padded
+    to the longest). The sort is ``torch.sort`` (16-bit samples in their own type: the same
+    order, half the radix passes); one kernel (``_triton.prepare_kernel``) computes the rest:
+    the centres, prefix sums, origin, scale and records in one launch.
     """
     ys, count, _ = sorted_self(y, y_valid)
     return prepared_sorted(ys, count, spread=spread)
@@ -198,8 +202,8 @@ def prepared_sorted(ys: torch.Tensor, count: torch.Tensor, *, spread: int = 2) -
     prefix = torch.empty(rows, width + 1, dtype=torch.float64, device=device)
     low = torch.zeros(rows, dtype=torch.float32, device=device)
     scale = torch.zeros(rows, dtype=torch.float32, device=device)
-    table = torch.empty(rows, buckets + 3, dtype=torch.int32, device=device) if buckets else None
-    parts = 1 + (-(-(buckets + 3) // _PREPARE_BLOCK) if buckets else 0)
+    table = torch.empty(rows, buckets + 2, 2, dtype=torch.int64, device=device) if buckets else None
+    parts = 1 + (-(-(buckets + 2) // _PREPARE_BLOCK) if buckets else 0)
     with on_device(device):
         prepare_kernel[(rows, parts)](
             ys,
@@ -214,7 +218,7 @@ def prepared_sorted(ys: torch.Tensor, count: torch.Tensor, *, spread: int = 2) -
             buckets,
             _MAX_SCALE,
             ys if table is None else table,
-            0 if table is None else table.stride(0),
+            0 if table is None else table.shape[1],
             width.bit_length(),
             BLOCK=_PREPARE_BLOCK,
             TABLE=table is not None,
@@ -230,7 +234,7 @@ def search_args(samples: SelfSamples) -> tuple[Any, ...]:
         samples.ys,
         samples.ys.stride(0),
         table,
-        0 if samples.table is None else samples.table.stride(0),
+        0 if samples.table is None else samples.table.stride(0) // 2,  # records a row
         samples.low,
         samples.scale,
         samples.buckets,

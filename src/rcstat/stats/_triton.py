@@ -77,22 +77,25 @@ def rank_terms(
 
     ``c(x) = #{y < x}`` is a lower-bound binary search in the row's sorted self samples
     (:class:`~rcstat.stats._gpu.SelfSamples`), run with ``TABLE`` only among the ``y`` of
-    ``x``'s value bucket (``table[r, b]`` = samples in buckets below ``b``): a few steps
-    instead of ``log2 m``, none when the bucket's first and last samples settle ``x``.
-    ``S`` are the prefix sums of the sorted, centred ``y``; the sum of the first value over a
-    set is ``n·m·E`` (paper eq. 6).
+    ``x``'s value bucket (its record: the bucket's first and end index, first and last
+    sample, 16 bytes read in one load): a few steps instead of ``log2 m``, none when the
+    bucket's first and last samples settle ``x``. ``S`` are the prefix sums of the sorted,
+    centred ``y``; the sum of the first value over a set is ``n·m·E`` (paper eq. 6).
     """
     ys_row = ys_ptr + row.to(tl.int64) * ys_stride
-    if TABLE:  # the y of x's bucket lie in [table[s], table[s + 1])
+    if TABLE:  # the y of x's bucket lie in [start, end)
         bucket = _bucket(x, tl.load(low_ptr + row), tl.load(scale_ptr + row), buckets)
-        table_row = table_ptr + row.to(tl.int64) * table_stride + bucket
-        start = tl.load(table_row, mask=mask, other=0)
-        end = tl.load(table_row + 1, mask=mask, other=0)
+        record = (row.to(tl.int64) * table_stride + bucket) * 2  # [start | end, first | last]
+        both = tl.load(table_ptr + record[:, :, None] + tl.arange(0, 2)[None, None, :],
+                       mask=mask[:, :, None], other=0)  # fmt: skip
+        ends, values = tl.split(both)
+        start = ends.to(tl.int32)
+        end = (ends >> 32).to(tl.int32)
+        first = values.to(tl.int32).to(tl.float32, bitcast=True)
+        last = (values >> 32).to(tl.int32).to(tl.float32, bitcast=True)
         # the bucket's ends settle x when it holds one value (often, and many times over,
-        # with 16-bit scores): c(x) is then table[s] or table[s + 1], no search
+        # with 16-bit scores): c(x) is then start or end, no search
         filled = mask & (start < end)
-        first = tl.load(ys_row + start, mask=filled, other=0.0)
-        last = tl.load(ys_row + end - 1, mask=filled, other=0.0)
         above = filled & (x > last)  # c = end
         between = filled & (x > first) & (x <= last)  # c in (start, end - 1]
         lo = tl.where(above, end, tl.where(between, start + 1, start))
@@ -144,9 +147,11 @@ def prepare_kernel(
     centre ``c = Σ_{i<count} y_i / count`` (float64), the prefix sums
     ``prefix[r, k] = Σ_{i<min(k, count)} (y_i − c)`` and, with ``TABLE``, the buckets' origin
     ``low = y_0`` and scale ``B / (y_{count−1} − low)`` (0 for an empty span, at most
-    ``max_scale``). Program ``(r, 1 + t)`` writes table entries ``b`` of block ``t``:
-    ``table[r, b] = #{i < count : s(y_i) < b}``, the first index whose bucket is at least
-    ``b`` (a binary search: ``s`` never decreases along sorted samples).
+    ``max_scale``). Program ``(r, 1 + t)`` writes the records of buckets ``b`` of block
+    ``t``, two int64 each: ``start | end << 32`` with ``start = #{i < count : s(y_i) < b}``
+    (the first index whose bucket is at least ``b``, by binary search: ``s`` never
+    decreases along sorted samples) and ``end`` the same for ``b + 1``; then the bits of
+    ``y_start | y_{end−1} << 32``, the bucket's first and last sample (0 when it is empty).
     """
     row = tl.program_id(0)
     part = tl.program_id(1)
@@ -177,16 +182,36 @@ def prepare_kernel(
             tl.store(scale_ptr + row, scale)
     elif TABLE:
         bs = (part - 1) * BLOCK + tl.arange(0, BLOCK)
-        inside = bs < buckets + 3
+        inside = bs < buckets + 2
+        searched = bs < buckets + 3  # where bucket buckets + 1 ends too
         lo = tl.zeros([BLOCK], dtype=tl.int32)
         hi = lo + count
-        for _ in range(steps):  # the first index whose bucket is >= b
-            active = inside & (lo < hi)
+        after = (part - 1) * BLOCK + BLOCK  # the next block's first bucket
+        lo_after = tl.sum(tl.zeros([1], dtype=tl.int32), axis=0)  # an int32 zero
+        hi_after = count
+        for _ in range(steps):  # the first index whose bucket is >= b (and >= after)
+            active = searched & (lo < hi)
             mid = (lo + hi) // 2
             s = _bucket(tl.load(ys_row + mid, mask=active, other=0.0), low, scale, buckets)
             lo = tl.where(active & (s < bs), mid + 1, lo)
             hi = tl.where(active & (s >= bs), mid, hi)
-        tl.store(table_ptr + row.to(tl.int64) * table_stride + bs, lo, mask=inside)
+            going = lo_after < hi_after
+            mid = (lo_after + hi_after) // 2
+            s = _bucket(tl.load(ys_row + mid, mask=going, other=0.0), low, scale, buckets)
+            lo_after = tl.where(going & (s < after), mid + 1, lo_after)
+            hi_after = tl.where(going & (s >= after), mid, hi_after)
+        # bucket b ends where b + 1 starts: the next lane's index, the next block's for the last
+        lanes = tl.arange(0, BLOCK)
+        lo_next = tl.gather(lo, tl.minimum(lanes + 1, BLOCK - 1), axis=0)
+        lo_next = tl.where(lanes == BLOCK - 1, lo_after, lo_next)
+        filled = inside & (lo < lo_next)
+        first = tl.load(ys_row + lo, mask=filled, other=0.0).to(tl.int32, bitcast=True)
+        last = tl.load(ys_row + lo_next - 1, mask=filled, other=0.0).to(tl.int32, bitcast=True)
+        ends = lo.to(tl.int64) | (lo_next.to(tl.int64) << 32)
+        values = (first.to(tl.int64) & 0xFFFFFFFF) | (last.to(tl.int64) << 32)
+        record = (row.to(tl.int64) * table_stride + bs) * 2
+        tl.store(table_ptr + record[:, None] + tl.arange(0, 2)[None, :],
+                 tl.join(ends, values), mask=inside[:, None])  # fmt: skip
 
 
 #: Sizes and strides change with every input: not specialised on their alignment (a new
