@@ -269,9 +269,9 @@ def rank_sums_kernel(
 
     Row ``r`` starts at element ``row_base[r]`` of ``x``; its group ``k`` holds the
     ``row_len[r]·width_b`` samples ``x[base + k·stride_k + a·stride_a + b·stride_b]``
-    (``a < row_len[r]``, ``b < width_b``). The binary search runs only among the ``y`` whose
-    radix keys share ``x``'s top bits (``table[r, b]`` = number of ``y`` in buckets below
-    ``b``), a few steps instead of ``log2 m``. Writes ``out[0 | 1 | 2, r, k, block]`` =
+    (``a < row_len[r]``, ``b < width_b``). The binary search runs only among the ``y`` of
+    ``x``'s value bucket (``rank_terms``: the bucket's record gives where they start and end),
+    a few steps instead of ``log2 m``. Writes ``out[0 | 1 | 2, r, k, block]`` =
     Σ (c·x − S(c)), Σ x, Σ (x − t)⁺ (centred values; ``t`` read as float32 from
     ``split_ptr``). The programs of one row run next to each other (its ``y`` stay cached).
     """
