@@ -134,6 +134,7 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
     # the detector scores tokens on their own scale; the zero-shot tokens share the response's
     token_threshold = getattr(g, "token_threshold", None)
     colour_threshold = threshold if token_threshold is None else float(token_threshold)
+    by_spans = token_threshold is not None  # a trained detector's: sentences by their spans
     unsupported = _unsupported_tokens(g, len(tokens))
     data = {
         "threshold": _score(threshold),
@@ -162,7 +163,7 @@ def grounding_page(grounding: GroundingView, *, title: str = "rcstat grounding")
         f"<title>{_esc(title)}</title><style>{STYLE}{_palette_css()}</style></head>"
         '<body><main id="rcstat-grounding">'
         f"{_render_header(g, title, score, threshold, sentences)}"
-        f"{_render_legend(colour_threshold, unverified=n_unverified > 0, by_spans=token_threshold is not None)}"
+        f"{_render_legend(colour_threshold, unverified=n_unverified > 0, by_spans=by_spans)}"
         '<div class="layout"><section class="card"><h2>Response <span class="what">· '
         f"{_count(len(tokens), 'token')} · {_count(len(sentences), 'sentence')}{flagged}"
         "</span></h2>"
