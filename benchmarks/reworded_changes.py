@@ -140,34 +140,25 @@ def rows(added: bool = False) -> list[dict[str, object]]:
     for k, (context, question, faithful, old, new) in enumerate(PAIRS):
         assert faithful.count(old) == 1 and faithful.endswith("."), (faithful, old)
         if added:
-            changed = faithful[:-1] + ADDED[k] + "."
-            new = ADDED[k].lstrip(",; ")
+            changed, marked = faithful[:-1] + ADDED[k] + ".", ADDED[k].lstrip(",; ")
         else:
-            changed = faithful.replace(old, new)
-        start = changed.index(new)
+            changed, marked = faithful.replace(old, new), new
+        start = changed.index(marked)
         group = f"{'added' if added else 'reworded'}:{k}"
-        out.append(
-            {
-                "id": f"{group}:copy",
-                "context": context,
-                "question": question,
-                "response": faithful,
-                "label": 0,
-                "spans": [],
-                "group": group,
-            }
-        )
-        out.append(
-            {
-                "id": f"{group}:edit",
-                "context": context,
-                "question": question,
-                "response": changed,
-                "label": 1,
-                "spans": [[start, start + len(new)]],
-                "group": group,
-            }
-        )
+        copy = {
+            "id": f"{group}:copy",
+            "context": context,
+            "question": question,
+            "response": faithful,
+            "label": 0,
+            "spans": [],
+            "group": group,
+        }
+        spans = [[start, start + len(marked)]]
+        out += [
+            copy,
+            copy | {"id": f"{group}:edit", "response": changed, "label": 1, "spans": spans},
+        ]
     return out
 
 

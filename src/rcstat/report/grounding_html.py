@@ -317,24 +317,24 @@ def _render_legend(threshold: float, *, unverified: bool = False, by_spans: bool
         f'<i class="g{b}" title="{_value(low)}–{_value(high)}"></i>'
         for b, (low, high) in enumerate(edges)
     )
-    name = "the span threshold" if by_spans else "the threshold"
+    name = "span threshold" if by_spans else "threshold"
     tick = (  # between the last bin below the threshold and the first at or above it
-        f'<b class="tick" style="left:50%" title="{name[4:]} {_score(threshold)}"></b>'
+        f'<b class="tick" style="left:50%" title="{name} {_score(threshold)}"></b>'
         if not math.isnan(threshold)
         else ""
     )
     step = 10 ** (decades(threshold) / (BINS // 2))
     if by_spans:
         red = "doubted; unsupported inside an underlined span"
-        end = f"below {name} {_esc(_score(threshold))}"
+        end = f"below the {name} {_esc(_score(threshold))}"
         sentence_key = "an unsupported span (underlined) lies in the sentence"
     else:
         red = "unsupported"
-        end = f"below {name}"
+        end = f"below the {name}"
         sentence_key = f"sentence score below the threshold {_esc(_score(threshold))}"
     return (
         '<div class="legend" id="legend" aria-label="legend">'
-        '<span class="scale" title="Colour: a response token\'s grounding score against '
+        '<span class="scale" title="Colour: a response token\'s grounding score against the '
         f"{name} {_esc(_score(threshold))}, on a log scale (each step ×{step:.1f}): red "
         f'below it ({red}), green at or above it (supported); the bar marks it">'
         f'<span class="lbl">Token score</span><span class="end">{end}</span>'

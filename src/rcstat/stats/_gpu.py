@@ -36,8 +36,7 @@ _ENV = "RCSTAT_TRITON"
 _DIGITS = 256  # 8-bit radix digits
 _TILE = 1024  # samples per program
 _TABLE_FROM = 1024  # self sets at least this large get a bucket table
-_PREPARE_BLOCK = 1024  # samples a step of prepare_kernel's running sums
-_RECORD_BLOCK = 1024  # bucket records a program of prepare_kernel (256: 8 us faster, 4x programs)
+_PREPARE_BLOCK = 1024  # samples a step of prepare_kernel's running sums, or records a program
 _SAMPLED_FROM = 1 << 19  # cross sets at least this large bracket their crossing by a sample
 _SAMPLES = 4096  # at most this many cross samples a row for the bracket
 _SIGMAS = 4.0  # the bracket's half-width, in standard deviations of a sample count
@@ -204,7 +203,7 @@ def prepared_sorted(ys: torch.Tensor, count: torch.Tensor, *, spread: int = 2) -
     low = torch.zeros(rows, dtype=torch.float32, device=device)
     scale = torch.zeros(rows, dtype=torch.float32, device=device)
     table = torch.empty(rows, buckets + 2, 2, dtype=torch.int64, device=device) if buckets else None
-    parts = 1 + (-(-(buckets + 2) // _RECORD_BLOCK) if buckets else 0)
+    parts = 1 + (-(-(buckets + 2) // _PREPARE_BLOCK) if buckets else 0)
     with on_device(device):
         prepare_kernel[(rows, parts)](
             ys,
@@ -219,11 +218,10 @@ def prepared_sorted(ys: torch.Tensor, count: torch.Tensor, *, spread: int = 2) -
             buckets,
             _MAX_SCALE,
             ys if table is None else table,
-            0 if table is None else table.shape[1],
+            0 if table is None else table.stride(0) // 2,  # records a row
             width.bit_length(),
             BLOCK=_PREPARE_BLOCK,
             TABLE=table is not None,
-            TABLE_BLOCK=_RECORD_BLOCK,
         )
     return SelfSamples(ys, count, prefix, center, table, low, scale, buckets)
 

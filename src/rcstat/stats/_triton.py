@@ -140,7 +140,6 @@ def prepare_kernel(
     steps,
     BLOCK: tl.constexpr,
     TABLE: tl.constexpr,
-    TABLE_BLOCK: tl.constexpr,
 ):
     """What a search needs of one row of sorted self samples (``_gpu.prepared_self``).
 
@@ -182,12 +181,12 @@ def prepare_kernel(
             tl.store(low_ptr + row, low)
             tl.store(scale_ptr + row, scale)
     elif TABLE:
-        bs = (part - 1) * TABLE_BLOCK + tl.arange(0, TABLE_BLOCK)
+        bs = (part - 1) * BLOCK + tl.arange(0, BLOCK)
         inside = bs < buckets + 2
         searched = bs < buckets + 3  # where bucket buckets + 1 ends too
-        lo = tl.zeros([TABLE_BLOCK], dtype=tl.int32)
+        lo = tl.zeros([BLOCK], dtype=tl.int32)
         hi = lo + count
-        after = part * TABLE_BLOCK  # the next block's first bucket
+        after = part * BLOCK  # the next block's first bucket
         lo_after = tl.sum(tl.zeros([1], dtype=tl.int32), axis=0)  # an int32 zero
         hi_after = count
         for _ in range(steps):  # the first index whose bucket is >= b (and >= after)
@@ -202,9 +201,9 @@ def prepare_kernel(
             lo_after = tl.where(going & (s < after), mid + 1, lo_after)
             hi_after = tl.where(going & (s >= after), mid, hi_after)
         # bucket b ends where b + 1 starts: the next lane's index, the next block's for the last
-        lanes = tl.arange(0, TABLE_BLOCK)
-        lo_next = tl.gather(lo, tl.minimum(lanes + 1, TABLE_BLOCK - 1), axis=0)
-        lo_next = tl.where(lanes == TABLE_BLOCK - 1, lo_after, lo_next)
+        lanes = tl.arange(0, BLOCK)
+        lo_next = tl.gather(lo, tl.minimum(lanes + 1, BLOCK - 1), axis=0)
+        lo_next = tl.where(lanes == BLOCK - 1, lo_after, lo_next)
         filled = inside & (lo < lo_next)
         first = tl.load(ys_row + lo, mask=filled, other=0.0).to(tl.int32, bitcast=True)
         last = tl.load(ys_row + lo_next - 1, mask=filled, other=0.0).to(tl.int32, bitcast=True)
