@@ -25,9 +25,11 @@ step of an 8-KV-head model keeps 8 of ~132 SMs busy. Here the live rows are cut 
    output in the query's dtype (zeros for an empty segment).
 
 On cards with programmatic dependent launch (compute capability 9+), the two kernels are
-launched with it: the merge is scheduled while the split kernel runs and waits for it on the
-device (``griddepcontrol.wait``), so the gap between two launches is hidden; each kernel waits
-before its first read, so the results are those of a plain launch.
+launched with it: each split program waits for the previous kernel (``griddepcontrol.wait``)
+before its first read, then lets the merge be scheduled; the merge reads the live lengths
+(written before that wait) while the split kernel runs, and waits for it on the device before
+reading its partials. The gap between two launches is hidden, and the results are those of a
+plain launch.
 
 The split plan (:func:`split_plan`) is made from host integers only: the number of segments,
 the row bound ``max_len + room`` of every segment and the capacity of the layout (every live
@@ -396,12 +398,13 @@ def split_decode_attention(
 
 @triton.jit
 def _list_items(seg_len_ptr, segments, chunk, BLOCK_S: tl.constexpr):
-    """A work list's chunks of each segment, ``ceil(len / chunk)``, and the first item of each
-    (an exclusive running sum): two ``[BLOCK_S]`` int32 (0 past the last segment)."""
+    """A work list's live lengths, chunks of each segment, ``ceil(len / chunk)``, and the first
+    item of each (an exclusive running sum): three ``[BLOCK_S]`` int32 (0 past the last
+    segment)."""
     s = tl.arange(0, BLOCK_S)
     lengths = tl.load(seg_len_ptr + s, mask=s < segments, other=0).to(tl.int32)
     chunks = (lengths + chunk - 1) // chunk
-    return chunks, tl.cumsum(chunks, 0) - chunks
+    return lengths, chunks, tl.cumsum(chunks, 0) - chunks
 
 
 @triton.jit
@@ -447,20 +450,26 @@ def _split_kernel(
     Scores are kept in base 2: ``qk_scale = scaling · log2(e)``, so ``2^(x·qk_scale) =
     e^(x·scaling)``. ``PV`` is :attr:`KernelConfig.pv`; ``WORK_LIST`` the plan's layout (a 1-D
     grid of work items, or ``(segments, splits)``)."""
-    if PDL:  # the merge may be scheduled now; read nothing before the previous kernel is done
-        tl.extra.cuda.gdc_launch_dependents()
+    if PDL:  # read nothing before the previous kernel is done; then the merge may be scheduled
         tl.extra.cuda.gdc_wait()
-    if WORK_LIST:
+        tl.extra.cuda.gdc_launch_dependents()
+    if WORK_LIST:  # every segment's first row and length in one round trip, then pick
         item = tl.program_id(0)
-        chunks, firsts = _list_items(seg_len_ptr, segments, chunk, BLOCK_S)
+        s = tl.arange(0, BLOCK_S)
+        starts = tl.load(seg_start_ptr + s, mask=s < segments, other=0)  # [BLOCK_S] int64
+        lengths, chunks, firsts = _list_items(seg_len_ptr, segments, chunk, BLOCK_S)
         segment = tl.sum((firsts + chunks <= item).to(tl.int32), 0)  # the first reaching past
         if segment >= segments:  # past the last chunk of this step
             return
         lo = (item - _pick(firsts, segment, BLOCK_S)) * chunk
+        start = _pick(starts, segment, BLOCK_S)
+        length = _pick(lengths, segment, BLOCK_S)
     else:
         segment = tl.program_id(0)
         item = segment * splits + tl.program_id(1)
         lo = tl.program_id(1) * chunk
+        start = tl.load(seg_start_ptr + segment)  # int64 first row of the segment
+        length = tl.load(seg_len_ptr + segment).to(tl.int32)
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
     g_ok = g < GROUP
@@ -474,8 +483,7 @@ def _split_kernel(
     )  # [BLOCK_G, BLOCK_D]
     if PV == "fma":
         q = q.to(tl.float32)
-    start = tl.load(seg_start_ptr + segment)  # int64 first row of the segment
-    hi = tl.minimum(lo + chunk, tl.load(seg_len_ptr + segment).to(tl.int32))
+    hi = tl.minimum(lo + chunk, length)
     m = tl.full([BLOCK_G], _NEG, tl.float32)
     total = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
@@ -535,19 +543,20 @@ def _combine_kernel(
     PDL: tl.constexpr,
 ):
     """Merge the chunks of one (segment, group head) and write its output row."""
-    if PDL:  # the split kernel's partials are complete and visible after this
-        tl.extra.cuda.gdc_wait()
     segment = tl.program_id(0)
     g = tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
     d_ok = d < DIM
     if WORK_LIST:  # the segment's chunks are items first .. first + live − 1
-        chunks, firsts = _list_items(seg_len_ptr, segments, chunk, BLOCK_S)
+        _, chunks, firsts = _list_items(seg_len_ptr, segments, chunk, BLOCK_S)
         live = _pick(chunks, segment, BLOCK_S)
         base = _pick(firsts, segment, BLOCK_S)
     else:  # chunks that saw at least one row
         live = (tl.load(seg_len_ptr + segment).to(tl.int32) + chunk - 1) // chunk
         base = segment * splits
+    if PDL:  # the split kernel's partials are complete and visible after this (the lengths,
+        # read above, were written before every split program waited and let this kernel start)
+        tl.extra.cuda.gdc_wait()
     m = tl.max(tl.full([SPLIT_TILE], _NEG, tl.float32), 0)  # fp32 scalar
     total = tl.sum(tl.zeros([SPLIT_TILE], tl.float32), 0)
     acc = tl.zeros([BLOCK_D], tl.float32)
