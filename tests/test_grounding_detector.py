@@ -40,7 +40,7 @@ from tests._tiny_models import one_thread, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
 _WORD = re.compile(r"\w+")
-LAYERS = 3
+LAYERS, HEADS = 3, 4
 CONTEXT = (
     "The river flows through the city. The bridge was built in 1889 by a team of engineers. "
     "Paris is the capital of France."
@@ -94,6 +94,7 @@ def _linear(features: list[str] | tuple[str, ...], weights: dict[str, float], **
 
 def _detector(
     layers: int = LAYERS,
+    heads: int = HEADS,
     *,
     threshold: float = 0.5,
     copy_threshold: float = 0.5,
@@ -104,7 +105,7 @@ def _detector(
 ) -> Detector:
     """p_j = σ(4·novel − 2) (0.88 on a novel word, 0.12 otherwise); P = σ(10·(p_max − 0.5));
     the copied kind's token model (``copy_token``): p_j = σ(2·novel − 1) (0.73 and 0.27)."""
-    token = _linear(token_feature_names(layers), {"novel": 4.0}, intercept=-2.0)
+    token = _linear(token_feature_names(layers, heads), {"novel": 4.0}, intercept=-2.0)
     response = _linear(
         RESPONSE_FEATURES, {"p_max": 1.0}, means={"p_max": 0.5}, scales={"p_max": 0.1}
     )
@@ -116,6 +117,7 @@ def _detector(
     return Detector(
         model="tiny",
         layers=layers,
+        heads=heads,
         token=token,
         response=response,
         threshold=threshold,
@@ -123,7 +125,7 @@ def _detector(
         copy_threshold=copy_threshold,
         copy_span_threshold=copy_span_threshold,
         copy_response=copy,
-        copy_token=_linear(token_feature_names(layers), {"novel": 2.0}, intercept=-1.0)
+        copy_token=_linear(token_feature_names(layers, heads), {"novel": 2.0}, intercept=-1.0)
         if copy_token
         else None,
         meta={"datasets": ["by hand"]},
@@ -226,7 +228,7 @@ def test_detector_json_round_trip(tmp_path: Path) -> None:
         path = detector.save(tmp_path / "detector.json")
         loaded = Detector.load(path)
         assert loaded.to_dict() == detector.to_dict()
-        assert json.loads(path.read_text())["format"] == "rcstat-detector-2"
+        assert json.loads(path.read_text())["format"] == "rcstat-detector-3"
         assert (loaded.copy_response is None) == (detector.copy_response is None)
         assert (loaded.copy_token is None) == (detector.copy_token is None)
         np.testing.assert_array_equal(loaded.token.coef, detector.token.coef)
@@ -272,14 +274,29 @@ def _broken(tmp_path: Path, change: Any) -> Path:
             "runs at one threshold for both kinds); train it again with `rcstat ground-train`",
         ),
         (
-            lambda d: d.update(layers=2),
-            "the token model's features are not the detector features of a 2-layer model",
+            lambda d: d.update(format="rcstat-detector-2"),
+            "a detector of an earlier rcstat (format 'rcstat-detector-2': its token features "
+            "hold no head's own lookback ratio or copy weight)",
         ),
+        (
+            lambda d: d.update(layers=2),
+            "the token model's features are not the detector features of a model of 2 layers "
+            "of 4 heads",
+        ),
+        (
+            lambda d: d.update(heads=3),
+            "the token model's features are not the detector features of a model of 3 layers "
+            "of 3 heads",
+        ),
+        (lambda d: d.pop("heads"), "missing or mistyped 'heads'"),
         (
             lambda d: d["response"].update(features=list(RESPONSE_FEATURES[::-1])),
             "a response model's features are not RESPONSE_FEATURES",
         ),
-        (lambda d: d["token"].update(scale=[0.0] * 28), "token: scale must be > 0"),
+        (
+            lambda d: d["token"].update(scale=[0.0] * len(d["token"]["features"])),
+            "token: scale must be > 0",
+        ),
         (lambda d: d.update(copy_response=[]), "copy_response: expected an object, got list"),
         (lambda d: d.update(copy_token=3), "copy_token: expected an object, got int"),
         (
@@ -377,10 +394,10 @@ def _word_of(offsets: np.ndarray, words: list[ResponseWord]) -> list[int]:
 
 
 def test_token_feature_names() -> None:
-    names = token_feature_names(2)
-    assert len(names) == 19 + 6 and len(set(names)) == len(names)
+    names = token_feature_names(2, 3)
+    assert len(names) == 19 + 6 + 12 and len(set(names)) == len(names)
     assert names[:4] == ["nll", "entropy", "log_rank", "novel"]
-    assert names[-6:] == [
+    assert names[19:25] == [
         "lookback:L0",
         "lookback:L1",
         "attention:L0",
@@ -388,14 +405,17 @@ def test_token_feature_names() -> None:
         "copy:L0",
         "copy:L1",
     ]
-    assert token_feature_names(0) == names[:19]
+    heads = [f"L{layer}H{head}" for layer in range(2) for head in range(3)]
+    assert names[25:] == [f"lookback:{h}" for h in heads] + [f"log_copy:{h}" for h in heads]
+    assert token_feature_names(0, 3) == names[:19]
+    assert token_feature_names(2, 0) == names[:25]
 
 
 def test_token_features_follow_their_definitions(measured: Measurement) -> None:
     response = measured.example.part_text("answer")
     words = Lexicon(CONTEXT).words_of(response)
     x, word_of = token_features(measured, words)
-    names = token_feature_names(LAYERS)
+    names = token_feature_names(LAYERS, HEADS)
     col = {name: x[:, i] for i, name in enumerate(names)}
     offsets = measured.token_spans()
     g = len(offsets)
@@ -443,6 +463,15 @@ def test_token_features_follow_their_definitions(measured: Measurement) -> None:
         np.testing.assert_allclose(
             col[f"copy:L{layer}"], measured.copy[layer].sum(axis=0), rtol=1e-6, atol=1e-7
         )
+        for head in range(HEADS):
+            for j in range(g):  # one token at a time, the definitions of the module notes
+                assert col[f"lookback:L{layer}H{head}"][j] == pytest.approx(
+                    float(measured.features[1, layer, head, j]), rel=1e-12
+                )
+                assert col[f"log_copy:L{layer}H{head}"][j] == pytest.approx(
+                    math.log(float(measured.copy[layer, head, j]) + 1e-4), rel=1e-12
+                )
+    assert (measured.copy > 0).any() and (measured.copy == 0).any()  # both cases were read
     assert np.isfinite(x).all()
 
 
@@ -451,7 +480,7 @@ def test_the_nll_columns_are_capped(measured: Measurement) -> None:
     nll = measured.nll.copy()
     nll[::2] = 100.0
     x, word_of = token_features(dataclasses.replace(measured, nll=nll), words)
-    names = token_feature_names(LAYERS)
+    names = token_feature_names(LAYERS, HEADS)
     assert x[::2, names.index("nll")].tolist() == [NLL_CAP] * len(nll[::2])
     assert x[:, names.index("nll")].max() == NLL_CAP
     inside = word_of >= 0
@@ -569,7 +598,7 @@ def _expected(measurer: Measurer, detector: Detector, response: str) -> tuple[fl
     m = measurer.measure(CONTEXT, response, QUESTION)
     words = Lexicon(CONTEXT).words_of(response)
     x, _ = token_features(m, words)
-    novel = x[:, token_feature_names(LAYERS).index("novel")]
+    novel = x[:, token_feature_names(LAYERS, HEADS).index("novel")]
     if _copied_kind(response) and detector.copy_token is not None:
         p = 1 / (1 + np.exp(-(2.0 * novel - 1.0)))
     else:
@@ -699,10 +728,13 @@ def test_detector_false_is_the_zero_shot_result(tiny, profile, tmp_path) -> None
     path = _detector().save(tmp_path / "d.json")
     from_file = Grounder(model, tok, profile=profile, top_k=5, detector=path)
     assert from_file.detector is not None and from_file.detector.to_dict() == _detector().to_dict()
-    with pytest.raises(
-        ValueError, match=r"the detector is for a 2-layer model \(tiny\); the model has 3"
-    ):
-        Grounder(model, tok, profile=profile, top_k=5, detector=_detector(layers=2))
+    for layers, heads in ((2, HEADS), (LAYERS, 2)):
+        with pytest.raises(
+            ValueError,
+            match=rf"the detector is for a model of {layers} layers of {heads} heads \(tiny\); "
+            "the model has 3 layers of 4 heads",
+        ):
+            Grounder(model, tok, profile=profile, top_k=5, detector=_detector(layers, heads))
     with pytest.raises(ValueError, match=r"no detector ships for .*rcstat ground-train"):
         Grounder(model, tok, profile=profile, top_k=5, detector=True)
 

@@ -35,8 +35,8 @@ from rcstat.metrics.spans import char_prf
 from tests._tiny_models import one_thread, tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 
-LAYERS = 1
-NAMES = token_feature_names(LAYERS)
+LAYERS, HEADS = 1, 2
+NAMES = token_feature_names(LAYERS, HEADS)
 NOVEL = NAMES.index("novel")
 NUMBER = NAMES.index("number")
 FAST = FitOptions(token_C=(0.1, 1.0), response_C=(0.3, 3.0), folds=3)
@@ -147,7 +147,9 @@ def _samples(
 @pytest.fixture(scope="module")
 def fitted() -> tuple[list[DetectorSample], Detector, OutOfFold]:
     samples = _samples(0, per_class=30)  # 15 faithful a dataset: 3 may be flagged
-    detector, oof = fit_detector(samples, model="synthetic", layers=LAYERS, options=FAST)
+    detector, oof = fit_detector(
+        samples, model="synthetic", layers=LAYERS, heads=HEADS, options=FAST
+    )
     return samples, detector, oof
 
 
@@ -220,7 +222,7 @@ def test_thresholds_hold_the_false_alarms_of_every_dataset(fitted) -> None:  # t
 def test_a_copied_kind_gets_its_own_model_with_enough_of_each_class() -> None:
     assert MIN_CALIBRATION == 20
     few = _samples(1, copied=MIN_CALIBRATION, copied_unsupported=MIN_CALIBRATION - 1)
-    detector, oof = fit_detector(few, model="m", layers=LAYERS, options=FAST)
+    detector, oof = fit_detector(few, model="m", layers=LAYERS, heads=HEADS, options=FAST)
     assert detector.copy_response is None and detector.copy_threshold == detector.threshold
     assert detector.copy_token is None and detector.token_model("copied") is detector.token
     assert detector.meta["copied_samples"] == 2 * MIN_CALIBRATION - 1
@@ -234,6 +236,7 @@ def test_a_copied_kind_gets_its_own_model_with_enough_of_each_class() -> None:
         enough,
         model="m",
         layers=LAYERS,
+        heads=HEADS,
         options=FitOptions(**{**vars(FAST), "max_copy_false_alarms": 0.1}),
     )
     assert detector.copy_response is not None and detector.copy_token is not None
@@ -251,14 +254,18 @@ def test_the_copied_kind_has_a_token_model_of_its_own() -> None:
     """The copied responses' spans are planted in another column (``number``) than the
     others' (``novel``): their own token model learns it from them alone."""
     samples = _samples(11, copied=MIN_CALIBRATION, copied_signal=NUMBER)
-    detector, oof = fit_detector(samples, model="m", layers=LAYERS, options=FAST)
+    detector, oof = fit_detector(samples, model="m", layers=LAYERS, heads=HEADS, options=FAST)
     assert detector.copy_token is not None and detector.copy_response is not None
     assert detector.token_model("copied") is detector.copy_token
     assert detector.copy_token.features == detector.token.features == tuple(NAMES)
     # fitted on the copied responses alone: other responses of the other kind change nothing
     other = [s for s in _samples(12) if not s.words[0].copied]
     again, _ = fit_detector(
-        other + [s for s in samples if s.words[0].copied], model="m", layers=LAYERS, options=FAST
+        other + [s for s in samples if s.words[0].copied],
+        model="m",
+        layers=LAYERS,
+        heads=HEADS,
+        options=FAST,
     )
     assert again.copy_token is not None  # equal up to rounding: the weights' scale cancels
     np.testing.assert_allclose(again.copy_token.coef, detector.copy_token.coef, rtol=1e-9)
@@ -297,7 +304,7 @@ def test_every_fit_weighs_a_dataset_as_the_whole_training_set_does(
         return original(cls, x, y, features, **kw)
 
     monkeypatch.setattr(LinearModel, "fit", classmethod(recording))
-    fit_detector(samples, model="m", layers=LAYERS, options=FAST)
+    fit_detector(samples, model="m", layers=LAYERS, heads=HEADS, options=FAST)
     other = [s for s in samples if not s.words[0].copied]
     final = [w for n, w in seen if n == len(other)][-1]  # the other kind's response model
     of_a = np.array([s.item.dataset == "a" for s in other])
@@ -318,7 +325,9 @@ def test_responses_without_labelled_spans_train_the_response_model_only() -> Non
         _sample(rng, f"x{i}", label=True, dataset="c", group=f"x{i}", spans_known=False)
         for i in range(6)
     ]
-    detector, oof = fit_detector(samples + extra, model="m", layers=LAYERS, options=FAST)
+    detector, oof = fit_detector(
+        samples + extra, model="m", layers=LAYERS, heads=HEADS, options=FAST
+    )
     assert detector.meta["datasets"] == ["a", "b", "c"]
     assert len(oof.token) == len(samples) + 6
 
@@ -344,18 +353,19 @@ def test_responses_without_labelled_spans_train_the_response_model_only() -> Non
 def test_fit_refusals(change: Any, message: str) -> None:
     samples = _samples(4, per_class=22)
     with pytest.raises(ValueError, match=message):
-        fit_detector(change(samples), model="m", layers=LAYERS, options=FAST)
+        fit_detector(change(samples), model="m", layers=LAYERS, heads=HEADS, options=FAST)
 
 
-def test_fit_refuses_features_of_another_layer_count() -> None:
-    with pytest.raises(ValueError, match="not those of a 2-layer model"):
-        fit_detector(_samples(4, per_class=22), model="m", layers=2, options=FAST)
+@pytest.mark.parametrize("layers, heads", [(2, HEADS), (LAYERS, 3)])
+def test_fit_refuses_features_of_another_model_shape(layers: int, heads: int) -> None:
+    with pytest.raises(ValueError, match=f"not those of a model of {layers} layers of {heads}"):
+        fit_detector(_samples(4, per_class=22), model="m", layers=layers, heads=heads, options=FAST)
 
 
 def test_fit_is_deterministic() -> None:
     samples = _samples(5, per_class=22)
-    a, _ = fit_detector(samples, model="m", layers=LAYERS, options=FAST)
-    b, _ = fit_detector(samples, model="m", layers=LAYERS, options=FAST)
+    a, _ = fit_detector(samples, model="m", layers=LAYERS, heads=HEADS, options=FAST)
+    b, _ = fit_detector(samples, model="m", layers=LAYERS, heads=HEADS, options=FAST)
     assert a.to_dict() == b.to_dict()
 
 
@@ -399,7 +409,7 @@ def test_cross_validation_predicts_each_sample_from_a_fit_that_never_saw_it(
         return detector, oof
 
     monkeypatch.setattr(training, "fit_detector", recording)
-    out = cross_validate_detector(samples, model="m", layers=LAYERS, options=FAST)
+    out = cross_validate_detector(samples, model="m", layers=LAYERS, heads=HEADS, options=FAST)
     assert len(seen) == FAST.folds
     ids = [s.item.id for s in samples]
     for i, s in enumerate(samples):
@@ -420,7 +430,12 @@ def test_cross_validation_predicts_each_sample_from_a_fit_that_never_saw_it(
     assert all((d.copy_token is not None) == bool(copied) for _, d in seen)
     steps: list[list[int]] = []
     again = cross_validate_detector(
-        samples, model="m", layers=LAYERS, options=FAST, progress=lambda k: steps.append(k) or k
+        samples,
+        model="m",
+        layers=LAYERS,
+        heads=HEADS,
+        options=FAST,
+        progress=lambda k: steps.append(k) or k,
     )
     assert steps == [[0, 1, 2]]
     np.testing.assert_array_equal(again.probability, out.probability)
@@ -428,9 +443,11 @@ def test_cross_validation_predicts_each_sample_from_a_fit_that_never_saw_it(
 
 def test_cross_validation_refusals() -> None:
     with pytest.raises(ValueError, match="no sample"):
-        cross_validate_detector([], model="m", layers=LAYERS, options=FAST)
+        cross_validate_detector([], model="m", layers=LAYERS, heads=HEADS, options=FAST)
     with pytest.raises(ValueError, match=r"fewer groups than folds \(3\)"):
-        cross_validate_detector(_samples(8)[:4], model="m", layers=LAYERS, options=FAST)
+        cross_validate_detector(
+            _samples(8)[:4], model="m", layers=LAYERS, heads=HEADS, options=FAST
+        )
 
 
 # ------------------------------------------------------------------- measuring (tiny Llama)
@@ -467,7 +484,7 @@ def test_measure_samples_on_the_tiny_model() -> None:
         m = measurer.measure(sample.item.context, sample.item.response, sample.item.question)
         np.testing.assert_array_equal(sample.offsets, m.token_spans())
         np.testing.assert_allclose(sample.nll, m.nll)
-        assert sample.x.shape == (len(m.nll), len(token_feature_names(3)))
+        assert sample.x.shape == (len(m.nll), len(token_feature_names(3, 4)))
         first, last = m.example.token_span("context")
         assert sample.context_tokens == last - first
         assert list(sample.words) == Lexicon(sample.item.context).words_of(sample.item.response)

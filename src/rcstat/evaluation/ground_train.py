@@ -56,7 +56,7 @@ LABELLED = ("ragtruth", "faithbench", "summedits", "jsonl")
 SWAPS = "swaps"
 #: The instruction of the summarization datasets (as the benchmark uses it).
 _SUMMARY = "Summarize the passage above."
-_SAMPLE_VERSION = "2"  # 2: list items open a sentence anywhere (novel_fact)
+_SAMPLE_VERSION = "3"  # 3: every head's lookback ratio and log copy weight
 
 Loader = Callable[[str | None, Devices], tuple[Any, Any]]
 
@@ -288,7 +288,8 @@ def run(config: GroundTrainConfig, *, loader: Loader | None = None) -> GroundTra
     name = model_name(model)
     if Path(name).is_dir():  # a local folder (the converted default model): its name, no path
         name = Path(name).name
-    layers = attention_layout(model).num_layers
+    layout = attention_layout(model)
+    layers, heads = layout.num_layers, layout.num_heads
     measurer = Measurer(model, tokenizer, rc_heads=np.zeros(0, dtype=np.int64))
     claim_output_folder(config.out, COMMAND)  # the cache goes in before the results
     cache = config.out / "samples"
@@ -298,6 +299,7 @@ def run(config: GroundTrainConfig, *, loader: Loader | None = None) -> GroundTra
         samples,
         model=name,
         layers=layers,
+        heads=heads,
         options=options,
         meta={"trained_on": [f"{n}:{p or 'slice'}" for n, p in config.datasets]},
     )
@@ -308,6 +310,7 @@ def run(config: GroundTrainConfig, *, loader: Loader | None = None) -> GroundTra
             samples,
             model=name,
             layers=layers,
+            heads=heads,
             options=options,
             progress=lambda steps: progress(steps, desc="cross-validating", unit="fold"),
         )

@@ -55,9 +55,12 @@ from rcstat.grounding.measure import Measurement
 
 __all__ = ["COPIED_KIND", "Detection", "Detector", "LinearModel", "shipped_detector"]
 
-_FORMAT = "rcstat-detector-2"
+_FORMAT = "rcstat-detector-3"
 #: The formats of earlier releases, refused with the reason.
-_EARLIER = {"rcstat-detector-1": "its spans are word runs at one threshold for both kinds"}
+_EARLIER = {
+    "rcstat-detector-1": "its spans are word runs at one threshold for both kinds",
+    "rcstat-detector-2": "its token features hold no head's own lookback ratio or copy weight",
+}
 #: The share of a response's words in copied runs from which it is of the "copied" kind.
 COPIED_KIND = 0.65
 
@@ -205,8 +208,9 @@ class Detector:
     ----------
     model
         The analysis model's name (``config.name_or_path``, else its class name).
-    layers
-        Its number of layers (the per-layer features).
+    layers, heads
+        Its number of layers and of attention heads a layer (the per-layer and per-head
+        features).
     token, response
         The two logistic regressions (of the other kind, and of the copied kind when it has
         none of its own).
@@ -232,6 +236,7 @@ class Detector:
 
     model: str
     layers: int
+    heads: int
     token: LinearModel
     response: LinearModel
     threshold: float
@@ -244,10 +249,10 @@ class Detector:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if tuple(self.token.features) != tuple(token_feature_names(self.layers)):
+        if tuple(self.token.features) != tuple(token_feature_names(self.layers, self.heads)):
             raise ValueError(
-                f"the token model's features are not the detector features of a "
-                f"{self.layers}-layer model (rcstat.grounding.detector_features)"
+                f"the token model's features are not the detector features of a model of "
+                f"{self.layers} layers of {self.heads} heads (rcstat.grounding.detector_features)"
             )
         if self.copy_token is not None and self.copy_token.features != self.token.features:
             raise ValueError(
@@ -283,11 +288,11 @@ class Detector:
     ) -> np.ndarray:
         """``[G]``: the probabilities of the token model of ``kind`` (``"copied"`` or
         ``"other"``, :meth:`kind_of`) for the pass ``measured``."""
-        layers = measured.copy.shape[0]
-        if layers != self.layers:
+        layers, heads = measured.copy.shape[:2]
+        if (layers, heads) != (self.layers, self.heads):
             raise ValueError(
-                f"the detector is for a {self.layers}-layer model ({self.model}); the pass "
-                f"has {layers} layers"
+                f"the detector is for a model of {self.layers} layers of {self.heads} heads "
+                f"({self.model}); the pass has {layers} layers of {heads} heads"
             )
         x, _ = token_features(measured, words)
         return self.token_model(kind).probability(x)
@@ -356,6 +361,7 @@ class Detector:
             "format": _FORMAT,
             "model": self.model,
             "layers": self.layers,
+            "heads": self.heads,
             "threshold": self.threshold,
             "span_threshold": self.span_threshold,
             "copy_threshold": self.copy_threshold,
@@ -381,6 +387,7 @@ class Detector:
             return cls(
                 model=str(data["model"]),
                 layers=int(data["layers"]),
+                heads=int(data["heads"]),
                 token=LinearModel.from_dict(data["token"], f"{where}: token"),
                 response=LinearModel.from_dict(data["response"], f"{where}: response"),
                 threshold=float(data["threshold"]),

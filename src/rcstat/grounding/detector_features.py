@@ -23,7 +23,11 @@ Token features (response token ``j``, written by the query row before it):
   words), ``log_words``;
 * per layer ``l``: ``lookback:L<l>`` (the Lookback Lens ratio averaged over the layer's heads),
   ``attention:L<l>`` (the mean log attention diagonal) and ``copy:L<l>`` (the ``copy`` weight
-  summed over the layer's heads), from :mod:`.features`.
+  summed over the layer's heads), from :mod:`.features`;
+* per head ``h`` of layer ``l``: ``lookback:L<l>H<h>`` (its Lookback Lens ratio) and
+  ``log_copy:L<l>H<h>`` (``log(copy + COPY_FLOOR)``, :data:`COPY_FLOOR`): the heads that look
+  back at the context, or copy from it, differ from head to head, and a weight per head lets
+  the token model find them (docs/grounding.md, "Every head's lookback and copy").
 
 Response features: aggregates of the detector's token probabilities ``p_j`` (mean, largest,
 mean of the 5 largest, largest mean over 5 and over 15 consecutive tokens, share above 0.5)
@@ -44,6 +48,7 @@ from rcstat.grounding.lexicon import Lexicon, ResponseWord
 from rcstat.grounding.measure import Measurement
 
 __all__ = [
+    "COPY_FLOOR",
     "NLL_CAP",
     "RESPONSE_FEATURES",
     "context_tokens",
@@ -58,6 +63,9 @@ __all__ = [
 #: NLL values above this many nats count as this many (a word the model finds impossible is as
 #: unexpected as one it finds very unlikely; the cap keeps a linear model's scale sane).
 NLL_CAP = 30.0
+#: Added to a head's ``copy`` weight before its log: a head that copies nothing reads
+#: ``log(1e-4)``, so that the feature stays finite and on a scale a linear model can weigh.
+COPY_FLOOR = 1e-4
 _NUMBER = re.compile(r"\d+")
 #: Text before a word that makes it open a sentence, a line or a list item.
 _OPENS = re.compile(r"(?:^|[.!?:;\n]\s*|(?:^|\n)\s*(?:\d+[.)]|[-*•])\s*)$")
@@ -85,6 +93,7 @@ _TEXT_FEATURES = (
     "log_words",
 )
 _LAYER_FEATURES = ("lookback", "attention", "copy")
+_HEAD_FEATURES = ("lookback", "log_copy")
 #: The response features, in the order of :func:`response_features`.
 RESPONSE_FEATURES = (
     "p_mean",
@@ -104,11 +113,17 @@ RESPONSE_FEATURES = (
 )
 
 
-def token_feature_names(layers: int) -> list[str]:
-    """The names of :func:`token_features`' columns for a model of ``layers`` layers."""
-    return [*_TEXT_FEATURES] + [
-        f"{name}:L{layer}" for name in _LAYER_FEATURES for layer in range(layers)
+def token_feature_names(layers: int, heads: int) -> list[str]:
+    """The names of :func:`token_features`' columns for a model of ``layers`` layers of
+    ``heads`` heads."""
+    layered = [f"{name}:L{layer}" for name in _LAYER_FEATURES for layer in range(layers)]
+    per_head = [
+        f"{name}:L{layer}H{head}"
+        for name in _HEAD_FEATURES
+        for layer in range(layers)
+        for head in range(heads)
     ]
+    return [*_TEXT_FEATURES, *layered, *per_head]
 
 
 def token_features(
@@ -170,12 +185,16 @@ def token_features(
         column = np.zeros(g)
         column[inside] = values[word_of[inside]]
         columns[name] = column
+    layers, heads = measured.copy.shape[:2]
     lookback = measured.features[1].mean(axis=1)  # [L, G]
     attention = measured.features[2].mean(axis=1)  # [L, G]
     copy = measured.copy.sum(axis=1)  # [L, G]
-    text = np.stack([columns[name] for name in _TEXT_FEATURES], axis=1)  # [G, 17]
+    text = np.stack([columns[name] for name in _TEXT_FEATURES], axis=1)  # [G, 19]
     layered = np.concatenate([lookback, attention, copy], axis=0).T  # [G, 3L]
-    return np.hstack([text, layered.astype(np.float64)]), word_of
+    head_lookback = measured.features[1].reshape(layers * heads, g)  # [L·H, G]
+    head_copy = np.log(measured.copy.reshape(layers * heads, g).astype(np.float64) + COPY_FLOOR)
+    per_head = np.concatenate([head_lookback, head_copy], axis=0).T  # [G, 2·L·H]
+    return np.hstack([text, layered.astype(np.float64), per_head.astype(np.float64)]), word_of
 
 
 def response_features(

@@ -110,7 +110,9 @@ class Grounder:
         self.options = options
         layout = attention_layout(model)
         name = model_name(model)
-        self.detector = resolve_detector(options.detector, name, layout.num_layers)
+        self.detector = resolve_detector(
+            options.detector, name, layout.num_layers, layout.num_heads
+        )
         self.profile = resolve_profile(options.profile, name)
         if self.profile.shape != (layout.num_layers, layout.num_heads):
             raise ValueError(

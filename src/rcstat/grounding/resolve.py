@@ -14,9 +14,10 @@ __all__ = ["resolve_detector", "resolve_probe", "resolve_profile"]
 
 
 def resolve_detector(
-    detector: Detector | str | Path | bool | None, model_name: str, layers: int
+    detector: Detector | str | Path | bool | None, model_name: str, layers: int, heads: int
 ) -> Detector | None:
-    """The detector of ``GroundingOptions.detector`` for a model of ``layers`` layers: None
+    """The detector of ``GroundingOptions.detector`` for a model of ``layers`` layers of
+    ``heads`` attention heads: None
     for ``False``; the shipped one for None (``True``: it must ship); else the object or file
     given."""
     if detector is False:
@@ -31,10 +32,10 @@ def resolve_detector(
             )
     else:
         chosen = Detector.load(detector)
-    if chosen is not None and chosen.layers != layers:
+    if chosen is not None and (chosen.layers, chosen.heads) != (layers, heads):
         raise ValueError(
-            f"the detector is for a {chosen.layers}-layer model ({chosen.model}); the model "
-            f"has {layers} layers"
+            f"the detector is for a model of {chosen.layers} layers of {chosen.heads} heads "
+            f"({chosen.model}); the model has {layers} layers of {heads} heads"
         )
     return chosen
 

@@ -259,6 +259,7 @@ def fit_detector(
     *,
     model: str,
     layers: int,
+    heads: int,
     options: FitOptions | None = None,
     meta: dict[str, Any] | None = None,
 ) -> tuple[Detector, OutOfFold]:
@@ -273,9 +274,12 @@ def fit_detector(
     """
     options = options or FitOptions()
     _check_samples(samples, options.folds)
-    names = features.token_feature_names(layers)
+    names = features.token_feature_names(layers, heads)
     if samples[0].x.shape[1] != len(names):
-        raise ValueError(f"the samples' token features are not those of a {layers}-layer model")
+        raise ValueError(
+            f"the samples' token features are not those of a model of {layers} layers of "
+            f"{heads} heads"
+        )
     weights = DatasetWeights.of(
         [s.item.dataset for s in samples],
         [len(s.x) if s.item.spans_known else None for s in samples],
@@ -310,6 +314,7 @@ def fit_detector(
     detector = Detector(
         model=model,
         layers=layers,
+        heads=heads,
         token=tokens.model,
         response=other.model,
         threshold=other.threshold,
@@ -352,6 +357,7 @@ def cross_validate_detector(
     *,
     model: str,
     layers: int,
+    heads: int,
     options: FitOptions | None = None,
     progress: Callable[[list[int]], Iterable[int]] | None = None,
 ) -> OutOfFold:
@@ -375,6 +381,7 @@ def cross_validate_detector(
             [samples[i] for i in train],
             model=model,
             layers=layers,
+            heads=heads,
             options=options,
         )
         for i in test:
