@@ -3,7 +3,7 @@
 ``attribution_kernel``: one program per (tile of prompt keys, head, segment of generated rows:
 a run of rows of one answer unit, or rows of no unit; many programs keep the searches'
 memory latency hidden). It reads each raw score ``x = f(i, m + j)`` of its rows and keys
-once for all three quantities:
+once for all three quantities (the next rows' scores are loaded while a step's searches run):
 
 - the head's ranking sum ``Σ (c(x)·x − S(c(x)))`` against the head's sorted self samples
   ``Y(g, g)``, over every row (paper eq. 6: ``n·m·E(X(p, g), Y(g, g))``);
@@ -112,11 +112,18 @@ def attribution_kernel(
     ranked = tl.zeros((), tl.float64)
     per_key = tl.zeros([BLOCK_I], tl.float64)
     weight = tl.zeros([BLOCK_I], tl.float32)
+    # the next rows' scores are read a step ahead: their load is in flight while this step's
+    # searches wait on theirs
+    js = first + tl.arange(0, BLOCK_J)  # [BJ]
+    mask = (js < end)[:, None] & on_key[None, :]  # [BJ, BI]
+    ahead = tl.load(base + js[:, None].to(tl.int64) * s_j, mask=mask, other=0.0)
     for j0 in range(first, end, BLOCK_J):
         js = j0 + tl.arange(0, BLOCK_J)  # [BJ]
         on_row = js < end
         mask = on_row[:, None] & on_key[None, :]
-        x = tl.load(base + js[:, None].to(tl.int64) * s_j, mask=mask, other=0.0).to(tl.float32)
+        x = ahead.to(tl.float32)
+        after = (js + BLOCK_J < end)[:, None] & on_key[None, :]
+        ahead = tl.load(base + (js + BLOCK_J)[:, None].to(tl.int64) * s_j, mask=after, other=0.0)
         if RANK_HEADS:
             if counted != 0:
                 term, _ = rank_terms(
