@@ -1,12 +1,18 @@
-"""HostStack, stack_on_host, sum_on_host and download_many: per-layer results gathered on the
-host."""
+"""HostStack, stack_on_host, sum_on_host, download_many and flat_bytes: per-layer results
+gathered on the host."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rcstat.capture.host import HostStack, download_many, stack_on_host, sum_on_host
+from rcstat.capture.host import (
+    HostStack,
+    download_many,
+    flat_bytes,
+    stack_on_host,
+    sum_on_host,
+)
 
 
 def test_layers_land_in_their_slices_in_any_order() -> None:
@@ -58,3 +64,22 @@ def test_download_many_keeps_host_values_as_they_are() -> None:
     values = {"a": torch.arange(5), "b": torch.ones(2, 3, dtype=torch.float64)}
     got = download_many(values)
     assert list(got) == list(values) and all(got[k] is values[k] for k in values)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        torch.arange(8).view(2, 4)[:1, 1],  # one element, stride 4: contiguous by torch's rule
+        torch.arange(8).view(2, 4)[:0, 1],  # none, stride 4
+        torch.arange(12, dtype=torch.int32).view(3, 4).t(),  # transposed
+        torch.tensor([[1.5, -0.0], [float("nan"), 2.0]], dtype=torch.bfloat16),
+        torch.tensor([True, False, True]),
+        torch.tensor(7, dtype=torch.int16),  # no dimension
+    ],
+)
+def test_flat_bytes_are_the_row_major_bytes(value: torch.Tensor) -> None:
+    """Oracle: numpy's C-order bytes of the values (bfloat16 through its int16 bits)."""
+    raw = flat_bytes(value)
+    assert raw.dtype == torch.uint8 and raw.shape == (value.numel() * value.element_size(),)
+    same = value.view(torch.int16) if value.dtype == torch.bfloat16 else value
+    assert raw.numpy().tobytes() == same.numpy().tobytes()

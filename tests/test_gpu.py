@@ -429,6 +429,7 @@ def test_upload_many_moves_every_tensor_with_one_copy_per_dtype() -> None:
         "empty": torch.zeros(0, dtype=torch.int64),
         "half": torch.randn(5, dtype=torch.bfloat16),
         "strided": torch.randn(3, 4).t(),
+        "one_strided": torch.arange(8).view(2, 4)[:1, 1],  # one element, stride 4
     }
     with torch.cuda.device(0):
         torch.cuda.set_sync_debug_mode("error")  # no copy may wait for the device
@@ -461,6 +462,7 @@ def test_download_many_reads_every_tensor_bit_for_bit_in_one_copy() -> None:
         "half": torch.randn(5, generator=gen).to(torch.bfloat16).cuda(),
         "strided": torch.randn(4, 3, generator=gen).cuda().t(),
         "special": nan.cuda(),
+        "one_strided": torch.arange(8, device="cuda").view(2, 4)[:1, 1],  # stride 4
     }
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:

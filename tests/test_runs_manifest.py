@@ -90,6 +90,24 @@ def test_model_identity_from_files_and_parameters(model_dir: Path, tmp_path: Pat
     assert describe_model(changed.to(torch.bfloat16))[0]["dtype"] == "bfloat16"
 
 
+def test_parameter_digest_reads_a_one_element_tensor_of_any_stride() -> None:
+    """A one-element tensor sliced from a larger one keeps its stride (4 here), which a view
+    as bytes refuses; its digest is that of the same value laid out plainly."""
+
+    class Holder:
+        def __init__(self, value: torch.Tensor) -> None:
+            self.value = value
+
+        def state_dict(self) -> dict[str, torch.Tensor]:
+            return {"w": self.value}
+
+    sliced = torch.arange(8).view(2, 4)[:1, 1]
+    assert sliced.stride() == (4,)
+    digest = manifest_module._parameter_digest
+    assert digest(Holder(sliced)) == digest(Holder(torch.tensor([1])))
+    assert digest(Holder(sliced)) != digest(Holder(torch.tensor([2])))
+
+
 def test_weight_hashes_are_cached_beside_the_models(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

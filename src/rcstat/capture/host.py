@@ -92,6 +92,20 @@ def sum_on_host(values: Sequence[torch.Tensor]) -> torch.Tensor:
     return total
 
 
+def flat_bytes(value: torch.Tensor) -> torch.Tensor:
+    """``[numel · element size]`` uint8: the bytes of ``value`` in row-major order (a view
+    where the values already lie in that order).
+
+    A tensor of one element or none counts as contiguous whatever its stride, and its flat
+    view keeps that stride (``torch.arange(8).view(2, 4)[:1, 1]`` has stride 4), which a view
+    as bytes refuses: such a tensor is copied into a fresh one first.
+    """
+    flat = value.detach().contiguous().reshape(-1)
+    if flat.stride(0) != 1:
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    return flat.view(torch.uint8)
+
+
 def download_many(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Every tensor of ``values`` on the host with one device-to-host copy: the device's
     tensors joined as bytes (each starting at a multiple of 8) on the first one's device and
@@ -107,8 +121,7 @@ def download_many(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     first = next(iter(found.values())).device
     parts, offsets, end = [], [], 0
     for value in found.values():
-        raw = value.detach().to(first, non_blocking=True).contiguous().reshape(-1)
-        raw = raw.view(torch.uint8)
+        raw = flat_bytes(value.detach().to(first, non_blocking=True))
         offsets.append(end)
         padded = -(-raw.numel() // 8) * 8
         parts += [raw] if padded == raw.numel() else [raw, raw.new_zeros(padded - raw.numel())]
@@ -136,7 +149,7 @@ def upload_many(
         return {name: value.to(device) for name, value in values.items()}
     parts, offsets, end = [], [], 0
     for value in values.values():  # joined with numpy: torch.cat of bytes costs more host time
-        raw = value.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+        raw = flat_bytes(value).numpy()
         offsets.append(end)
         padded = -(-raw.size // 8) * 8
         parts += [raw, np.zeros(padded - raw.size, dtype=np.uint8)]

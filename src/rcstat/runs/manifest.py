@@ -191,9 +191,11 @@ def _parameter_digest(model: Any) -> str:
     digest = hashlib.sha256()
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            flat = tensor.detach().reshape(-1)
+            flat = tensor.detach().contiguous().reshape(-1)
+            if flat.numel() <= 1:  # any stride counts as contiguous here; a byte view needs 1
+                flat = flat.clone(memory_format=torch.contiguous_format)
             digest.update(f"{name}|{flat.dtype}|{tuple(tensor.shape)}\n".encode())
-            digest.update(flat.contiguous().view(torch.uint8).cpu().numpy().tobytes())
+            digest.update(flat.view(torch.uint8).cpu().numpy().tobytes())
     return digest.hexdigest()
 
 
