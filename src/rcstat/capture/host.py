@@ -121,7 +121,7 @@ def download_many(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     first = next(iter(found.values())).device
     parts, offsets, end = [], [], 0
     for value in found.values():
-        raw = flat_bytes(value.detach().to(first, non_blocking=True))
+        raw = flat_bytes(value.to(first, non_blocking=True))
         offsets.append(end)
         padded = -(-raw.numel() // 8) * 8
         parts += [raw] if padded == raw.numel() else [raw, raw.new_zeros(padded - raw.numel())]

@@ -194,7 +194,7 @@ def token_features(
     head_lookback = measured.features[1].reshape(layers * heads, g)  # [L·H, G]
     head_copy = np.log(measured.copy.reshape(layers * heads, g).astype(np.float64) + COPY_FLOOR)
     per_head = np.concatenate([head_lookback, head_copy], axis=0).T  # [G, 2·L·H]
-    return np.hstack([text, layered.astype(np.float64), per_head.astype(np.float64)]), word_of
+    return np.hstack([text, layered.astype(np.float64), per_head]), word_of
 
 
 def response_features(
