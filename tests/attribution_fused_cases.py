@@ -179,3 +179,72 @@ def test_units_sorted_from_the_heads_sort_equal_their_own_sort(ties: bool) -> No
     for shift in (0, 32):
         first_or_last = (got.table[..., 1] >> shift).int(), (want.table[..., 1] >> shift).int()
         assert torch.equal(*(t.view(torch.float32) for t in first_or_last))
+
+
+def _grouped_by_stable_sort(ys, order, placed, rows):
+    """The units' padded rows ``[U·H, Ymax]`` by a stable sort by unit of the heads' sorted
+    samples (the tensor operations the counting sort replaced): the oracle."""
+    heads = ys.shape[0]
+    units, width = rows.index.shape
+    unit = placed.unit[order]  # [H, M] the unit of each sorted sample
+    grouped = ys.gather(-1, torch.sort(unit, dim=-1, stable=True).indices)  # [H, M]
+    sizes = placed.sizes.long()
+    starts = torch.cumsum(sizes, 0) - sizes
+    steps = torch.arange(width)
+    take = starts[:, None] + torch.minimum(steps[None, :], sizes[:, None] - 1)  # [U, Ymax]
+    taken = grouped[:, take].transpose(0, 1)  # [U, H, Ymax]
+    padded = torch.where(rows.valid[:, None, :], taken, torch.inf)
+    return padded.reshape(units * heads, width)
+
+
+@pytest.mark.parametrize(
+    ("gen", "units", "ties"),
+    [
+        (50, [(20, 50), (0, 12), (13, 19)], True),  # 1,275 samples, rows of none
+        (70, [(0, 70)], False),  # one unit of every row
+        (64, [(3 * u, 3 * u + 3) for u in range(21)], True),  # 21 units: 32 groups
+        (46, [(45, 46), (0, 1)], False),  # one-row units at both ends, a long run of none
+    ],
+)
+def test_the_units_counting_sort_equals_a_stable_sort_by_unit(
+    gen: int, units: list, ties: bool
+) -> None:
+    """Every unit's samples, grouped from the heads' sort by the two counting-sort kernels,
+    are bit for bit those of a stable sort by unit (the heads' order kept within a unit:
+    a tie of -0.0 and 0.0 stays in the heads' order), and the row counts are the units'."""
+    from rcstat.stats import self_samples, unit_rows
+    from rcstat.stats._gpu import sorted_self
+
+    prompt, heads = 5, 3
+    block = _block(heads, gen, prompt, seed=gen, ties=ties)[0]  # [H, g, m + g]
+    if ties:  # signed zeros among the ties
+        block = torch.where(torch.rand(block.shape) < 0.3, -block * 0.0, block)
+    rows = unit_rows(units, prompt + gen, prompt)
+    ys, _, order = sorted_self(self_samples(block, prompt), None)
+    placed = fused_module.unit_order(units, gen)
+    got = fused_module._units_from_heads(ys, order, placed, rows)
+    want = _grouped_by_stable_sort(ys, order, placed, rows)
+    assert torch.equal(got.ys.view(torch.int32), want.view(torch.int32))
+    assert torch.equal(got.count, rows.valid.sum(-1, dtype=torch.int32).repeat_interleave(heads))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_the_heads_split_running_sums_equal_one_programs(ties: bool) -> None:
+    """The heads' samples prepared with their running sums split over blocks
+    (``_prepared_heads``) equal ``prepared_sorted``'s one program a row, bit for bit: the
+    same float64 operations in the same order (a row of 5,050 samples: five blocks, the last
+    one part full; a row's count short of its width pads with +inf)."""
+    from rcstat.stats import self_samples
+    from rcstat.stats._gpu import prepared_sorted, sorted_self
+
+    prompt, gen, heads = 4, 100, 2
+    block = _block(heads, gen, prompt, seed=21, ties=ties)[0]  # [H, g, m + g]
+    ys, count, _ = sorted_self(self_samples(block, prompt), None)  # [H, 5050]
+    assert ys.shape[1] >= fused_module._SPLIT_FROM
+    count = count - torch.tensor([0, 1000], dtype=torch.int32)  # fewer valid in row 1
+    ys = torch.where(torch.arange(ys.shape[1]) < count[:, None].long(), ys, torch.inf)
+    got, want = fused_module._prepared_heads(ys, count), prepared_sorted(ys, count)
+    assert got.buckets == want.buckets
+    for name in ("ys", "count", "prefix", "center", "table", "low", "scale"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name

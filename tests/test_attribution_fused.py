@@ -62,10 +62,16 @@ def test_every_kernel_leaves_only_its_own_sizes_unspecialised() -> None:
     every example: specialised on their multiples of 16, nearly every new example would
     compile it again."""
     pytest.importorskip("triton")
-    from rcstat.attribution._fused_triton import attribution_kernel
+    from rcstat.attribution._fused_triton import (
+        attribution_kernel,
+        unit_counts_kernel,
+        unit_scatter_kernel,
+    )
     from rcstat.capture._softmax_triton import row_lse_kernel
-    from rcstat.stats._triton import prepare_kernel, rank_sums_kernel
+    from rcstat.stats import _triton as stats
 
-    for kernel in (attribution_kernel, row_lse_kernel, rank_sums_kernel, prepare_kernel):
+    kernels = (attribution_kernel, unit_counts_kernel, unit_scatter_kernel, row_lse_kernel)
+    prefix = (stats.center_kernel, stats.block_sums_kernel, stats.prefix_kernel)
+    for kernel in (*kernels, *prefix, stats.rank_sums_kernel, stats.prepare_kernel):
         names = set(kernel.do_not_specialize_on_alignment)
         assert names and names <= set(kernel.arg_names), kernel.fn.__name__

@@ -15,6 +15,12 @@ once for all three quantities (the next rows' scores are loaded while a step's s
 No atomics: each program owns its outputs, so the sums do not depend on the order programs
 run in. Without ``RANK_HEADS`` (the only unit is the whole answer, whose key values give the
 heads' ranking) the first search is left out.
+
+``unit_counts_kernel`` and ``unit_scatter_kernel``: the units' sorted self samples from the
+heads' sort (units that do not overlap), a counting sort by unit that keeps the heads' order
+within each unit: a chunk of a head's sorted samples counts its samples of each unit, and
+each sample goes to its unit's row at the samples of its unit before it (in earlier chunks,
+from the counts' running sums, and earlier in its chunk).
 """
 
 from __future__ import annotations
@@ -149,3 +155,72 @@ def attribution_kernel(
         tl.store(key_out + out, per_key / ((end - first).to(tl.float64) * count), mask=on_key)
         tl.store(att_out + out, weight / (end - first).to(tl.float32), mask=on_key)
     tl.store(head_out + (h * segments + s) * tiles + tile, ranked)
+
+
+#: The counting sort's sizes, likewise not specialised on their alignment.
+_UNIT_SIZES = ("order_stride", "samples", "chunks", "ys_stride", "units", "heads", "out_stride")
+
+
+@triton.jit(do_not_specialize_on_alignment=_UNIT_SIZES[:3])
+def unit_counts_kernel(
+    order_ptr,  # [H, M] int64: where each of a head's sorted samples was (query-major)
+    order_stride,
+    unit_ptr,  # [M] uint8 / int16: the unit of each sample in query-major order (U: none)
+    samples,
+    counts_ptr,  # [H, chunks, GROUPS] int32: the samples of each unit in a chunk
+    chunks,
+    GROUPS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """``counts[h, c, u] = #{k in chunk c : unit(order[h, k]) = u}``, chunks of ``BLOCK``
+    sorted positions."""
+    h = tl.program_id(0)
+    chunk = tl.program_id(1)
+    pos = chunk * BLOCK + tl.arange(0, BLOCK)
+    inside = pos < samples
+    src = tl.load(order_ptr + h.to(tl.int64) * order_stride + pos, mask=inside, other=0)
+    unit = tl.load(unit_ptr + src, mask=inside, other=0).to(tl.int32)
+    counts = tl.histogram(unit, GROUPS, mask=inside)  # [GROUPS]
+    out = (h.to(tl.int64) * chunks + chunk) * GROUPS + tl.arange(0, GROUPS)
+    tl.store(counts_ptr + out, counts)
+
+
+@triton.jit(do_not_specialize_on_alignment=_UNIT_SIZES)
+def unit_scatter_kernel(
+    ys_ptr,  # [H, M] float32 a head's sorted self samples
+    ys_stride,
+    order_ptr,  # [H, M] int64
+    order_stride,
+    unit_ptr,  # [M] uint8 / int16 (U: no unit)
+    samples,
+    offset_ptr,  # [H, chunks, GROUPS] int32: before[h, c, u] − first[h, c, u] (below)
+    chunks,
+    units,
+    heads,
+    out_ptr,  # [U·H, width] float32: unit u's sorted samples of head h in row u·H + h
+    out_stride,
+    GROUPS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Each sample of chunk ``c`` of head ``h`` goes to ``out[u·H + h, before + rank]``:
+    ``before`` = its unit's samples in earlier chunks, ``rank`` = those earlier in the chunk.
+    The chunk's samples sorted by ``(unit, position)`` put unit ``u``'s at sorted positions
+    ``first[h, c, u] + rank`` (``first`` = the chunk's samples of smaller units), so the
+    destination is ``offset[h, c, u] + p`` for sorted position ``p``."""
+    h = tl.program_id(0)
+    chunk = tl.program_id(1)
+    lanes = tl.arange(0, BLOCK)
+    pos = chunk * BLOCK + lanes
+    inside = pos < samples
+    src = tl.load(order_ptr + h.to(tl.int64) * order_stride + pos, mask=inside, other=0)
+    unit = tl.load(unit_ptr + src, mask=inside, other=0).to(tl.int32)
+    unit = tl.where(inside, unit, GROUPS)  # past the end: after every unit
+    key = tl.sort(unit * BLOCK + lanes)  # [BLOCK] by unit, then position
+    by_unit = key // BLOCK
+    lane = key - by_unit * BLOCK
+    kept = by_unit < units  # samples of a unit (not of rows of none, not past the end)
+    offset = tl.load(offset_ptr + (h.to(tl.int64) * chunks + chunk) * GROUPS + by_unit,
+                     mask=kept, other=0)  # fmt: skip
+    value = tl.load(ys_ptr + h.to(tl.int64) * ys_stride + chunk * BLOCK + lane, mask=kept)
+    row = by_unit.to(tl.int64) * heads + h
+    tl.store(out_ptr + row * out_stride + offset + lanes, value, mask=kept)

@@ -8,13 +8,20 @@ samples are sorted as before (:func:`~rcstat.stats._gpu.prepared_self`), one sma
 takes each row's softmax normaliser, and ``attribution_kernel`` reads every cross sample once
 for the head's ranking sum, the unit's key-level RC ``t_h(g', i)`` and the unit's mean weight
 on the key. The results equal the tensor path's (tests/attribution_fused_cases.py).
+
+Before the kernel, three branches run side by side on CUDA (streams, or a graph's parallel
+branches): the rows' normalisers; the units' sorted samples, grouped from the heads' sort by
+a counting sort, and their preparation; the heads' bucket records and running sums, the
+latter split over blocks of samples.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,6 +29,8 @@ import torch
 from rcstat.capture import SoftmaxParams
 from rcstat.stats import UnitRows, self_samples, unit_self_samples
 from rcstat.stats._gpu import (
+    _MAX_SCALE,
+    _PREPARE_BLOCK,
     SelfSamples,
     kernels_serve,
     on_device,
@@ -39,6 +48,9 @@ _LSE_BLOCK = 1024  # keys a step of the normaliser's pass
 # the units' bucket tables, 2^(bits(longest) − 2) buckets: rows of many sizes are padded to
 # the longest, and a smaller table stays in cache (H200: 1.54 → 1.34 ms a layer at 2048/256)
 _UNIT_SPREAD = -2
+_UNIT_CHUNK = 512  # a head's sorted samples a program of the units' counting sort (H200: 512
+# and 256 beat 1024 by 1-2 % of the layer)
+_SPLIT_FROM = 4096  # heads' self sets at least this large: running sums split over blocks
 _WARPS = 1  # tuned on an H200: 4 x 32 x 1 warp near the best at 2k and 8k keys, 16 and 256 rows
 
 
@@ -81,18 +93,16 @@ class UnitOrder:
     grouped by unit, with no sort of their own.
 
     ``unit`` ``[g(g+1)/2]`` uint8 or int16: the unit of each self sample in query-major
-    order (the number of units for rows of none); ``take`` ``[U, Ymax]`` int64: the
-    position of unit ``u``'s ``i``-th sample among the heads' samples grouped by unit
-    (units in order), clipped past the unit's end (the padding of
-    :class:`~rcstat.stats.UnitRows`).
+    order (the number of units for rows of none); ``sizes`` ``[U]`` int32: each unit's
+    ``|Y(g, g')|``.
     """
 
     unit: torch.Tensor
-    take: torch.Tensor
+    sizes: torch.Tensor
 
     def map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> UnitOrder:
         """The same order with both tensors moved by ``move`` (e.g. to a device)."""
-        return UnitOrder(move(self.unit), move(self.take))
+        return UnitOrder(move(self.unit), move(self.sizes))
 
 
 def unit_order(units: Sequence[tuple[int, int]], gen_len: int) -> UnitOrder | None:
@@ -104,8 +114,8 @@ def unit_order(units: Sequence[tuple[int, int]], gen_len: int) -> UnitOrder | No
     >>> order = unit_order([(2, 3), (0, 2)], 3)  # rows 0-1 are unit 1, row 2 unit 0
     >>> order.unit.tolist()  # samples of row 0 (1), row 1 (2), row 2 (3)
     [1, 1, 1, 0, 0, 0]
-    >>> order.take.tolist()  # unit 0 first (3 samples), then unit 1
-    [[0, 1, 2], [3, 4, 5]]
+    >>> order.sizes.tolist()
+    [3, 3]
     """
     row_unit = np.full(gen_len, len(units), dtype=np.int64)
     for u, (a, b) in enumerate(units):
@@ -113,33 +123,124 @@ def unit_order(units: Sequence[tuple[int, int]], gen_len: int) -> UnitOrder | No
             return None
         row_unit[a:b] = u
     sizes = [(b * (b + 1) - a * (a + 1)) // 2 for a, b in units]  # |Y(g, g')|
-    starts = np.cumsum([0, *sizes[:-1]])
-    steps = np.arange(max(sizes))
-    take = starts[:, None] + np.minimum(steps[None, :], np.asarray(sizes)[:, None] - 1)
     kind = torch.uint8 if len(units) < 256 else torch.int16
     per_sample = np.repeat(row_unit, np.arange(1, gen_len + 1))  # [g(g+1)/2]
-    return UnitOrder(torch.from_numpy(per_sample).to(kind), torch.from_numpy(take))
+    return UnitOrder(torch.from_numpy(per_sample).to(kind), torch.tensor(sizes, dtype=torch.int32))
 
 
 def _units_from_heads(
     ys: torch.Tensor, order: torch.Tensor, placed: UnitOrder, rows: UnitRows
 ) -> SelfSamples:
     """The units' prepared self samples from the heads' sorted ones: ``ys`` ``[H, M]`` sorted,
-    ``order`` ``[H, M]`` where each was in query-major order. A stable sort by unit keeps
-    every unit's samples in ascending order, so each unit's run is its sorted ``Y(g, g')``,
-    the values :func:`prepared_self` of the gathered samples sorts to."""
-    heads = ys.shape[0]
+    ``order`` ``[H, M]`` where each was in query-major order. Grouped by unit in the heads'
+    order (a counting sort: ``unit_counts_kernel``, ``unit_scatter_kernel``), each unit's
+    samples are its sorted ``Y(g, g')``, the values :func:`prepared_self` of the gathered
+    samples sorts to; the rows are padded with ``+inf`` as ``prepared_self`` pads them."""
+    from rcstat.attribution._fused_triton import unit_counts_kernel, unit_scatter_kernel
+
+    heads, samples = ys.shape
     units, width = rows.index.shape
-    unit = placed.unit[order]  # [H, M] the unit of each sorted sample
-    grouped = ys.gather(-1, torch.sort(unit, dim=-1, stable=True).indices)  # [H, M]
-    taken = grouped[:, placed.take].transpose(0, 1)  # [U, H, Ymax]
-    padded = torch.where(rows.valid[:, None, :], taken, torch.inf)  # as prepared_self pads
-    count = rows.valid.sum(-1, dtype=torch.int32)[:, None].expand(units, heads)  # [U, H]
-    return prepared_sorted(
-        padded.reshape(units * heads, width).contiguous(),
-        count.reshape(-1).contiguous(),
-        spread=_UNIT_SPREAD,
+    groups = _next_pow2(units + 1)  # the units and rows of none
+    chunks = -(-samples // _UNIT_CHUNK)
+    device = ys.device
+    counts = torch.empty(heads, chunks, groups, dtype=torch.int32, device=device)
+    padded = torch.full((units * heads, width), torch.inf, device=device)  # [U·H, Ymax]
+    with on_device(device):
+        unit_counts_kernel[(heads, chunks)](
+            order, order.stride(0), placed.unit, samples, counts, chunks,
+            GROUPS=groups, BLOCK=_UNIT_CHUNK,
+        )  # fmt: skip
+        # before[h, c, u] − first[h, c, u]: the unit's samples in earlier chunks, less the
+        # chunk's samples of smaller units
+        offset = counts.cumsum(1, dtype=torch.int32) - counts.cumsum(2, dtype=torch.int32)
+        unit_scatter_kernel[(heads, chunks)](
+            ys, ys.stride(0), order, order.stride(0), placed.unit, samples, offset, chunks,
+            units, heads, padded, padded.stride(0), GROUPS=groups, BLOCK=_UNIT_CHUNK,
+        )  # fmt: skip
+    count = placed.sizes[:, None].expand(units, heads).contiguous().view(-1)  # [U·H]
+    return prepared_sorted(padded, count, spread=_UNIT_SPREAD)
+
+
+def _prepared_heads(ys: torch.Tensor, count: torch.Tensor) -> SelfSamples:
+    """:func:`~rcstat.stats._gpu.prepared_sorted` of the heads' sorted samples ``ys``
+    ``[H, M]`` (every field bit for bit), its running sums split over blocks of samples:
+    ``prepare_kernel`` writes the bucket records, ``center_kernel`` the centres,
+    ``block_sums_kernel`` each block's centred sum and ``prefix_kernel`` each block's prefix
+    sums plus the earlier blocks' sums added in order, which ``prepare_kernel`` computes in
+    one program a row walking the row twice (the longest program of its launch)."""
+    from rcstat.stats._triton import (
+        block_sums_kernel,
+        center_kernel,
+        prefix_kernel,
+        prepare_kernel,
     )
+
+    rows, width = ys.shape
+    if width < _SPLIT_FROM:
+        return prepared_sorted(ys, count)
+    device = ys.device
+    buckets = 1 << min(width.bit_length() + 2, 16)  # prepared_sorted's, spread 2
+    blocks = -(-width // _PREPARE_BLOCK)
+    center = torch.empty(rows, dtype=torch.float64, device=device)
+    prefix = torch.empty(rows, width + 1, dtype=torch.float64, device=device)
+    low = torch.zeros(rows, dtype=torch.float32, device=device)
+    scale = torch.zeros(rows, dtype=torch.float32, device=device)
+    table = torch.empty(rows, buckets + 2, 2, dtype=torch.int64, device=device)
+    sums = torch.empty(rows, blocks, dtype=torch.float64, device=device)  # [H, blocks]
+    parts = 1 + -(-(buckets + 2) // _PREPARE_BLOCK)
+    stride = ys.stride(0)
+    with on_device(device):
+        prepare_kernel[(rows, parts)](
+            ys, stride, width, count, center, prefix, prefix.stride(0), low, scale, buckets,
+            _MAX_SCALE, table, table.stride(0) // 2, width.bit_length(),
+            BLOCK=_PREPARE_BLOCK, TABLE=True, PREFIX=False,
+        )  # fmt: skip
+        center_kernel[(rows,)](ys, stride, width, count, center, BLOCK=_PREPARE_BLOCK)
+        block_sums_kernel[(rows, blocks)](
+            ys, stride, count, center, sums, blocks, BLOCK=_PREPARE_BLOCK
+        )
+        prefix_kernel[(rows, blocks)](
+            ys, stride, width, count, center, sums, blocks, prefix, prefix.stride(0),
+            BLOCK=_PREPARE_BLOCK,
+        )  # fmt: skip
+    return SelfSamples(ys, count, prefix, center, table, low, scale, buckets)
+
+
+def _next_pow2(value: int) -> int:
+    """The smallest power of two >= ``value``."""
+    return 1 << max(0, value - 1).bit_length()
+
+
+_SIDE: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
+
+
+def _fork(device: torch.device, branch: int) -> torch.cuda.Stream | None:
+    """Stream ``branch`` of ``device`` beside the current one (None off CUDA), waiting for
+    the work queued so far: what is queued on it runs beside what is queued next on the
+    current stream and on other branches (inside a CUDA graph: parallel branches) until
+    :func:`_join`."""
+    if device.type != "cuda":
+        return None
+    if (device, branch) not in _SIDE:
+        _SIDE[device, branch] = torch.cuda.Stream(device)
+    side = _SIDE[device, branch]
+    side.wait_stream(torch.cuda.current_stream(device))
+    return side
+
+
+def _on(side: torch.cuda.Stream | None) -> contextlib.AbstractContextManager[Any]:
+    """Queue the block's work on ``side`` (the current stream for None)."""
+    return contextlib.nullcontext() if side is None else torch.cuda.stream(side)
+
+
+def _join(device: torch.device, *sides: torch.cuda.Stream | None) -> None:
+    """The current stream of ``device`` waits for the work queued on ``sides``. What was
+    allocated there is freed on the host after later work is queued on the current stream,
+    and a side stream's next use (:func:`_fork`) waits on that work first, so its memory
+    is not reused while it is read."""
+    for side in sides:
+        if side is not None:
+            torch.cuda.current_stream(device).wait_stream(side)
 
 
 def fused_attribution(
@@ -168,28 +269,20 @@ def fused_attribution(
     heads, gen_len, _ = block.shape
     units = rows.index.shape[0]
     device = block.device
-    unit: SelfSamples | None = None
-    if rank_heads:
-        ys, count, order = sorted_self(self_samples(block, prompt_len), None)  # [H, M]
-        head = prepared_sorted(ys, count)
-        if placed is not None:
-            unit = _units_from_heads(ys, order, placed, rows)
-    if unit is None:
-        y, valid = unit_self_samples(block, rows)  # [U, H, Y]
-        unit = prepared_self(
-            y.reshape(units * heads, -1), valid.reshape(units * heads, -1), spread=_UNIT_SPREAD
-        )
-    if not rank_heads:  # the kernel never reads the heads' samples: the units' stand in
-        head = unit
     softcap = params.softcap is not None
     window = params.sliding_window is not None
+    softmax = (params.scaling, params.softcap or 1.0, params.sliding_window or 0)
     lse = torch.empty(heads, gen_len, dtype=torch.float32, device=device)
     tiles = -(-prompt_len // _BLOCK_I)
     ranked = torch.empty(heads, segments.shape[0], tiles, dtype=torch.float64, device=device)
     per_key = torch.empty(units, heads, prompt_len, dtype=torch.float64, device=device)
     weight = torch.empty(units, heads, prompt_len, dtype=torch.float32, device=device)
-    softmax = (params.scaling, params.softcap or 1.0, params.sliding_window or 0)
-    with on_device(device):
+    unit: SelfSamples | None = None
+    if rank_heads:
+        ys, count, order = sorted_self(self_samples(block, prompt_len), None)  # [H, M]
+    # three branches: the rows' normalisers, the units' samples, the heads' preparation
+    normalisers, side = _fork(device, 0), _fork(device, 1)
+    with _on(normalisers), on_device(device):
         row_lse_kernel[(heads, gen_len)](
             block,
             *block.stride(),
@@ -201,6 +294,19 @@ def fused_attribution(
             HAS_WINDOW=window,
             BLOCK=_LSE_BLOCK,
         )
+    with _on(side):
+        if rank_heads and placed is not None:
+            unit = _units_from_heads(ys, order, placed, rows)
+        if unit is None:
+            y, valid = unit_self_samples(block, rows)  # [U, H, Y]
+            unit = prepared_self(
+                y.reshape(units * heads, -1), valid.reshape(units * heads, -1),
+                spread=_UNIT_SPREAD,
+            )  # fmt: skip
+    # without the heads' search the kernel never reads their samples: the units' stand in
+    head = _prepared_heads(ys, count) if rank_heads else unit
+    _join(device, normalisers, side)
+    with on_device(device):
         attribution_kernel[(tiles, heads, segments.shape[0])](
             block,
             *block.stride(),

@@ -12,6 +12,9 @@ of the big sample set is made:
   (the upper bound, below). Values are centred and accumulated in float64.
 - ``bracket``: counts the ``x`` at or below a row's low value and appends those between its
   low and high values to a buffer (one atomic add a tile reserves the slots).
+- ``prepare``: what a search needs of sorted self samples (centre, prefix sums, bucket
+  records); ``center``, ``block_sums`` and ``prefix`` compute its running sums over blocks
+  of samples in parallel, the same float64 operations in the same order.
 - ``radix_histogram``: one digit of a radix selection. Floats map to unsigned keys that sort
   like the values; for the rows' current key prefix, the kernel counts the ``x`` of each
   next 8-bit digit (a histogram per program, added to the row's with atomics).
@@ -140,6 +143,7 @@ def prepare_kernel(
     steps,
     BLOCK: tl.constexpr,
     TABLE: tl.constexpr,
+    PREFIX: tl.constexpr = True,
 ):
     """What a search needs of one row of sorted self samples (``_gpu.prepared_self``).
 
@@ -152,6 +156,8 @@ def prepare_kernel(
     (the first index whose bucket is at least ``b``, by binary search: ``s`` never
     decreases along sorted samples) and ``end`` the same for ``b + 1``; then the bits of
     ``y_start | y_{end−1} << 32``, the bucket's first and last sample (0 when it is empty).
+    Without ``PREFIX`` program ``(r, 0)`` writes only the origin and scale: the centre and
+    prefix sums come from ``center_kernel``, ``block_sums_kernel`` and ``prefix_kernel``.
     """
     row = tl.program_id(0)
     part = tl.program_id(1)
@@ -161,7 +167,11 @@ def prepare_kernel(
     span = tl.maximum(tl.load(ys_row + tl.maximum(count - 1, 0)) - low, 0.0)  # NaN: 0
     per_unit = tl.math.div_rn(buckets * 1.0, tl.where(span > 0, span, 1.0))  # no 0 / 0
     scale = tl.minimum(tl.where(span > 0, per_unit, 0.0), max_scale)
-    if part == 0:
+    if part == 0 and not PREFIX:
+        if TABLE:
+            tl.store(low_ptr + row, low)
+            tl.store(scale_ptr + row, scale)
+    elif part == 0:
         total = tl.zeros([BLOCK], dtype=tl.float64)
         for start in range(0, width, BLOCK):
             offs = start + tl.arange(0, BLOCK)
@@ -212,6 +222,72 @@ def prepare_kernel(
         record = (row.to(tl.int64) * table_stride + bs) * 2
         tl.store(table_ptr + record[:, None] + tl.arange(0, 2)[None, :],
                  tl.join(ends, values), mask=inside[:, None])  # fmt: skip
+
+
+@triton.jit(do_not_specialize_on_alignment=("ys_stride", "width"))
+def center_kernel(ys_ptr, ys_stride, width, count_ptr, center_ptr, BLOCK: tl.constexpr):
+    """``prepare_kernel``'s centre of row ``r``, ``c = Σ_{i<count} y_i / count`` (float64),
+    summed in its order: lane ``l`` adds ``y_{l + k·BLOCK}`` over ``k``, then the lanes."""
+    row = tl.program_id(0)
+    count = tl.load(count_ptr + row)
+    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
+    total = tl.zeros([BLOCK], dtype=tl.float64)
+    for start in range(0, width, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        total += tl.load(ys_row + offs, mask=offs < count, other=0.0).to(tl.float64)
+    tl.store(center_ptr + row, tl.sum(total, axis=0) / count)
+
+
+@triton.jit(do_not_specialize_on_alignment=("ys_stride", "blocks"))
+def block_sums_kernel(
+    ys_ptr, ys_stride, count_ptr, center_ptr, sums_ptr, blocks, BLOCK: tl.constexpr
+):
+    """``sums[r, t] = Σ_{i in block t, i < count} (y_i − c)`` (float64), the block's sum
+    as ``prepare_kernel`` adds it to its running carry."""
+    row = tl.program_id(0)
+    block = tl.program_id(1)
+    count = tl.load(count_ptr + row)
+    center = tl.load(center_ptr + row)
+    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
+    offs = block * BLOCK + tl.arange(0, BLOCK)
+    y = tl.load(ys_row + offs, mask=offs < count, other=0.0).to(tl.float64)
+    centred = tl.where(offs < count, y - center, 0.0)
+    tl.store(sums_ptr + row.to(tl.int64) * blocks + block, tl.sum(centred, axis=0))
+
+
+@triton.jit(do_not_specialize_on_alignment=("ys_stride", "width", "prefix_stride", "blocks"))
+def prefix_kernel(
+    ys_ptr,
+    ys_stride,
+    width,
+    count_ptr,
+    center_ptr,
+    sums_ptr,
+    blocks,
+    prefix_ptr,
+    prefix_stride,
+    BLOCK: tl.constexpr,
+):
+    """Block ``t`` of ``prepare_kernel``'s prefix sums of row ``r``: the block's running
+    sums plus the carry ``(((0 + s_0) + s_1) + …) + s_{t−1}`` of the earlier blocks' sums
+    (``block_sums_kernel``), the same float64 operations in the same order, so the same
+    bits; block 0 also writes ``prefix[r, 0] = 0``."""
+    row = tl.program_id(0)
+    block = tl.program_id(1)
+    count = tl.load(count_ptr + row)
+    center = tl.load(center_ptr + row)
+    ys_row = ys_ptr + row.to(tl.int64) * ys_stride
+    prefix_row = prefix_ptr + row.to(tl.int64) * prefix_stride
+    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float64), axis=0)  # a float64 zero
+    if block == 0:
+        tl.store(prefix_row, carry)
+    sums_row = sums_ptr + row.to(tl.int64) * blocks
+    for earlier in range(0, block):
+        carry += tl.load(sums_row + earlier)
+    offs = block * BLOCK + tl.arange(0, BLOCK)
+    y = tl.load(ys_row + offs, mask=offs < count, other=0.0).to(tl.float64)
+    centred = tl.where(offs < count, y - center, 0.0)
+    tl.store(prefix_row + 1 + offs, tl.cumsum(centred, axis=0) + carry, mask=offs < width)
 
 
 #: Sizes and strides change with every input: not specialised on their alignment (a new
