@@ -230,20 +230,21 @@ def test_the_units_counting_sort_equals_a_stable_sort_by_unit(
 
 @pytest.mark.parametrize("ties", [False, True])
 def test_the_heads_split_running_sums_equal_one_programs(ties: bool) -> None:
-    """The heads' samples prepared with their running sums split over blocks
-    (``_prepared_heads``) equal ``prepared_sorted``'s one program a row, bit for bit: the
-    same float64 operations in the same order (a row of 5,050 samples: five blocks, the last
-    one part full; a row's count short of its width pads with +inf)."""
+    """The heads' samples prepared as the layer prepares them (``prepared_sorted``'s
+    default: few long rows, the running sums split over blocks) equal ``prepared_sorted``'s
+    one program a row, bit for bit: the same float64 operations in the same order (a row of
+    5,050 samples: five blocks, the last one part full; a row's count short of its width
+    pads with +inf)."""
     from rcstat.stats import self_samples
-    from rcstat.stats._gpu import prepared_sorted, sorted_self
+    from rcstat.stats._gpu import _SPLIT_FROM, _SPLIT_ROWS, prepared_sorted, sm_count, sorted_self
 
     prompt, gen, heads = 4, 100, 2
     block = _block(heads, gen, prompt, seed=21, ties=ties)[0]  # [H, g, m + g]
     ys, count, _ = sorted_self(self_samples(block, prompt), None)  # [H, 5050]
-    assert ys.shape[1] >= fused_module._SPLIT_FROM
+    assert ys.shape[1] >= _SPLIT_FROM and heads <= _SPLIT_ROWS * sm_count(ys.device)
     count = count - torch.tensor([0, 1000], dtype=torch.int32)  # fewer valid in row 1
     ys = torch.where(torch.arange(ys.shape[1]) < count[:, None].long(), ys, torch.inf)
-    got, want = fused_module._prepared_heads(ys, count), prepared_sorted(ys, count)
+    got, want = prepared_sorted(ys, count), prepared_sorted(ys, count, split=False)
     assert got.buckets == want.buckets
     for name in ("ys", "count", "prefix", "center", "table", "low", "scale"):
         a, b = getattr(got, name), getattr(want, name)

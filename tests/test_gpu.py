@@ -127,6 +127,26 @@ def test_the_sampled_bracket_settles_the_crossing_of_every_head(kind: str) -> No
 
 
 @needs_triton
+@pytest.mark.parametrize("kind", ["random", "ties", "bf16"])
+def test_split_running_sums_equal_one_programs_on_the_gpu(kind: str) -> None:
+    """``prepared_sorted`` with its running sums split over blocks (the default for a
+    layer's 32 heads at |g| = 256, what analyze and attribution prepare) equals its one
+    program a row on the card, every field bit for bit; a row short of its width too."""
+    from rcstat.stats import _gpu
+    from rcstat.stats.blocks import self_samples
+
+    ys, count, _ = _gpu.sorted_self(self_samples(_scores(32, 256, 64, kind), 64), None)
+    assert 32 <= _gpu._SPLIT_ROWS * _gpu.sm_count(ys.device)  # split by default
+    count[5] -= 3000  # [32, 32896]: row 5 padded with +inf
+    ys[5, int(count[5]) :] = torch.inf
+    got = _gpu.prepared_sorted(ys, count)
+    want = _gpu.prepared_sorted(ys, count, split=False)
+    for name in ("prefix", "center", "table", "low", "scale"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+
+
+@needs_triton
 @pytest.mark.parametrize("kind", ["random", "ties"])
 def test_triton_shared_statistics_equal_the_cpu_reference(kind: str) -> None:
     """Per-key E of a unit (attribution, press: a transposed view of the block) and the

@@ -330,6 +330,57 @@ def test_property_prepare_kernel_equals_the_tensor_operations(
     _prepares_as_the_tensor_operations(torch.from_numpy(y), torch.from_numpy(valid), 2)
 
 
+def _split_equals_one_program(ys: torch.Tensor, count: torch.Tensor, spread: int) -> None:
+    """``prepared_sorted`` with its running sums split over blocks equals its one program a
+    row field by field, bit for bit (the same float64 operations in the same order)."""
+    got = _gpu.prepared_sorted(ys, count, spread=spread, split=True)
+    want = _gpu.prepared_sorted(ys, count, spread=spread, split=False)
+    assert got.buckets == want.buckets
+    for name in ("ys", "count", "prefix", "center", "table", "low", "scale"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a is None) == (b is None), name
+        assert a is None or (
+            a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        ), name
+
+
+@pytest.mark.parametrize("spread", [2, -2])
+@pytest.mark.parametrize("padded", [False, True])
+def test_split_running_sums_equal_one_programs(padded: bool, spread: int) -> None:
+    """Rows of 5,000 samples (five blocks, the last part full): ties, one value, padding,
+    one valid sample; and the default splits these few long rows."""
+    gen = torch.Generator().manual_seed(13)
+    y = torch.randn(5, 5000, generator=gen) * 7
+    y[0, :2500] = 1.5  # ties
+    y[1] = -2.0  # one value
+    y[4] = torch.round(y[4])  # ties of integers, signed zeros among them
+    y[4, ::7] = -0.0
+    valid = torch.rand(5, 5000, generator=gen) < 0.6 if padded else None
+    if valid is not None:
+        valid[:, 0] = True
+        valid[3] = False
+        valid[3, 7] = True  # one sample
+    ys, count, _ = _gpu.sorted_self(y, valid)
+    assert ys.shape[1] >= _gpu._SPLIT_FROM and 5 <= _gpu._SPLIT_ROWS * _gpu.sm_count(ys.device)
+    _split_equals_one_program(ys, count, spread)
+    default = _gpu.prepared_sorted(ys, count, spread=spread)
+    want = _gpu.prepared_sorted(ys, count, spread=spread, split=False)
+    assert torch.equal(default.prefix.view(torch.uint8), want.prefix.view(torch.uint8))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    y=arrays(np.float32, st.tuples(st.integers(1, 3), st.integers(1, 1500)), elements=_value),
+    data=st.data(),
+)
+def test_property_split_running_sums_equal_one_programs(y: np.ndarray, data: st.DataObject) -> None:
+    """Any values and padding, with and without a table (sets under 1,024 samples)."""
+    valid = data.draw(arrays(np.bool_, y.shape))
+    valid[:, 0] = True
+    ys, count, _ = _gpu.sorted_self(torch.from_numpy(y), torch.from_numpy(valid))
+    _split_equals_one_program(ys, count, 2)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("padded", [False, True])
 def test_sixteen_bit_samples_prepare_as_their_float32_values(

@@ -17,11 +17,9 @@ latter split over blocks of samples.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -29,8 +27,6 @@ import torch
 from rcstat.capture import SoftmaxParams
 from rcstat.stats import UnitRows, self_samples, unit_self_samples
 from rcstat.stats._gpu import (
-    _MAX_SCALE,
-    _PREPARE_BLOCK,
     SelfSamples,
     kernels_serve,
     on_device,
@@ -39,6 +35,7 @@ from rcstat.stats._gpu import (
     search_args,
     sorted_self,
 )
+from rcstat.stats._streams import fork, join, on
 
 __all__ = ["UnitOrder", "fused_attribution", "fused_serves", "row_segments", "unit_order"]
 
@@ -50,7 +47,6 @@ _LSE_BLOCK = 1024  # keys a step of the normaliser's pass
 _UNIT_SPREAD = -2
 _UNIT_CHUNK = 512  # a head's sorted samples a program of the units' counting sort (H200: 512
 # and 256 beat 1024 by 1-2 % of the layer)
-_SPLIT_FROM = 4096  # heads' self sets at least this large: running sums split over blocks
 _WARPS = 1  # tuned on an H200: 4 x 32 x 1 warp near the best at 2k and 8k keys, 16 and 256 rows
 
 
@@ -161,86 +157,9 @@ def _units_from_heads(
     return prepared_sorted(padded, count, spread=_UNIT_SPREAD)
 
 
-def _prepared_heads(ys: torch.Tensor, count: torch.Tensor) -> SelfSamples:
-    """:func:`~rcstat.stats._gpu.prepared_sorted` of the heads' sorted samples ``ys``
-    ``[H, M]`` (every field bit for bit), its running sums split over blocks of samples:
-    ``prepare_kernel`` writes the bucket records, ``center_kernel`` the centres,
-    ``block_sums_kernel`` each block's centred sum and ``prefix_kernel`` each block's prefix
-    sums plus the earlier blocks' sums added in order, which ``prepare_kernel`` computes in
-    one program a row walking the row twice (the longest program of its launch)."""
-    from rcstat.stats._triton import (
-        block_sums_kernel,
-        center_kernel,
-        prefix_kernel,
-        prepare_kernel,
-    )
-
-    rows, width = ys.shape
-    if width < _SPLIT_FROM:
-        return prepared_sorted(ys, count)
-    device = ys.device
-    buckets = 1 << min(width.bit_length() + 2, 16)  # prepared_sorted's, spread 2
-    blocks = -(-width // _PREPARE_BLOCK)
-    center = torch.empty(rows, dtype=torch.float64, device=device)
-    prefix = torch.empty(rows, width + 1, dtype=torch.float64, device=device)
-    low = torch.zeros(rows, dtype=torch.float32, device=device)
-    scale = torch.zeros(rows, dtype=torch.float32, device=device)
-    table = torch.empty(rows, buckets + 2, 2, dtype=torch.int64, device=device)
-    sums = torch.empty(rows, blocks, dtype=torch.float64, device=device)  # [H, blocks]
-    parts = 1 + -(-(buckets + 2) // _PREPARE_BLOCK)
-    stride = ys.stride(0)
-    with on_device(device):
-        prepare_kernel[(rows, parts)](
-            ys, stride, width, count, center, prefix, prefix.stride(0), low, scale, buckets,
-            _MAX_SCALE, table, table.stride(0) // 2, width.bit_length(),
-            BLOCK=_PREPARE_BLOCK, TABLE=True, PREFIX=False,
-        )  # fmt: skip
-        center_kernel[(rows,)](ys, stride, width, count, center, BLOCK=_PREPARE_BLOCK)
-        block_sums_kernel[(rows, blocks)](
-            ys, stride, count, center, sums, blocks, BLOCK=_PREPARE_BLOCK
-        )
-        prefix_kernel[(rows, blocks)](
-            ys, stride, width, count, center, sums, blocks, prefix, prefix.stride(0),
-            BLOCK=_PREPARE_BLOCK,
-        )  # fmt: skip
-    return SelfSamples(ys, count, prefix, center, table, low, scale, buckets)
-
-
 def _next_pow2(value: int) -> int:
     """The smallest power of two >= ``value``."""
     return 1 << max(0, value - 1).bit_length()
-
-
-_SIDE: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
-
-
-def _fork(device: torch.device, branch: int) -> torch.cuda.Stream | None:
-    """Stream ``branch`` of ``device`` beside the current one (None off CUDA), waiting for
-    the work queued so far: what is queued on it runs beside what is queued next on the
-    current stream and on other branches (inside a CUDA graph: parallel branches) until
-    :func:`_join`."""
-    if device.type != "cuda":
-        return None
-    if (device, branch) not in _SIDE:
-        _SIDE[device, branch] = torch.cuda.Stream(device)
-    side = _SIDE[device, branch]
-    side.wait_stream(torch.cuda.current_stream(device))
-    return side
-
-
-def _on(side: torch.cuda.Stream | None) -> contextlib.AbstractContextManager[Any]:
-    """Queue the block's work on ``side`` (the current stream for None)."""
-    return contextlib.nullcontext() if side is None else torch.cuda.stream(side)
-
-
-def _join(device: torch.device, *sides: torch.cuda.Stream | None) -> None:
-    """The current stream of ``device`` waits for the work queued on ``sides``. What was
-    allocated there is freed on the host after later work is queued on the current stream,
-    and a side stream's next use (:func:`_fork`) waits on that work first, so its memory
-    is not reused while it is read."""
-    for side in sides:
-        if side is not None:
-            torch.cuda.current_stream(device).wait_stream(side)
 
 
 def fused_attribution(
@@ -281,8 +200,8 @@ def fused_attribution(
     if rank_heads:
         ys, count, order = sorted_self(self_samples(block, prompt_len), None)  # [H, M]
     # three branches: the rows' normalisers, the units' samples, the heads' preparation
-    normalisers, side = _fork(device, 0), _fork(device, 1)
-    with _on(normalisers), on_device(device):
+    normalisers, side = fork(device, 0), fork(device, 1)
+    with on(normalisers), on_device(device):
         row_lse_kernel[(heads, gen_len)](
             block,
             *block.stride(),
@@ -294,7 +213,7 @@ def fused_attribution(
             HAS_WINDOW=window,
             BLOCK=_LSE_BLOCK,
         )
-    with _on(side):
+    with on(side):
         if rank_heads and placed is not None:
             unit = _units_from_heads(ys, order, placed, rows)
         if unit is None:
@@ -304,8 +223,8 @@ def fused_attribution(
                 spread=_UNIT_SPREAD,
             )  # fmt: skip
     # without the heads' search the kernel never reads their samples: the units' stand in
-    head = _prepared_heads(ys, count) if rank_heads else unit
-    _join(device, normalisers, side)
+    head = prepared_sorted(ys, count) if rank_heads else unit  # running sums split
+    join(device, normalisers, side)
     with on_device(device):
         attribution_kernel[(tiles, heads, segments.shape[0])](
             block,

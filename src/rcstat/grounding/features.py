@@ -23,7 +23,10 @@ reducer computes
 
 In the same pass it attributes each response sentence ``g'`` to the context (paper eq. 10)
 with a fixed set of support heads: the key-level expected RC ``t_h(g', i)`` of
-:mod:`rcstat.attribution.reduce`, for the context keys only, summed over those heads.
+:mod:`rcstat.attribution.reduce`, for the context keys only, summed over those heads. On
+CUDA those sums (the support heads' samples gathered, sorted, prepared and ranked) run on a
+side stream beside the rows' kernels (inside a CUDA graph: a parallel branch), joined before
+the layer's results are handed back.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from rcstat.capture.host import upload_many
 from rcstat.grounding.rows_gpu import RowLayout, fused_rows, fused_rows_serve, support_sums
 from rcstat.stats import UnitRows, normalized_rc_shared, units_key_expected
 from rcstat.stats._gpu import available
+from rcstat.stats._streams import fork, join, on
 
 __all__ = [
     "HEAD_FEATURES",
@@ -323,23 +327,28 @@ def grounding_reducer(
     def reduce(layer: int, scores: torch.Tensor) -> dict[str, torch.Tensor]:
         device = scores.device
         at = placed(device, scores.shape[1])
+        support = at["support_rows"] is not None and f"support_heads_{layer}" in at
+        fast = support and available(scores)  # the same sums, fewer launches
+        side = fork(device, 1) if fast else None  # a branch beside the rows' kernels
+        sums = None
+        if fast:
+            with on(side):
+                sums = support_sums(
+                    scores, at[f"support_heads_{layer}"], at["support_rows"], (k0, k1),
+                    at["shared"],
+                )  # fmt: skip
         if fused_rows_serve(scores):
             features, copy, copied = rows_fused(layer, scores[:, :, :width])
         else:
             features, copy, copied = rows_eager(layer, scores)
+        join(device, side)
         out = {"features": features, "copy": copy, "copied": copied}
-        if at["support_rows"] is not None and f"support_heads_{layer}" in at:
-            chosen = at[f"support_heads_{layer}"]
-            if available(scores):  # the same sums, fewer launches
-                out["support"] = support_sums(
-                    scores, chosen, at["support_rows"], (k0, k1), at["shared"]
-                )
-            else:
-                picked = scores[:, chosen]  # [B, h, Gmax + 1, T]
-                per_key = units_key_expected(
-                    picked, at["support_rows"], (k0, k1), check_finite=False
-                )
-                out["support"] = per_key.sum(1)  # [U, K] summed over the support heads
+        if sums is not None:
+            out["support"] = sums
+        elif support:
+            picked = scores[:, at[f"support_heads_{layer}"]]  # [B, h, Gmax + 1, T]
+            per_key = units_key_expected(picked, at["support_rows"], (k0, k1), check_finite=False)
+            out["support"] = per_key.sum(1)  # [U, K] summed over the support heads
         return out
 
     return reduce

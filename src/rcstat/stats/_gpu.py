@@ -37,6 +37,8 @@ _DIGITS = 256  # 8-bit radix digits
 _TILE = 1024  # samples per program
 _TABLE_FROM = 1024  # self sets at least this large get a bucket table
 _PREPARE_BLOCK = 1024  # samples a step of prepare_kernel's running sums, or records a program
+_SPLIT_FROM = 4096  # rows of at least this many self samples: running sums split over blocks
+_SPLIT_ROWS = 2  # ... when there are at most this many rows per SM
 _SAMPLED_FROM = 1 << 19  # cross sets at least this large bracket their crossing by a sample
 _SAMPLES = 4096  # at most this many cross samples a row for the bracket
 _SIGMAS = 4.0  # the bracket's half-width, in standard deviations of a sample count
@@ -189,40 +191,59 @@ def sorted_self(
 
 
 @torch.no_grad()
-def prepared_sorted(ys: torch.Tensor, count: torch.Tensor, *, spread: int = 2) -> SelfSamples:
+def prepared_sorted(
+    ys: torch.Tensor, count: torch.Tensor, *, spread: int = 2, split: bool | None = None
+) -> SelfSamples:
     """:func:`prepared_self` of samples sorted already: ``ys`` ``[R, M]`` float32 ascending
     with ``+inf`` after each row's ``count`` (``[R]`` int32) valid ones (a row's stride may
-    differ from ``M``; its samples are contiguous)."""
-    from rcstat.stats._triton import prepare_kernel
+    differ from ``M``; its samples are contiguous).
+
+    With ``split`` the running sums ``prefix[r, k] = Σ_{i<min(k, count)} (y_i − c)`` are
+    split over blocks of ``_PREPARE_BLOCK`` samples (``center_kernel``, ``block_sums_kernel``,
+    ``prefix_kernel``: the float64 operations of ``prepare_kernel``'s one program a row, in
+    the same order, so every field has the same bits); by default for rows of at least
+    ``_SPLIT_FROM`` samples when there are few rows (at most ``_SPLIT_ROWS`` per SM), where
+    the row's walk, twice over its samples, sets the launch's time.
+    """
+    from rcstat.stats._triton import (
+        block_sums_kernel,
+        center_kernel,
+        prefix_kernel,
+        prepare_kernel,
+    )
 
     rows, width = ys.shape
     device = ys.device
     buckets = 1 << min(width.bit_length() + spread, 16) if width >= _TABLE_FROM else 0
+    if split is None:
+        split = width >= _SPLIT_FROM and rows <= _SPLIT_ROWS * sm_count(device)
     center = torch.empty(rows, dtype=torch.float64, device=device)
     prefix = torch.empty(rows, width + 1, dtype=torch.float64, device=device)
     low = torch.zeros(rows, dtype=torch.float32, device=device)
     scale = torch.zeros(rows, dtype=torch.float32, device=device)
     table = torch.empty(rows, buckets + 2, 2, dtype=torch.int64, device=device) if buckets else None
     parts = 1 + (-(-(buckets + 2) // _PREPARE_BLOCK) if buckets else 0)
+    stride = ys.stride(0)
     with on_device(device):
-        prepare_kernel[(rows, parts)](
-            ys,
-            ys.stride(0),
-            width,
-            count,
-            center,
-            prefix,
-            prefix.stride(0),
-            low,
-            scale,
-            buckets,
-            _MAX_SCALE,
-            ys if table is None else table,
-            0 if table is None else table.stride(0) // 2,  # records a row
-            width.bit_length(),
-            BLOCK=_PREPARE_BLOCK,
-            TABLE=table is not None,
-        )
+        if table is not None or not split:  # split without a table: nothing left for it
+            prepare_kernel[(rows, parts)](
+                ys, stride, width, count, center, prefix, prefix.stride(0), low, scale,
+                buckets, _MAX_SCALE, ys if table is None else table,
+                0 if table is None else table.stride(0) // 2,  # records a row
+                width.bit_length(), BLOCK=_PREPARE_BLOCK, TABLE=table is not None,
+                PREFIX=not split,
+            )  # fmt: skip
+        if split:
+            blocks = -(-width // _PREPARE_BLOCK)
+            sums = torch.empty(rows, blocks, dtype=torch.float64, device=device)  # [R, blocks]
+            center_kernel[(rows,)](ys, stride, width, count, center, BLOCK=_PREPARE_BLOCK)
+            block_sums_kernel[(rows, blocks)](
+                ys, stride, count, center, sums, blocks, BLOCK=_PREPARE_BLOCK
+            )
+            prefix_kernel[(rows, blocks)](
+                ys, stride, width, count, center, sums, blocks, prefix, prefix.stride(0),
+                BLOCK=_PREPARE_BLOCK,
+            )  # fmt: skip
     return SelfSamples(ys, count, prefix, center, table, low, scale, buckets)
 
 
