@@ -129,6 +129,7 @@ def pairs_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--max-false-alarms", "0"], "--max-false-alarms"),
         (["--max-false-alarms", "1"], "--max-false-alarms"),
         (["--max-copy-false-alarms", "1.5"], "--max-copy-false-alarms"),
+        (["--head-penalty", "0.5"], "--head-penalty must be"),
         (["--n", "0"], "--n"),
     ],
 )
@@ -180,14 +181,17 @@ def test_config_from_dict(pairs_file) -> None:  # type: ignore[no-untyped-def]
         GroundTrainConfig.from_dict({"epochs": 3})
 
 
-def test_seed_flag_reaches_the_fit(pairs_file) -> None:  # type: ignore[no-untyped-def]
+def test_seed_and_head_penalty_flags_reach_the_fit(pairs_file) -> None:  # type: ignore[no-untyped-def]
     from rcstat.cli.ground_train import from_namespace
+    from rcstat.grounding.training import FitOptions
 
     parser = cli.build_parser()
     data = ["ground-train", "--dataset", f"jsonl:{pairs_file}"]
-    assert from_namespace(parser.parse_args(data)).fit_options().seed == 0
-    ns = parser.parse_args([*data, "--seed", "7"])
+    plain = from_namespace(parser.parse_args(data)).fit_options()
+    assert plain.seed == 0 and plain.head_penalty == FitOptions().head_penalty == 1.0
+    ns = parser.parse_args([*data, "--seed", "7", "--head-penalty", "10"])
     assert from_namespace(ns).fit_options().seed == 7
+    assert from_namespace(ns).fit_options().head_penalty == 10.0
 
 
 def test_labelled_responses_of_pairs(pairs_file) -> None:  # type: ignore[no-untyped-def]

@@ -27,6 +27,7 @@ from rcstat.grounding.detector_features import (
     NLL_CAP,
     RESPONSE_FEATURES,
     context_tokens,
+    head_columns,
     novel_facts,
     response_features,
     token_feature_names,
@@ -178,6 +179,29 @@ def test_linear_model_fit_standardises_and_balances_the_classes() -> None:
     w[:10] = 0.0
     weighted = LinearModel.fit(x, y, ["a", "b", "c"], C=0.5, weight=w)
     assert not np.allclose(weighted.coef, fitted.coef)
+
+
+def test_linear_model_penalty_holds_columns_back_as_a_scaled_fit_does() -> None:
+    """A column of penalty ``k`` is the column divided by ``k`` before the fit (its stored
+    scale ``k`` times its standard deviation): the same model as scikit-learn's on those
+    columns; all ones is the plain fit; a large one shrinks that column's weight."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(120, 3))
+    y = x[:, 0] + x[:, 1] + rng.normal(size=120) > 0
+    plain = LinearModel.fit(x, y, ["a", "b", "c"], C=0.5)
+    same = LinearModel.fit(x, y, ["a", "b", "c"], C=0.5, penalty=np.ones(3))
+    np.testing.assert_array_equal(same.coef, plain.coef)
+    np.testing.assert_array_equal(same.scale, plain.scale)
+    held = LinearModel.fit(x, y, ["a", "b", "c"], C=0.5, penalty=np.array([1.0, 10.0, 1.0]))
+    np.testing.assert_allclose(held.scale, x.std(axis=0) * [1.0, 10.0, 1.0])
+    z = (x - x.mean(axis=0)) / (x.std(axis=0) * [1.0, 10.0, 1.0])
+    reference = LogisticRegression(C=0.5, class_weight="balanced", max_iter=5000).fit(z, y)
+    np.testing.assert_allclose(held.probability(x), reference.predict_proba(z)[:, 1], atol=1e-6)
+    # b's weight on its raw values shrinks to less than half
+    assert abs(held.coef[1] / held.scale[1]) < 0.5 * abs(plain.coef[1] / plain.scale[1])
+    for bad in (np.ones(2), np.array([1.0, 0.5, 1.0]), np.array([1.0, np.nan, 1.0])):
+        with pytest.raises(ValueError, match=r"penalty must be \[3\] values >= 1"):
+            LinearModel.fit(x, y, ["a", "b", "c"], C=0.5, penalty=bad)
 
 
 def test_linear_model_round_trip_and_refusals() -> None:
@@ -409,6 +433,8 @@ def test_token_feature_names() -> None:
     assert names[25:] == [f"lookback:{h}" for h in heads] + [f"log_copy:{h}" for h in heads]
     assert token_feature_names(0, 3) == names[:19]
     assert token_feature_names(2, 0) == names[:25]
+    np.testing.assert_array_equal(head_columns(names), [False] * 25 + [True] * 12)
+    assert not head_columns(["lookback:L1", "copy:L12", "nll"]).any()
 
 
 def test_token_features_follow_their_definitions(measured: Measurement) -> None:

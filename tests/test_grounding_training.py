@@ -318,6 +318,29 @@ def test_every_fit_weighs_a_dataset_as_the_whole_training_set_does(
         assert weight.mean() == pytest.approx(1.0)
 
 
+def test_the_token_models_hold_every_heads_columns_back_by_head_penalty() -> None:
+    """Each token model's head columns (and only they) are fitted as if divided by
+    ``head_penalty``: their scale is that many times their standard deviation over the
+    model's training tokens; the detector records the option."""
+    samples = _samples(14, copied=MIN_CALIBRATION)
+    heads = np.array([":L0H" in name for name in NAMES])
+    assert heads.sum() == 2 * LAYERS * HEADS
+    options = FitOptions(**{**vars(FAST), "head_penalty": 7.0})
+    held, _ = fit_detector(samples, model="m", layers=LAYERS, heads=HEADS, options=options)
+    plain, _ = fit_detector(
+        samples,
+        model="m",
+        layers=LAYERS,
+        heads=HEADS,
+        options=FitOptions(**{**vars(FAST), "head_penalty": 1.0}),
+    )
+    assert held.meta["options"]["head_penalty"] == 7.0
+    for kind in ("other", "copied"):
+        a, b = held.token_model(kind), plain.token_model(kind)
+        np.testing.assert_allclose(a.scale[heads], 7.0 * b.scale[heads])
+        np.testing.assert_array_equal(a.scale[~heads], b.scale[~heads])
+
+
 def test_responses_without_labelled_spans_train_the_response_model_only() -> None:
     samples = _samples(2)
     rng = np.random.default_rng(3)
@@ -381,6 +404,9 @@ def test_fit_is_deterministic() -> None:
         ({"max_false_alarms": 0.0}, r"max_false_alarms must be in \(0, 1\), got 0.0"),
         ({"max_false_alarms": 1.0}, r"max_false_alarms must be in \(0, 1\)"),
         ({"max_copy_false_alarms": 1.5}, r"max_copy_false_alarms must be in \(0, 1\)"),
+        ({"head_penalty": 0.5}, "head_penalty must be finite and >= 1, got 0.5"),
+        ({"head_penalty": math.inf}, "head_penalty must be finite and >= 1, got inf"),
+        ({"head_penalty": math.nan}, "head_penalty must be finite and >= 1, got nan"),
     ],
 )
 def test_fit_options_validation(options: dict[str, Any], message: str) -> None:

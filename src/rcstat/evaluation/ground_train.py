@@ -81,7 +81,7 @@ class GroundTrainConfig:
         Relative weight of a dataset's total (``(("swaps", 0.1),)``), on top of balancing.
     out
         The output folder.
-    folds, seed, max_false_alarms, max_copy_false_alarms
+    folds, seed, max_false_alarms, max_copy_false_alarms, head_penalty
         As in :class:`~rcstat.grounding.training.FitOptions`.
     cross_validate
         Also refit inside outer folds for the out-of-sample report.
@@ -98,6 +98,7 @@ class GroundTrainConfig:
     seed: int = 0
     max_false_alarms: float = 0.2
     max_copy_false_alarms: float = 0.05
+    head_penalty: float = 1.0
     cross_validate: bool = True
 
     @classmethod
@@ -151,6 +152,7 @@ class GroundTrainConfig:
             ("--max-copy-false-alarms", self.max_copy_false_alarms),
         ):
             check_number(option, value, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_number("--head-penalty", self.head_penalty, low=1.0, high=1e6)
 
     def fit_options(self) -> FitOptions:
         """The options of the fit."""
@@ -162,6 +164,7 @@ class GroundTrainConfig:
             max_false_alarms=self.max_false_alarms,
             max_copy_false_alarms=self.max_copy_false_alarms,
             dataset_weights=self.weights,
+            head_penalty=self.head_penalty,
         )
 
 

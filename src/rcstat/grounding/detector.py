@@ -74,7 +74,9 @@ class LinearModel:
     features
         The names of the columns of ``x``, in order.
     mean, scale
-        ``[F]`` standardisation (``scale > 0``).
+        ``[F]`` standardisation (``scale > 0``); a column fitted with an L2 penalty ``k²``
+        times the others' has ``k`` times its standard deviation as its scale
+        (:meth:`fit`'s ``penalty``).
     coef
         ``[F]`` weights of the standardised features.
     intercept
@@ -123,15 +125,26 @@ class LinearModel:
         *,
         C: float,
         weight: np.ndarray | None = None,
+        penalty: np.ndarray | None = None,
     ) -> LinearModel:
         """Fit on ``x`` ``[n, F]`` and labels ``y`` ``[n]`` (scikit-learn's
-        ``LogisticRegression``, L2, balanced classes, optional sample ``weight``)."""
+        ``LogisticRegression``, L2, balanced classes, optional sample ``weight``).
+
+        ``penalty`` ``[F]`` (each ≥ 1, default all 1) divides each standardised column by
+        ``k_j`` before the fit, so that its weight costs ``k_j² · w_j² / (2C)`` in the L2 term
+        instead of ``w_j² / (2C)``: a block of many weak, correlated columns (every head's
+        features) can be held to a smaller share of the model than the few strong ones."""
         from sklearn.linear_model import LogisticRegression
 
         x = np.asarray(x, dtype=np.float64)
         mean = x.mean(axis=0)
         scale = x.std(axis=0)
         scale = np.where(scale > 1e-12, scale, 1.0)
+        if penalty is not None:
+            penalty = np.asarray(penalty, dtype=np.float64)
+            if penalty.shape != scale.shape or not (penalty >= 1).all():
+                raise ValueError(f"penalty must be [{scale.size}] values >= 1")
+            scale = scale * penalty
         fitted = LogisticRegression(C=C, max_iter=5000, class_weight="balanced").fit(
             (x - mean) / scale, np.asarray(y, dtype=bool), sample_weight=weight
         )

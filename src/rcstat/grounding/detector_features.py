@@ -53,6 +53,7 @@ __all__ = [
     "RESPONSE_FEATURES",
     "context_tokens",
     "copied_share",
+    "head_columns",
     "lexicon_words",
     "novel_facts",
     "response_features",
@@ -94,6 +95,7 @@ _TEXT_FEATURES = (
 )
 _LAYER_FEATURES = ("lookback", "attention", "copy")
 _HEAD_FEATURES = ("lookback", "log_copy")
+_HEAD_COLUMN = re.compile(r":L\d+H\d+$")
 #: The response features, in the order of :func:`response_features`.
 RESPONSE_FEATURES = (
     "p_mean",
@@ -124,6 +126,12 @@ def token_feature_names(layers: int, heads: int) -> list[str]:
         for head in range(heads)
     ]
     return [*_TEXT_FEATURES, *layered, *per_head]
+
+
+def head_columns(names: list[str] | tuple[str, ...]) -> np.ndarray:
+    """``[F]`` bool: which of the token feature ``names`` are one head's own
+    (:func:`token_feature_names`' ``name:L{layer}H{head}`` columns)."""
+    return np.array([_HEAD_COLUMN.search(name) is not None for name in names], dtype=bool)
 
 
 def token_features(

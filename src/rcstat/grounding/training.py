@@ -222,6 +222,11 @@ class FitOptions:
         Relative weight of each named dataset's total (default 1), on top of the balancing.
     seed
         Seed of the fold assignment.
+    head_penalty
+        The token models' L2 penalty on each head's own features (540 weak, correlated
+        columns for the default model) is ``head_penalty²`` times the others'
+        (:meth:`~.detector.LinearModel.fit`'s ``penalty``); 1 fits them like the others
+        (docs/grounding.md, "Every head held back").
     """
 
     token_C: tuple[float, ...] = (0.01, 0.1, 1.0)
@@ -232,6 +237,7 @@ class FitOptions:
     balance_datasets: bool = True
     dataset_weights: tuple[tuple[str, float], ...] = ()
     seed: int = 0
+    head_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.token_C or not self.response_C or min(*self.token_C, *self.response_C) <= 0:
@@ -241,6 +247,8 @@ class FitOptions:
         for name in ("max_false_alarms", "max_copy_false_alarms"):
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)}")
+        if not 1 <= self.head_penalty < float("inf"):
+            raise ValueError(f"head_penalty must be finite and >= 1, got {self.head_penalty}")
 
 
 @dataclass
@@ -336,6 +344,7 @@ def fit_detector(
                 "balance_datasets": options.balance_datasets,
                 "dataset_weights": dict(options.dataset_weights),
                 "seed": options.seed,
+                "head_penalty": options.head_penalty,
             },
             "inner_auroc": {
                 "other": other.auroc,
@@ -503,7 +512,7 @@ def _fit_token_model(
     full = [np.zeros(0)] * len(samples)
     for i, p in zip(index, oof, strict=True):
         full[i] = p
-    return _TokenFit(_fit_tokens(picked, names, range(len(picked)), C, weights), full)
+    return _TokenFit(_fit_tokens(picked, names, range(len(picked)), C, weights, options), full)
 
 
 def _fit_tokens(
@@ -512,12 +521,14 @@ def _fit_tokens(
     chosen: Iterable[int],
     C: float,
     weights: DatasetWeights,
+    options: FitOptions,
 ) -> LinearModel:
     picked = [samples[i] for i in chosen if samples[i].item.spans_known]
     x = np.vstack([s.x for s in picked])
     y = np.concatenate([s.token_label for s in picked])
     weight = weights.of_tokens([s.item.dataset for s in picked], [len(s.x) for s in picked])
-    return LinearModel.fit(x, y, names, C=C, weight=weight)
+    penalty = np.where(features.head_columns(names), options.head_penalty, 1.0)
+    return LinearModel.fit(x, y, names, C=C, weight=weight, penalty=penalty)
 
 
 def _choose_token_model(
@@ -534,7 +545,7 @@ def _choose_token_model(
     for C in options.token_C:
         oof = [np.zeros(0)] * len(samples)
         for train, test in splits:
-            fitted = _fit_tokens(samples, names, train, C, weights)
+            fitted = _fit_tokens(samples, names, train, C, weights, options)
             for i in test:
                 oof[i] = fitted.probability(samples[i].x)
         known = [i for i, s in enumerate(samples) if s.item.spans_known]
