@@ -347,24 +347,31 @@ def _split_equals_one_program(ys: torch.Tensor, count: torch.Tensor, spread: int
 @pytest.mark.parametrize("spread", [2, -2])
 @pytest.mark.parametrize("padded", [False, True])
 def test_split_running_sums_equal_one_programs(padded: bool, spread: int) -> None:
-    """Rows of 5,000 samples (five blocks, the last part full): ties, one value, padding,
-    one valid sample; and the default splits these few long rows."""
+    """Rows of 2,500 samples (three blocks, the last part full): ties, one value, padding,
+    one valid sample."""
     gen = torch.Generator().manual_seed(13)
-    y = torch.randn(5, 5000, generator=gen) * 7
-    y[0, :2500] = 1.5  # ties
+    y = torch.randn(5, 2500, generator=gen) * 7
+    y[0, :1250] = 1.5  # ties
     y[1] = -2.0  # one value
     y[4] = torch.round(y[4])  # ties of integers, signed zeros among them
     y[4, ::7] = -0.0
-    valid = torch.rand(5, 5000, generator=gen) < 0.6 if padded else None
+    valid = torch.rand(5, 2500, generator=gen) < 0.6 if padded else None
     if valid is not None:
         valid[:, 0] = True
         valid[3] = False
         valid[3, 7] = True  # one sample
     ys, count, _ = _gpu.sorted_self(y, valid)
-    assert ys.shape[1] >= _gpu._SPLIT_FROM and 5 <= _gpu._SPLIT_ROWS * _gpu.sm_count(ys.device)
     _split_equals_one_program(ys, count, spread)
-    default = _gpu.prepared_sorted(ys, count, spread=spread)
-    want = _gpu.prepared_sorted(ys, count, spread=spread, split=False)
+
+
+def test_few_long_rows_are_split_by_default() -> None:
+    """Rows of ``_SPLIT_FROM`` samples or more, few a processor, take the split running sums
+    by default, with the one program's results."""
+    y = torch.randn(2, _gpu._SPLIT_FROM + 5, generator=torch.Generator().manual_seed(14))
+    ys, count, _ = _gpu.sorted_self(y, None)
+    assert 2 <= _gpu._SPLIT_ROWS * _gpu.sm_count(ys.device)
+    default = _gpu.prepared_sorted(ys, count, spread=-2)
+    want = _gpu.prepared_sorted(ys, count, spread=-2, split=False)
     assert torch.equal(default.prefix.view(torch.uint8), want.prefix.view(torch.uint8))
 
 
