@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
@@ -119,6 +119,7 @@ def test_the_split_plan_takes_host_integers_only() -> None:
         split_plan(8, 4096, -1, 128, 132)
 
 
+@settings(deadline=None)  # the first example imports Triton and the kernel module
 @given(
     segments=st.integers(1, 1024),
     rows=st.integers(0, 300_000),
@@ -172,6 +173,7 @@ def test_the_default_config_is_the_launch_of_a_head_dim() -> None:
             KernelConfig(**bad)  # type: ignore[arg-type]
 
 
+@settings(deadline=None)  # the first example imports Triton and the kernel module
 @given(
     segments=st.integers(1, 1024),
     rows=st.integers(0, 300_000),
@@ -197,6 +199,7 @@ def test_a_plan_from_any_config_covers_every_row_and_aims_at_its_waves(
     assert floor <= 2 * segments * plan.splits <= 2 * (waves * sms + segments)
 
 
+@settings(deadline=None)  # the first example imports Triton and the kernel module
 @given(
     lengths=st.lists(st.integers(0, 5000), min_size=1, max_size=64),
     room=st.integers(0, 300),
