@@ -132,11 +132,13 @@ def _units_from_heads(
     order (a counting sort: ``unit_counts_kernel``, ``unit_scatter_kernel``), each unit's
     samples are its sorted ``Y(g, g')``, the values :func:`prepared_self` of the gathered
     samples sorts to; the rows are padded with ``+inf`` as ``prepared_self`` pads them."""
+    import triton
+
     from rcstat.attribution._fused_triton import unit_counts_kernel, unit_scatter_kernel
 
     heads, samples = ys.shape
     units, width = rows.index.shape
-    groups = _next_pow2(units + 1)  # the units and rows of none
+    groups = triton.next_power_of_2(units + 1)  # the units and rows of none
     chunks = -(-samples // _UNIT_CHUNK)
     device = ys.device
     counts = torch.empty(heads, chunks, groups, dtype=torch.int32, device=device)
@@ -155,11 +157,6 @@ def _units_from_heads(
         )  # fmt: skip
     count = placed.sizes[:, None].expand(units, heads).contiguous().view(-1)  # [U·H]
     return prepared_sorted(padded, count, spread=_UNIT_SPREAD)
-
-
-def _next_pow2(value: int) -> int:
-    """The smallest power of two >= ``value``."""
-    return 1 << max(0, value - 1).bit_length()
 
 
 def fused_attribution(
