@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rcstat.segments.pieces import encode_in_pieces
+
 __all__ = [
     "check_fast",
     "check_flag",
@@ -65,22 +67,31 @@ def encode(
 ) -> tuple[list[int], list[tuple[int, int]]]:
     """Token ids and character offsets of `text`.
 
+    A long text is encoded in pieces on every core where its tokenizer gives the same ids and
+    offsets that way (:func:`~rcstat.segments.pieces.encode_in_pieces`).
+
     ``literal=True`` encodes special-token strings inside `text` as plain text
     (``split_special_tokens=True``) and checks that no special token stands for characters of
     `text` (those the tokenizer adds itself, e.g. a BOS, have an empty range and may stay).
     """
     # Without `literal` the tokenizer keeps its own default (no split_special_tokens argument).
     extra = {"split_special_tokens": True} if literal else {}
-    enc = tokenizer(
-        text,
-        add_special_tokens=add_special_tokens,
-        return_offsets_mapping=True,
-        return_attention_mask=False,
-        verbose=False,
-        **extra,
-    )
-    ids = [int(i) for i in enc["input_ids"]]
-    offsets = [(int(s), int(e)) for s, e in enc["offset_mapping"]]
+    # a long text in pieces on every core where that gives the same tokens (segments.pieces)
+    found = None if add_special_tokens else encode_in_pieces(tokenizer, text, extra)
+    if found is None:
+        enc = tokenizer(
+            text,
+            add_special_tokens=add_special_tokens,
+            return_offsets_mapping=True,
+            return_attention_mask=False,
+            verbose=False,
+            **extra,
+        )
+        found = (
+            [int(i) for i in enc["input_ids"]],
+            [(int(s), int(e)) for s, e in enc["offset_mapping"]],
+        )
+    ids, offsets = found
     if literal:
         special = special_ids(tokenizer)
         leaked = [k for k, i in enumerate(ids) if i in special and offsets[k][0] < offsets[k][1]]
