@@ -33,11 +33,13 @@ Design
 * **User text is literal.** Special-token strings typed in user text (``<|im_start|>``,
   ``<|eot_id|>``, …) are encoded as the plain characters they are, so a context, question,
   answer, system prompt or raw prompt cannot open or close chat turns; only the markers the
-  chat template writes itself become special tokens. The rendered prompt is tokenised in one
-  piece, as the model's own pipeline does. If a special token of that encoding overlaps the
-  user message or the system prompt, the text between the template's own special tokens
-  around it is re-encoded with ``split_special_tokens=True`` and spliced in (ids and offsets),
-  which is what the tokenizer would have produced had those strings not been special. Every
+  chat template writes itself become special tokens. The rendered prompt is tokenised as one
+  text, as the model's own pipeline does (a long one in pieces on every core where the
+  tokenizer gives the same ids and offsets that way, :mod:`.pieces`). If a special token of
+  that encoding overlaps the user message or the system prompt, the text between the
+  template's own special tokens around it is re-encoded with ``split_special_tokens=True`` and
+  spliced in (ids and offsets), which is what the tokenizer would have produced had those
+  strings not been special. Every
   result is checked: its special tokens must be exactly those of the template rendered with
   placeholders for the user's strings, and literal pieces must contain none.
   ``allow_special_tokens=True`` restores the plain encoding for trusted text.

@@ -190,7 +190,8 @@ def _encode_template_literal(
 ) -> tuple[list[int], list[tuple[int, int]]]:
     """Encode a rendered chat prompt so that only the template's markers are special tokens.
 
-    `rendered` is encoded in one piece (as ``apply_chat_template(tokenize=True)`` would).
+    `rendered` is encoded as one text (as ``apply_chat_template(tokenize=True)`` would; see
+    :func:`~rcstat.segments.encode.encode` for long texts).
     Special tokens overlapping the user's text (`message_window`, and the system prompt's
     window when one is given) came from that text: each run of tokens between two of the
     template's own special tokens that holds one is re-encoded literally and spliced in.
