@@ -7,6 +7,7 @@ the pieces path runs with pieces of a few characters so that every text is cut m
 from __future__ import annotations
 
 import functools
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -218,3 +219,25 @@ def test_cut_points_are_single_spaces_between_letters(text: str, count: int) -> 
     assert len(cuts) <= count - 1 and cuts == sorted(set(cuts))
     for at in cuts:
         assert text[at] == " " and text[at - 1].isalpha() and text[at + 1].isalpha()
+
+
+@pytest.mark.slow
+def test_the_default_models_tokenizer_cuts_long_texts_to_the_same_tokens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SmolLM2's tokenizer (GPT-2 byte-level) takes the pieces path, with one call's result
+    on a long text of every kind of part (including a special-token string, kept literal)."""
+    from rcstat.models import DefaultModelMissingError, load_model
+
+    try:
+        _, tokenizer = load_model()
+    except DefaultModelMissingError as err:
+        pytest.skip(f"the default model is not available: {err}")
+    assert pieces.cuts_safely(tokenizer)
+    rng = random.Random(0)
+    context = "".join(rng.choice(PARTS) for _ in range(20_000))
+    monkeypatch.setattr(pieces, "PIECE_CHARS", 10**9)
+    whole = segment_chat(tokenizer, context, "What is said?", "It says 42 things.")
+    monkeypatch.setattr(pieces, "PIECE_CHARS", 256)
+    cut = segment_chat(tokenizer, context, "What is said?", "It says 42 things.")
+    assert cut.input_ids.tolist() == whole.input_ids.tolist() and cut.offsets == whole.offsets
