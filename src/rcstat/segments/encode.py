@@ -8,9 +8,10 @@ the argument at fault.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
-from rcstat.segments.pieces import encode_in_pieces
+from rcstat.segments.pieces import piece_bounds
 
 __all__ = [
     "check_fast",
@@ -68,7 +69,7 @@ def encode(
     """Token ids and character offsets of `text`.
 
     A long text is encoded in pieces on every core where its tokenizer gives the same ids and
-    offsets that way (:func:`~rcstat.segments.pieces.encode_in_pieces`).
+    offsets that way (cut at :func:`~rcstat.segments.pieces.piece_bounds`, one batch).
 
     ``literal=True`` encodes special-token strings inside `text` as plain text
     (``split_special_tokens=True``) and checks that no special token stands for characters of
@@ -76,22 +77,25 @@ def encode(
     """
     # Without `literal` the tokenizer keeps its own default (no split_special_tokens argument).
     extra = {"split_special_tokens": True} if literal else {}
-    # a long text in pieces on every core where that gives the same tokens (segments.pieces)
-    found = None if add_special_tokens else encode_in_pieces(tokenizer, text, extra)
-    if found is None:
-        enc = tokenizer(
-            text,
-            add_special_tokens=add_special_tokens,
-            return_offsets_mapping=True,
-            return_attention_mask=False,
-            verbose=False,
-            **extra,
-        )
-        found = (
-            [int(i) for i in enc["input_ids"]],
-            [(int(s), int(e)) for s, e in enc["offset_mapping"]],
-        )
-    ids, offsets = found
+    bounds = None if add_special_tokens else piece_bounds(tokenizer, text)
+    enc = tokenizer(
+        text if bounds is None else [text[a:b] for a, b in itertools.pairwise(bounds)],
+        add_special_tokens=add_special_tokens,
+        return_offsets_mapping=True,
+        return_attention_mask=False,
+        verbose=False,
+        **extra,
+    )
+    if bounds is None:  # one text: one row of ids and offsets, from character 0
+        id_rows, offset_rows, firsts = [enc["input_ids"]], [enc["offset_mapping"]], [0]
+    else:  # a row per piece, its offsets from the piece's first character
+        id_rows, offset_rows, firsts = enc["input_ids"], enc["offset_mapping"], bounds[:-1]
+    ids = [int(i) for row in id_rows for i in row]
+    offsets = [
+        (first + int(s), first + int(e))
+        for first, row in zip(firsts, offset_rows, strict=True)
+        for s, e in row
+    ]
     if literal:
         special = special_ids(tokenizer)
         leaked = [k for k, i in enumerate(ids) if i in special and offsets[k][0] < offsets[k][1]]

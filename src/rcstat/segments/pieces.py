@@ -2,9 +2,10 @@
 
 A fast tokenizer encodes one text on one core, and most of that time is its pre-tokenisation
 (the regex that cuts the text into words before the BPE model merges inside each); a batch of
-texts is encoded on every core. :func:`encode_in_pieces` cuts a long text where the
-tokenizer's pre-tokenisation always cuts, encodes the pieces as one batch and joins them:
-the BPE model never merges across a pre-token, so the ids and offsets equal those of one call.
+texts is encoded on every core. :func:`piece_bounds` cuts a long text where the tokenizer's
+pre-tokenisation always cuts (``segments.encode`` encodes the pieces as one batch and joins
+them): the BPE model never merges across a pre-token, so the ids and offsets equal those of one
+call.
 
 Where a cut is safe (:func:`cuts_safely`): a tokenizer whose pre-tokenisation is the GPT-2
 byte-level regex (``ByteLevel`` with ``use_regex``: SmolLM2, GPT-2) or a ``Split`` by the
@@ -20,14 +21,13 @@ cut would hold a space. Other tokenizers are encoded in one call.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
 import weakref
 from typing import Any
 
-__all__ = ["PIECE_CHARS", "cut_points", "cuts_safely", "encode_in_pieces"]
+__all__ = ["PIECE_CHARS", "cut_points", "cuts_safely", "piece_bounds"]
 
 #: Characters of a piece: texts shorter than two pieces are encoded in one call (a piece costs
 #: the tokenizer's per-call overhead; below this the cores save less than it).
@@ -120,32 +120,12 @@ def cut_points(text: str, pieces: int) -> list[int]:
     return cuts
 
 
-def encode_in_pieces(
-    tokenizer: Any, text: str, extra: dict[str, Any]
-) -> tuple[list[int], list[tuple[int, int]]] | None:
-    """Ids and offsets of ``text`` from a batch of its pieces (``tokenizer`` called with
-    ``add_special_tokens=False`` and ``extra``), equal to one call's; None where the text is
-    short, the tokenizer is not :func:`cuts_safely` or no cut was found."""
+def piece_bounds(tokenizer: Any, text: str) -> list[int] | None:
+    """``[0, *cuts, len(text)]``: where to cut ``text`` into pieces that ``tokenizer`` encodes
+    (without added special tokens) to the ids and offsets of the whole text, about
+    :data:`PIECE_CHARS` each; None where the text is short, the tokenizer is not
+    :func:`cuts_safely` or no cut was found."""
     if len(text) < 2 * PIECE_CHARS or not cuts_safely(tokenizer):
         return None
-    wanted = min(len(text) // PIECE_CHARS, 4 * (os.cpu_count() or 1))
-    cuts = cut_points(text, wanted)
-    if not cuts:
-        return None
-    bounds = [0, *cuts, len(text)]
-    enc = tokenizer(
-        [text[a:b] for a, b in itertools.pairwise(bounds)],
-        add_special_tokens=False,
-        return_offsets_mapping=True,
-        return_attention_mask=False,
-        verbose=False,
-        **extra,
-    )
-    ids: list[int] = []
-    offsets: list[tuple[int, int]] = []
-    for start, piece_ids, piece_offsets in zip(
-        bounds[:-1], enc["input_ids"], enc["offset_mapping"], strict=True
-    ):
-        ids.extend(piece_ids)
-        offsets.extend([(start + s, start + e) for s, e in piece_offsets])
-    return ids, offsets
+    cuts = cut_points(text, min(len(text) // PIECE_CHARS, 4 * (os.cpu_count() or 1)))
+    return [0, *cuts, len(text)] if cuts else None
