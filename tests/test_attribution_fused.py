@@ -14,6 +14,7 @@ from rcstat.stats import block_expected
 from tests._interpreter import run_cases
 
 
+@pytest.mark.long(seconds=150)  # under the interpreter, one core
 def test_fused_attribution_under_the_interpreter_matches_the_reference() -> None:
     out = run_cases("tests/attribution_fused_cases.py")
     assert "skipped" not in out, out[-2000:]

@@ -361,6 +361,7 @@ def test_a_step_reads_nothing_back_from_the_device(kind: str) -> None:
             bool(step.done.all())  # the check itself reads
 
 
+@pytest.mark.long(seconds=35)  # under the interpreter, one core
 def test_frozen_host_replays_under_the_interpreter() -> None:
     run_cases("tests/graphed_generate_cases.py")
 

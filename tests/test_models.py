@@ -336,6 +336,27 @@ def test_interrupted_reconversion_keeps_the_old_cache(
     assert [p.name for p in fake_default.target.parent.iterdir()] == [DEFAULT_MODEL_NAME]
 
 
+def test_a_cache_published_meanwhile_by_another_process_is_kept(
+    fake_default: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes converting at once (test workers, data-parallel ranks): the second to
+    finish keeps the first one's valid cache in place (the first may be loading it)."""
+
+    def other_process_publishes_first(path: Path, out: Path) -> None:
+        fake_default.calls += 1
+        _save_tiny(fake_default.target)
+        (fake_default.target / "other-process").write_text("", encoding="utf-8")
+        record = {**gguf_cache._cache_key(path), "gguf_path": str(path)}
+        (fake_default.target / "rcstat-cache.json").write_text(json.dumps(record), "utf-8")
+        _save_tiny(out)
+
+    monkeypatch.setattr(gguf_cache, "_write_converted", other_process_publishes_first)
+    model, _ = load_model(cache_dir=fake_default.root)
+    assert isinstance(model, LlamaForCausalLM)
+    assert (fake_default.target / "other-process").is_file()
+    assert [p.name for p in fake_default.target.parent.iterdir()] == [DEFAULT_MODEL_NAME]
+
+
 def test_old_partial_conversions_are_removed(fake_default: types.SimpleNamespace) -> None:
     parent = fake_default.target.parent
     parent.mkdir(parents=True)

@@ -51,6 +51,7 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return calls
 
 
+@pytest.mark.long(seconds=110)  # under the interpreter, one core
 def test_kernel_cases_under_the_interpreter_match_the_oracles() -> None:
     out = run_cases(CASES, PYTHONWARNINGS="ignore::DeprecationWarning")
     assert "skipped" not in out, out[-2000:]

@@ -23,6 +23,9 @@ from rcstat.press.extra import has_kvpress
 from tests.test_cli_ground import _faithbench_documents, _make_profile
 from tests.test_data import _quotesum_record, _squad_doc, _write_json, _write_jsonl
 
+# processes launched one after another, minutes in all
+pytestmark = pytest.mark.long(seconds=260)
+
 _ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
 
 

@@ -195,7 +195,10 @@ def _remove_stale_partials(target: Path) -> None:
 
 
 def _publish(staging: Path, target: Path, key: dict[str, Any]) -> None:
-    """Rename ``staging`` to ``target``, replacing an outdated cache."""
+    """Rename ``staging`` to ``target``, replacing an outdated cache (a valid one, published
+    meanwhile by another process, is kept: a process may be loading it)."""
+    if _cache_is_valid(target, key):
+        return
     outdated = target.with_name(f".{target.name}.{uuid.uuid4().hex}.outdated")
     if target.exists():
         target.rename(outdated)
