@@ -6,14 +6,19 @@ import re
 from itertools import pairwise
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rcstat.grounding import passes
 from rcstat.grounding.features import ResponseRows
 from rcstat.grounding.passes import word_matches
 from rcstat.segments import Segmented
 
+# ASCII texts take the hashed path (`passes._ascii_words`): words that differ by case, digits,
+# underscores, joined by punctuation; prefixes and anagrams of each other
+ASCII_WORDS = ["river", "River", "rive", "revir", "river_2", "RIVER_2", "42", "2", "a", "x-ray"]
 WORDS = ["river", "River", "RIVER", "bank", "Straße", "STRASSE", "İzmir", "izmir", "42", "a"]
 
 
@@ -62,13 +67,15 @@ def _oracle(seg: Segmented, rows: ResponseRows) -> np.ndarray:
     return out
 
 
+@pytest.mark.parametrize("vocabulary", [WORDS, ASCII_WORDS], ids=["any script", "ascii"])
 @settings(max_examples=60, deadline=None)
-@given(
-    context=st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join),
-    response=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5).map(". ".join),
-    cuts=st.lists(st.integers(0, 200), max_size=30),
-)
-def test_word_matches_equal_pairwise_word_overlaps(context, response, cuts) -> None:
+@given(data=st.data(), cuts=st.lists(st.integers(0, 200), max_size=30))
+def test_word_matches_equal_pairwise_word_overlaps(
+    vocabulary: list[str], data: st.DataObject, cuts: list[int]
+) -> None:
+    words = st.sampled_from(vocabulary)
+    context = " ".join(data.draw(st.lists(words, min_size=1, max_size=10)))
+    response = ". ".join(data.draw(st.lists(words, min_size=1, max_size=6)))
     seg, rows = _segmented(context, response, cuts)
     got = word_matches(seg, rows)
     assert got.dtype == torch.bool
@@ -82,3 +89,23 @@ def test_case_is_ignored_and_other_words_do_not_match() -> None:
     assert texts == ["The River bank"] and got.tolist() == [[True]]
     seg, rows = _segmented("The River bank", "lake", [])
     assert not word_matches(seg, rows).any()
+
+
+@pytest.mark.parametrize(
+    ("context", "response", "decided_by_hash"),
+    [
+        ("ba ab bb", "ab", True),  # "ba" has the hash of "ab": checked and refused
+        ("00c ab", "ab", True),  # "00c" too (48 + 48 + 99 = 97 + 98), and is longer
+        ("ab ba", "ab ba", False),  # two of the response's words share a hash: `re` decides
+    ],
+)
+def test_hash_collisions_are_never_matches(
+    monkeypatch: pytest.MonkeyPatch, context: str, response: str, decided_by_hash: bool
+) -> None:
+    """With P = 1 every anagram collides (the hash is the sum of the codes)."""
+    monkeypatch.setattr(passes, "_BASE", 1)
+    monkeypatch.setattr(passes, "_INVERSE", 1)
+    seg, rows = _segmented(context, response, list(range(40)))  # a token a character
+    hashed = passes._ascii_words(seg.text, seg.parts["answer"], seg.parts["context"])
+    assert (hashed is not None) == decided_by_hash
+    np.testing.assert_array_equal(word_matches(seg, rows).numpy(), _oracle(seg, rows))

@@ -10,6 +10,7 @@ at the start of a text. :func:`token_batches` cuts examples into passes of a tok
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 __all__ = ["prompt_groups", "span_sums", "token_batches", "word_matches"]
 
 _WORD = re.compile(r"\w+")
+# ``\w`` among ASCII codes: letters, digits and the underscore
+_WORD_BYTE = np.isin(np.arange(256), [ord(c) for c in string.ascii_letters + string.digits + "_"])
+_BASE = 0x9E3779B97F4A7C15  # odd: invertible modulo 2^64
+_INVERSE = pow(_BASE, -1, 1 << 64)
 
 
 def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
@@ -30,22 +35,11 @@ def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
     word (``\\w+``, without case) that response token ``j`` overlaps. Words, not token ids,
     are compared: the same word is often split differently at the start of a text."""
     text = example.text
-    (c_lo, c_hi), (a_lo, a_hi) = example.parts["context"], example.parts["answer"]
+    answer, context = example.parts["answer"], example.parts["context"]
     bounds = example.offset_array  # [T, 2]
     said, source = bounds[slice(*rows.response)], bounds[slice(*rows.context)]  # [G|C, 2]
-    # every word of the response, then the context's words among them: one id per word
-    ids: dict[str, int] = {}
-    said_words = [
-        (w.start(), w.end(), ids.setdefault(w.group().lower(), len(ids)))
-        for w in _WORD.finditer(text, a_lo, a_hi)
-    ]
-    # lower-cased once when that keeps every offset (ASCII); else word by word
-    folded = text.lower() if text.isascii() else None
-    source_words = [
-        (w.start(), w.end(), ids[key])
-        for w in _WORD.finditer(text if folded is None else folded, c_lo, c_hi)
-        if (key := w.group() if folded is not None else w.group().lower()) in ids
-    ]
+    words = _ascii_words(text, answer, context) if _is_ascii(text, answer, context) else None
+    said_words, source_words = _python_words(text, answer, context) if words is None else words
     said_tokens, said_ids = _token_words(said, said_words)
     source_tokens, source_ids = _token_words(source, source_words)
     # join on the word id: each (response token, word) with every context token of the word
@@ -58,18 +52,94 @@ def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
     return torch.from_numpy(found)
 
 
-def _token_words(
-    tokens: np.ndarray, words: list[tuple[int, int, int]]
+def _is_ascii(text: str, *parts: tuple[int, int]) -> bool:
+    return all(text[a:b].isascii() for a, b in parts)
+
+
+def _python_words(
+    text: str, answer: tuple[int, int], context: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray]:
+    """The response's words and the context's occurrences of them, ``[W, 3]`` int64 rows
+    (start, end, word id; one id per word without case), by the ``re`` module: any text."""
+    ids: dict[str, int] = {}
+    said = [
+        (w.start(), w.end(), ids.setdefault(w.group().lower(), len(ids)))
+        for w in _WORD.finditer(text, *answer)
+    ]
+    source = [
+        (w.start(), w.end(), ids[key])
+        for w in _WORD.finditer(text, *context)
+        if (key := w.group().lower()) in ids
+    ]
+    return _rows(said), _rows(source)
+
+
+def _ascii_words(
+    text: str, answer: tuple[int, int], context: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_python_words` of ASCII parts without a Python step per context word: each
+    word's polynomial hash ``Σ_t c_t·P^(t − start) mod 2^64`` from running sums, the context's
+    words looked up among the response's hashes, and every hit checked character by
+    character (a collision is never taken for a match). ``None`` when two of the response's
+    words share a hash (then :func:`_python_words` decides)."""
+    said_chars, context_chars = (
+        np.frombuffer(text[a:b].lower().encode("ascii"), dtype=np.uint8)
+        for a, b in (answer, context)
+    )
+    said, said_hash = _hashed_words(said_chars)  # [Ws, 2], [Ws]
+    # the response's words, one id each (a handful: exact, by their strings)
+    folded = said_chars.tobytes()
+    ids: dict[bytes, int] = {}
+    said_ids = np.array([ids.setdefault(folded[a:b], len(ids)) for a, b in said], dtype=np.int64)
+    first = np.unique(said_ids, return_index=True)[1]  # [V] each id's first occurrence
+    by_hash = np.argsort(said_hash[first])  # ids in hash order
+    hashes = said_hash[first][by_hash]  # [V]
+    if len(np.unique(hashes)) < len(hashes):
+        return None
+    source, source_hash = _hashed_words(context_chars)  # [Wc, 2], [Wc]
+    at = np.minimum(np.searchsorted(hashes, source_hash), max(len(hashes) - 1, 0))
+    hit = np.flatnonzero(hashes[at] == source_hash) if len(hashes) else np.zeros(0, np.int64)
+    word_id = by_hash[at[hit]]  # [H] the response word each hit claims to be
+    model = said[first[word_id]]  # [H, 2] that word's first occurrence in the response
+    length = source[hit, 1] - source[hit, 0]
+    same = length == model[:, 1] - model[:, 0]
+    hit, word_id, model, length = hit[same], word_id[same], model[same], length[same]
+    differ = (
+        context_chars[_ranges(source[hit, 0], length)] != said_chars[_ranges(model[:, 0], length)]
+    )
+    owner = np.repeat(np.arange(len(hit)), length)
+    exact = np.bincount(owner, weights=differ, minlength=len(hit)) == 0
+    hit, word_id = hit[exact], word_id[exact]
+    return (
+        np.column_stack([said + answer[0], said_ids]),
+        np.column_stack([source[hit] + context[0], word_id]),
+    )
+
+
+def _hashed_words(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``\\w+`` runs of ASCII codes ``chars`` ``[n]``: ``[W, 2]`` int64 (start, end)
+    and ``[W]`` uint64 hashes ``Σ_t c_t·P^(t − start) mod 2^64`` (numpy's unsigned
+    arithmetic wraps)."""
+    word = _WORD_BYTE[chars]  # [n]
+    edges = np.diff(word.astype(np.int8), prepend=np.int8(0), append=np.int8(0))  # [n + 1]
+    spans = np.column_stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)])
+    rise = np.cumprod(np.full(len(chars), _BASE, dtype=np.uint64))  # P^(t + 1)
+    fall = np.cumprod(np.full(len(chars), _INVERSE, dtype=np.uint64))  # P^-(t + 1)
+    running = np.concatenate([np.zeros(1, np.uint64), np.cumsum(chars * rise, dtype=np.uint64)])
+    return spans, (running[spans[:, 1]] - running[spans[:, 0]]) * fall[spans[:, 0]]
+
+
+def _rows(words: list[tuple[int, int, int]]) -> np.ndarray:
+    return np.array(words, dtype=np.int64).reshape(-1, 3)
+
+
+def _token_words(tokens: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(token, word id)`` int64 pairs: every token (``[n, 2]`` character offsets, in text
-    order) that overlaps an occurrence of a word (``words``: start, end, id)."""
-    if not words:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    spans = np.array(words, dtype=np.int64)  # [W, 3]
-    first = np.searchsorted(tokens[:, 1], spans[:, 0], side="right")  # ends > word start
-    last = np.searchsorted(tokens[:, 0], spans[:, 1], side="left")  # starts < word end
+    order) that overlaps an occurrence of a word (``words`` ``[W, 3]``: start, end, id)."""
+    first = np.searchsorted(tokens[:, 1], words[:, 0], side="right")  # ends > word start
+    last = np.searchsorted(tokens[:, 0], words[:, 1], side="left")  # starts < word end
     count = np.maximum(last - first, 0)
-    return _ranges(first, count), np.repeat(spans[:, 2], count)
+    return _ranges(first, count), np.repeat(words[:, 2], count)
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
