@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import numpy as np
 import pytest
@@ -89,6 +90,18 @@ def test_response_words_equal_the_oracle(case: tuple[str, list[tuple[int, int]]]
         )
 
 
+@_PROPS
+@given(tokenized(), st.randoms(use_true_random=False))
+def test_response_words_of_tokens_out_of_text_order_equal_the_oracle(
+    case: tuple[str, list[tuple[int, int]]], order: random.Random
+) -> None:
+    """Offsets that are not in text order (not searched: every token is compared)."""
+    text, spans = case
+    order.shuffle(spans)
+    got = response_words(text, np.array(spans, dtype=np.int64).reshape(-1, 2))
+    assert got == _naive_response_words(text, spans)
+
+
 def test_response_words_by_hand() -> None:
     text = "It is 330 m."
     spans = np.array([[0, 2], [2, 5], [5, 7], [7, 8], [8, 9], [9, 11], [11, 12]])
@@ -162,6 +175,14 @@ def test_word_scores_by_hand() -> None:
 def test_word_scores_shape_errors(nll: np.ndarray, copy: np.ndarray) -> None:
     with pytest.raises(ValueError, match=r"nll and copy must be \[G\] of one shape, got"):
         word_scores(nll, copy, [])
+
+
+@pytest.mark.parametrize(
+    "word", [Word(0, 1, 2, 2), Word(0, 1, 3, 2), Word(0, 1, -1, 1), Word(0, 1, 2, 4)]
+)
+def test_word_scores_refuse_words_without_tokens_among_the_response(word: Word) -> None:
+    with pytest.raises(ValueError, match=r"every word needs tokens \[first, last\) among the 3"):
+        word_scores(np.zeros(3), np.zeros(3), [Word(0, 1, 0, 1), word])
 
 
 # --------------------------------------------------------------------------- chat_prompt_ids

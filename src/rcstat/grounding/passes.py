@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from rcstat.grounding.score import joined_ranges
+
 if TYPE_CHECKING:
     from rcstat.grounding.features import ResponseRows
     from rcstat.segments import Segmented
@@ -48,7 +50,7 @@ def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
     lo = np.searchsorted(by_word, said_ids, side="left")
     count = np.searchsorted(by_word, said_ids, side="right") - lo  # context tokens of each
     found = np.zeros((len(said), len(source)), dtype=bool)
-    found[np.repeat(said_tokens, count), source_tokens[_ranges(lo, count)]] = True
+    found[np.repeat(said_tokens, count), source_tokens[joined_ranges(lo, count)]] = True
     return torch.from_numpy(found)
 
 
@@ -105,7 +107,8 @@ def _ascii_words(
     same = length == model[:, 1] - model[:, 0]
     hit, word_id, model, length = hit[same], word_id[same], model[same], length[same]
     differ = (
-        context_chars[_ranges(source[hit, 0], length)] != said_chars[_ranges(model[:, 0], length)]
+        context_chars[joined_ranges(source[hit, 0], length)]
+        != said_chars[joined_ranges(model[:, 0], length)]
     )
     owner = np.repeat(np.arange(len(hit)), length)
     exact = np.bincount(owner, weights=differ, minlength=len(hit)) == 0
@@ -139,13 +142,7 @@ def _token_words(tokens: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.
     first = np.searchsorted(tokens[:, 1], words[:, 0], side="right")  # ends > word start
     last = np.searchsorted(tokens[:, 0], words[:, 1], side="left")  # starts < word end
     count = np.maximum(last - first, 0)
-    return _ranges(first, count), np.repeat(words[:, 2], count)
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``[Σ counts]`` int64: ``starts[i], …, starts[i] + counts[i] − 1`` for each ``i``, in
-    order (the ranges joined without a Python loop)."""
-    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    return joined_ranges(first, count), np.repeat(words[:, 2], count)
 
 
 def span_sums(values: np.ndarray, spans: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ __all__ = [
     "baselines",
     "bigram_overlap",
     "check_threshold",
+    "joined_ranges",
     "lower_quantiles",
     "response_words",
     "text_overlaps",
@@ -78,12 +79,22 @@ def response_words(response: str, token_spans: np.ndarray) -> list[Word]:
     Word(start=6, end=9, first=2, last=5)
     """
     spans = np.asarray(token_spans, dtype=np.int64).reshape(-1, 2)
-    words = []
-    for match in _WORD.finditer(response):
-        hit = np.flatnonzero((spans[:, 0] < match.end()) & (spans[:, 1] > match.start()))
-        if hit.size:
-            words.append(Word(match.start(), match.end(), int(hit[0]), int(hit[-1]) + 1))
-    return words
+    found = [(m.start(), m.end()) for m in _WORD.finditer(response)]
+    bounds = np.array(found, dtype=np.int64).reshape(-1, 2)  # [W, 2]
+    if not len(spans) or not found:
+        return []
+    if np.all(np.diff(spans, axis=0) >= 0):  # in text order: searched
+        first = np.searchsorted(spans[:, 1], bounds[:, 0], side="right")  # ends > word start
+        last = np.searchsorted(spans[:, 0], bounds[:, 1], side="left")  # starts < word end
+    else:
+        overlap = (spans[:, 0] < bounds[:, 1:]) & (spans[:, 1] > bounds[:, :1])  # [W, G]
+        first = np.where(overlap.any(1), overlap.argmax(1), 0)
+        last = np.where(overlap.any(1), len(spans) - overlap[:, ::-1].argmax(1), 0)
+    return [
+        Word(start, end, a, b)
+        for (start, end), a, b in zip(found, first.tolist(), last.tolist(), strict=True)
+        if b > a
+    ]
 
 
 def word_scores(nll: np.ndarray, copy: np.ndarray, words: Sequence[Word]) -> np.ndarray:
@@ -111,11 +122,32 @@ def word_scores(nll: np.ndarray, copy: np.ndarray, words: Sequence[Word]) -> np.
     nll, copy = np.asarray(nll, dtype=np.float64), np.asarray(copy, dtype=np.float64)
     if nll.shape != copy.shape or nll.ndim != 1:
         raise ValueError(f"nll and copy must be [G] of one shape, got {nll.shape}, {copy.shape}")
-    out = np.empty(len(words), dtype=np.float64)
-    for i, w in enumerate(words):
-        copied = min(1.0, float(copy[w.first : w.last].mean()))
-        out[i] = max(copied, math.exp(-float(nll[w.first : w.last].sum())))
-    return out
+    first = np.fromiter((w.first for w in words), dtype=np.int64, count=len(words))  # [W]
+    count = np.fromiter((w.last for w in words), dtype=np.int64, count=len(words)) - first
+    if np.any(count < 1) or np.any(first < 0) or np.any(first + count > len(nll)):
+        raise ValueError(f"every word needs tokens [first, last) among the {len(nll)} tokens")
+    if not len(words):
+        return np.zeros(0, dtype=np.float64)
+    # each word's tokens side by side, summed a word at a time (one pass, no loop)
+    tokens, at = joined_ranges(first, count), np.cumsum(count) - count  # [Σ count], [W]
+    copied = np.add.reduceat(copy[tokens], at) / count
+    said = np.add.reduceat(nll[tokens], at)
+    return np.array(
+        [
+            max(min(1.0, c), math.exp(-s))
+            for c, s in zip(copied.tolist(), said.tolist(), strict=True)
+        ]
+    )
+
+
+def joined_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``[Σ counts]`` int64: ``starts[i], …, starts[i] + counts[i] − 1`` for each ``i``, in
+    order (the ranges joined without a Python loop).
+
+    >>> joined_ranges(np.array([5, 0]), np.array([2, 3]))
+    array([5, 6, 0, 1, 2])
+    """
+    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
 
 
 def token_scores(rc: np.ndarray, nll: np.ndarray) -> np.ndarray:
