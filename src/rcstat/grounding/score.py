@@ -46,6 +46,7 @@ __all__ = [
     "check_threshold",
     "joined_ranges",
     "lower_quantiles",
+    "overlapping_tokens",
     "response_words",
     "text_overlaps",
     "token_scores",
@@ -84,17 +85,30 @@ def response_words(response: str, token_spans: np.ndarray) -> list[Word]:
     if not len(spans) or not found:
         return []
     if np.all(np.diff(spans, axis=0) >= 0):  # in text order: searched
-        first = np.searchsorted(spans[:, 1], bounds[:, 0], side="right")  # ends > word start
-        last = np.searchsorted(spans[:, 0], bounds[:, 1], side="left")  # starts < word end
+        first, last = overlapping_tokens(spans, bounds)
     else:
         overlap = (spans[:, 0] < bounds[:, 1:]) & (spans[:, 1] > bounds[:, :1])  # [W, G]
-        first = np.where(overlap.any(1), overlap.argmax(1), 0)
-        last = np.where(overlap.any(1), len(spans) - overlap[:, ::-1].argmax(1), 0)
+        some = overlap.any(1)
+        first = np.where(some, overlap.argmax(1), 0)
+        last = np.where(some, len(spans) - overlap[:, ::-1].argmax(1), 0)
     return [
         Word(start, end, a, b)
         for (start, end), a, b in zip(found, first.tolist(), last.tolist(), strict=True)
         if b > a
     ]
+
+
+def overlapping_tokens(spans: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``first, last`` (``[W]`` int64 each): the tokens ``[first, last)`` that overlap each
+    word, for tokens in text order (``spans`` ``[G, 2]`` character offsets whose starts and
+    ends never decrease) and words ``[W, 2]`` (start, end); ``last <= first`` when none does.
+
+    >>> overlapping_tokens(np.array([[0, 2], [2, 5], [5, 7]]), np.array([[3, 6], [7, 9]]))
+    (array([1, 3]), array([3, 3]))
+    """
+    first = np.searchsorted(spans[:, 1], words[:, 0], side="right")  # ends > word start
+    last = np.searchsorted(spans[:, 0], words[:, 1], side="left")  # starts < word end
+    return first, last
 
 
 def word_scores(nll: np.ndarray, copy: np.ndarray, words: Sequence[Word]) -> np.ndarray:
