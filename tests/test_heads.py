@@ -15,11 +15,13 @@ import importlib
 import io
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -31,7 +33,6 @@ import rcstat.generation
 import rcstat.heads
 from rcstat import cli
 from rcstat.analysis import analyze
-from rcstat.cli._common import console
 from rcstat.data import AttributedSpan, AttributionExample, DatasetFormatError, QAExample
 from rcstat.defaults import DEFAULT_TAU
 from rcstat.heads import (
@@ -630,13 +631,14 @@ def test_lazy_imports_and_collect_is_the_function() -> None:
 
 
 def _cli(console_file: io.StringIO, *argv: str) -> int:
-    width = console.width
-    console.width = 200
-    try:
-        with contextlib.redirect_stdout(console_file), contextlib.redirect_stderr(console_file):
-            return cli.main(["heads", *argv])
-    finally:
-        console.width = width
+    """``rcstat heads`` with its output in ``console_file``, 200 columns wide (rich reads
+    COLUMNS at each print; setting ``console.width`` would pin the width for later tests)."""
+    with (
+        mock.patch.dict(os.environ, {"COLUMNS": "200"}),
+        contextlib.redirect_stdout(console_file),
+        contextlib.redirect_stderr(console_file),
+    ):
+        return cli.main(["heads", *argv])
 
 
 def _check_summary_from_rows(out: Path, statistic: str, tau: float) -> None:
