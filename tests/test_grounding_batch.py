@@ -23,6 +23,7 @@ from rcstat.grounding.features import (
     unit_pairs,
 )
 from rcstat.grounding.passes import token_batches
+from rcstat.grounding.score import lower_quantiles
 from rcstat.stats import stacked_unit_rows, unit_rows, units_key_expected
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
@@ -71,6 +72,10 @@ def _assert_same(got: Any, want: Any) -> None:
         a, b = getattr(got, name), getattr(want, name)
         assert a.shape == b.shape, name
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+    # the head features summarised where the pass ran: over this sequence's rows only
+    assert got.head_summary is not None
+    np.testing.assert_array_equal(got.head_features(), lower_quantiles(got.features))
+    np.testing.assert_array_equal(got.head_features(0.5), lower_quantiles(got.features, 0.5))
     assert got.units == want.units and got.spans == want.spans
     assert got.example.input_ids.tolist() == want.example.input_ids.tolist()
 

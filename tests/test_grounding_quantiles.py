@@ -1,15 +1,19 @@
 """``lower_quantiles`` (the head features of a grounding) against a row-by-row oracle and
-numpy's own quantile."""
+numpy's own quantile; ``head_summaries``, the same quantiles where a pass ran (torch, each
+sequence's own rows), against the same oracle."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from rcstat.grounding.pass_results import head_summaries
 from rcstat.grounding.score import lower_quantiles
 
 _FLOATS = {
@@ -74,3 +78,54 @@ def test_the_position_is_float64_whatever_the_values_type() -> None:
     values = np.array([[0.0, 1.0, 1000.0]], dtype=np.float32)
     assert lower_quantiles(values, 0.7)[0] == np.float32(400.6)
     assert lower_quantiles(values.astype(np.float64), 0.7)[0] == 1 + 999 * (1.4 - 1)
+
+
+_DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("device", _DEVICES)
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    layers=st.integers(1, 3),
+    heads=st.integers(1, 3),
+    quantile=st.one_of(st.sampled_from([0.0, 0.1, 0.5, 1.0]), st.floats(0, 1)),
+)
+def test_head_summaries_equal_the_row_oracle_on_each_sequence_rows(
+    device, data, dtype, layers, heads, quantile
+) -> None:
+    """``[3, L, B, H, W]`` features of a padded batch: sequence ``b`` is summarised over its
+    first ``rows[b]`` tokens only (what lies past them, NaN included, is padding)."""
+    rows = data.draw(st.lists(st.integers(1, 12), min_size=1, max_size=3))
+    width = max(rows) + data.draw(st.integers(0, 2))
+    shape = (3, layers, len(rows), heads, width)
+    values = data.draw(arrays(dtype, shape, elements=_FLOATS[dtype]))
+    got = head_summaries(torch.from_numpy(values).to(device), rows, quantile).cpu().numpy()
+    assert got.shape == (len(rows), 3, layers, heads) and got.dtype == dtype
+    for b, g in enumerate(rows):
+        oracle = np.array(
+            [
+                [[_row_quantile(list(r[:g]), quantile, dtype) for r in h] for h in s]
+                for s in values[:, :, b]
+            ],
+            dtype,
+        )
+        np.testing.assert_array_equal(got[b], oracle)
+        np.testing.assert_array_equal(got[b], lower_quantiles(values[:, :, b, :, :g], quantile))
+
+
+@pytest.mark.parametrize("rows", [[0, 3], [4, 7], [6], [2, 2, 2]])
+def test_head_summaries_refuse_rows_that_do_not_fit_the_features(rows: list[int]) -> None:
+    features = torch.zeros(3, 2, 2, 4, 6)  # two sequences of at most 6 rows
+    with pytest.raises(ValueError, match=r"rows: expected 2 counts in \[1, 6\]"):
+        head_summaries(features, rows, 0.1)

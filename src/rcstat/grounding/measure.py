@@ -34,6 +34,7 @@ from rcstat.grounding.features import (
     heads_by_layer,
     query_positions,
 )
+from rcstat.grounding.pass_results import head_summaries, stacked, summed
 from rcstat.grounding.passes import prompt_groups, span_sums, token_batches, word_matches
 from rcstat.grounding.score import DEFAULT_QUANTILE, lower_quantiles
 from rcstat.models.cache_argument import returned_cache, with_cache
@@ -100,6 +101,11 @@ class Measurement:
     copied
         ``[U, S]`` each response sentence's ``copy`` weight (every head, every row of the
         sentence) on the keys of each context sentence: where its words were copied from.
+    head_summary
+        ``[3, L, H]``: :meth:`head_features` at :data:`~rcstat.grounding.score.DEFAULT_QUANTILE`,
+        computed where the pass ran (:func:`~rcstat.grounding.pass_results.head_summaries`,
+        the same values); None: from ``features`` at each call. A copy with other
+        ``features`` must leave it None.
     """
 
     example: Segmented
@@ -113,10 +119,13 @@ class Measurement:
     copied: np.ndarray  # [U, S]
     entropy: np.ndarray  # [G]
     rank: np.ndarray  # [G]
+    head_summary: np.ndarray | None = None  # [3, L, H]
 
     def head_features(self, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
         """``[3, L, H]``: every statistic's lower ``quantile`` over the response tokens, per
         head (a response is as weak as its weakest part, for the probe as for the score)."""
+        if quantile == DEFAULT_QUANTILE and self.head_summary is not None:
+            return self.head_summary.copy()
         return lower_quantiles(self.features, quantile)
 
     def head_vector(self, quantile: float = DEFAULT_QUANTILE) -> np.ndarray:
@@ -458,12 +467,15 @@ class Measurer:
         examples = [p.passed for p in prepared]
         k0 = min(e.rows.context[0] for e in examples)
         shape = (sum(len(e.units) for e in examples), max(e.rows.context[1] for e in examples) - k0)
-        features, copy, support, copied, predicted = download_many(
+        features = stacked(layers, "features", dim=1)  # [3, L, B, H, Gmax]
+        counts = [p.passed.rows.num_rows - 1 for p in prepared]
+        features, summaries, copy, support, copied, predicted = download_many(
             {
-                "features": _stacked(layers, "features", dim=1),  # [3, L, B, H, Gmax]
-                "copy": _stacked(layers, "copy", dim=0),  # [L, B, H, Gmax]
-                "support": _summed(layers, "support", shape),  # [U, K] over layers and heads
-                "copied": _summed(layers, "copied", shape),  # [U, K]
+                "features": features,
+                "summaries": head_summaries(features, counts, DEFAULT_QUANTILE),  # [B, 3, L, H]
+                "copy": stacked(layers, "copy", dim=0),  # [L, B, H, Gmax]
+                "support": summed(layers, "support", shape),  # [U, K] over layers and heads
+                "copied": summed(layers, "copied", shape),  # [U, K]
                 "predicted": predicted,  # [B, 3, Gmax]
             }
         ).values()
@@ -471,7 +483,7 @@ class Measurer:
         out = []
         first_unit = 0
         for b, (p, prior) in enumerate(zip(prepared, priors, strict=True)):
-            g = p.passed.rows.num_rows - 1
+            g = counts[b]
             nll, entropy, rank = host[b, 0, :g], host[b, 1, :g], host[b, 2, :g]
             mine = slice(first_unit, first_unit + len(p.passed.units))
             first_unit = mine.stop
@@ -498,6 +510,7 @@ class Measurer:
                     copied=copied_on,
                     entropy=entropy,
                     rank=rank,
+                    head_summary=summaries[b].numpy(),
                 )
             )
         return out
@@ -564,19 +577,6 @@ class Measurer:
         return out
 
 
-def _summed(
-    layers: list[dict[str, torch.Tensor]], key: str, shape: tuple[int, ...]
-) -> torch.Tensor:
-    """The ``key`` output (``shape``) summed in float64 over the layers that return it, on
-    the first such layer's device (zeros on the host when none does)."""
-    found = [r[key] for r in layers if key in r]
-    if not found:
-        return torch.zeros(shape, dtype=torch.float64)
-    first = found[0].device
-    stacked = torch.stack([value.to(first, non_blocking=True) for value in found])
-    return stacked.sum(0, dtype=torch.float64)
-
-
 def _token_spans(example: Segmented, count: int) -> np.ndarray:
     """``[count, 2]``: the first ``count`` response tokens' offsets in the response."""
     first = example.token_span("answer")[0]
@@ -591,9 +591,3 @@ def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
         if found is not None:
             return int(found)
     return 0
-
-
-def _stacked(layers: list[dict[str, torch.Tensor]], key: str, dim: int = 0) -> torch.Tensor:
-    """The ``key`` output of every layer stacked on ``dim``, on the first layer's device."""
-    first = layers[0][key].device
-    return torch.stack([r[key].to(first, non_blocking=True) for r in layers], dim=dim)

@@ -29,7 +29,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -48,6 +48,7 @@ __all__ = [
     "lower_quantiles",
     "overlapping_tokens",
     "response_words",
+    "sorted_quantiles",
     "text_overlaps",
     "token_scores",
     "unigram_overlap",
@@ -201,29 +202,38 @@ def lower_quantiles(values: np.ndarray, quantile: float = DEFAULT_QUANTILE) -> n
     axis where ``np.quantile`` partitions row by row (about ten times the time for the
     ``[3, 32, 32, 256]`` features of an 8B model).
 
-    The position and its weight are float64 and the interpolation runs in the values' float
-    type from the nearer end, as ``np.quantile`` computes them from numpy 2.4 on, so the two
-    agree bit for bit there (numpy before 2.4 computed a float32 array's position in float32,
-    which moves the result by float rounding).
-
     >>> lower_quantiles(np.array([[4.0, 1.0, 3.0, 2.0], [1.0, np.nan, 2.0, 3.0]]), 0.5)
     array([2.5, nan])
     """
-    kind = values.dtype.type
-    count = values.shape[-1]
+    out = np.asarray(sorted_quantiles(np.sort(values, axis=-1), quantile))
+    out[np.isnan(values).any(axis=-1)] = np.nan
+    return out
+
+
+def sorted_quantiles(ordered: Any, quantile: float) -> Any:
+    """The ``quantile`` of each row of ``ordered`` (a numpy array or a torch tensor sorted
+    along its last axis, ``n ≥ 1`` values a row) by :func:`lower_quantiles`' interpolation.
+
+    The position ``p = (n − 1) · quantile`` and its weight are Python floats (float64) and the
+    interpolation runs in the values' float type from the nearer end, ``v_hi − (v_hi − v_lo) ·
+    (1 − w)`` or ``v_lo + (v_hi − v_lo) · w``, the weight rounded to that type (numpy and torch
+    both cast a Python float to an array's float type), as ``np.quantile`` computes it from
+    numpy 2.4 on; so numpy and torch, on any device, agree bit for bit (numpy before 2.4
+    computed a float32 array's position in float32, which moves the result by rounding).
+
+    >>> sorted_quantiles(np.array([[1.0, 2.0, 3.0, 4.0]]), 0.1)
+    array([1.3])
+    """
+    count = ordered.shape[-1]
     at = (count - 1) * float(quantile)
     low = math.floor(at)
     high = min(low + 1, count - 1)
     weight = at - low
-    ordered = np.sort(values, axis=-1)
     below, above = ordered[..., low], ordered[..., high]
     step = above - below
     if weight >= 0.5:
-        out = np.asarray(above - step * kind(1.0 - weight))
-    else:
-        out = np.asarray(below + step * kind(weight))
-    out[np.isnan(values).any(axis=-1)] = np.nan
-    return out
+        return above - step * (1.0 - weight)
+    return below + step * weight
 
 
 def unigram_overlap(response: str, context: str) -> float:
