@@ -418,8 +418,10 @@ class Grounder:
             token_values = 1.0 - detection.token_probability  # [G]
             word_values = np.array([token_values[w.first : w.last].min() for w in words])
         units = measured[0].units
+        base = example.token_span("answer")[0]
+        ranges = example.token_spans("answer", [(unit.start, unit.end) for unit in units])
         sentences = []
-        for u, unit in enumerate(units):
+        for u, (unit, (first, last)) in enumerate(zip(units, ranges, strict=True)):
             inside = texts.inside[u]
             if inside:
                 by_window = per_window[:, inside].min(axis=1)  # [windows]
@@ -437,8 +439,6 @@ class Grounder:
             if evidence is not None:
                 offset = windows[k].start
                 evidence = TextSpan(evidence.start + offset, evidence.end + offset, evidence.text)
-            first, last = example.token_span("answer", unit.start, unit.end)
-            base = example.token_span("answer")[0]
             sentences.append(
                 SentenceGrounding(
                     start=unit.start,

@@ -255,7 +255,7 @@ class Measurer:
         first = rows.response[0]
         unit_rows = tuple(
             (a - first, b - first)
-            for a, b in (example.token_span("answer", u.start, u.end) for u in units)
+            for a, b in example.token_spans("answer", [(u.start, u.end) for u in units])
         )
         return Prepared(
             example,
