@@ -138,14 +138,15 @@ def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
 
 
-def llama_8b(device: str) -> Any:
+def llama_8b(device: str, *, hidden_size: int = 4096, intermediate_size: int = 14336) -> Any:
     """A random-weight model with Llama-3.1-8B shapes (32 layers × 32 query heads, 8 KV heads,
-    head_dim 128), bfloat16 on CUDA, float32 on CPU, built directly on ``device``."""
+    head_dim 128), bfloat16 on CUDA, float32 on CPU, built directly on ``device``; smaller
+    widths keep its grid of layers and heads (for the host's work, whose sizes follow it)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        hidden_size=4096,
-        intermediate_size=14336,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
         num_hidden_layers=32,
         num_attention_heads=32,
         num_key_value_heads=8,

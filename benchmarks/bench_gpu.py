@@ -195,18 +195,24 @@ def attribution_call(
     return lambda: attributor.attribute(chunks, question, answer), ids
 
 
-def grounding_call(
-    model: Any, tokenizer: Any, prompt: int, gen: int
-) -> tuple[Callable[[], Any], torch.Tensor]:
-    """One ``Grounder.ground`` call of a |g|-token response (random head profile)."""
+def random_grounder(model: Any, tokenizer: Any) -> Any:
+    """A ``Grounder`` of ``model`` with a random head profile (seeded) of its layers and heads."""
     from rcstat.grounding import Grounder, HeadProfile
-    from rcstat.segments import segment_chat
 
     layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
     rng = np.random.default_rng(0)
     values, copy = rng.random((layers, heads)), rng.random((layers, heads))
     profile = HeadProfile("llama-8b-random", values, 0.5, 0.2, copy_values=copy)
-    grounder = Grounder(model, tokenizer, profile=profile)
+    return Grounder(model, tokenizer, profile=profile)
+
+
+def grounding_call(
+    model: Any, tokenizer: Any, prompt: int, gen: int
+) -> tuple[Callable[[], Any], torch.Tensor]:
+    """One ``Grounder.ground`` call of a |g|-token response (random head profile)."""
+    from rcstat.segments import segment_chat
+
+    grounder = random_grounder(model, tokenizer)
     context = " ".join(text_of(tokenizer, prompt, seed=3))
     response = " ".join(text_of(tokenizer, gen, seed=4))
     question = "Summarize the report."

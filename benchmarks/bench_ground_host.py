@@ -3,11 +3,11 @@
 On a GPU the host work before the pass (tokenising, the copy feature's word matches), the text
 work that runs while the pass does, and the scoring after it (``Grounder._combine``) add to
 the pass's time; ``bench_gpu`` measures their sum. This script times each stage on the host
-alone (median of ``--rounds`` calls), for the inputs of ``bench_gpu``'s grounding rows (its
-sentences, a ``--gen``-token response) with a random-weight model of 32 layers × 32 heads (the
-head grid of Llama-3.1-8B, whose head summaries and copy weights the scoring reads) and small
-hidden sizes (the pass itself is not timed). To compare two trees, run it with each on
-``PYTHONPATH``, one after the other, on an idle machine.
+alone (median of ``--rounds`` interleaved rounds, after a warm-up), for the inputs of
+``bench_gpu``'s grounding rows (its sentences, a ``--gen``-token response) with a random-weight
+model of Llama-3.1-8B's 32 layers × 32 heads (whose head summaries and copy weights the
+scoring reads) and small widths (the pass itself is not timed). To compare two trees, run it
+with each on ``PYTHONPATH``, one after the other, on an idle machine.
 
     python -m benchmarks.bench_ground_host --prompt 2048,8192 --tokenizer runs/tok
 """
@@ -15,50 +15,17 @@ hidden sizes (the pass itself is not timed). To compare two trees, run it with e
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
-from benchmarks._common import ints, machine, write
-from benchmarks.bench_gpu import text_of
+from benchmarks._common import interleaved, ints, llama_8b, machine, write
+from benchmarks.bench_gpu import random_grounder, text_of
 
 QUESTION = "Summarize the report."
 
 
-def _median_ms(call: Callable[[], object], rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return round(statistics.median(times) * 1e3, 3)
-
-
 def _grounder(tokenizer: Any) -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from rcstat.grounding import Grounder, HeadProfile
-
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=64,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        vocab_size=len(tokenizer),
-        max_position_embeddings=131072,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    rng = np.random.default_rng(0)
-    values, copy = rng.random((32, 32)), rng.random((32, 32))
-    profile = HeadProfile("llama-8b-heads-random", values, 0.5, 0.2, copy_values=copy)
-    return Grounder(model, tokenizer, profile=profile)
+    return random_grounder(llama_8b("cpu", hidden_size=64, intermediate_size=64), tokenizer)
 
 
 def stages(grounder: Any, prompt: int, gen: int, rounds: int) -> dict[str, Any]:
@@ -86,16 +53,21 @@ def stages(grounder: Any, prompt: int, gen: int, rounds: int) -> dict[str, Any]:
         )
 
     ready = texts()
+    medians = interleaved(
+        {
+            "tokenize": lambda: grounder.measurer.tokenize(context, response),
+            "prepare": lambda: grounder._prepare(context, response, QUESTION),
+            "texts_during_pass": texts,
+            "combine": lambda: grounder._combine([measured], [Window(0, len(whole))], texts=ready),
+        },
+        "cpu",
+        rounds,
+    )
     return {
         "prompt": prompt,
         "gen": gen,
         "tokens": planned.example.seq_len,
-        "tokenize_ms": _median_ms(lambda: grounder.measurer.tokenize(context, response), rounds),
-        "prepare_ms": _median_ms(lambda: grounder._prepare(context, response, QUESTION), rounds),
-        "texts_during_pass_ms": _median_ms(texts, rounds),
-        "combine_ms": _median_ms(
-            lambda: grounder._combine([measured], [Window(0, len(whole))], texts=ready), rounds
-        ),
+        **{f"{name}_ms": round(seconds * 1e3, 3) for name, seconds in medians.items()},
     }
 
 
