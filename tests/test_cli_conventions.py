@@ -226,3 +226,22 @@ def test_unknown_language_codes_are_refused(code: str) -> None:
 def test_single_example_commands_print_json_for_scripts(command: str) -> None:
     """Each command that answers one example has ``--json`` (its result as one object)."""
     assert "--json" in _help(command) and "one JSON object on standard output" in _help(command)
+
+
+@pytest.mark.parametrize("made_with", [None, 80])
+def test_console_width_holds_in_its_block_and_leaves_rich_as_it_was(
+    monkeypatch: pytest.MonkeyPatch, made_with: int | None
+) -> None:
+    """The tests' console_width gives the results' console its width inside the block, whether
+    rich reads COLUMNS at each print (made without COLUMNS) or kept the COLUMNS it was made with
+    (pytest-xdist's workers under pytest 9); after it, a console that read COLUMNS still does."""
+    from rcstat.cli._common import console
+    from tests._console import console_width
+
+    monkeypatch.setattr(console, "_width", made_with)
+    monkeypatch.setenv("COLUMNS", "80")
+    with console_width(400):
+        assert console.width == 400
+    assert console._width == made_with
+    monkeypatch.setenv("COLUMNS", "123")
+    assert console.width == (123 if made_with is None else made_with)

@@ -23,6 +23,7 @@ from rcstat.data import find_shared_data
 from rcstat.defaults import DEFAULT_MODEL_NAME
 from rcstat.evaluation.grounding_methods import BASELINES, VARIANTS
 from rcstat.grounding import Grounder, Grounding, HeadProfile
+from tests._console import console_width
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 from tests.test_data_grounding import _annotation, _faithbench_folder, _sample, _write_json
@@ -252,7 +253,7 @@ TOO_LONG_RESPONSE = " ".join(f"The bridge number {i} was built in 1889." for i i
 
 
 def test_ground_exits_3_when_part_of_the_response_is_unverified(  # type: ignore[no-untyped-def]
-    model_dir, profiles, tmp_path, capsys, monkeypatch
+    model_dir, profiles, tmp_path, capsys
 ) -> None:
     """A response too long for the pass is checked up to where it fits: with no checked
     sentence unsupported (threshold 0) the verdict is unverified and the exit status 3, with
@@ -260,8 +261,8 @@ def test_ground_exits_3_when_part_of_the_response_is_unverified(  # type: ignore
     texts = ["--context", CONTEXT, "--response", TOO_LONG_RESPONSE, "--question", QUESTION]
     budget = ["--max-tokens", "256"]
     out = tmp_path / "out"
-    monkeypatch.setenv("COLUMNS", "400")  # the table's cells on one line each
-    assert _ground(model_dir, profiles[0], out, *texts, *budget, "--threshold", "0") == 3
+    with console_width(400):  # the table's cells on one line each
+        assert _ground(model_dir, profiles[0], out, *texts, *budget, "--threshold", "0") == 3
     table = " ".join(capsys.readouterr().out.split())
     assert "past the 256 tokens of one pass (--max-tokens)" in table  # the limit given
     result = Grounding.load(out / "ground.json")

@@ -15,13 +15,11 @@ import importlib
 import io
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -53,6 +51,7 @@ from rcstat.report.heads_plots import (
 )
 from rcstat.report.plots import save_figure
 from rcstat.runs import RunMismatchError
+from tests._console import console_width
 from tests._tiny_models import tiny_model
 from tests._tiny_tokenizer import make_tiny_tokenizer
 from tests.test_data import _qmsum_record, _squad_doc, _write_json, _write_jsonl
@@ -631,10 +630,9 @@ def test_lazy_imports_and_collect_is_the_function() -> None:
 
 
 def _cli(console_file: io.StringIO, *argv: str) -> int:
-    """``rcstat heads`` with its output in ``console_file``, 200 columns wide (rich reads
-    COLUMNS at each print; setting ``console.width`` would pin the width for later tests)."""
+    """``rcstat heads`` with its output in ``console_file``, 200 columns wide."""
     with (
-        mock.patch.dict(os.environ, {"COLUMNS": "200"}),
+        console_width(200),
         contextlib.redirect_stdout(console_file),
         contextlib.redirect_stderr(console_file),
     ):
