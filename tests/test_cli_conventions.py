@@ -13,7 +13,9 @@ import pytest
 from rcstat import cli
 from rcstat.checks import check_language
 from rcstat.cli import EXIT_CODES, build_parser
+from rcstat.cli._common import console
 from rcstat.cli.options import config_heads, join_dash_values
+from tests._console import console_width
 
 LONG = "word " * 60  # a context far wider than 80 columns
 
@@ -235,9 +237,6 @@ def test_console_width_holds_in_its_block_and_leaves_rich_as_it_was(
     """The tests' console_width gives the results' console its width inside the block, whether
     rich reads COLUMNS at each print (made without COLUMNS) or kept the COLUMNS it was made with
     (pytest-xdist's workers under pytest 9); after it, a console that read COLUMNS still does."""
-    from rcstat.cli._common import console
-    from tests._console import console_width
-
     monkeypatch.setattr(console, "_width", made_with)
     monkeypatch.setenv("COLUMNS", "80")
     with console_width(400):
