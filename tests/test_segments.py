@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import types
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
@@ -18,6 +19,7 @@ from tokenizers import AddedToken
 
 from rcstat.models import load_model
 from rcstat.segments import CHAT_SEPARATOR, Segmented, segment_chat, segment_text
+from rcstat.segments.encode import special_positions
 from tests._tiny_tokenizer import DEFAULT_SYSTEM_PROMPT, make_tiny_tokenizer
 
 CONTEXT = "Paris is the capital of France. The Eiffel Tower was built in 1889."
@@ -569,6 +571,59 @@ def test_segmented_is_immutable_and_validated(tok):
         Segmented(torch.zeros(1, 1, dtype=torch.int64), 1, "a", ((0, 2),), {})
     with pytest.raises(ValueError, match="unknown part name"):
         Segmented(torch.zeros(1, 1, dtype=torch.int64), 1, "a", ((0, 1),), {"x": (0, 1)})
+
+
+@pytest.mark.parametrize(
+    "given_offsets",
+    [
+        ((0, 1), (1, 3), (3, 3)),
+        [[0, 1], [1, 3], [3, 3]],
+        [(np.int64(0), np.int32(1)), (1, 3), (3, 3)],
+        np.array([[0, 1], [1, 3], [3, 3]], dtype=np.int32),
+        torch.tensor([[0, 1], [1, 3], [3, 3]]),
+    ],
+    ids=["tuples", "lists", "numpy-scalars", "array", "tensor"],
+)
+def test_segmented_offsets_are_pairs_of_python_ints_whatever_they_came_as(given_offsets):
+    seg = Segmented(torch.zeros(1, 3, dtype=torch.int64), 1, "abc", given_offsets, {})
+    assert seg.offsets == ((0, 1), (1, 3), (3, 3))
+    assert all(type(v) is int for pair in seg.offsets for v in pair)
+    assert seg.offset_array.dtype == np.int64 and seg.offset_array.tolist() == [
+        [0, 1],
+        [1, 3],
+        [3, 3],
+    ]
+    assert not seg.offset_array.flags.writeable
+
+
+@pytest.mark.parametrize(
+    ("given_offsets", "message"),
+    [
+        (((0, 1), (1, 2, 3)), r"offsets: token 1 has \(1, 2, 3\), not a \(start, end\) pair"),
+        (((0, 1), 5), "offsets: token 1 has 5, not a"),
+        ((0, 1, 1, 2), "offsets: token 0 has 0, not a"),
+        (
+            np.array([0, 1, 1, 2]),
+            r"offsets: expected one \(start, end\) pair per token, got an array of shape \[4\]",
+        ),
+        (
+            torch.zeros(2, 3, dtype=torch.int64),
+            r"offsets: expected .* got a tensor of shape \[2, 3\]",
+        ),
+    ],
+)
+def test_segmented_refuses_offsets_that_are_not_one_pair_per_token(given_offsets, message):
+    with pytest.raises(ValueError, match=message):
+        Segmented(torch.zeros(1, 2, dtype=torch.int64), 1, "ab", given_offsets, {})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 40), max_size=60),
+    special=st.frozensets(st.integers(0, 40), max_size=8),
+)
+def test_special_positions_are_the_tokens_whose_id_is_special(ids, special):
+    assert special_positions(ids, special) == [k for k, i in enumerate(ids) if i in special]
 
 
 # --------------------------------------------------------------------------- literal user text

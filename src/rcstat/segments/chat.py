@@ -18,6 +18,7 @@ from rcstat.segments.encode import (
     common_prefix_len,
     encode,
     special_ids,
+    special_positions,
 )
 from rcstat.segments.segmented import Segmented, append_continuation, build
 
@@ -212,8 +213,12 @@ def _encode_template_literal(
         s, e = offsets[k]
         return any(s < hi and e > lo for lo, hi in windows)
 
-    is_marker = [i in special and not from_user(k) for k, i in enumerate(ids)]
-    if any(i in special and not is_marker[k] for k, i in enumerate(ids)):
+    at = special_positions(ids, special)
+    users = [k for k in at if from_user(k)]  # special tokens made of the user's characters
+    if users:
+        is_marker = [False] * len(ids)
+        for k in set(at) - set(users):
+            is_marker[k] = True
         new_ids: list[int] = []
         new_offsets: list[tuple[int, int]] = []
         k, n = 0, len(ids)
@@ -241,8 +246,8 @@ def _encode_template_literal(
         None if system_prompt is None else _unused_sentinel(_SYSTEM_SENTINEL, probe),
     )
     template_ids, _ = encode(tokenizer, placeholders, add_special_tokens=False)
-    want = [i for i in template_ids if i in special]
-    got = [i for i in ids if i in special]
+    want = [template_ids[k] for k in special_positions(template_ids, special)]
+    got = [ids[k] for k in special_positions(ids, special)]
     if got != want:
         raise ValueError(
             "context/question/system_prompt: the chat template's special tokens cannot be told "

@@ -9,7 +9,10 @@ the argument at fault.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from rcstat.segments.pieces import piece_bounds
 
@@ -21,6 +24,7 @@ __all__ = [
     "common_prefix_len",
     "encode",
     "special_ids",
+    "special_positions",
 ]
 
 
@@ -90,15 +94,13 @@ def encode(
         id_rows, offset_rows, firsts = [enc["input_ids"]], [enc["offset_mapping"]], [0]
     else:  # a row per piece, its offsets from the piece's first character
         id_rows, offset_rows, firsts = enc["input_ids"], enc["offset_mapping"], bounds[:-1]
-    ids = [int(i) for row in id_rows for i in row]
-    offsets = [
-        (first + int(s), first + int(e))
-        for first, row in zip(firsts, offset_rows, strict=True)
-        for s, e in row
-    ]
+    ids = list(itertools.chain.from_iterable(id_rows))
+    offsets: list[tuple[int, int]] = []
+    for first, row in zip(firsts, offset_rows, strict=True):
+        offsets.extend([(first + s, first + e) for s, e in row] if first else row)
     if literal:
-        special = special_ids(tokenizer)
-        leaked = [k for k, i in enumerate(ids) if i in special and offsets[k][0] < offsets[k][1]]
+        special = special_positions(ids, special_ids(tokenizer))
+        leaked = [k for k in special if offsets[k][0] < offsets[k][1]]
         if leaked:
             s, e = offsets[leaked[0]]
             raise ValueError(
@@ -108,6 +110,15 @@ def encode(
                 "only, pass allow_special_tokens=True)"
             )
     return ids, offsets
+
+
+def special_positions(ids: Sequence[int], special: frozenset[int]) -> list[int]:
+    """Positions ``k`` (increasing) with ``ids[k]`` in ``special``, found in one vectorised
+    pass (a long prompt has thousands of tokens and a handful of special ones)."""
+    if not ids or not special:
+        return []
+    found = np.isin(np.fromiter(ids, np.int64, len(ids)), np.fromiter(special, np.int64))
+    return np.flatnonzero(found).tolist()
 
 
 def special_ids(tokenizer: Any) -> frozenset[int]:
