@@ -45,9 +45,10 @@ class Segmented:
         ``m``: positions ``0..m-1`` are the prompt ``p``, ``m..T-1`` the generation ``g``.
     text : str
         The full text the tokens stand for (prompt text + generation text).
-    offsets : tuple of (int, int)
+    offsets : sequence of (int, int), or a ``[T, 2]`` array or tensor
         Per token, the ``[start, end)`` character range in `text`; an empty range (e.g.
-        ``(0, 0)``) for a token that stands for no text.
+        ``(0, 0)``) for a token that stands for no text. Stored as a tuple of pairs of
+        Python ints; anything but one pair per token is refused.
     parts : Mapping[str, tuple[int, int]]
         ``[start, end)`` character range in `text` of each named part present: ``"context"``,
         ``"question"``, ``"answer"`` (chat mode) or ``"prompt"``, ``"generation"`` (raw mode).
