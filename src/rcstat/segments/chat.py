@@ -216,15 +216,13 @@ def _encode_template_literal(
     at = special_positions(ids, special)
     users = [k for k in at if from_user(k)]  # special tokens made of the user's characters
     if users:
-        is_marker = [False] * len(ids)
-        for k in set(at) - set(users):
-            is_marker[k] = True
+        markers = set(at).difference(users)  # the template's own special tokens
         new_ids: list[int] = []
         new_offsets: list[tuple[int, int]] = []
         k, n = 0, len(ids)
         while k < n:
-            j = k + 1 if is_marker[k] else next((m for m in range(k, n) if is_marker[m]), n)
-            if not is_marker[k] and any(i in special for i in ids[k:j]):
+            j = k + 1 if k in markers else next((m for m in range(k, n) if m in markers), n)
+            if k not in markers and any(i in special for i in ids[k:j]):
                 a = offsets[k - 1][1] if k > 0 else 0
                 b = offsets[j][0] if j < n else len(rendered)
                 piece_ids, piece_offsets = encode(
@@ -237,6 +235,7 @@ def _encode_template_literal(
                 new_offsets.extend(offsets[k:j])
             k = j
         ids, offsets = new_ids, new_offsets
+        at = special_positions(ids, special)
 
     # The template's own markers: render it with placeholders for every user string.
     probe = rendered + (system_prompt or "")
@@ -247,7 +246,7 @@ def _encode_template_literal(
     )
     template_ids, _ = encode(tokenizer, placeholders, add_special_tokens=False)
     want = [template_ids[k] for k in special_positions(template_ids, special)]
-    got = [ids[k] for k in special_positions(ids, special)]
+    got = [ids[k] for k in at]
     if got != want:
         raise ValueError(
             "context/question/system_prompt: the chat template's special tokens cannot be told "

@@ -99,8 +99,8 @@ def encode(
     for first, row in zip(firsts, offset_rows, strict=True):
         offsets.extend([(first + s, first + e) for s, e in row] if first else row)
     if literal:
-        special = special_positions(ids, special_ids(tokenizer))
-        leaked = [k for k in special if offsets[k][0] < offsets[k][1]]
+        at = special_positions(ids, special_ids(tokenizer))
+        leaked = [k for k in at if offsets[k][0] < offsets[k][1]]
         if leaked:
             s, e = offsets[leaked[0]]
             raise ValueError(
