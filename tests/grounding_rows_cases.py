@@ -200,3 +200,44 @@ def test_support_sums_equal_the_units_key_expected_rc(heads: list[int]) -> None:
     torch.testing.assert_close(
         again, units_key_expected(scores[:, other], rows, (k0, k1)).sum(1), rtol=1e-9, atol=1e-9
     )
+
+
+@pytest.mark.parametrize(
+    ("capacity", "ranked_at"), [(None, [3]), (1, [1, 3]), (2, [1, 3])], ids=["all", "1", "2"]
+)
+def test_support_heads_of_several_layers_ranked_together_sum_as_each_layer_alone(
+    capacity: int | None, ranked_at: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The support heads of layers 0, 1 and 3 (1, 2 and 1 heads) gathered and ranked
+    together (``rows_gpu.SupportBatch``): in one call at the last support layer when the
+    block holds them all; with a block of one head, layer 0's head is ranked when layer 1's
+    two do not fit, those two in place, layer 3's at the end; with two heads, at layers 1 and
+    3. Summed over the layers, the sums of every layer's heads ranked alone (the CPU's sorted
+    search). The reducer takes this path on CUDA; here the interpreter stands in."""
+    from rcstat.grounding.features import support_unit_rows, unit_pairs
+    from rcstat.stats import units_key_expected
+
+    examples = _examples(11, [(2, 40, 12), (0, 25, 7)], False)
+    gen = torch.Generator().manual_seed(12)
+    width = max(e.rows.num_rows for e in examples)
+    length = max(e.length for e in examples)
+    blocks = [torch.randn(2, 3, width, length, generator=gen) * 4 for _ in range(4)]
+    if capacity is not None:
+        per_head = blocks[0][:, 0].numel() * blocks[0].element_size()
+        monkeypatch.setattr(rows_gpu, "SUPPORT_BATCH_BYTES", capacity * per_head)
+    monkeypatch.setattr(features_module, "available", lambda *_: True)
+    support = {0: torch.tensor([1]), 1: torch.tensor([0, 2]), 3: torch.tensor([2])}
+    reduce = grounding_reducer(examples, dict.fromkeys(range(4), PARAMS[0]), support_heads=support)
+    out = [reduce(layer, block) for layer, block in enumerate(blocks)]
+    assert [layer for layer, o in enumerate(out) if "support" in o] == ranked_at
+    pairs = unit_pairs(examples)
+    rows = support_unit_rows(
+        {f"pairs_{k}": torch.from_numpy(v) for k, v in pairs.items()}, length, pairs
+    )
+    keys = (min(e.rows.context[0] for e in examples), max(e.rows.context[1] for e in examples))
+    want = sum(
+        units_key_expected(blocks[layer][:, heads], rows, keys).sum(1)
+        for layer, heads in support.items()
+    )
+    got = sum(out[layer]["support"] for layer in ranked_at)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)

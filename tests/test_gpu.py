@@ -277,6 +277,23 @@ def test_a_grounding_batch_on_cuda_equals_each_pair_on_cpu() -> None:
         np.testing.assert_allclose(got.prior_nll, want.prior_nll, rtol=1e-4, atol=1e-5)
 
 
+def test_layer_lag_marks_every_layer_of_a_grounding_in_order() -> None:
+    """``benchmarks/layer_lag.py`` marks the entry and exit of every layer's attention call
+    of one grounding pass, in order, at host times that grow, with the device's times."""
+    from benchmarks.layer_lag import layer_marks
+    from rcstat.grounding import Measurer
+    from tests.test_grounding_batch import PAIRS
+
+    model = copy.deepcopy(tiny_model("llama")).cuda()
+    measurer = Measurer(model, make_tiny_tokenizer(), support_heads=np.array([0, 3, 5]))
+    marks = layer_marks(lambda: measurer.measure(*PAIRS[0]), rounds=2)
+    layers = model.config.num_hidden_layers
+    assert [m[:2] for m in marks] == [(s, i) for i in range(layers) for s in ("in", "out")]
+    hosts = [m[2] for m in marks]
+    assert hosts == sorted(hosts) and hosts[0] >= 0
+    assert all(m[3] >= 0 for m in marks)
+
+
 @pytest.mark.parametrize("longest", [40, 200])  # RC pair by pair, and searched
 @pytest.mark.parametrize("window", [None, 300])
 def test_fused_grounding_rows_on_cuda_equal_the_cpu_operations(

@@ -24,14 +24,15 @@ reducer computes
 In the same pass it attributes each response sentence ``g'`` to the context (paper eq. 10)
 with a fixed set of support heads: the key-level expected RC ``t_h(g', i)`` of
 :mod:`rcstat.attribution.reduce`, for the context keys only, summed over those heads. On
-CUDA those sums (the support heads' samples gathered, sorted, prepared and ranked) run on a
-side stream beside the rows' kernels (inside a CUDA graph: a parallel branch), joined before
-the layer's results are handed back.
+CUDA the support heads' scores of consecutive layers are gathered into one block and ranked
+together (:class:`~rcstat.grounding.rows_gpu.SupportBatch`: samples gathered, sorted,
+prepared and ranked once for many layers), on a side stream beside the rows' kernels, joined
+before each layer's results are handed back; the sums come with the layer that ranks them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ import torch
 
 from rcstat.capture import SoftmaxParams, attention_probs
 from rcstat.capture.host import upload_many
-from rcstat.grounding.rows_gpu import RowLayout, fused_rows, fused_rows_serve, support_sums
+from rcstat.grounding.rows_gpu import RowLayout, SupportBatch, fused_rows, fused_rows_serve
 from rcstat.stats import UnitRows, normalized_rc_shared, units_key_expected
 from rcstat.stats._gpu import available
 from rcstat.stats._streams import fork, join, on
@@ -263,6 +264,18 @@ def grounding_reducer(
     if device is not None and heads is not None:
         placed(device, heads, idle=True)
 
+    def support_at(device: torch.device) -> tuple[UnitRows, dict[Hashable, torch.Tensor]]:
+        at = on_device[device]  # placed by the layer whose heads are gathered there
+        return at["support_rows"], at["shared"]
+
+    # the support layers' heads ranked together (GPU): the sums come with the layer that ranks
+    gathered = SupportBatch(
+        (k0, k1),
+        max(support_heads or [0]),
+        sum(len(chosen) for chosen in (support_heads or {}).values()),
+        support_at,
+    )
+
     def rc_of(scores: torch.Tensor, b: int, heads: torch.Tensor | None) -> torch.Tensor:
         """``[h, G]`` normalized RC of sequence ``b``'s rows for ``heads`` (None: all)."""
         e, g = examples[b], gens[b]
@@ -333,10 +346,7 @@ def grounding_reducer(
         sums = None
         if fast:
             with on(side):
-                sums = support_sums(
-                    scores, at[f"support_heads_{layer}"], at["support_rows"], (k0, k1),
-                    at["shared"],
-                )  # fmt: skip
+                sums = gathered.add(layer, scores, at[f"support_heads_{layer}"])
         if fused_rows_serve(scores):
             features, copy, copied = rows_fused(layer, scores[:, :, :width])
         else:
@@ -345,10 +355,13 @@ def grounding_reducer(
         out = {"features": features, "copy": copy, "copied": copied}
         if sums is not None:
             out["support"] = sums
-        elif support:
+        elif support and not fast:
             picked = scores[:, at[f"support_heads_{layer}"]]  # [B, h, Gmax + 1, T]
             per_key = units_key_expected(picked, at["support_rows"], (k0, k1), check_finite=False)
             out["support"] = per_key.sum(1)  # [U, K] summed over the support heads
+            left = gathered.rank()  # heads gathered on a device before this one
+            if left is not None:
+                out["support"] = out["support"] + left.to(device)
         return out
 
     return reduce

@@ -14,7 +14,7 @@ with Triton (``RCSTAT_TRITON`` not 0), and on the CPU under ``TRITON_INTERPRET=1
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
@@ -29,11 +29,13 @@ from rcstat.stats._gpu import (
     sm_count,
 )
 
-__all__ = ["RowLayout", "fused_rows", "fused_rows_serve", "support_sums"]
+__all__ = ["RowLayout", "SupportBatch", "fused_rows", "fused_rows_serve", "support_sums"]
 
 _BLOCK = 1024  # keys a program reads at once
 _PAIRS = 64  # context and response samples of one RC tile (64 x 64 pairs)
 _WAVES = 4  # programs of the copied kernel wanted per SM
+#: Device memory a :class:`SupportBatch` may hold for the heads it gathers.
+SUPPORT_BATCH_BYTES = 256 << 20
 
 
 def head_groups(programs: int, heads: int, sms: int) -> tuple[int, int]:
@@ -251,3 +253,88 @@ def support_sums(
     )[0]  # [U·h, K]
     expected = sums / shared[("denominator", picked)]
     return expected.view(units, picked, last - first).sum(1)
+
+
+class SupportBatch:
+    """The support heads' scores of consecutive layers gathered into one block and ranked by
+    one :func:`support_sums` call, instead of one call a layer.
+
+    A layer's support sums take about twenty launches (gather, sort, prepare, rank); on
+    short inputs their host time exceeds the device's time for the layer, so the device
+    waits. Gathered, each layer costs one copy of its heads' scores, and the heads of all
+    layers are ranked together: every head's sums are those of its own layer's call, bit
+    for bit (the same kernels on the same values), added over all gathered heads at once.
+
+    The block holds at most :data:`SUPPORT_BATCH_BYTES` (at least one head): it is ranked
+    when the next layer's heads would not fit, at the last support layer, and when the
+    scores move to another device or change shape; a layer with more heads than fit is
+    ranked on its own, read in place.
+
+    Parameters
+    ----------
+    keys
+        ``[k0, k1)``, as in :func:`support_sums`.
+    last, heads
+        The last layer with support heads (its call ranks what is left) and the support
+        heads of all layers (the block holds no more).
+    placed
+        ``placed(device)``: the units' rows and the ``shared`` dict of :func:`support_sums`
+        on ``device``.
+    """
+
+    def __init__(
+        self,
+        keys: tuple[int, int],
+        last: int,
+        heads: int,
+        placed: Callable[[torch.device], tuple[UnitRows, dict[Hashable, torch.Tensor]]],
+    ) -> None:
+        self.keys, self.last, self.heads, self._placed = keys, last, heads, placed
+        self._block: torch.Tensor | None = None  # [B, capacity, R, T]
+        self._filled = 0
+        self._chosen: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+    def add(self, layer: int, scores: torch.Tensor, heads: torch.Tensor) -> torch.Tensor | None:
+        """Gather the heads ``heads`` (``[h]``, on the scores' device) of the layer's
+        ``scores`` ``[B, H, R, T]``; return the ``[U, K]`` float64 sums of the heads this
+        call ranked, on the scores' device (None: none)."""
+        parts = []
+        block = self._block
+        if block is not None and (
+            block.device != scores.device
+            or block.shape[0] != scores.shape[0]
+            or block.shape[2:] != scores.shape[2:]
+        ):
+            parts.append(self.rank())
+            self._block = block = None
+        if block is None:
+            per_head = scores[:, 0].numel() * scores.element_size()
+            capacity = max(1, min(self.heads, SUPPORT_BATCH_BYTES // per_head))
+            shape = (scores.shape[0], capacity, *scores.shape[2:])
+            self._block = block = torch.empty(shape, dtype=scores.dtype, device=scores.device)
+        picked = heads.shape[0]
+        if self._filled + picked > block.shape[1]:
+            parts.append(self.rank())
+        if picked > block.shape[1]:  # more heads than the block holds: ranked in place
+            rows, shared = self._placed(scores.device)
+            parts.append(support_sums(scores, heads, rows, self.keys, shared))
+        else:
+            block[:, self._filled : self._filled + picked] = scores.index_select(1, heads)
+            self._filled += picked
+        if layer >= self.last:
+            parts.append(self.rank())
+        found = [part.to(scores.device, non_blocking=True) for part in parts if part is not None]
+        return sum(found[1:], found[0]) if found else None
+
+    def rank(self) -> torch.Tensor | None:
+        """The ``[U, K]`` sums of the heads gathered so far, on their device (None: none);
+        the block is then empty."""
+        if self._block is None or not self._filled:
+            return None
+        device = self._block.device
+        if (device, self._filled) not in self._chosen:
+            self._chosen[device, self._filled] = torch.arange(self._filled, device=device)
+        rows, shared = self._placed(device)
+        chosen = self._chosen[device, self._filled]
+        self._filled = 0
+        return support_sums(self._block, chosen, rows, self.keys, shared)
