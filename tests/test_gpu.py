@@ -610,3 +610,14 @@ def test_a_model_split_across_two_gpus_gives_the_results_of_one() -> None:
         for m in (one, split)
     )
     np.testing.assert_allclose(b.token_scores, a.token_scores, rtol=1e-5, atol=1e-6)
+    # support heads on both GPUs (layers 0 and 2): the heads gathered on cuda:0 are ranked
+    # when the scores move to cuda:1; every sentence's eq. (10) sums as on one GPU
+    from rcstat.grounding import Measurer
+
+    heads = np.array([0, 3, 8, 10, 11])
+    a, b = (
+        Measurer(m, tok, support_heads=heads).measure(" ".join(chunks), answer, "Where?")
+        for m in (one, split)
+    )
+    assert a.support.shape == (2, 2) and np.isfinite(a.support).all() and a.support.sum() > 0
+    np.testing.assert_allclose(b.support, a.support, rtol=1e-6, atol=1e-9)

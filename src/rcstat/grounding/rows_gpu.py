@@ -266,9 +266,9 @@ class SupportBatch:
     for bit (the same kernels on the same values), added over all gathered heads at once.
 
     The block holds at most :data:`SUPPORT_BATCH_BYTES` (at least one head): it is ranked
-    when the next layer's heads would not fit, at the last support layer, and when the
-    scores move to another device or change shape; a layer with more heads than fit is
-    ranked on its own, read in place.
+    when the next layer's heads would not fit, at the last support layer (and then freed),
+    and when the scores move to another device or change shape; a layer with more heads than
+    fit is ranked on its own, read in place.
 
     Parameters
     ----------
@@ -323,6 +323,7 @@ class SupportBatch:
             self._filled += picked
         if layer >= self.last:
             parts.append(self.rank())
+            self._block = None  # nothing more to gather in this pass: its memory goes back
         found = [part.to(scores.device, non_blocking=True) for part in parts if part is not None]
         return sum(found[1:], found[0]) if found else None
 
