@@ -15,6 +15,7 @@ with each on ``PYTHONPATH``, one after the other, on an idle machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +53,18 @@ def stages(grounder: Any, prompt: int, gen: int, rounds: int) -> dict[str, Any]:
             overlaps=True,
         )
 
+    def during_pass() -> Any:
+        """What ``Grounder.ground`` does while the device runs the pass: the scoring texts
+        and the context's sentences (made afresh: a copy holds none yet)."""
+        dataclasses.replace(planned).span_keys  # noqa: B018
+        return texts()
+
     ready = texts()
     medians = interleaved(
         {
             "tokenize": lambda: grounder.measurer.tokenize(context, response),
             "prepare": lambda: grounder._prepare(context, response, QUESTION),
-            "texts_during_pass": texts,
+            "texts_during_pass": during_pass,
             "combine": lambda: grounder._combine([measured], [Window(0, len(whole))], texts=ready),
         },
         "cpu",

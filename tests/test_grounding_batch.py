@@ -335,3 +335,23 @@ def test_ground_equals_scoring_its_measurement(tiny) -> None:  # type: ignore[no
         assert got.score == want.score and got.baselines == want.baselines
         np.testing.assert_array_equal(got.token_scores, want.token_scores)
         assert got.sentences == want.sentences and got.spans == want.spans
+
+
+def test_a_prepared_pair_makes_its_context_sentences_when_first_asked(tiny) -> None:  # type: ignore[no-untyped-def]
+    """The context's sentences and their token ranges are read after the pass: not made by
+    ``prepare`` (``Grounder.ground`` makes them while the device runs), and when asked for,
+    the sentences of the context's text and the tokens that cover each of them."""
+    from rcstat.attribution import split_sentences
+
+    model, tok = tiny
+    prepared = Measurer(model, tok).prepare(*PAIRS[2])
+    assert "spans" not in vars(prepared) and "span_keys" not in vars(prepared)
+    context = prepared.example.part_text("context")
+    assert prepared.spans == split_sentences(context) and len(prepared.spans) == 5
+    keys = prepared.span_keys
+    assert keys.shape == (5, 2) and keys.dtype == np.int64
+    offsets, base = prepared.example.offsets, prepared.example.parts["context"][0]
+    for span, (first, last) in zip(prepared.spans, keys.tolist(), strict=True):
+        covered = (offsets[first][0] - base, offsets[last - 1][1] - base)
+        assert covered[0] <= span.start < covered[1] and covered[0] < span.end <= covered[1]
+        assert span.text.strip() in context[covered[0] : covered[1]]

@@ -227,6 +227,7 @@ class Grounder:
         def work() -> None:  # while the device runs the pass
             spans, units, scores = planned.token_spans(), planned.units, self.detector is not None
             texts.append(scoring_texts(checked, spans, units, whole, lexicon=scores, overlaps=True))
+            planned.span_keys  # noqa: B018 (the context's sentences: made now, read after)
 
         measured = self.measurer.measure_batch([planned], meanwhile=work)[0]
         return self._combine([measured], [Window(0, len(whole))], texts=texts[0])

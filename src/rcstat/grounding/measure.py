@@ -12,6 +12,7 @@ instruction are neither context nor response.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -156,13 +157,25 @@ class Measurement:
 
 @dataclass
 class Prepared:
-    """One example checked and tokenised for a (batched) pass (:meth:`Measurer.prepare`)."""
+    """One example checked and tokenised for a (batched) pass (:meth:`Measurer.prepare`); its
+    context's sentences, read after the pass, are made when first asked for."""
 
     example: Segmented
     passed: PassExample
     units: list[TextSpan]
-    spans: list[TextSpan]
     instruction: str
+    language: str = DEFAULT_LANGUAGE
+
+    @functools.cached_property
+    def spans(self) -> list[TextSpan]:
+        """The context's sentences (the candidate evidence of eq. 10)."""
+        return split_sentences(self.example.part_text("context"), language=self.language)
+
+    @functools.cached_property
+    def span_keys(self) -> np.ndarray:
+        """``[S, 2]`` int64: the token range ``[start, end)`` of each of :attr:`spans`."""
+        found = self.example.token_spans("context", [(s.start, s.end) for s in self.spans])
+        return np.array(found, dtype=np.int64).reshape(-1, 2)
 
     def token_spans(self) -> np.ndarray:
         """``[G, 2]``: :meth:`Measurement.token_spans` of its measurement, known before it."""
@@ -251,7 +264,6 @@ class Measurer:
         check_example(self.model, example)
         rows = ResponseRows(example.token_span("context"), example.token_span("answer"))
         units = split_sentences(example.part_text("answer"), language=self.language)
-        spans = split_sentences(example.part_text("context"), language=self.language)
         first = rows.response[0]
         unit_rows = tuple(
             (a - first, b - first)
@@ -261,8 +273,8 @@ class Measurer:
             example,
             PassExample(rows, unit_rows, word_matches(example, rows)),
             units,
-            spans,
             DEFAULT_INSTRUCTION if question is None else question,
+            self.language,
         )
 
     def measure_many(
@@ -487,12 +499,7 @@ class Measurer:
             nll, entropy, rank = host[b, 0, :g], host[b, 1, :g], host[b, 2, :g]
             mine = slice(first_unit, first_unit + len(p.passed.units))
             first_unit = mine.stop
-            spans = (
-                np.array(
-                    p.example.token_spans("context", [(s.start, s.end) for s in p.spans])
-                ).reshape(-1, 2)
-                - k0
-            )  # [S, 2] key ranges
+            spans = p.span_keys - k0  # [S, 2] key ranges
             width = spans[:, 1] - spans[:, 0]
             # e(p_i) = mean of the span's key-level values; the copy weight summed over them
             totals = span_sums(support[mine].numpy(), spans) / width  # [U, S]
