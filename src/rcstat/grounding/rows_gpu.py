@@ -274,9 +274,9 @@ class SupportBatch:
     ----------
     keys
         ``[k0, k1)``, as in :func:`support_sums`.
-    last, heads
-        The last layer with support heads (its call ranks what is left) and the support
-        heads of all layers (the block holds no more).
+    last, total
+        The last layer with support heads (its call ranks what is left) and the number of
+        support heads of all layers (the block holds no more).
     placed
         ``placed(device)``: the units' rows and the ``shared`` dict of :func:`support_sums`
         on ``device``.
@@ -286,10 +286,10 @@ class SupportBatch:
         self,
         keys: tuple[int, int],
         last: int,
-        heads: int,
+        total: int,
         placed: Callable[[torch.device], tuple[UnitRows, dict[Hashable, torch.Tensor]]],
     ) -> None:
-        self.keys, self.last, self.heads, self._placed = keys, last, heads, placed
+        self.keys, self.last, self.total, self._placed = keys, last, total, placed
         self._block: torch.Tensor | None = None  # [B, capacity, R, T]
         self._filled = 0
         self._chosen: dict[tuple[torch.device, int], torch.Tensor] = {}
@@ -309,7 +309,7 @@ class SupportBatch:
             self._block = block = None
         if block is None:
             per_head = scores[:, 0].numel() * scores.element_size()
-            capacity = max(1, min(self.heads, SUPPORT_BATCH_BYTES // per_head))
+            capacity = max(1, min(self.total, SUPPORT_BATCH_BYTES // per_head))
             shape = (scores.shape[0], capacity, *scores.shape[2:])
             self._block = block = torch.empty(shape, dtype=scores.dtype, device=scores.device)
         picked = heads.shape[0]
