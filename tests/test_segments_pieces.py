@@ -7,6 +7,7 @@ the pieces path runs with pieces of a few characters so that every text is cut m
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 
 import pytest
@@ -117,6 +118,7 @@ def _both_ways(
 ) -> tuple[object, object]:
     """(pieces of a few characters, one call) of ``encode``, each its result or its error."""
     found = []
+    monkeypatch.setattr(pieces, "max_pieces", lambda: 10**6)  # as many pieces as fit
     for size in (4, 10**9):
         monkeypatch.setattr(pieces, "PIECE_CHARS", size)
         try:
@@ -155,11 +157,38 @@ def test_a_long_text_is_encoded_as_a_batch_of_pieces(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(type(tokenizer), "__call__", spy)
     monkeypatch.setattr(pieces, "PIECE_CHARS", 8)
+    monkeypatch.setattr(pieces, "max_pieces", lambda: 10**6)
     text = "The river flows through the city and the bridge was built by engineers."
     ids, offsets = encode(tokenizer, text, add_special_tokens=False)
     assert isinstance(calls[-1], list) and len(calls[-1]) > 3
     assert "".join(calls[-1]) == text
     assert [text[s:e] for s, e in offsets] == [tokenizer.decode([i]) for i in ids]
+
+
+@pytest.mark.parametrize("cores", [1, 3, 64])
+def test_a_text_is_cut_into_pieces_of_the_least_size_one_a_core_at_most(
+    monkeypatch: pytest.MonkeyPatch, cores: int
+) -> None:
+    tokenizer = make_tiny_tokenizer()
+    monkeypatch.setattr(pieces, "max_pieces", lambda: cores)
+    text = " ".join(["river"] * 1_000)  # 5,999 characters: 11 pieces of 512, or fewer
+    bounds = pieces.piece_bounds(tokenizer, text)
+    want = min(len(text) // pieces.PIECE_CHARS, cores)
+    if want < 2:
+        assert bounds is None
+        return
+    assert bounds is not None and len(bounds) == want + 1
+    assert bounds[0] == 0 and bounds[-1] == len(text)
+    # each cut is the first space at or after its share of the text: at most a word later
+    assert min(b - a for a, b in itertools.pairwise(bounds)) >= len(text) // want - len("river ")
+    short = text[: 2 * pieces.PIECE_CHARS - 1]
+    assert pieces.piece_bounds(tokenizer, short) is None  # shorter than two pieces
+
+
+def test_the_most_pieces_are_the_cores_this_process_may_run_on() -> None:
+    import os
+
+    assert pieces.max_pieces() == len(os.sched_getaffinity(0)) >= 1
 
 
 def test_segment_chat_of_a_long_context_is_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -168,6 +197,7 @@ def test_segment_chat_of_a_long_context_is_unchanged(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(pieces, "PIECE_CHARS", 10**9)
     whole = segment_chat(tokenizer, context, "Who built it?", "Engineers built it in 1889.")
     monkeypatch.setattr(pieces, "PIECE_CHARS", 64)
+    monkeypatch.setattr(pieces, "max_pieces", lambda: 10**6)
     cut = segment_chat(tokenizer, context, "Who built it?", "Engineers built it in 1889.")
     assert cut.input_ids.tolist() == whole.input_ids.tolist()
     assert cut.offsets == whole.offsets and cut.parts == whole.parts
@@ -239,5 +269,6 @@ def test_the_default_models_tokenizer_cuts_long_texts_to_the_same_tokens(
     monkeypatch.setattr(pieces, "PIECE_CHARS", 10**9)
     whole = segment_chat(tokenizer, context, "What is said?", "It says 42 things.")
     monkeypatch.setattr(pieces, "PIECE_CHARS", 256)
+    monkeypatch.setattr(pieces, "max_pieces", lambda: 10**6)
     cut = segment_chat(tokenizer, context, "What is said?", "It says 42 things.")
     assert cut.input_ids.tolist() == whole.input_ids.tolist() and cut.offsets == whole.offsets
