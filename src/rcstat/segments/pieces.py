@@ -125,7 +125,9 @@ def cut_points(text: str, pieces: int) -> list[int]:
 def max_pieces() -> int:
     """The most pieces a text is cut into: one a core this process may run on (the
     tokenizer's thread pool encodes a batch with a thread a core; more pieces add their
-    per-call cost and wait for a thread)."""
+    per-call cost and wait for a thread). A cgroup's CPU quota is not read: where it allows
+    fewer threads than the cores, up to eight pieces a thread were measured still well ahead
+    of one call (docs/benchmarks.md §6.30)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1  # pragma: no cover - every Linux has sched_getaffinity
