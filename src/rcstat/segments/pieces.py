@@ -32,7 +32,7 @@ __all__ = ["PIECE_CHARS", "cut_points", "cuts_safely", "max_pieces", "piece_boun
 #: The fewest characters of a piece: texts shorter than two pieces are encoded in one call (a
 #: piece costs the tokenizer's per-call overhead; below this the cores save less than it). On
 #: an H200's 16-core host a 2,048-token prompt (12k characters) encodes in 1.8 ms this way
-#: against 3.5 ms with 4,096-character pieces and 7.4 ms in one call (docs/benchmarks.md §6.30).
+#: against 3.7 ms with 4,096-character pieces and 7.4 ms in one call (docs/benchmarks.md §6.30).
 PIECE_CHARS = 512
 
 #: The pre-tokenisation regexes of ``Split`` pre-tokenizers whose letter runs end at a space
@@ -130,7 +130,7 @@ def max_pieces() -> int:
     of one call (docs/benchmarks.md §6.30)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1  # pragma: no cover - every Linux has sched_getaffinity
+    return os.cpu_count() or 1  # pragma: no cover - macOS and Windows (no sched_getaffinity)
 
 
 def piece_bounds(tokenizer: Any, text: str) -> list[int] | None:
