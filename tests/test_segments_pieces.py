@@ -185,6 +185,16 @@ def test_a_text_is_cut_into_pieces_of_the_least_size_one_a_core_at_most(
     assert pieces.piece_bounds(tokenizer, short) is None  # shorter than two pieces
 
 
+def test_a_text_of_1024_characters_is_cut_in_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The size docs/performance.md states: two pieces from 1,024 characters, none below."""
+    tokenizer = make_tiny_tokenizer()
+    monkeypatch.setattr(pieces, "max_pieces", lambda: 8)
+    text = " ".join(["river"] * 200)[:1024]  # 1,024 characters, ending inside a word
+    bounds = pieces.piece_bounds(tokenizer, text)
+    assert bounds is not None and len(bounds) == 3
+    assert pieces.piece_bounds(tokenizer, text[:1023]) is None
+
+
 def test_the_most_pieces_are_the_cores_this_process_may_run_on() -> None:
     import os
 
