@@ -156,15 +156,18 @@ def profile_summary(run: Callable[[], Any], baseline: Callable[[], Any], layers:
     }
 
 
-def bench_analyze(model: Any, prompt: int, gen: int, args: argparse.Namespace) -> dict:
+def analyze_call(
+    model: Any, prompt: int, gen: int, lower_bound: bool | None = None
+) -> tuple[Callable[[], Any], torch.Tensor]:
+    """One ``analyze_segmented`` call of |p| + |g| random token ids (seeded) and the ids."""
     ids = torch.randint(0, 32000, (1, prompt + gen), generator=torch.Generator().manual_seed(0))
     example = Segmented(ids, prompt, "", ((0, 0),) * (prompt + gen), {})
-    lower = True if args.lower_bound else None
-    fns = forward_fns(model, ids.cuda())
+    return lambda: analyze_segmented(model, example, lower_bound=lower_bound), ids.to(model.device)
 
-    def run() -> None:
-        analyze_segmented(model, example, lower_bound=lower)
 
+def bench_analyze(model: Any, prompt: int, gen: int, args: argparse.Namespace) -> dict:
+    run, ids = analyze_call(model, prompt, gen, True if args.lower_bound else None)
+    fns = forward_fns(model, ids)
     runs = interleaved_runs({"analyze": run, **fns}, "cuda", args.rounds)
     row = {
         "part": "analyze",

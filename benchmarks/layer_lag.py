@@ -1,14 +1,15 @@
 """Where the host is against the device, layer by layer, in one call on a GPU.
 
-A call of ``analyze``, attribution or grounding is as fast as its forward pass only while the
-host queues each layer's work before the device needs it. This script records, at the entry
-and the exit of every layer's attention call (the capture's hook), the host's clock and a CUDA
-event, and prints per layer the host's time, the device's time at the same point and the lag
-``device − host`` (milliseconds from the call's start; the median over ``--rounds`` calls). A
-lag that stays near 0 means the device waits for the host there; a lag that grows means the
-host runs ahead and the pass is bound by the device. Also printed: the host's time inside the
-attention call of each layer (the capture's and the reducer's launches). Inputs and model as
-in ``bench_gpu`` (random weights, Llama-3.1-8B shapes, bfloat16).
+A call of ``analyze`` (random token ids, as ``bench_gpu``), attribution or grounding is as fast
+as its forward pass only while the host queues each layer's work before the device needs it.
+This script records, at the entry and the exit of every layer's attention call (the capture's
+hook), the host's clock and a CUDA event, and prints per layer the host's time, the device's
+time at the same point and the lag ``device − host`` (milliseconds from the call's start; the
+median over ``--rounds`` calls). A lag that stays near 0 means the device waits for the host
+there; a lag that grows means the host runs ahead and the pass is bound by the device. Also
+printed: the host's time inside the attention call of each layer (the capture's and the
+reducer's launches). Inputs and model as in ``bench_gpu`` (random weights, Llama-3.1-8B
+shapes, bfloat16).
 
     python -m benchmarks.layer_lag --part grounding --prompt 2048 --tokenizer runs/tok
 """
@@ -24,9 +25,13 @@ from typing import Any
 import torch
 
 from benchmarks._common import TOUCH_GIB, llama_8b, touch_host_memory
-from benchmarks.bench_gpu import attribution_call, grounding_call
+from benchmarks.bench_gpu import analyze_call, attribution_call, grounding_call
 
-CALLS = {"grounding": grounding_call, "attribution": attribution_call}
+CALLS = {
+    "analyze": lambda model, _, prompt, gen: analyze_call(model, prompt, gen),
+    "attribution": attribution_call,
+    "grounding": grounding_call,
+}
 
 
 def layer_marks(run: Any, rounds: int) -> list[tuple[str, int, float, float]]:
