@@ -295,6 +295,8 @@ def test_bad_masks() -> None:
         expected_rc(x, y, x_valid=torch.ones(2, 3))
     with pytest.raises(TypeError, match=r"torch\.Tensor"):
         expected_rc([1.0, 2.0], y)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"real scores, got torch\.complex64"):
+        expected_rc(x, y.to(torch.complex64))  # the imaginary part would be dropped
 
 
 def test_lower_and_upper_functions_agree_with_statistics() -> None:

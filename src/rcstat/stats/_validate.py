@@ -26,7 +26,7 @@ def check_samples(
     Raises
     ------
     TypeError
-        If ``values`` is not a tensor or ``valid`` is not boolean.
+        If ``values`` is not a real tensor or ``valid`` is not boolean.
     ValueError
         If there is no sample axis, a batch entry has no valid sample, the mask's shape
         differs, or a valid sample is NaN or infinite.
@@ -35,6 +35,8 @@ def check_samples(
         raise TypeError(f"{name} must be a torch.Tensor, got {type(values).__name__}")
     if values.dim() == 0:
         raise ValueError(f"{name} must have a sample axis (last dimension); got a scalar")
+    if values.is_complex():
+        raise TypeError(f"{name} must hold real scores, got {values.dtype}")
     if not values.is_floating_point():
         values = values.to(torch.float64)
     if values.shape[-1] == 0:
