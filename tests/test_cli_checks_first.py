@@ -32,6 +32,8 @@ CASES = [
     ("ground --pairs /", "--pairs /: a folder, not a file"),
     ("analyze --model / --context a --question b", "--model /: a folder without a config.json"),
     ("ground --model missing.gguf --context a --response b", "--model missing.gguf: no such"),
+    ("analyze --model /no/such/model --context a --question b", "--model /no/such/model: no such"),
+    ("analyze --model ./missing --context a --question b", "--model ./missing: no such"),
     ("ground --context a --response b --profile /", "--profile /: a folder, not a file"),
     ("analyze --context a --question b --max-new-tokens 0", "--max-new-tokens"),
     ("compress --context a --question b --ratio 2", "--ratio"),

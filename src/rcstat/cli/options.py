@@ -187,11 +187,17 @@ def check_span_score(span_score: str | None, statistic: str) -> str:
 
 def check_model_option(model: str | None) -> None:
     """Refuse, before anything loads, a ``--model`` that names a local folder without a
-    ``config.json`` (not a checkpoint) or a missing ``.gguf`` file (``ValueError`` naming
-    ``--model``); hub ids and the embedded default pass."""
+    ``config.json`` (not a checkpoint), a missing ``.gguf`` file, or a missing path that
+    cannot be a hub id (``ValueError`` naming ``--model``); hub ids and the embedded default
+    pass."""
     if model is None:
         return
     path = Path(model).expanduser()
+    if not path.exists() and not _HUB_ID.fullmatch(model):
+        raise ValueError(
+            f"--model {model}: no such file or folder, and not a hub id (give a checkpoint "
+            "folder, a .gguf file or a hub id such as organization/name)"
+        )
     if path.is_dir() and not (path / "config.json").is_file():
         raise ValueError(
             f"--model {model}: a folder without a config.json, not a model checkpoint (give a "
@@ -199,6 +205,10 @@ def check_model_option(model: str | None) -> None:
         )
     if model.endswith(".gguf") and not path.is_file():
         raise ValueError(f"--model {model}: no such file")
+
+
+#: What a hub id may look like: ``name`` or ``organization/name`` (letters, digits, ``-_.``).
+_HUB_ID = re.compile(r"[\w-][\w.-]*(/[\w-][\w.-]*)?")
 
 
 def config_heads(model: str | None) -> int | None:
