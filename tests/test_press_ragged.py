@@ -415,7 +415,13 @@ def test_invalid_keeps_are_refused() -> None:
         cache.compress_layer(0, keep, slack=-1)
     with pytest.raises(ValueError, match="slack"):
         RaggedCache(slack=-2)
-    assert not cache.is_packed(0)  # nothing was changed by the refused calls
+    kv = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(ValueError, match=r"must be \[batch, kv_heads, q, dim\], got \(2, 3, 4\)"):
+        cache.update(kv[0], kv[0], 0)
+    with pytest.raises(ValueError, match=r"\(1, 2, 3, 4\)/\(1, 2, 2, 4\) differ"):
+        cache.update(kv, kv[:, :, :2], 0)
+    assert cache.get_seq_length(0) == 6  # nothing was changed by the refused calls
+    assert not cache.is_packed(0)
     cache.compress_layer(0, keep)
     with pytest.raises(ValueError, match="do not match"):
         cache.layer(0).update(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))

@@ -37,6 +37,7 @@ class RaggedLayer(DynamicLayer):
         Extra arguments (``cache_kwargs`` in transformers 5.2, ``kwargs`` later) go to
         ``DynamicLayer.update`` for a dense layer; a packed layer needs none of them."""
         if self.packed is None:
+            _check_states(key_states, value_states)
             return super().update(key_states, value_states, *args, **kwargs)
         packed = self._append(key_states, value_states)
         return packed.keys, packed.values
@@ -422,3 +423,18 @@ class RaggedCache(DynamicCache):
     def dense_bytes(self) -> int:
         """Bytes a full dense cache of the same logical length would take."""
         return sum(self.layer(i).dense_bytes() for i in range(len(self.layers)))
+
+
+def _check_states(key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+    """Refuse new states that are not ``[batch, kv_heads, q, dim]`` pairs of one batch, head
+    count and length (the value's dim may differ from the key's)."""
+    if key_states.dim() != 4 or value_states.dim() != 4:
+        raise ValueError(
+            f"new key/value states must be [batch, kv_heads, q, dim], got "
+            f"{tuple(key_states.shape)}/{tuple(value_states.shape)}"
+        )
+    if key_states.shape[:3] != value_states.shape[:3]:
+        raise ValueError(
+            f"new key/value states {tuple(key_states.shape)}/{tuple(value_states.shape)} differ "
+            "in batch, KV heads or length"
+        )
