@@ -134,10 +134,18 @@ def test_bad_input(kwargs: dict, match: str) -> None:  # type: ignore[type-arg]
         analyze(tiny_model("llama"), make_tiny_tokenizer(), **kwargs)
 
 
-def test_too_long_input_is_refused() -> None:
+def test_too_long_input_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     model, tok = tiny_model("llama"), make_tiny_tokenizer()  # window: 256 positions
-    with pytest.raises(ValueError, match="256"):
+    window = r"the input has \d+ tokens but the model's window is 256"
+    with pytest.raises(ValueError, match=window):
         analyze(model, tok, prompt="word " * 400, generation=" end")
+
+    def no_generation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("generated before refusing the prompt")
+
+    monkeypatch.setattr("rcstat.analysis.generate_answer", no_generation)
+    with pytest.raises(ValueError, match=window):  # the prompt alone, before generating
+        analyze(model, tok, context="word " * 400, question="Which word?")
 
 
 def test_without_the_lower_bound(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -236,9 +236,8 @@ def test_bad_model_path_is_a_clear_error(
     argv = ["analyze", "--model", str(model), "--prompt", "hello", "--generation", " world"]
     assert cli.main([*argv, "--out", str(out)]) == 2
     printed = _flat(capsys.readouterr().err.splitlines()[-1])
-    assert printed.startswith("error: model:")
-    assert str(model) in printed
-    assert ("not an existing local directory" if kind == "missing" else "is a file") in printed
+    assert printed.startswith(f"error: --model {model}: ")
+    assert ("no such file or folder" if kind == "missing" else "a file but not a .gguf") in printed
     assert _leftovers(tmp_path, out) == []
 
 

@@ -26,6 +26,7 @@ from rcstat.defaults import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TAU
 from rcstat.generation import (
     check_example,
     check_max_new_tokens,
+    check_window,
     generate_answer,
     input_device,
 )
@@ -340,7 +341,6 @@ def analyze(
             question,
             answer,
             question_placement=question_placement,
-            max_length=layout.max_positions,
             allow_special_tokens=allow_special_tokens,
         )
         needs_generation = answer is None
@@ -350,10 +350,10 @@ def analyze(
             tokenizer,
             prompt,
             generation,
-            max_length=layout.max_positions,
             allow_special_tokens=allow_special_tokens,
         )
         needs_generation = generation is None
+    check_window(layout, example.seq_len)  # before generating
     finished: bool | None = None
     if needs_generation:
         answered = generate_answer(model, tokenizer, example, max_new_tokens)

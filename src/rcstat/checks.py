@@ -23,6 +23,7 @@ __all__ = [
     "check_tau",
     "float_list",
     "int_list",
+    "is_hub_id",
     "optional_count",
     "split_list",
 ]
@@ -187,6 +188,15 @@ _ISO_639_1 = frozenset(
     vi vo wa wo xh yi yo za zh zu""".split()
 )
 _LANGUAGE_TAG = re.compile(r"([a-z]{2,3})(?:[-_][a-z0-9]{2,8})*")
+
+
+#: A Hugging Face hub id: ``name`` or ``organization/name`` (letters, digits, ``._-``).
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` has the form of a hub id (``name`` or ``organization/name``)."""
+    return _HUB_ID.fullmatch(name) is not None
 
 
 def check_language(code: str, name: str = "--language") -> str:

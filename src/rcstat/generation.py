@@ -203,6 +203,15 @@ def generate_answer(
     return Answered(example.with_generation(tokenizer, generated.ids), generated.finished)
 
 
+def check_window(layout: AttentionLayout, tokens: int) -> None:
+    """Raise ``ValueError`` if ``tokens`` exceed the model's window (when it has one)."""
+    if layout.max_positions is not None and tokens > layout.max_positions:
+        raise ValueError(
+            f"the input has {tokens} tokens but the model's window is "
+            f"{layout.max_positions} (max_position_embeddings)"
+        )
+
+
 def check_example(model: PreTrainedModel, example: Segmented) -> AttentionLayout:
     """Check that ``example`` can be analysed by ``model``; return the model's layout.
 
@@ -219,11 +228,7 @@ def check_example(model: PreTrainedModel, example: Segmented) -> AttentionLayout
         raise ValueError("the generation is empty: give an answer or let the model generate one")
     if example.prompt_len == 0:
         raise ValueError("the prompt is empty")
-    if layout.max_positions is not None and example.seq_len > layout.max_positions:
-        raise ValueError(
-            f"the input has {example.seq_len} tokens but the model's window is "
-            f"{layout.max_positions} (max_position_embeddings)"
-        )
+    check_window(layout, example.seq_len)
     embeddings = cast(torch.nn.Embedding, model.get_input_embeddings())
     vocab = int(embeddings.weight.shape[0])
     if int(example.input_ids.max()) >= vocab:

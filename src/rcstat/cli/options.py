@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from rcstat.checks import is_hub_id
 from rcstat.data.registry import dataset_names
 from rcstat.defaults import (
     DEFAULT_LANGUAGE,
@@ -187,13 +188,13 @@ def check_span_score(span_score: str | None, statistic: str) -> str:
 
 def check_model_option(model: str | None) -> None:
     """Refuse, before anything loads, a ``--model`` that names a local folder without a
-    ``config.json`` (not a checkpoint), a missing ``.gguf`` file, or a missing path that
-    cannot be a hub id (``ValueError`` naming ``--model``); hub ids and the embedded default
-    pass."""
+    ``config.json`` (not a checkpoint), a missing ``.gguf`` file, another file, or a missing
+    path that cannot be a hub id (``ValueError`` naming ``--model``); hub ids and the embedded
+    default pass."""
     if model is None:
         return
     path = Path(model).expanduser()
-    if not path.exists() and not _HUB_ID.fullmatch(model):
+    if not path.exists() and not is_hub_id(model):
         raise ValueError(
             f"--model {model}: no such file or folder, and not a hub id (give a checkpoint "
             "folder, a .gguf file or a hub id such as organization/name)"
@@ -205,10 +206,11 @@ def check_model_option(model: str | None) -> None:
         )
     if model.endswith(".gguf") and not path.is_file():
         raise ValueError(f"--model {model}: no such file")
-
-
-#: What a hub id may look like: ``name`` or ``organization/name`` (letters, digits, ``-_.``).
-_HUB_ID = re.compile(r"[\w-][\w.-]*(/[\w-][\w.-]*)?")
+    if path.is_file() and not model.endswith(".gguf"):
+        raise ValueError(
+            f"--model {model}: a file but not a .gguf file (give a checkpoint folder, a .gguf "
+            "file or a hub id such as organization/name)"
+        )
 
 
 def config_heads(model: str | None) -> int | None:

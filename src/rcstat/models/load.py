@@ -8,7 +8,6 @@ loaded from that cache; hub ids and local directories go straight to ``from_pret
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,12 +21,12 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rcstat.checks import is_hub_id
 from rcstat.models.gguf_cache import converted_default, converted_gguf, gguf_file
 
 __all__ = ["load_model"]
 
 # Hub ids: "name" or "organization/name" (no leading dot, no "..", no absolute path).
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 # from_pretrained arguments that must select the same files for the tokenizer as for the model.
 _TOKENIZER_KWARGS = ("cache_dir", "revision", "token", "trust_remote_code", "local_files_only")
 
@@ -189,7 +188,7 @@ def _resolve_source(model: str | os.PathLike[str]) -> str:
             f"model: {os.fspath(model)!r} is a file but not a GGUF file; expected a checkpoint "
             "directory."
         )
-    if isinstance(model, str) and _HUB_ID.fullmatch(model):
+    if isinstance(model, str) and is_hub_id(model):
         return model
     raise FileNotFoundError(
         f"model: {os.fspath(model)!r} is not an existing local directory and does not look like "
