@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -197,3 +200,54 @@ def test_analysis_through_accelerate_offload_hooks(model_dir, tmp_path) -> None:
     got = analyze(offloaded, tokenizer, **texts)
     np.testing.assert_array_equal(got.expected, expected.expected)
     np.testing.assert_array_equal(got.upper, expected.upper)
+
+
+def _saved(**changes: object) -> dict[str, object]:
+    """The fields HeadAnalysis.save writes for a 2-layer × 2-head analysis, with changes."""
+    grid = [[0.5, 1.5], [2.0, 0.25]]
+    data: dict[str, object] = {
+        "model": "m",
+        "prompt_len": 4,
+        "gen_len": 2,
+        "prompt_text": "p",
+        "generation_text": "g",
+        "scaled": False,
+        "generation_finished": None,
+        "expected": grid,
+        "upper": grid,
+        "lower": None,
+        "normalized": grid,
+    }
+    return {**data, **changes}
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("{", "not a JSON file"),
+        ("[]", r"not a head analysis written by HeadAnalysis.save \(no expected, upper"),
+        (json.dumps(_saved(upper=None)), r"\(no upper\)"),
+        (json.dumps({k: v for k, v in _saved().items() if k != "gen_len"}), r"\(no gen_len\)"),
+        (json.dumps(_saved(expected="x")), "expected is not an array of numbers"),
+        (json.dumps(_saved(normalized=[1.0, 2.0])), r"normalized has shape \(2,\), not \[layers"),
+        (json.dumps(_saved(lower=[[1.0]])), "the statistics have different shapes"),
+        (json.dumps(_saved(prompt_len="4")), "prompt_len is '4', not a token count"),
+        (json.dumps(_saved(gen_len=True)), "gen_len is True, not a token count"),
+    ],
+)
+def test_a_file_that_is_not_a_saved_analysis_is_refused(
+    tmp_path: Path, text: str, match: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=match) as refused:
+        HeadAnalysis.load(path)
+    assert str(refused.value).startswith(f"{path}: ")
+
+
+def test_a_saved_analysis_with_text_beyond_ascii_loads(tmp_path: Path) -> None:
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps(_saved(generation_text="Zürich — 東京")), encoding="utf-8")
+    back = HeadAnalysis.load(path)
+    assert back.generation_text == "Zürich — 東京" and back.lower is None
+    assert back.shape == (2, 2) and back.upper[1, 0] == 2.0

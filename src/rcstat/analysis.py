@@ -155,13 +155,36 @@ class HeadAnalysis:
 
     @classmethod
     def load(cls, path: str | Path) -> HeadAnalysis:
-        """Read a file written by :meth:`save`."""
-        data = json.loads(Path(path).read_text())
+        """Read a file written by :meth:`save`.
+
+        Raises
+        ------
+        ValueError
+            Naming the file, if it is not UTF-8 JSON or not a head analysis: a field missing,
+            a statistic that is not a ``[layers, heads]`` array of numbers of the others'
+            shape, or token counts that are not counts.
+        """
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a JSON file ({err})") from None
+        fields = (*_SAVED_STATISTICS, "prompt_len", "gen_len", "prompt_text", "generation_text")
+        missing = [f for f in fields if not isinstance(data, dict) or data.get(f) is None]
+        if missing:
+            raise ValueError(
+                f"{path}: not a head analysis written by HeadAnalysis.save (no "
+                f"{', '.join(missing)})"
+            )
         array = {
-            name: np.asarray(data[name], dtype=np.float64)
-            for name in STATISTICS
-            if data[name] is not None
+            name: _statistic(path, data, name) for name in STATISTICS if data.get(name) is not None
         }
+        shapes = {value.shape for value in array.values()}
+        if len(shapes) > 1:
+            raise ValueError(f"{path}: the statistics have different shapes {sorted(shapes)}")
+        for count in ("prompt_len", "gen_len"):
+            if isinstance(data[count], bool) or not isinstance(data[count], int):
+                raise ValueError(f"{path}: {count} is {data[count]!r}, not a token count")
         return cls(
             expected=array["expected"],
             upper=array["upper"],
@@ -171,10 +194,25 @@ class HeadAnalysis:
             gen_len=data["gen_len"],
             prompt_text=data["prompt_text"],
             generation_text=data["generation_text"],
-            model_name=data["model"],
-            scaled=data["scaled"],
+            model_name=str(data.get("model") or ""),
+            scaled=bool(data.get("scaled", False)),
             generation_finished=data.get("generation_finished"),
         )
+
+
+#: The statistics every saved analysis holds (``lower`` only when it was computed).
+_SAVED_STATISTICS = ("expected", "upper", "normalized")
+
+
+def _statistic(path: Path, data: dict[str, Any], name: str) -> np.ndarray:
+    """``data[name]`` as a ``[layers, heads]`` float64 array; ``ValueError`` naming ``path``."""
+    try:
+        value = np.asarray(data[name], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{path}: {name} is not an array of numbers") from None
+    if value.ndim != 2:
+        raise ValueError(f"{path}: {name} has shape {value.shape}, not [layers, heads]")
+    return value
 
 
 def _reduce_block(
