@@ -358,8 +358,21 @@ def test_save_load_round_trip(setup, tmp_path: Path) -> None:  # type: ignore[no
     with pytest.raises(ValueError, match=r"\.npz"):
         result.save(tmp_path / "a.pkl")
     np.savez(tmp_path / "other.npz", header=np.array("{}"))
-    with pytest.raises(ValueError, match="not an rcstat attribution file"):
+    with pytest.raises(ValueError, match=r"other\.npz: not an rcstat attribution file \(no rank"):
         Attribution.load(tmp_path / "other.npz")
+    header["format"] = "something-else"
+    np.savez(tmp_path / "fmt.npz", header=np.array(json.dumps(header)), **arrays)
+    with pytest.raises(ValueError, match=r"fmt\.npz: .* \(format 'something-else'\)"):
+        Attribution.load(tmp_path / "fmt.npz")
+    np.savez(tmp_path / "bare.npz", **arrays)
+    with pytest.raises(ValueError, match=r"bare\.npz: .* \(no header\)"):
+        Attribution.load(tmp_path / "bare.npz")
+    (tmp_path / "text.npz").write_text("not an archive")
+    (tmp_path / "empty.npz").write_bytes(b"")
+    (tmp_path / "cut.npz").write_bytes(path.read_bytes()[:100])
+    for name in ("text.npz", "empty.npz", "cut.npz"):
+        with pytest.raises(ValueError, match=rf"{name}: .* \(not an \.npz archive\)"):
+            Attribution.load(tmp_path / name)
 
 
 def test_a_cut_answer_is_marked_everywhere(setup) -> None:  # type: ignore[no-untyped-def]

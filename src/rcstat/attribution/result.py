@@ -11,6 +11,7 @@ read back without pickle), and renders as a table, JSON or a self-contained HTML
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -379,13 +380,30 @@ class Attribution:
 
     @classmethod
     def load(cls, path: str | Path) -> Attribution:
-        """Read a file written by :meth:`save` (never unpickles)."""
-        with np.load(Path(path), allow_pickle=False) as data:
-            header = json.loads(str(data["header"]))
-            if header.get("format") != _SAVE_FORMAT:
+        """Read a file written by :meth:`save` (never unpickles).
+
+        Raises
+        ------
+        ValueError
+            Naming the file, if it is not an ``.npz`` archive of an attribution (another file,
+            an archive without the header or an array, another format).
+        """
+        try:
+            archive = np.load(Path(path), allow_pickle=False)
+        except (ValueError, EOFError, zipfile.BadZipFile):  # another file, empty, truncated
+            raise ValueError(
+                f"{path}: not an rcstat attribution file (not an .npz archive)"
+            ) from None
+        with archive as data:
+            missing = [k for k in ("header", *_ARRAYS) if k not in data.files]
+            if missing:
                 raise ValueError(
-                    f"{path}: not an rcstat attribution file (format {header.get('format')!r})"
+                    f"{path}: not an rcstat attribution file (no {', '.join(missing)})"
                 )
+            header = json.loads(str(data["header"]))
+            found = header.get("format") if isinstance(header, dict) else type(header).__name__
+            if found != _SAVE_FORMAT:
+                raise ValueError(f"{path}: not an rcstat attribution file (format {found!r})")
             arrays = {k: np.array(data[k]) for k in _ARRAYS}
         return cls(
             question=header["question"],
