@@ -229,10 +229,15 @@ def test_package_version_is_the_metadata_version() -> None:
 
 @pytest.mark.parametrize("argv", [["compress", *CHAT], ["bench", "kv", "--model", NO_MODEL]])
 def test_press_commands_without_the_extra_name_the_install_command(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    argv: list[str],
 ) -> None:
     import rcstat.press.extra as extra
 
+    # a folder that passes --model's own check (it has a config.json) and is never loaded
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
     monkeypatch.setattr(extra, "has_kvpress", lambda: False)
-    printed = _run(capsys, argv)
+    printed = _run(capsys, [str(tmp_path) if arg == NO_MODEL else arg for arg in argv])
     assert printed.startswith("error:") and 'pip install "rcstat[press]"' in printed

@@ -14,7 +14,8 @@ from rcstat import cli
 from rcstat.checks import check_language
 from rcstat.cli import EXIT_CODES, build_parser
 from rcstat.cli._common import console
-from rcstat.cli.options import config_heads, join_dash_values
+from rcstat.cli.model_option import config_heads
+from rcstat.cli.options import join_dash_values
 from tests._console import console_width
 
 LONG = "word " * 60  # a context far wider than 80 columns

@@ -35,7 +35,8 @@ from rcstat.cli import (
 )
 from rcstat.cli._common import HelpFormatter, error_console
 from rcstat.cli.exit_codes import EXIT_CODES, exit_status_text
-from rcstat.cli.options import check_model_option, join_dash_values
+from rcstat.cli.model_option import check_model_option
+from rcstat.cli.options import join_dash_values
 from rcstat.cli.parser import Parser, error_line
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
@@ -100,8 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = COMMANDS[ns.command]
     args: Any = None
     try:
+        args = module.from_namespace(ns)  # every option's own check first
         check_model_option(getattr(ns, "model", None))
-        args = module.from_namespace(ns)
         _quiet_transformers()
         return int(module.run(args))
     except KeyboardInterrupt:

@@ -31,6 +31,7 @@ from rcstat.cli._common import (
     read_texts,
 )
 from rcstat.cli._common import step as show_step
+from rcstat.cli.model_option import check_top_k
 from rcstat.cli.options import (
     add_attribution_options,
     add_json_option,
@@ -39,7 +40,6 @@ from rcstat.cli.options import (
     add_out_option,
     add_special_tokens_option,
     add_text_options,
-    check_top_k,
 )
 from rcstat.commands.attribute import (
     GRANULARITIES,

@@ -21,7 +21,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rcstat.cli.options import check_top_k
+from rcstat.cli.model_option import check_top_k
 from rcstat.defaults import (
     DEFAULT_BATCH_TOKENS,
     DEFAULT_MAX_CHARS,
