@@ -131,3 +131,20 @@ def test_each_model_has_its_own_record(monkeypatch: pytest.MonkeyPatch) -> None:
         assert second.config._attn_implementation == "rcstat_test"
         assert first.config._attn_implementation == "sdpa"
     assert calls == ["rcstat_test", "sdpa"]
+
+
+def test_a_switch_whose_change_is_not_seen_is_never_replayed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where no config shows the change (a release of transformers that keeps the value
+    elsewhere), every switch goes through transformers."""
+    import rcstat.capture.switch as switch
+
+    model = _llama()
+    calls = _counting(model, monkeypatch)
+    monkeypatch.setattr(switch, "_value", lambda config: None)
+    for _ in range(2):
+        with switched_attention(model, "rcstat_test", sdpa_attention_forward, sdpa_mask):
+            assert model.config._attn_implementation == "rcstat_test"
+        assert model.config._attn_implementation == "sdpa"
+    assert calls == ["rcstat_test", "sdpa"] * 2

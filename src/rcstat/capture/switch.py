@@ -82,16 +82,21 @@ def _switch(model: torch.nn.Module, current: str, name: str) -> None:
     configs = _configs(model)
     before = [_value(config) for config in configs]
     model.set_attn_implementation(name)  # type: ignore[operator]
-    recorded[(current, name)] = tuple(
+    changes = tuple(
         (config, old, _value(config))
         for config, old in zip(configs, before, strict=True)
         if _value(config) != old
     )
+    # a switch that changed the implementation where no config shows it (a transformers
+    # release keeping it elsewhere) is not recorded: it goes through transformers every time
+    if changes or current_implementation(model) == current:
+        recorded[(current, name)] = changes
 
 
 def _value(config: Any) -> Any:
-    """The attention implementation a config holds (what its property reads)."""
-    return config._attn_implementation_internal
+    """The attention implementation a config holds (what its property reads; None where a
+    transformers release keeps it elsewhere)."""
+    return getattr(config, "_attn_implementation_internal", None)
 
 
 def _configs(model: torch.nn.Module) -> list[Any]:
