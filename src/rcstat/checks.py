@@ -195,7 +195,8 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?"
 
 
 def is_hub_id(name: str) -> bool:
-    """Whether ``name`` has the form of a hub id (``name`` or ``organization/name``)."""
+    """Whether ``name`` has the form of a hub id (``name`` or ``organization/name``: no leading
+    dot or slash, no ``..`` part, so never an absolute or relative path)."""
     return _HUB_ID.fullmatch(name) is not None
 
 

@@ -11,6 +11,9 @@ from rcstat.defaults import DEFAULT_MODEL_HEADS, DEFAULT_MODEL_NAME
 
 __all__ = ["check_model_option", "check_top_k", "config_heads"]
 
+#: What ``--model`` takes, closing each of its refusals.
+_GIVE = "(give a checkpoint folder, a .gguf file or a hub id such as organization/name)"
+
 
 def check_model_option(model: str | None) -> None:
     """Refuse, before anything loads, a ``--model`` that names a local folder without a
@@ -21,22 +24,15 @@ def check_model_option(model: str | None) -> None:
         return
     path = Path(model).expanduser()
     if not path.exists() and not is_hub_id(model):
-        raise ValueError(
-            f"--model {model}: no such file or folder, and not a hub id (give a checkpoint "
-            "folder, a .gguf file or a hub id such as organization/name)"
-        )
+        raise ValueError(f"--model {model}: no such file or folder, and not a hub id {_GIVE}")
     if path.is_dir() and not (path / "config.json").is_file():
         raise ValueError(
-            f"--model {model}: a folder without a config.json, not a model checkpoint (give a "
-            "checkpoint folder, a .gguf file or a hub id such as organization/name)"
+            f"--model {model}: a folder without a config.json, not a model checkpoint {_GIVE}"
         )
     if model.endswith(".gguf") and not path.is_file():
         raise ValueError(f"--model {model}: no such file")
     if path.is_file() and not model.endswith(".gguf"):
-        raise ValueError(
-            f"--model {model}: a file but not a .gguf file (give a checkpoint folder, a .gguf "
-            "file or a hub id such as organization/name)"
-        )
+        raise ValueError(f"--model {model}: a file but not a .gguf file {_GIVE}")
 
 
 def config_heads(model: str | None) -> int | None:

@@ -26,7 +26,6 @@ from rcstat.models.gguf_cache import converted_default, converted_gguf, gguf_fil
 
 __all__ = ["load_model"]
 
-# Hub ids: "name" or "organization/name" (no leading dot, no "..", no absolute path).
 # from_pretrained arguments that must select the same files for the tokenizer as for the model.
 _TOKENIZER_KWARGS = ("cache_dir", "revision", "token", "trust_remote_code", "local_files_only")
 
