@@ -8,10 +8,13 @@ time at the same point and the lag ``device − host`` (milliseconds from the ca
 median over ``--rounds`` calls). A lag that stays near 0 means the device waits for the host
 there; a lag that grows means the host runs ahead and the pass is bound by the device. Also
 printed: the host's time inside the attention call of each layer (the capture's and the
-reducer's launches). Inputs and model as in ``bench_gpu`` (random weights, Llama-3.1-8B
-shapes, bfloat16).
+reducer's launches), and first a line that splits the call against a plain forward pass of the
+same ids (median of as many rounds) into the host's work before the pass, the pass on the
+device and what follows it. Inputs and model as in ``bench_gpu`` (random weights,
+Llama-3.1-8B shapes, bfloat16).
 
-    python -m benchmarks.layer_lag --part grounding --prompt 2048 --tokenizer runs/tok
+    python -m benchmarks.layer_lag --part grounding --prompt 2048 --gen 16,64,256 \\
+        --tokenizer runs/tok
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import TOUCH_GIB, llama_8b, touch_host_memory
+from benchmarks._common import (
+    TOUCH_GIB,
+    forward_fns,
+    interleaved,
+    ints,
+    llama_8b,
+    touch_host_memory,
+)
 from benchmarks.bench_gpu import analyze_call, attribution_call, grounding_call
 
 CALLS = {
@@ -36,13 +46,16 @@ CALLS = {
 
 def layer_marks(run: Any, rounds: int) -> list[tuple[str, int, float, float]]:
     """``(entry or exit, layer, host ms, device ms)`` of each layer's attention call in one
-    call of ``run``, the median over ``rounds`` calls (after one that is not kept)."""
+    call of ``run``, then ``("end", -1, …)`` where the call returned (the device's time: when
+    the work queued by then was done), the median over ``rounds`` calls (after one that is not
+    kept). The host's time at layer 0's entry is its work before the pass; the end's minus
+    the last layer's exit on the device, its work after the pass."""
     import rcstat.capture.scores as scores
 
     marks: list[tuple[str, int, float, torch.cuda.Event]] = []
     attention = scores._attention
 
-    def mark(side: str, module: torch.nn.Module) -> None:
+    def mark(side: str, module: torch.nn.Module | None) -> None:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         marks.append((side, int(getattr(module, "layer_idx", -1)), time.perf_counter(), event))
@@ -64,6 +77,7 @@ def layer_marks(run: Any, rounds: int) -> list[tuple[str, int, float, float]]:
             began = time.perf_counter()
             start.record()
             run()
+            mark("end", None)  # the call has returned: the host's work after the pass is done
             torch.cuda.synchronize()
             calls.append(
                 [(s, layer, (t - began) * 1e3, start.elapsed_time(e)) for s, layer, t, e in marks]
@@ -81,11 +95,24 @@ def layer_marks(run: Any, rounds: int) -> list[tuple[str, int, float, float]]:
     ]
 
 
+def summary(marks: list[tuple[str, int, float, float]], forward_ms: float) -> str:
+    """One line: the call against the forward pass of the same ids, split into the host's work
+    before the pass (layer 0's entry on the host), the pass on the device (layer 0's entry to
+    the last layer's exit) and what follows it (the end minus the last layer's exit)."""
+    first, last, end = marks[0], marks[-2], marks[-1]
+    before, during, after = first[2], last[3] - first[3], end[3] - last[3]
+    return (
+        f"call {end[3]:.2f} ms = {end[3] / forward_ms:.2f} x the forward pass ({forward_ms:.2f}"
+        f" ms): host before the pass {before:.2f}, the pass on the device {during:.2f},"
+        f" after it {after:.2f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=sorted(CALLS), default="grounding")
     parser.add_argument("--prompt", type=int, default=2048)
-    parser.add_argument("--gen", type=int, default=256)
+    parser.add_argument("--gen", type=ints, default=[256], help="answer lengths, e.g. 16,64,256")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokenizer", type=Path, default=Path("runs/tok"))
     args = parser.parse_args()
@@ -96,13 +123,18 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     model = llama_8b("cuda")
     touch_host_memory(TOUCH_GIB)
-    run, _ = CALLS[args.part](model, tokenizer, args.prompt, args.gen)
-    marks = layer_marks(run, args.rounds)
-    print(f"{args.part} {args.prompt}/{args.gen} on {torch.cuda.get_device_name(0)}")
-    print("layer  side  host_ms  device_ms  lag_ms  host_in_attention_ms")
-    for i, (side, layer, host, device) in enumerate(marks):
-        inside = f"{marks[i + 1][2] - host:.2f}" if side == "in" else ""
-        print(f"{layer:5d}  {side:4s}  {host:7.2f}  {device:9.2f}  {device - host:6.2f}  {inside}")
+    for gen in args.gen:
+        run, ids = CALLS[args.part](model, tokenizer, args.prompt, gen)
+        marks = layer_marks(run, args.rounds)
+        forward = interleaved(forward_fns(model, ids), "cuda", args.rounds)["forward"] * 1e3
+        print(f"{args.part} {args.prompt}/{gen} on {torch.cuda.get_device_name(0)}")
+        print(summary(marks, forward))
+        print("layer  side  host_ms  device_ms  lag_ms  host_in_attention_ms")
+        for i, (side, layer, host, device) in enumerate(marks):
+            inside = f"{marks[i + 1][2] - host:.2f}" if side == "in" else ""
+            print(
+                f"{layer:5d}  {side:4s}  {host:7.2f}  {device:9.2f}  {device - host:6.2f}  {inside}"
+            )
 
 
 if __name__ == "__main__":

@@ -279,7 +279,8 @@ def test_a_grounding_batch_on_cuda_equals_each_pair_on_cpu() -> None:
 
 def test_layer_lag_marks_every_layer_of_a_grounding_in_order() -> None:
     """``benchmarks/layer_lag.py`` marks the entry and exit of every layer's attention call
-    of one grounding pass, in order, at host times that grow, with the device's times."""
+    of one grounding pass, in order, then the call's return, at host times that grow, with
+    the device's times."""
     from benchmarks.layer_lag import layer_marks
     from rcstat.grounding import Measurer
     from tests.test_grounding_batch import PAIRS
@@ -288,7 +289,8 @@ def test_layer_lag_marks_every_layer_of_a_grounding_in_order() -> None:
     measurer = Measurer(model, make_tiny_tokenizer(), support_heads=np.array([0, 3, 5]))
     marks = layer_marks(lambda: measurer.measure(*PAIRS[0]), rounds=2)
     layers = model.config.num_hidden_layers
-    assert [m[:2] for m in marks] == [(s, i) for i in range(layers) for s in ("in", "out")]
+    want = [(s, i) for i in range(layers) for s in ("in", "out")]
+    assert [m[:2] for m in marks] == [*want, ("end", -1)]  # the call's return last
     hosts = [m[2] for m in marks]
     assert hosts == sorted(hosts) and hosts[0] >= 0
     assert all(m[3] >= 0 for m in marks)
