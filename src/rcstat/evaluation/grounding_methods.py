@@ -37,7 +37,7 @@ from rcstat.grounding.score import response_words
 if TYPE_CHECKING:
     from rcstat.evaluation.grounding_items import GroundingItem
     from rcstat.grounding.grounder import Grounder
-    from rcstat.grounding.measure import Measurement
+    from rcstat.grounding.measurement import Measurement
 
 __all__ = [
     "BASELINES",

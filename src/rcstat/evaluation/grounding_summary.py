@@ -31,7 +31,7 @@ from rcstat.evaluation.grounding_methods import (
     token_file_name,
 )
 from rcstat.grounding.cross_validation import cross_validate
-from rcstat.grounding.measure import feature_names
+from rcstat.grounding.measurement import feature_names
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.metrics.detector import breakdown, evaluate
 from rcstat.metrics.ranking import auroc, token_auroc

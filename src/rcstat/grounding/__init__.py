@@ -19,7 +19,8 @@ from rcstat.lazy import lazy_names
 if TYPE_CHECKING:
     from rcstat.grounding.cross_validation import CrossValidation, cross_validate
     from rcstat.grounding.grounder import Grounder
-    from rcstat.grounding.measure import DEFAULT_INSTRUCTION, Measurement, Measurer
+    from rcstat.grounding.measure import DEFAULT_INSTRUCTION, Measurer
+    from rcstat.grounding.measurement import Measurement
     from rcstat.grounding.probe import GroundingProbe
     from rcstat.grounding.profile import HeadProfile, shipped_profile
     from rcstat.grounding.result import Grounding, SentenceGrounding
@@ -43,7 +44,7 @@ _HOMES = {
     "cross_validate": "rcstat.grounding.cross_validation",
     "Grounder": "rcstat.grounding.grounder",
     "DEFAULT_INSTRUCTION": "rcstat.grounding.measure",
-    "Measurement": "rcstat.grounding.measure",
+    "Measurement": "rcstat.grounding.measurement",
     "Measurer": "rcstat.grounding.measure",
     "GroundingProbe": "rcstat.grounding.probe",
     "HeadProfile": "rcstat.grounding.profile",

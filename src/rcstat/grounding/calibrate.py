@@ -26,7 +26,8 @@ import numpy as np
 from rcstat.defaults import DEFAULT_THRESHOLD_QUANTILE
 from rcstat.generation import check_max_new_tokens, generate_answer
 from rcstat.grounding.grounder import Grounder, model_name
-from rcstat.grounding.measure import Measurement, Measurer
+from rcstat.grounding.measure import Measurer
+from rcstat.grounding.measurement import Measurement
 from rcstat.grounding.profile import DEFAULT_FRACTION, HeadProfile
 from rcstat.grounding.swaps import SwapPair, swap_pairs
 from rcstat.segments import segment_chat

@@ -51,7 +51,7 @@ from rcstat.grounding.detector_features import (
 from rcstat.grounding.detector_spans import check_kind, draw_spans
 from rcstat.grounding.json_file import check_format, save_json
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
-from rcstat.grounding.measure import Measurement
+from rcstat.grounding.measurement import Measurement
 
 __all__ = ["COPIED_KIND", "Detection", "Detector", "LinearModel", "shipped_detector"]
 

@@ -45,7 +45,7 @@ import re
 import numpy as np
 
 from rcstat.grounding.lexicon import Lexicon, ResponseWord
-from rcstat.grounding.measure import Measurement
+from rcstat.grounding.measurement import Measurement
 
 __all__ = [
     "COPY_FLOOR",

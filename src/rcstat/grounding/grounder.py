@@ -26,13 +26,8 @@ from rcstat.grounding.detector_features import lexicon_words
 from rcstat.grounding.features import HEAD_FEATURES
 from rcstat.grounding.lexicon import ResponseWord
 from rcstat.grounding.limits import check_response_tokens, check_texts
-from rcstat.grounding.measure import (
-    DEFAULT_INSTRUCTION,
-    Measurement,
-    Measurer,
-    Prepared,
-    feature_names,
-)
+from rcstat.grounding.measure import DEFAULT_INSTRUCTION, Measurer
+from rcstat.grounding.measurement import Measurement, Prepared, feature_names
 from rcstat.grounding.options import GroundingOptions
 from rcstat.grounding.resolve import resolve_detector, resolve_probe, resolve_profile
 from rcstat.grounding.result import Grounding, SentenceGrounding, UnsupportedSpan

@@ -3,7 +3,7 @@
 The capture hands back one dictionary of tensors a layer (:mod:`.features`). The measurement
 needs them stacked over the layers, some summed over the layers, and each response's head
 summary: the lower quantile of every head's statistic over the response's tokens
-(:meth:`~rcstat.grounding.measure.Measurement.head_features`), which sorts ``3 · L · H`` rows
+(:meth:`~rcstat.grounding.measurement.Measurement.head_features`), which sorts ``3 · L · H`` rows
 of ``G`` values. On the device that sort takes a few launches while the host's numpy sort of
 the ``[3, 32, 32, 255]`` features of an 8B model took about 5 ms of each call, after the pass.
 """

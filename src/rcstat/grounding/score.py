@@ -277,7 +277,8 @@ def check_threshold(value: float | None, name: str = "--threshold") -> float | N
 
 
 class _SamePass(Protocol):
-    """What :func:`baselines` reads of a pass (a :class:`~rcstat.grounding.measure.Measurement`)."""
+    """What :func:`baselines` reads of a pass (a
+    :class:`~rcstat.grounding.measurement.Measurement`)."""
 
     features: np.ndarray  # [3, L, H, G]: rc, lookback, log weight on the own key
     nll: np.ndarray  # [G]

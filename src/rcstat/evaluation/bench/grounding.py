@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from rcstat.evaluation.bench.common import Loader
     from rcstat.evaluation.grounding_items import GroundingItem
     from rcstat.grounding.grounder import Grounder
-    from rcstat.grounding.measure import Prepared
+    from rcstat.grounding.measurement import Prepared
 
 __all__ = [
     "ITEMS_PER_BATCH",
