@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rcstat.grounding.score import aggregate, response_words, token_scores
+from rcstat.grounding.score import response_words
 
 if TYPE_CHECKING:
     from rcstat.evaluation.grounding_items import GroundingItem
@@ -47,7 +47,6 @@ __all__ = [
     "item_scores",
     "method_scores",
     "save_tokens",
-    "sentence_scores",
     "token_file_name",
     "token_labels",
 ]
@@ -75,6 +74,7 @@ def method_scores(
 ) -> dict[str, float]:
     """Every method's response score (higher = more supported) from one measurement: the keys
     of :data:`VARIANTS` and :data:`BASELINES`."""
+    from rcstat.grounding.grounder import sentence_scores
     from rcstat.grounding.score import baselines
 
     words = response_words(measured.example.part_text("answer"), measured.token_spans())
@@ -166,20 +166,3 @@ def save_tokens(
         rc=flat[0].T.astype(np.float16),  # [G, L·H]
         lookback=flat[1].T.astype(np.float16),  # [G, L·H]
     )
-
-
-def sentence_scores(
-    measured: Measurement, heads: np.ndarray, quantile: float
-) -> tuple[np.ndarray, list[tuple[int, int]], list[float]]:
-    """The score of rcstat before words (``exp(−r·NLL)`` per token over the RC ``heads``,
-    sentence = lower ``quantile``): token scores ``[G]``, each sentence's token range and its
-    score. The benchmark keeps it as the variant ``exp_rc_nll``."""
-    example = measured.example
-    first = example.token_span("answer")[0]
-    scores = token_scores(measured.rc(heads), measured.nll)
-    ranges, values = [], []
-    for unit in measured.units:
-        a, b = (t - first for t in example.token_span("answer", unit.start, unit.end))
-        ranges.append((a, b))
-        values.append(aggregate(scores[a:b], quantile))
-    return scores, ranges, values

@@ -31,7 +31,7 @@ from rcstat.grounding.measurement import Measurement, Prepared, feature_names
 from rcstat.grounding.options import GroundingOptions
 from rcstat.grounding.resolve import resolve_detector, resolve_probe, resolve_profile
 from rcstat.grounding.result import Grounding, SentenceGrounding, UnsupportedSpan
-from rcstat.grounding.score import baselines, word_scores
+from rcstat.grounding.score import aggregate, baselines, token_scores, word_scores
 from rcstat.grounding.texts import ScoringTexts, scoring_texts, word_runs
 from rcstat.grounding.windows import MIN_CONTEXT_TOKENS, Window, plan_windows
 from rcstat.progress import progress
@@ -40,7 +40,7 @@ from rcstat.segments import Segmented
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Grounder", "model_name"]
+__all__ = ["Grounder", "model_name", "sentence_scores"]
 
 #: Tokens kept free in a window for tokens that merge differently at its boundaries.
 _MARGIN = 8
@@ -213,25 +213,18 @@ class Grounder:
             response longer than ``max_response_tokens``, or a question too long to leave room
             for any context (:mod:`.limits`; all before any forward pass).
         """
-        example = self._checked(context, response, question)
-        if not isinstance(example, Segmented):
-            return self._read_windows(context, response, question, example, show_progress)
-        checked, whole = example.part_text("answer"), example.part_text("context")
+        planned = self._prepare(context, response, question)
+        if not isinstance(planned, Prepared):
+            return self._read_windows(context, response, question, planned, show_progress)
+        checked, whole = planned.example.part_text("answer"), planned.example.part_text("context")
         texts: list[ScoringTexts] = []
 
-        def work(planned: Prepared) -> None:  # while the device runs the pass
+        def work() -> None:  # while the device runs the pass
             spans, units, scores = planned.token_spans(), planned.units, self.detector is not None
             texts.append(scoring_texts(checked, spans, units, whole, lexicon=scores, overlaps=True))
             planned.span_keys  # noqa: B018 (the context's sentences: made now, read after)
 
-        measurer = self.measurer
-        if measurer.reads_prompt_first:  # the text work beside the prompt's pass (GPU)
-            _, measured = measurer.measure_after_prompt(
-                context, response, question, example, meanwhile=work
-            )
-        else:
-            planned = measurer.prepare(context, response, question, example=example)
-            measured = measurer.measure_batch([planned], meanwhile=lambda: work(planned))[0]
+        measured = self.measurer.measure_batch([planned], meanwhile=work)[0]
         return self._combine([measured], [Window(0, len(whole))], texts=texts[0])
 
     def _read_windows(
@@ -323,25 +316,19 @@ class Grounder:
     def _prepare(
         self, context: str, response: str, question: str | None
     ) -> Prepared | tuple[str, list[Window]]:
-        """The example of one pass, checked (every limit of :meth:`ground`) and prepared;
-        or, for a context longer than ``max_tokens``, :meth:`_checked`'s plan."""
-        example = self._checked(context, response, question)
-        if isinstance(example, Segmented):
-            return self.measurer.prepare(context, response, question, example=example)
-        return example
-
-    def _checked(
-        self, context: str, response: str, question: str | None
-    ) -> Segmented | tuple[str, list[Window]]:
-        """The tokenised example of one pass, checked; or, for a context longer than
-        ``max_tokens``, the checked part of the response and the context's windows."""
+        """The example of one pass, checked (every limit of :meth:`ground`); or, for a
+        context longer than ``max_tokens``, the checked part of the response and the
+        context's windows."""
         check_texts(
             {"context": context, "response": response, "question": question}, self.max_chars
         )
         example = self.measurer.tokenize(context, response, question)
         first, last = example.token_span("answer")
         check_response_tokens(last - first, self.max_response_tokens)
-        return self._plan(context, response, example) or example
+        plan = self._plan(context, response, example)
+        if plan is None:
+            return self.measurer.prepare(context, response, question, example=example)
+        return plan
 
     def score(self, measured: Measurement) -> Grounding:
         """Turn a :class:`Measurement` into a :class:`Grounding` with this configuration."""
@@ -576,6 +563,23 @@ def _evidence(measured: Measurement, unit: int) -> tuple[TextSpan | None, float 
 def model_name(model: PreTrainedModel) -> str:
     """The model's ``config.name_or_path``, else its class name (recorded in results)."""
     return str(getattr(model.config, "name_or_path", "") or type(model).__name__)
+
+
+def sentence_scores(
+    measured: Measurement, heads: np.ndarray, quantile: float
+) -> tuple[np.ndarray, list[tuple[int, int]], list[float]]:
+    """The score of rcstat before words (``exp(−r·NLL)`` per token over the RC ``heads``,
+    sentence = lower ``quantile``): token scores ``[G]``, each sentence's token range and its
+    score. The benchmark keeps it as the variant ``exp_rc_nll``."""
+    example = measured.example
+    first = example.token_span("answer")[0]
+    scores = token_scores(measured.rc(heads), measured.nll)
+    ranges, values = [], []
+    for unit in measured.units:
+        a, b = (t - first for t in example.token_span("answer", unit.start, unit.end))
+        ranges.append((a, b))
+        values.append(aggregate(scores[a:b], quantile))
+    return scores, ranges, values
 
 
 def _copy(span: TextSpan) -> TextSpan:

@@ -259,83 +259,28 @@ class Measurer:
                 "are the same (one prompt, several responses)"
             )
         device = input_device(self.model)
-        cache = self._prompt_cache(prompt, device)
-        return [self._response_pass(p, cache, device) for p in prepared]
-
-    def measure_after_prompt(
-        self,
-        context: str,
-        response: str,
-        question: str | None,
-        example: Segmented,
-        *,
-        meanwhile: Callable[[Prepared], object] | None = None,
-    ) -> tuple[Prepared, Measurement]:
-        """Measure one example tokenised by :meth:`tokenize`, its prompt's pass first.
-
-        The prompt's pass (every token before the first captured row, without the capture) is
-        queued before the host's work on the texts (:meth:`prepare`: the response's
-        sentences, the copy feature's word matches, the capture's indices), which then runs
-        while the device reads the prompt; the response's pass follows with the capture,
-        reading the prompt's keys and values from its cache, as in :meth:`measure_shared`
-        (equal to :meth:`measure_batch` up to floating-point rounding). ``meanwhile`` runs
-        with the prepared example once the response's pass is queued. The example is checked
-        against the model's window before any pass.
-        """
-        if not self.keeps_every_key:
-            raise ValueError(
-                "the model has sliding-window layers, whose cache keeps only the last keys: "
-                "measure the example in one pass (measure_batch)"
-            )
-        check_example(self.model, example)
-        split = ResponseRows(example.token_span("context"), example.token_span("answer")).first_row
-        device = input_device(self.model)
-        cache = self._prompt_cache(example.input_ids[0][:split], device)
-        prepared = self.prepare(context, response, question, example=example)
-        return prepared, self._response_pass(prepared, cache, device, meanwhile)
-
-    @property
-    def reads_prompt_first(self) -> bool:
-        """Whether :class:`~rcstat.grounding.Grounder` measures one example with
-        :meth:`measure_after_prompt`: on a GPU, where the host's work on the texts then
-        overlaps the device's (docs/benchmarks.md §6.35), for a model whose cache keeps every
-        key; on a CPU one pass costs less."""
-        return input_device(self.model).type == "cuda" and self.keeps_every_key
-
-    def _prompt_cache(self, prompt: torch.Tensor, device: torch.device) -> Any:
-        """The cache of a pass over ``prompt`` ``[T0]`` (no capture; only the last row's
-        logits), queued and not waited for."""
         with torch.no_grad():
-            return returned_cache(  # before any pass: a plain copy waits for nothing
+            cache = returned_cache(  # before any pass: a plain copy waits for nothing
                 self.model(prompt[None].to(device), use_cache=True, logits_to_keep=1)
             )
-
-    def _response_pass(
-        self,
-        prepared: Prepared,
-        cache: Any,
-        device: torch.device,
-        meanwhile: Callable[[Prepared], object] | None = None,
-    ) -> Measurement:
-        """The measurement of ``prepared`` from a pass over its tokens from the first captured
-        row, reading the tokens before it from ``cache`` (left as it was found)."""
-        seq = prepared.example.input_ids[0]  # [T]
-        rows = prepared.passed.rows
-        split = rows.first_row
-        reduce = self._reducer([prepared.passed])
-        end = rows.first_row + rows.num_rows
-        with (
-            torch.no_grad(),
-            capture_scores(self.model, reduce, query_start=rows.first_row, query_end=end) as res,
-        ):
-            predicted = self._predict([seq], [rows.num_rows], device, past=cache, start=split)
-            if meanwhile is not None:
-                meanwhile(prepared)
-        # the prompt's keys and values again, for the next response (a negative crop removes
-        # that many tokens: the one form every transformers release takes)
-        cache.crop(split - cache.get_seq_length())
-        priors = self._priors([prepared], [seq], [rows.num_rows], device)
-        return self._measurements([prepared], res.ordered(), predicted, priors)[0]
+        out: list[Measurement] = []
+        for p, seq in zip(prepared, sequences, strict=True):
+            rows = p.passed.rows
+            reduce = self._reducer([p.passed])
+            end = rows.first_row + rows.num_rows
+            with (
+                torch.no_grad(),
+                capture_scores(
+                    self.model, reduce, query_start=rows.first_row, query_end=end
+                ) as res,
+            ):
+                predicted = self._predict([seq], [rows.num_rows], device, past=cache, start=split)
+            # the prompt's keys and values again, for the next response (a negative crop
+            # removes that many tokens: the one form every transformers release takes)
+            cache.crop(split - cache.get_seq_length())
+            priors = self._priors([p], [seq], [rows.num_rows], device)
+            out += self._measurements([p], res.ordered(), predicted, priors)
+        return out
 
     def _reducer(
         self, examples: Sequence[PassExample]
