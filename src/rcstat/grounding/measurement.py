@@ -18,7 +18,7 @@ from rcstat.grounding.features import HEAD_FEATURES, PassExample
 from rcstat.grounding.score import DEFAULT_QUANTILE, lower_quantiles
 from rcstat.segments import Segmented
 
-__all__ = ["Measurement", "Prepared", "feature_names", "token_spans_of"]
+__all__ = ["Measurement", "Prepared", "feature_names"]
 
 
 def feature_names(layers: int, heads: int) -> list[str]:
@@ -101,7 +101,7 @@ class Measurement:
 
     def token_spans(self) -> np.ndarray:
         """``[G, 2]`` int64 character offsets of each response token in the response."""
-        return token_spans_of(self.example, len(self.nll))
+        return _token_spans(self.example, len(self.nll))
 
     def copied_tokens(self) -> np.ndarray:
         """``[n]`` indices of the response tokens whose word occurs in the context (where
@@ -144,10 +144,10 @@ class Prepared:
 
     def token_spans(self) -> np.ndarray:
         """``[G, 2]``: :meth:`Measurement.token_spans` of its measurement, known before it."""
-        return token_spans_of(self.example, self.passed.rows.num_rows - 1)
+        return _token_spans(self.example, self.passed.rows.num_rows - 1)
 
 
-def token_spans_of(example: Segmented, count: int) -> np.ndarray:
+def _token_spans(example: Segmented, count: int) -> np.ndarray:
     """``[count, 2]``: the first ``count`` response tokens' offsets in the response."""
     first = example.token_span("answer")[0]
     base = example.parts["answer"][0]
