@@ -25,7 +25,8 @@ as a CUDA graph. The full cache runs twice: ``static`` is transformers' ``Static
 (``context + rounds · new tokens`` positions, read through sdpa with its mask, as transformers'
 own graph-captured decoding does) and ``ragged 0.0`` a RaggedCache keeping every entry, read
 by the same split-KV kernel as the compressed rows; each compressed row's ratios are over the
-faster of the two (its ``baseline``). Each row is ``--rounds``
+faster of the two (its ``baseline``); ``--no-static`` leaves the ``StaticCache`` out (its
+steps read the whole padded cache: minutes a row at 64k and batch 8). Each row is ``--rounds``
 calls of ``--new-tokens`` steps on the same cache, one after the other (the sequence grows by
 the tokens of the rounds before); tokens/s is the median round, with its min and max, each
 round's time including its graph recordings. ``--budget-gib G`` runs, for each context and
@@ -247,17 +248,23 @@ def measured_row(
     return generate_row(model, ids, ratio, args.new_tokens, generator)
 
 
+def full_graphed(args: argparse.Namespace) -> tuple[float | None, ...]:
+    """The full caches timed with ``--graphs``, as ratios: :data:`FULL_GRAPHED`, or with
+    ``--no-static`` only the RaggedCache keeping every entry."""
+    return FULL_GRAPHED if args.static else (0.0,)
+
+
 def full_rows(
     model: LlamaForCausalLM, ids: torch.Tensor, args: argparse.Namespace, generator: torch.Generator
 ) -> list[dict[str, Any]]:
     """The full cache's rows: eager, a ``DynamicCache``; with ``--graphs``, transformers'
-    ``StaticCache`` (sdpa) and a RaggedCache keeping every entry (ratio 0, read by the same
-    kernel as the compressed rows)."""
+    ``StaticCache`` (sdpa; not with ``--no-static``) and a RaggedCache keeping every entry
+    (ratio 0, read by the same kernel as the compressed rows)."""
     if not args.graphs:
         return [measured_row(model, ids, None, args, generator)]
     return [
         graphed_row(model, ids, ratio, args.new_tokens, args.rounds, generator)
-        for ratio in FULL_GRAPHED
+        for ratio in full_graphed(args)
     ]
 
 
@@ -306,11 +313,11 @@ def budget_rows(
             ids = torch.randint(1, vocab, (largest, context), generator=generator).to("cuda")
             fulls = [
                 plan | graphed_row(model, ids[: plan["batch_full"]], kept, *timing)
-                for kept in FULL_GRAPHED
+                for kept in full_graphed(args)
             ]
             ragged = graphed_row(model, ids[: plan["batch_ragged"]], ratio, *timing)
             rows += [*fulls, plan | with_ratios(ragged, fastest(fulls))]
-            for row in rows[-3:]:
+            for row in rows[-len(fulls) - 1 :]:
                 say(row)
     return rows
 
@@ -353,10 +360,18 @@ def main() -> None:
     parser.add_argument("--graphs", action="store_true", help="time graphed_generate instead")
     parser.add_argument("--rounds", type=int, default=3, help="graphed calls per row")
     parser.add_argument("--budget-gib", type=float, help="with --graphs: batches that fit G GiB")
+    parser.add_argument(
+        "--no-static",
+        dest="static",
+        action="store_false",
+        help="with --graphs: leave out transformers' StaticCache (minutes a row at long contexts)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args()
     if args.budget_gib is not None and not args.graphs:
         parser.error("--budget-gib needs --graphs")
+    if not args.static and not args.graphs:
+        parser.error("--no-static needs --graphs")
     if args.rounds < 1 or args.new_tokens < 1:
         parser.error("--rounds and --new-tokens must be at least 1")
     if not torch.cuda.is_available():
@@ -376,7 +391,7 @@ def main() -> None:
     name = f"generate{'_graphed' if args.graphs else ''}_{device_label('cuda')}"
     if args.graphs:  # warm-up: kernels compiled, CUDA graphs' first recording
         warm = torch.randint(1, model.config.vocab_size, (1, 1024), generator=generator)
-        for ratio in (None, *args.ratio):
+        for ratio in (*full_graphed(args), *args.ratio):
             graphed_row(model, warm.to(device), ratio, 4, 1, generator)
     if args.budget_gib is not None:
         rows = budget_rows(model, args, generator)

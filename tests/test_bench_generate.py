@@ -3,6 +3,7 @@ cache moved into a ``StaticCache`` continues as the ``DynamicCache`` it came fro
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import pytest
@@ -74,3 +75,27 @@ def test_ratios_are_over_the_fastest_full_cache() -> None:
     assert row["baseline"] == "ragged 0.0"
     assert row["speed_ratio"] == pytest.approx(1.2)
     assert row["kv_ratio"] == 0.5 and row["peak_ratio"] == 0.75
+
+
+@pytest.mark.parametrize(("static", "timed"), [(True, [None, 0.0]), (False, [0.0])])
+def test_no_static_leaves_out_only_the_static_cache(
+    monkeypatch: pytest.MonkeyPatch, static: bool, timed: list[float | None]
+) -> None:
+    """``--no-static``: the full cache is the RaggedCache keeping every entry, alone."""
+    seen: list[float | None] = []
+
+    def row(model: Any, ids: Any, ratio: float | None, *rest: Any) -> dict[str, Any]:
+        seen.append(ratio)
+        return {"ratio": ratio}
+
+    monkeypatch.setattr(bench, "graphed_row", row)
+    args = argparse.Namespace(graphs=True, static=static, new_tokens=2, rounds=1)
+    rows = bench.full_rows(None, torch.zeros(1, 4), args, torch.Generator())  # type: ignore[arg-type]
+    assert seen == timed and [r["ratio"] for r in rows] == timed
+
+
+def test_no_static_needs_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.argv", ["bench_generate", "--no-static"])
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main()
+    assert exit_info.value.code == 2
