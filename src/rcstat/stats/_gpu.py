@@ -42,6 +42,9 @@ _SPLIT_ROWS = 2  # ... when there are at most this many rows per SM
 _SAMPLED_FROM = 1 << 19  # cross sets at least this large bracket their crossing by a sample
 _SAMPLES = 4096  # at most this many cross samples a row for the bracket
 _SIGMAS = 4.0  # the bracket's half-width, in standard deviations of a sample count
+# the bracket's samples a program and its groups of the slots' prefix sum (measured best on an
+# H200: docs/benchmarks.md §6.37)
+_BRACKET_TILE, _BRACKET_GROUP = 2048, 8
 _MAX_SCALE = 1e30  # buckets per unit of value: (v − low)·scale stays finite for finite v
 
 
@@ -500,7 +503,7 @@ def _bracketed(
     below = torch.zeros(rows, dtype=torch.int32, device=x.device)
     total = torch.zeros(rows, dtype=torch.int32, device=x.device)
     inside = torch.full((rows, capacity), torch.inf, device=x.device)  # +inf: never selected
-    tile = _tile(n)
+    tile = max(_tile(n), _BRACKET_TILE)
     with on_device(x.device):
         bracket_kernel[(rows, -(-n // tile))](
             x,
@@ -514,6 +517,7 @@ def _bracketed(
             inside,
             capacity,
             BLOCK_N=tile,
+            GROUP=_BRACKET_GROUP,
         )
     split = torch.empty(rows, dtype=torch.float32, device=x.device)
     found = _radix_crossing(inside[:, None], ys, count, split, None, below.long(), n)
