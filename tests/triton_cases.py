@@ -503,3 +503,31 @@ def test_a_misleading_sample_leaves_the_row_to_the_radix_selection(
     _, done = _gpu._bracketed(x, samples.ys, samples.count)
     assert not bool(done[0])
     _minimises_the_split_objective(x, y, _gpu.crossing(x, samples.ys, samples.count))
+
+
+@pytest.mark.parametrize("filled", [[40, 25, 7], [1, 40, 2]])
+def test_the_radix_selection_reads_only_the_filled_values(filled: list[int]) -> None:
+    """A buffer filled up to ``filled[r]`` (the bracket's collected values): the values after
+    it are never counted, the last one always is. With every ``y`` above every ``x``, the
+    crossing is the largest ``x`` (written last), and lower values past the filled part would
+    move it."""
+    width, m = 40, 6
+    gen = torch.Generator().manual_seed(17)
+    buffer = torch.full((3, width), -1e6)  # [R, C]: what was never written
+    for row, size in enumerate(filled):
+        values = torch.rand(size, generator=gen) * 10 - 5
+        top = int(values.argmax())
+        values[[top, size - 1]] = values[[size - 1, top]]  # the largest at the end
+        buffer[row, :size] = values
+    ys = torch.full((3, m), 10.0)
+    count = torch.full((3,), m, dtype=torch.int32)
+    below = torch.tensor([width - size for size in filled])  # as if under every value
+    held = torch.tensor(filled, dtype=torch.int32)
+
+    def crossing(part: torch.Tensor | None) -> torch.Tensor:
+        split = torch.empty(3, dtype=torch.float32)
+        return _gpu._radix_crossing(buffer[:, None], ys, count, split, None, below, width, part)
+
+    expected = torch.stack([buffer[row, size - 1] for row, size in enumerate(filled)])
+    assert torch.equal(crossing(held), expected)
+    assert not torch.equal(crossing(None), expected)  # the unwritten values would count

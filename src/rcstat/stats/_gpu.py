@@ -389,13 +389,15 @@ def _radix_crossing(
     done: torch.Tensor | None,
     below: torch.Tensor | None = None,
     size: int | None = None,
+    filled: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`crossing` by a radix selection over the keys of ``x`` and ``y`` weighted by the
     other set's size (``m·#{x <= t} + n·#{y <= t} >= n·m``), 8 bits per pass, two kernels per
     pass and no work on the host. Writes ``split`` where ``done`` (int8 ``[R]``) is 0.
 
     ``x`` may be part of a set of ``size`` values of which ``below`` (int64 ``[R]``) lie
-    under every value of ``x`` (the bracket's collected values).
+    under every value of ``x`` (the bracket's collected values), of which only the first
+    ``filled`` (int32 ``[R]``; past the row's width, all of it) were written.
     """
     from rcstat.stats._triton import radix_histogram_kernel, radix_select_kernel
 
@@ -423,9 +425,11 @@ def _radix_crossing(
                 shift,
                 _int32(high_mask),
                 skip,
+                skip if filled is None else filled,  # not read without HELD
                 BLOCK_N=tile,
                 CHUNKS=chunks,
                 SKIP=done is not None,
+                HELD=filled is not None,
             )
             radix_select_kernel[(rows,)](
                 hist,
@@ -520,7 +524,7 @@ def _bracketed(
             GROUP=_BRACKET_GROUP,
         )
     split = torch.empty(rows, dtype=torch.float32, device=x.device)
-    found = _radix_crossing(inside[:, None], ys, count, split, None, below.long(), n)
+    found = _radix_crossing(inside[:, None], ys, count, split, None, below.long(), n, total)
     at_low = torch.searchsorted(ys, low[:, None], right=True)[:, 0].clamp_max(m)
     done = (found <= high) & (total <= capacity) & (m * below.long() + n * at_low < n * m)
     return found, done.to(torch.int8)

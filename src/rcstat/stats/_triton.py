@@ -408,17 +408,26 @@ def radix_histogram_kernel(
     shift,
     high_mask,
     done_ptr,
+    held_ptr,
     BLOCK_N: tl.constexpr,
     CHUNKS: tl.constexpr,
     SKIP: tl.constexpr,
+    HELD: tl.constexpr,
 ):
     """Add to ``hist[r, d]`` the ``x`` of row ``r`` whose key matches the row's prefix
     (``prefix_ptr``, int64) on the bits of ``high_mask`` and has digit
     ``d = (key >> shift) & 255``; each program counts ``CHUNKS`` tiles before one atomic
-    add per digit. With ``SKIP``, rows whose ``done`` flag is set are left alone."""
+    add per digit. With ``SKIP``, rows whose ``done`` flag is set are left alone; with
+    ``HELD``, only the first ``held[r]`` values of row ``r`` count (int32, may exceed the
+    row: a buffer filled up to there), and programs past them return at once."""
     row = tl.program_id(0)
     if SKIP:
         if tl.load(done_ptr + row) != 0:
+            return
+    held = width_a * width_b
+    if HELD:
+        held = tl.minimum(held, tl.load(held_ptr + row))
+        if tl.program_id(1) * CHUNKS * BLOCK_N >= held:
             return
     prefix = tl.load(prefix_ptr + row).to(tl.int32)  # the low 32 bits
     counts = tl.zeros([256], dtype=tl.int32)
@@ -427,6 +436,8 @@ def radix_histogram_kernel(
         x, mask = _row_tile(
             x_ptr, row, tile, stride_r, stride_a, stride_b, width_a, width_b, BLOCK_N
         )
+        if HELD:
+            mask = mask & (tile * BLOCK_N + tl.arange(0, BLOCK_N) < held)
         key = _key(x)
         match = mask & (((key ^ prefix) & high_mask) == 0)
         counts += tl.histogram((key >> shift) & 255, 256, mask=match)  # [256]
