@@ -383,14 +383,15 @@ def rank_sums_kernel(
 
 @triton.jit
 def _row_tile(
-    x_ptr, row, tile, stride_r, stride_a, stride_b, width_a, width_b, BLOCK_N: tl.constexpr
+    x_ptr, row, tile, stride_r, stride_a, stride_b, width_b, count, BLOCK_N: tl.constexpr
 ):
-    """``(x, mask)``: tile ``tile`` of row ``row``'s ``width_a·width_b`` samples (row-major
-    over the ``a`` and ``b`` axes, read through the strides) as float32, 0 past the end."""
+    """``(x, mask)``: tile ``tile`` of the first ``count`` samples of row ``row`` (row-major
+    over the ``a`` and ``b`` axes, ``width_b`` a row of ``a``, read through the strides) as
+    float32, 0 past them."""
     es = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     a = es // width_b
     b = es - a * width_b
-    mask = es < width_a * width_b
+    mask = es < count
     offsets = row.to(tl.int64) * stride_r + a.to(tl.int64) * stride_a + b.to(tl.int64) * stride_b
     return tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32), mask
 
@@ -424,20 +425,16 @@ def radix_histogram_kernel(
     if SKIP:
         if tl.load(done_ptr + row) != 0:
             return
-    held = width_a * width_b
+    size = width_a * width_b  # the samples read
     if HELD:
-        held = tl.minimum(held, tl.load(held_ptr + row))
-        if tl.program_id(1) * CHUNKS * BLOCK_N >= held:
+        size = tl.minimum(size, tl.load(held_ptr + row))
+        if tl.program_id(1) * CHUNKS * BLOCK_N >= size:
             return
     prefix = tl.load(prefix_ptr + row).to(tl.int32)  # the low 32 bits
     counts = tl.zeros([256], dtype=tl.int32)
     for chunk in tl.static_range(CHUNKS):
         tile = tl.program_id(1) * CHUNKS + chunk
-        x, mask = _row_tile(
-            x_ptr, row, tile, stride_r, stride_a, stride_b, width_a, width_b, BLOCK_N
-        )
-        if HELD:
-            mask = mask & (tile * BLOCK_N + tl.arange(0, BLOCK_N) < held)
+        x, mask = _row_tile(x_ptr, row, tile, stride_r, stride_a, stride_b, width_b, size, BLOCK_N)
         key = _key(x)
         match = mask & (((key ^ prefix) & high_mask) == 0)
         counts += tl.histogram((key >> shift) & 255, 256, mask=match)  # [256]
@@ -522,8 +519,9 @@ def bracket_kernel(
     took most of the kernel's time."""
     row = tl.program_id(0)
     x, mask = _row_tile(
-        x_ptr, row, tl.program_id(1), stride_r, stride_a, stride_b, width_a, width_b, BLOCK_N
-    )
+        x_ptr, row, tl.program_id(1), stride_r, stride_a, stride_b, width_b, width_a * width_b,
+        BLOCK_N,
+    )  # fmt: skip
     low = tl.load(low_ptr + row)
     inside = mask & (x > low) & (x <= tl.load(high_ptr + row))
     tl.atomic_add(below_ptr + row, tl.sum((mask & (x <= low)).to(tl.int32), 0), sem="relaxed")
