@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rcstat.attribution import split_sentences
@@ -266,18 +266,23 @@ def distinct_corpora(draw: st.DrawFn) -> list[str]:
             before = draw(st.lists(st.sampled_from(_FILLER), max_size=6))
             after = draw(st.lists(st.sampled_from(_FILLER), min_size=1, max_size=6))
             sentences_.append(" ".join(["The", *before, fact, *after]) + ".")
+        if draw(st.booleans()):  # a sentence written twice
+            sentences_.append(sentences_[0])
         contexts.append(" ".join(sentences_))
     return contexts
 
 
 @_PROPS
 @given(distinct_corpora(), st.integers(1, 3), st.integers(0, 2**16))
+@example(  # a sentence written twice: two pairs with the same copy (found by CI)
+    ["The Gustave Eiffel built. The 1001 was. The Gustave Eiffel built.", "The Bruno was."], 2, 0
+)
 def test_every_context_gets_its_pairs_when_replacements_exist(
     contexts: list[str], per_context: int, seed: int
 ) -> None:
     """With facts of each kind in every context and none shared, a context yields exactly
-    min(per_context, its sentences of 4 to 60 words) pairs (when the other contexts hold a fact
-    of every kind this one has)."""
+    min(per_context, its sentence occurrences of 4 to 60 words) pairs (when the other contexts
+    hold a fact of every kind this one has)."""
     pairs = swap_pairs(contexts, per_context=per_context, seed=seed)
     for i, context in enumerate(contexts):
         eligible = [s for s in split_sentences(context) if 4 <= len(s.text.split()) <= 60]
@@ -292,7 +297,8 @@ def test_every_context_gets_its_pairs_when_replacements_exist(
         got = [p for p in pairs if p.source == i]
         if kinds_here <= kinds_elsewhere:
             assert len(got) == min(per_context, len(eligible))
-        assert len({p.copy for p in got}) == len(got)  # distinct sentences, one fact each
+        # one fact a sentence occurrence: a sentence written twice is two candidates
+        assert not Counter(p.copy for p in got) - Counter(s.text for s in eligible)
 
 
 def test_the_seed_changes_the_choices() -> None:

@@ -136,7 +136,8 @@ def swap_pairs(
         The documents; at least two distinct ones (an edit takes its fact from another).
     per_context
         At most this many pairs per context (sentences chosen at random among those holding a
-        fact, one fact each).
+        fact, one fact each; a sentence written twice in a context is two candidates, as in
+        :func:`opposite_pairs`).
     seed
         Seed of the choices (the same inputs and seed give the same pairs).
     language
