@@ -329,7 +329,8 @@ def _offset_array(offsets: Any) -> np.ndarray:
             raise ValueError(f"offsets: token {k} has {item!r}, not a (start, end) pair")
         flat = np.fromiter(itertools.chain.from_iterable(offsets), np.int64, 2 * len(offsets))
         return flat.reshape(-1, 2)
-    bounds = np.array(offsets, dtype=np.int64)
+    # asarray, then a copy of our own: np.array on a tensor warns (torch's __array__ takes no copy)
+    bounds = np.asarray(offsets, dtype=np.int64).copy()
     if bounds.ndim != 2 or bounds.shape[1] != 2:
         raise ValueError(
             f"offsets: expected one (start, end) pair per token, got {_describe(offsets)}"
