@@ -6,6 +6,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -427,3 +428,25 @@ def test_every_knob_of_rcstat_is_its_own_row_of_the_summaries(tmp_path: Path) ->
     ver = found[found["metric"] == "ver"]
     assert len(ver) == len(variants) and (ver["examples"] == 2).all()
     assert sorted(ver["rcstat"]) == [2.0 + j for j in range(len(variants))]
+
+
+def test_every_row_of_the_summary_is_on_a_curve_of_the_figures(tmp_path: Path) -> None:
+    """The baselines, whose RCStat knobs are empty (NaN in ``summary.csv``), are curves of
+    ``ver_vs_ratio.png`` and ``rougeL_vs_ratio.png`` beside RCStat's in both modes: every row
+    of the summary is on exactly one curve, each in order of realized ratio."""
+    from rcstat.evaluation.kv_summary import curves
+
+    model, tok = tiny_model("llama"), make_tiny_tokenizer()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="No artists with labels")  # an empty legend
+        summary = _run(tmp_path, model, tok, presses=["knorm", "tova", "rcstat"], thresholds=[1.0])
+    assert summary[["group"]].isna().any().all()  # the baselines' rows
+    for metric in ("ver_mean", "rougeL"):
+        found = curves(summary, metric)
+        labels = [name for name, _ in found]
+        assert labels.count("knorm") == labels.count("tova") == 1
+        assert {name.split(" ")[0] for name in labels} == {"knorm", "tova", "rcstat"}
+        assert any("target ratio" in name for name in labels)
+        assert any("threshold c" in name for name in labels)
+        assert sum(len(part) for _, part in found) == len(summary)
+        assert all(part["ratio_mean"].is_monotonic_increasing for _, part in found)

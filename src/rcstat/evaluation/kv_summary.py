@@ -19,7 +19,7 @@ from rcstat.evaluation.kv_settings import KNOB_DEFAULTS
 from rcstat.report.plots import save_figure
 from rcstat.runs.rows import read_jsonl
 
-__all__ = ["COMPARED_METRICS", "SETTING_COLUMNS", "comparison", "write_summaries"]
+__all__ = ["COMPARED_METRICS", "SETTING_COLUMNS", "comparison", "curves", "write_summaries"]
 
 #: The columns that name a setting in the summaries.
 SETTING_COLUMNS = ["method", "ratio", "threshold", "window", *KNOB_DEFAULTS]
@@ -84,6 +84,28 @@ def _window_as_text(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(window=frame["window"].astype(str))
 
 
+def curves(summary: pd.DataFrame, metric: str) -> list[tuple[str, pd.DataFrame]]:
+    """The curves of ``metric`` against the realized ratio in ``summary``: one a press setting
+    (a baseline by its name; RCStat by mode, window and the knobs off their defaults), each with
+    its label and its rows in order of realized ratio. A baseline's RCStat knobs are empty
+    (``NaN``): such rows form their own curve instead of being dropped."""
+    mode = summary["threshold"].notna().rename("mode")
+    knobs = [summary[c] for c in SETTING_COLUMNS if c not in ("ratio", "threshold")]
+    found = []
+    for (method, window, *options, threshold), part in summary.groupby(
+        [*knobs, mode], sort=False, dropna=False
+    ):
+        knob = dict(zip(KNOB_DEFAULTS, options, strict=True))
+        shown = [f"{n} {v}" for n, v in knob.items() if v != KNOB_DEFAULTS[n]]
+        if threshold or knob["budget"] == "layer":  # the floor belongs to the pooled budget
+            shown = [text for text in shown if not text.startswith("floor")]
+        extra = "".join(f", {text}" for text in shown)
+        kind = "threshold c" if threshold else "target ratio"
+        name = f"{method} ({kind}, w = {window}{extra})" if method == "rcstat" else str(method)
+        found.append((name, part.sort_values("ratio_mean")[["ratio_mean", metric]]))
+    return found
+
+
 def _plot(summary: pd.DataFrame, into: Path) -> None:
     import matplotlib
 
@@ -92,19 +114,7 @@ def _plot(summary: pd.DataFrame, into: Path) -> None:
 
     for metric, label in (("ver_mean", "VER (lower is better)"), ("rougeL", "ROUGE-L F1")):
         fig, ax = plt.subplots(figsize=(6, 4))
-        mode = summary["threshold"].notna().rename("mode")
-        knobs = [summary[c] for c in SETTING_COLUMNS if c not in ("ratio", "threshold")]
-        for (method, window, *options, threshold), part in summary.groupby(
-            [*knobs, mode], sort=False
-        ):
-            part = part.sort_values("ratio_mean")
-            knob = dict(zip(KNOB_DEFAULTS, options, strict=True))
-            shown = [f"{n} {v}" for n, v in knob.items() if v != KNOB_DEFAULTS[n]]
-            if threshold or knob["budget"] == "layer":  # the floor belongs to the pooled budget
-                shown = [text for text in shown if not text.startswith("floor")]
-            extra = "".join(f", {text}" for text in shown)
-            kind = "threshold c" if threshold else "target ratio"
-            name = f"{method} ({kind}, w = {window}{extra})" if method == "rcstat" else method
+        for name, part in curves(summary, metric):
             ax.plot(part["ratio_mean"], part[metric], marker="o", label=name)
         if metric == "ver_mean" and (summary[metric] > 0).all():
             ax.set_yscale("log")  # VER spans orders of magnitude across ratios
