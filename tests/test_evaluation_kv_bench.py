@@ -446,7 +446,7 @@ def test_every_row_of_the_summary_is_on_a_curve_of_the_figures(tmp_path: Path) -
         labels = [name for name, _ in found]
         assert labels.count("knorm") == labels.count("tova") == 1
         assert {name.split(" ")[0] for name in labels} == {"knorm", "tova", "rcstat"}
-        assert any("target ratio" in name for name in labels)
-        assert any("threshold c" in name for name in labels)
+        assert "rcstat (target ratio, w = 8)" in labels  # each mode's GQA rule not shown
+        assert "rcstat (threshold c, w = 8)" in labels
         assert sum(len(part) for _, part in found) == len(summary)
         assert all(part["ratio_mean"].is_monotonic_increasing for _, part in found)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rcstat.evaluation.kv_settings import KNOB_DEFAULTS
+from rcstat.evaluation.kv_settings import KNOB_DEFAULTS, mode_group
 from rcstat.report.plots import save_figure
 from rcstat.runs.rows import read_jsonl
 
@@ -86,9 +86,10 @@ def _window_as_text(frame: pd.DataFrame) -> pd.DataFrame:
 
 def curves(summary: pd.DataFrame, metric: str) -> list[tuple[str, pd.DataFrame]]:
     """The curves of ``metric`` against the realized ratio in ``summary``: one a press setting
-    (a baseline by its name; RCStat by mode, window and the knobs off their defaults), each with
-    its label and its rows in order of realized ratio. A baseline's RCStat knobs are empty
-    (``NaN``): such rows form their own curve instead of being dropped."""
+    (a baseline by its name; RCStat by mode, window and the knobs off their defaults, the GQA
+    rule's being the mode's), each with its label and its rows in order of realized ratio. A
+    baseline's RCStat knobs are empty (``NaN``): such rows form their own curve instead of
+    being dropped."""
     mode = summary["threshold"].notna().rename("mode")
     knobs = [summary[c] for c in SETTING_COLUMNS if c not in ("ratio", "threshold")]
     found = []
@@ -96,7 +97,9 @@ def curves(summary: pd.DataFrame, metric: str) -> list[tuple[str, pd.DataFrame]]
         [*knobs, mode], sort=False, dropna=False
     ):
         knob = dict(zip(KNOB_DEFAULTS, options, strict=True))
-        shown = [f"{n} {v}" for n, v in knob.items() if v != KNOB_DEFAULTS[n]]
+        rule = mode_group(None if threshold else float(part["ratio"].iloc[0]))
+        defaults = {**KNOB_DEFAULTS, "group": rule}  # the GQA rule's default is the mode's
+        shown = [f"{n} {v}" for n, v in knob.items() if v != defaults[n]]
         if threshold or knob["budget"] == "layer":  # the floor belongs to the pooled budget
             shown = [text for text in shown if not text.startswith("floor")]
         extra = "".join(f", {text}" for text in shown)
