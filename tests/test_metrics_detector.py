@@ -70,6 +70,39 @@ def test_evaluate_with_groups_uses_the_cluster_bootstrap_and_transfer() -> None:
     )
 
 
+def test_evaluate_without_the_transfer_keeps_the_intervals() -> None:
+    """``transfer=False``: the same resamples and intervals, no transfer; and where the
+    transfer cannot run (a half of the groups holds one class), the intervals still can."""
+    scores, labels, groups = grouped(n_groups=10, per_group=4)
+    full = evaluate(scores, labels, groups=groups, n_resamples=100, seed=2)
+    alone = evaluate(scores, labels, groups=groups, n_resamples=100, seed=2, transfer=False)
+    assert alone.transfer_balanced_accuracy is None
+    assert (alone.auroc_interval, alone.auc_pr_interval, alone.skipped_resamples) == (
+        full.auroc_interval,
+        full.auc_pr_interval,
+        full.skipped_resamples,
+    )
+    # three groups, two of one class: with seed 0 half B is group b alone, all False
+    scores3 = np.array([0.9, 0.8, 0.2, 0.1, 0.7, 0.3])
+    labels3 = np.array([True, True, False, False, True, False])
+    groups3 = ["a", "a", "b", "b", "c", "c"]
+    with pytest.raises(ValueError, match=r"half B .* needs both classes"):
+        evaluate(scores3, labels3, groups=groups3, n_resamples=50, seed=0)
+    report = evaluate(scores3, labels3, groups=groups3, n_resamples=50, seed=0, transfer=False)
+    low, high = report.auroc_interval
+    assert low <= report.auroc <= high
+
+
+def test_a_bootstrap_over_one_group_is_refused() -> None:
+    """One group: every resample is the data itself, an interval of width 0; refused."""
+    scores, labels = np.array([0.9, 0.2, 0.8, 0.1]), np.array([True, False, True, False])
+    with pytest.raises(ValueError, match="needs at least 2 groups, got 1"):
+        bootstrap_interval(auroc, scores, labels, groups=["g"] * 4, n_resamples=10)
+    with pytest.raises(ValueError, match="needs at least 2 groups, got 1"):
+        evaluate(scores, labels, groups=["g"] * 4, n_resamples=10, transfer=False)
+    assert bootstrap_interval(auroc, scores, labels, groups=["g", "g", "h", "h"], n_resamples=10)
+
+
 # ------------------------------------------------------------------- input validation
 
 SCORED: list[Callable[[np.ndarray, np.ndarray], Any]] = [

@@ -149,12 +149,14 @@ def test_char_prf_by_hand_and_errors() -> None:
 
 def test_group_bootstrap_of_a_constant_and_of_one_example() -> None:
     assert group_bootstrap(lambda i: 0.25, 7, n_resamples=50) == (0.25, 0.25)
+    # one example, or one group holding everything: every resample is the whole sample, an
+    # interval of width 0 that would read as certainty; refused
     values = np.array([3.0])
-    assert group_bootstrap(lambda i: float(values[i].mean()), 1, n_resamples=30) == (3.0, 3.0)
-    # one group holding everything: every resample is the whole sample
+    with pytest.raises(ValueError, match="needs at least 2 examples, got 1"):
+        group_bootstrap(lambda i: float(values[i].mean()), 1, n_resamples=30)
     data = np.arange(6.0)
-    got = group_bootstrap(lambda i: float(data[i].sum()), 6, groups=["g"] * 6, n_resamples=20)
-    assert got == (15.0, 15.0)
+    with pytest.raises(ValueError, match="needs at least 2 groups, got 1"):
+        group_bootstrap(lambda i: float(data[i].sum()), 6, groups=["g"] * 6, n_resamples=20)
 
 
 def test_group_bootstrap_draws_whole_groups_and_is_the_percentile_interval() -> None:
@@ -220,7 +222,7 @@ def test_group_bootstrap_skips_nan_statistics() -> None:
 @pytest.mark.parametrize(
     ("n", "options", "message"),
     [
-        (0, {}, "at least one example"),
+        (0, {}, "at least 2 examples, got 0"),
         (3, {"level": 1.0}, r"level must be in \(0, 1\)"),
         (3, {"level": 0.0}, r"level must be in \(0, 1\)"),
         (3, {"groups": ["a", "b"]}, "groups has 2 entries but scores has 3"),

@@ -34,7 +34,7 @@ from rcstat.grounding.cross_validation import cross_validate
 from rcstat.grounding.measurement import feature_names
 from rcstat.grounding.probe import GroundingProbe
 from rcstat.metrics.detector import breakdown, evaluate
-from rcstat.metrics.ranking import auroc, token_auroc
+from rcstat.metrics.ranking import auc_pr, auroc, token_auroc
 from rcstat.metrics.spans import char_prf, example_prf, group_bootstrap
 from rcstat.metrics.thresholds import threshold_transfer
 from rcstat.report.plots import save_figure
@@ -164,21 +164,29 @@ def metrics_table(
         row: dict[str, Any] = {"method": method, "kind": method_kind(method), "n": len(part)}
         row["auroc"] = auroc(hallucination, labels)
         row["auroc_best_orientation"] = max(row["auroc"], 1 - row["auroc"])
+        row["auc_pr"] = auc_pr(hallucination, labels)
         notes = []
         try:  # a run over few groups may have resamples or halves with one class only
             report = evaluate(
-                hallucination, labels, groups=groups, n_resamples=n_resamples, seed=seed
+                hallucination,
+                labels,
+                groups=groups,
+                n_resamples=n_resamples,
+                seed=seed,
+                transfer=False,  # below, apart: its failure leaves the intervals
             )
             row["auroc_lo"], row["auroc_hi"] = report.auroc_interval
-            row["auc_pr"] = report.auc_pr
             row["auc_pr_lo"], row["auc_pr_hi"] = report.auc_pr_interval
         except ValueError as err:
             notes.append(f"intervals: {err}")
         try:
             transfer = threshold_transfer(hallucination, labels, groups, seed=seed)
             row["balanced_accuracy_transfer"] = transfer.mean_balanced_accuracy
-        except ValueError as err:
-            notes.append(f"threshold transfer: {err}")
+        except ValueError as err:  # its messages name it already
+            text = str(err)
+            notes.append(
+                text if text.startswith("threshold transfer") else f"threshold transfer: {text}"
+            )
         row["note"] = "; ".join(notes)
         rows.append(row)
     columns = [

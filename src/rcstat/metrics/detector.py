@@ -84,7 +84,7 @@ class DetectorReport:
     """Resamples with a single class, left out of both intervals."""
     transfer_balanced_accuracy: float | None = None
     """:attr:`~rcstat.metrics.thresholds.TransferResult.mean_balanced_accuracy` when
-    ``groups`` were given."""
+    ``groups`` were given (and ``transfer``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable values (intervals as two-element lists)."""
@@ -101,6 +101,7 @@ def evaluate(
     groups: Sequence[Hashable] | None = None,
     n_resamples: int = 1000,
     seed: int = 0,
+    transfer: bool = True,
 ) -> DetectorReport:
     """AUROC and AUC-PR with 95 % bootstrap intervals, and threshold transfer over groups.
 
@@ -115,6 +116,9 @@ def evaluate(
     n_resamples, seed
         As in :func:`~rcstat.metrics.bootstrap.bootstrap_interval`; both intervals use the
         same resamples.
+    transfer
+        With ``groups``: whether to report the threshold transfer (``False`` where a caller
+        runs it apart, so that its failure on few groups leaves the intervals).
 
     Returns
     -------
@@ -128,9 +132,9 @@ def evaluate(
     """
     s, y = validate(scores, labels, needs="AUROC")
     values, skipped = bootstrap_values([auroc, auc_pr], s, y, groups, n_resamples, seed)
-    transfer = None
-    if groups is not None:
-        transfer = threshold_transfer(s, y, groups, seed=seed).mean_balanced_accuracy
+    transferred = None
+    if groups is not None and transfer:
+        transferred = threshold_transfer(s, y, groups, seed=seed).mean_balanced_accuracy
     return DetectorReport(
         n=int(s.size),
         positives=int(y.sum()),
@@ -140,5 +144,5 @@ def evaluate(
         auc_pr_interval=percentile_interval(values[:, 1], 0.95),
         n_resamples=n_resamples,
         skipped_resamples=skipped,
-        transfer_balanced_accuracy=transfer,
+        transfer_balanced_accuracy=transferred,
     )

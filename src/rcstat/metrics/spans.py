@@ -122,8 +122,8 @@ def group_bootstrap(
     True
     """
     check_level(level)
-    if n < 1:
-        raise ValueError("group_bootstrap needs at least one example")
+    if n < 2:  # every resample of one example is that example: an interval of width 0
+        raise ValueError(f"group_bootstrap needs at least 2 examples, got {n}")
     rng = np.random.default_rng(seed)
     members = group_members(groups, n)
     values = []
