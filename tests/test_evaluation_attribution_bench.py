@@ -299,3 +299,28 @@ def test_run_of_a_config_writes_the_folder_the_command_writes(
     assert len(loaded) == 2 and again.accuracy is not None
     for name in ("predictions.jsonl", "units.csv"):
         assert (library / name).read_bytes() == (command / name).read_bytes(), name
+
+
+def test_the_chance_line_takes_a_colour_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the accuracy-vs-k figure, no method's curve or level shares the chance line's
+    colour (it once took the red of the fourth ranked method's curve)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgb
+
+    from rcstat.evaluation import attribution_summary
+    from rcstat.evaluation.attribution_scoring import ALL, FIXED, RANKED_METHODS
+
+    methods = [*RANKED_METHODS, FIXED]
+    rows = [{"method": m, "k": k, "accuracy": 0.5, "chance": 0.25} for m in methods for k in (1, 5)]
+    rows += [{"method": m, "k": 9, "accuracy": 0.7, "chance": 0.25} for m in (ALL, "attention")]
+    figures: list[Any] = []
+    monkeypatch.setattr(attribution_summary, "save_figure", lambda fig, path: figures.append(fig))
+    attribution_summary.plot_accuracy_vs_k(pd.DataFrame(rows), tmp_path / "a.png", title="t")
+    (ax,) = figures[0].axes
+    plt.close(figures[0])
+    colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert set(colours) == {*methods, ALL, "attention", "chance"}
+    chance = colours.pop("chance")
+    assert to_rgb(chance) not in {to_rgb(c) for c in colours.values()}

@@ -584,6 +584,7 @@ def test_segmented_is_immutable_and_validated(tok):
     ],
     ids=["tuples", "lists", "numpy-scalars", "array", "tensor"],
 )
+@pytest.mark.filterwarnings("error::DeprecationWarning")  # numpy's about a tensor's __array__
 def test_segmented_offsets_are_pairs_of_python_ints_whatever_they_came_as(given_offsets):
     seg = Segmented(torch.zeros(1, 3, dtype=torch.int64), 1, "abc", given_offsets, {})
     assert seg.offsets == ((0, 1), (1, 3), (3, 3))

@@ -88,8 +88,8 @@ def group_members(groups: Any, n: int) -> list[np.ndarray] | None:
     for a single group: every resample of it is the data itself, an interval of width 0."""
     if groups is None:
         return None
-    _, inverse = np.unique(as_groups(groups, n), return_inverse=True)
-    if inverse.size and inverse.max() < 1:
+    unique, inverse = np.unique(as_groups(groups, n), return_inverse=True)
+    if unique.size == 1:
         raise ValueError("a bootstrap over groups needs at least 2 groups, got 1")
     order = np.argsort(inverse, kind="stable")
     bounds = np.cumsum(np.bincount(inverse))[:-1]
